@@ -1,0 +1,237 @@
+//! Prefill and decode throughput of hydra-engine next to candle-transformers'
+//! own `quantized_llama` loop on the same weights.
+//!
+//! ```text
+//! cargo bench -p hydra-engine --bench inference -- \
+//!     [--model PATH] [--threads N] [--prompt-tokens N] [--decode-tokens N] [--ubatch N]
+//! ```
+//!
+//! Always measures the embedded model; with `--model`, also that GGUF. For
+//! a GGUF whose weights hydra converts at load (Q4_1 -> Q8_0), the
+//! reference runs both the file as shipped and the converted file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::QTensor;
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
+use hydra_engine::model::builtin::{
+    byte_tokenizer_metadata, BuiltinSpec, BUILTIN_DTYPE, BUILTIN_NAME,
+};
+use hydra_engine::model::quant::convert_gguf_file;
+use hydra_engine::{Conversion, LoadOptions, Logits, Model, Slots};
+
+struct Args {
+    model: Option<PathBuf>,
+    threads: usize,
+    prompt_tokens: usize,
+    decode_tokens: usize,
+    ubatch: Option<usize>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        model: None,
+        threads: 2,
+        prompt_tokens: 256,
+        decode_tokens: 128,
+        ubatch: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut num = |name: &str| -> Result<usize, String> {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or(format!("{name} needs a number"))
+        };
+        match arg.as_str() {
+            "--model" => a.model = Some(it.next().ok_or("--model needs a path")?.into()),
+            "--threads" => a.threads = num("--threads")?,
+            "--prompt-tokens" => a.prompt_tokens = num("--prompt-tokens")?,
+            "--decode-tokens" => a.decode_tokens = num("--decode-tokens")?,
+            "--ubatch" => a.ubatch = Some(num("--ubatch")?),
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+struct Row {
+    model: String,
+    engine: String,
+    weights: String,
+    prefill_tps: f64,
+    decode_tps: f64,
+}
+
+fn prompt_for(model: &Model, n: usize) -> Vec<u32> {
+    let text = "The history of science is the study of the development of science and \
+                scientific knowledge, including both the natural and social sciences. ";
+    let mut ids = model.tokenizer().encode(&text.repeat(n / 8 + 2), false);
+    ids.truncate(n);
+    ids
+}
+
+fn bench_ours(model: Arc<Model>, prompt: &[u32], n_decode: usize, ubatch: usize) -> (f64, f64) {
+    let n_ctx = prompt.len() + n_decode + 8;
+    let mut slots = Slots::new(model, 1, n_ctx).expect("slots");
+    // Warm-up: start the thread pools.
+    let l = slots
+        .prefill(0, &prompt[..8.min(prompt.len())], ubatch, &mut ())
+        .unwrap();
+    slots.decode_step(0, l.argmax()).unwrap();
+    slots.erase(0).unwrap();
+
+    let t = Instant::now();
+    let mut logits: Logits = slots.prefill(0, prompt, ubatch, &mut ()).expect("prefill");
+    let prefill = prompt.len() as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for _ in 0..n_decode {
+        logits = slots.decode_step(0, logits.argmax()).expect("decode");
+    }
+    let decode = n_decode as f64 / t.elapsed().as_secs_f64();
+    (prefill, decode)
+}
+
+fn bench_reference(path: &Path, prompt: &[u32], n_decode: usize) -> (f64, f64) {
+    let dev = Device::Cpu;
+    let mut f = std::fs::File::open(path).expect("open");
+    let ct = gguf_file::Content::read(&mut f).expect("gguf");
+    let mut m = ModelWeights::from_gguf(ct, &mut f, &dev).expect("reference model");
+    let argmax = |l: &Tensor| Logits(l.squeeze(0).unwrap().to_vec1().unwrap()).argmax();
+    let warm = Tensor::new(&prompt[..8.min(prompt.len())], &dev)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    m.forward(&warm, 0).unwrap();
+    let t = Instant::now();
+    let input = Tensor::new(prompt, &dev).unwrap().unsqueeze(0).unwrap();
+    let mut next = argmax(&m.forward(&input, 0).unwrap());
+    let prefill = prompt.len() as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for i in 0..n_decode {
+        let input = Tensor::new(&[next], &dev).unwrap().unsqueeze(0).unwrap();
+        next = argmax(&m.forward(&input, prompt.len() + i).unwrap());
+    }
+    let decode = n_decode as f64 / t.elapsed().as_secs_f64();
+    (prefill, decode)
+}
+
+fn write_builtin_gguf(path: &Path) {
+    let spec = BuiltinSpec::default();
+    let tensors = spec.tensors(BUILTIN_DTYPE).unwrap();
+    let mut md = spec.gguf_metadata(BUILTIN_NAME);
+    md.extend(byte_tokenizer_metadata());
+    let md: Vec<(&str, &Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &md, &ts).unwrap();
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    hydra_engine::threads::set_cpu_threads(args.threads).expect("threads");
+    let tmp = std::env::temp_dir().join(format!("hydra-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut rows = Vec::new();
+    let ub = |n: usize| args.ubatch.unwrap_or(n);
+
+    // Embedded model.
+    let model = Arc::new(Model::builtin().unwrap());
+    let prompt = prompt_for(&model, args.prompt_tokens);
+    let (p, d) = bench_ours(model.clone(), &prompt, args.decode_tokens, ub(prompt.len()));
+    rows.push(Row {
+        model: "embedded".into(),
+        engine: "hydra-engine".into(),
+        weights: model.info().quantization.clone(),
+        prefill_tps: p,
+        decode_tps: d,
+    });
+    let builtin_path = tmp.join("builtin.gguf");
+    write_builtin_gguf(&builtin_path);
+    let (p, d) = bench_reference(&builtin_path, &prompt, args.decode_tokens);
+    rows.push(Row {
+        model: "embedded".into(),
+        engine: "candle quantized_llama".into(),
+        weights: model.info().quantization.clone(),
+        prefill_tps: p,
+        decode_tps: d,
+    });
+
+    if let Some(path) = &args.model {
+        let t = Instant::now();
+        let model = Arc::new(Model::load_gguf(path, &LoadOptions::default()).expect("load"));
+        eprintln!(
+            "loaded {} in {:.2}s",
+            model.info().name,
+            t.elapsed().as_secs_f64()
+        );
+        let prompt = prompt_for(&model, args.prompt_tokens);
+        let name = model.info().name.clone();
+        let quant = model.info().quantization.clone();
+        let (p, d) = bench_ours(model.clone(), &prompt, args.decode_tokens, ub(prompt.len()));
+        drop(model);
+        rows.push(Row {
+            model: name.clone(),
+            engine: "hydra-engine".into(),
+            weights: quant.clone(),
+            prefill_tps: p,
+            decode_tps: d,
+        });
+        if quant.contains("->") {
+            let converted = tmp.join("converted.gguf");
+            convert_gguf_file(path, &converted, Conversion::default()).expect("convert");
+            let (p, d) = bench_reference(&converted, &prompt, args.decode_tokens);
+            let _ = std::fs::remove_file(&converted);
+            rows.push(Row {
+                model: name.clone(),
+                engine: "candle quantized_llama".into(),
+                weights: format!("{quant} (same file as hydra)"),
+                prefill_tps: p,
+                decode_tps: d,
+            });
+        }
+        let (p, d) = bench_reference(path, &prompt, args.decode_tokens);
+        rows.push(Row {
+            model: name,
+            engine: "candle quantized_llama".into(),
+            weights: format!("{} (as shipped)", quant.split("->").next().unwrap_or("")),
+            prefill_tps: p,
+            decode_tps: d,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    println!(
+        "threads={} prompt_tokens={} decode_tokens={} ubatch={}",
+        args.threads,
+        args.prompt_tokens,
+        args.decode_tokens,
+        args.ubatch
+            .map_or("whole prompt".to_string(), |u| u.to_string())
+    );
+    println!(
+        "| {:<32} | {:<22} | {:<28} | {:>15} | {:>14} |",
+        "model", "engine", "weights", "prefill tok/s", "decode tok/s"
+    );
+    println!(
+        "|{:-<34}|{:-<24}|{:-<30}|{:->17}|{:->16}|",
+        "", "", "", "", ""
+    );
+    for r in &rows {
+        println!(
+            "| {:<32} | {:<22} | {:<28} | {:>15.1} | {:>14.1} |",
+            r.model, r.engine, r.weights, r.prefill_tps, r.decode_tps
+        );
+    }
+}

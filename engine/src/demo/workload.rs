@@ -1,0 +1,230 @@
+//! The demo's workload: every slot gets work at once, so the single compute thread always
+//! has a task running and others queued, as in production.
+
+use anyhow::Context as _;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What to run.
+pub struct Plan {
+    /// Engine URL.
+    pub base: String,
+    /// Slots.
+    pub slots: usize,
+    /// Long prompt length.
+    pub prompt_tokens: usize,
+    /// Decode length.
+    pub decode_tokens: usize,
+}
+
+/// Figures the workload collected.
+#[derive(Default)]
+pub struct Outcome {
+    /// (what, tokens, seconds) of each finished prefill/decode.
+    pub throughput: Vec<(String, usize, f64)>,
+    /// Latencies of `/state/meta` answered from the segment while busy, seconds.
+    pub meta_segment: Vec<f64>,
+    /// Latency of one `?via=queue` meta while busy (None: timed out after 5 s, as
+    /// Hydra Core's client would).
+    pub meta_queue: Option<Result<f64, String>>,
+    /// Save/restore figures: (bytes, save s, restore s).
+    pub state: Option<(usize, f64, f64)>,
+}
+
+/// The workload in flight.
+pub struct Running {
+    done: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<anyhow::Result<()>>>,
+    outcome: Arc<Mutex<Outcome>>,
+}
+
+impl Running {
+    /// Whether every request has been answered.
+    pub fn finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+
+    /// Waits for the workload and returns what it measured.
+    pub fn join(self) -> anyhow::Result<Outcome> {
+        for t in self.threads {
+            t.join().map_err(|_| anyhow::anyhow!("a workload thread panicked"))??;
+        }
+        self.done.store(true, Ordering::Relaxed);
+        let outcome = std::mem::take(&mut *self.outcome.lock().expect("outcome lock"));
+        Ok(outcome)
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new().timeout(Duration::from_secs(600)).build()
+}
+
+fn post(agent: &ureq::Agent, url: &str, body: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+    match agent.post(url).send_json(body) {
+        Ok(r) => Ok(r.into_json()?),
+        Err(ureq::Error::Status(code, r)) => {
+            anyhow::bail!("{url}: HTTP {code}: {}", r.into_string().unwrap_or_default())
+        }
+        Err(e) => Err(e).with_context(|| url.to_string()),
+    }
+}
+
+/// A text of about `n` tokens for the embedded byte-level tokenizer (one token per byte).
+fn long_text(n: usize) -> String {
+    let base = "The compute loop publishes a progress record for every slot on every step. ";
+    base.chars().cycle().take(n.saturating_sub(1)).collect()
+}
+
+/// Starts the workload threads.
+pub fn start(plan: Plan) -> Running {
+    let outcome = Arc::new(Mutex::new(Outcome::default()));
+    let done = Arc::new(AtomicBool::new(false));
+    let plan = Arc::new(plan);
+    let mut threads = Vec::new();
+
+    // Slot 0: a long prompt, prefilled chunk by chunk.
+    {
+        let (plan, outcome) = (plan.clone(), outcome.clone());
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let r = post(
+                &agent(),
+                &format!("{}/slots/0/prefill", plan.base),
+                json!({ "prompt": long_text(plan.prompt_tokens) }),
+            )?;
+            let n = r["n_prompt_tokens"].as_u64().unwrap_or(0) as usize;
+            let secs = r["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3;
+            outcome.lock().expect("outcome lock").throughput.push(("prefill slot 0".into(), n, secs));
+            Ok(())
+        }));
+    }
+    // Slots 1..: completions with long decodes; slot 1 is then saved and restored into the
+    // last slot, which continues decoding from the restored state.
+    for slot in 1..plan.slots {
+        let (plan, outcome) = (plan.clone(), outcome.clone());
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let agent = agent();
+            let last = plan.slots - 1;
+            if slot == last && last != 1 {
+                // Wait for slot 1's completion to be done, then restore it here.
+                return restore_into(&agent, &plan, last, &outcome);
+            }
+            let r = post(
+                &agent,
+                &format!("{}/completion", plan.base),
+                json!({
+                    "id_slot": slot,
+                    "prompt": format!("Slot {slot} says: "),
+                    "n_predict": plan.decode_tokens,
+                    "ignore_eos": true,
+                    "temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": slot,
+                }),
+            )?;
+            let n = r["tokens_predicted"].as_u64().unwrap_or(0) as usize;
+            let secs = r["timings"]["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3;
+            outcome.lock().expect("outcome lock").throughput.push((format!("decode slot {slot}"), n, secs));
+            Ok(())
+        }));
+    }
+    // Meta prober: while the slots are busy, ask the engine for slot metadata from the
+    // segment many times, and once through the queue (with Hydra Core's 5 s timeout).
+    {
+        let (plan, outcome, done) = (plan.clone(), outcome.clone(), done.clone());
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let fast = agent();
+            std::thread::sleep(Duration::from_millis(300));
+            let slow = ureq::AgentBuilder::new().timeout(Duration::from_secs(5)).build();
+            let t = Instant::now();
+            let queued = match slow.get(&format!("{}/slots/1/state/meta?via=queue", plan.base)).call() {
+                Ok(_) => Ok(t.elapsed().as_secs_f64()),
+                Err(e) => Err(format!("{e}")),
+            };
+            outcome.lock().expect("outcome lock").meta_queue = Some(queued);
+            for _ in 0..200 {
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
+                let t = Instant::now();
+                fast.get(&format!("{}/slots/1/state/meta", plan.base)).call()?;
+                outcome.lock().expect("outcome lock").meta_segment.push(t.elapsed().as_secs_f64());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(())
+        }));
+    }
+    Running {
+        done,
+        threads,
+        outcome,
+    }
+}
+
+fn restore_into(agent: &ureq::Agent, plan: &Plan, slot: usize, outcome: &Mutex<Outcome>) -> anyhow::Result<()> {
+    // Give slot 1's completion time to be queued first: its task runs before ours.
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let resp = agent
+        .get(&format!("{}/slots/1/state", plan.base))
+        .call()
+        .context("save slot 1")?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut resp.into_reader(), &mut bytes)?;
+    let save_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    agent
+        .put(&format!("{}/slots/{slot}/state", plan.base))
+        .send_bytes(&bytes)
+        .context("restore into the last slot")?;
+    let restore_s = t.elapsed().as_secs_f64();
+    outcome.lock().expect("outcome lock").state = Some((bytes.len(), save_s, restore_s));
+    let r = post(
+        agent,
+        &format!("{}/slots/{slot}/decode", plan.base),
+        json!({ "n_predict": plan.decode_tokens / 2, "ignore_eos": true }),
+    )?;
+    let n = r["tokens"].as_array().map(|a| a.len()).unwrap_or(0);
+    let secs = r["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3;
+    outcome
+        .lock()
+        .expect("outcome lock")
+        .throughput
+        .push((format!("decode slot {slot} (restored)"), n, secs));
+    Ok(())
+}
+
+/// Prints the closing summary.
+pub fn print_summary(o: &Outcome, view: &super::live_view::ViewStats) {
+    println!("summary");
+    for (what, n, secs) in &o.throughput {
+        println!("  {what:<28} {n:>5} tokens in {secs:>6.2} s = {:>8.1} tokens/s", *n as f64 / secs.max(1e-9));
+    }
+    if let Some((bytes, save, restore)) = o.state {
+        println!(
+            "  state save/restore           {:.1} MiB saved in {save:.2} s (incl. queue wait), restored in {restore:.2} s",
+            bytes as f64 / (1 << 20) as f64
+        );
+    }
+    let mut seg = o.meta_segment.clone();
+    seg.sort_by(f64::total_cmp);
+    if !seg.is_empty() {
+        let pct = |p: f64| seg[((seg.len() - 1) as f64 * p).round() as usize] * 1e3;
+        println!(
+            "  meta from the segment (HTTP, {} calls while busy): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            seg.len(),
+            pct(0.5),
+            pct(0.99),
+            pct(1.0)
+        );
+    }
+    match &o.meta_queue {
+        Some(Ok(s)) => println!("  meta through the task queue (the old way): {:.0} ms (waited behind the running task)", s * 1e3),
+        Some(Err(e)) => println!("  meta through the task queue (the old way): gave up after 5 s, as Hydra Core would ({e})"),
+        None => {}
+    }
+    println!(
+        "  live view: {} snapshots read straight from shared memory, median {:.1} µs each",
+        view.snapshots, view.median_capture_us
+    );
+}

@@ -1,0 +1,149 @@
+//! `hydra-engine`: serve a model with live per-slot progress in shared memory, or run the
+//! demo. Argument parsing only; everything else lives in the library.
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use hydra_engine::server::config::{ModelSource, ServerConfig};
+use hydra_engine::{Conversion, DeviceSpec, LoadOptions};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "hydra-engine", version, about = "A single-compute-thread inference engine whose per-slot progress is readable from other processes with zero IPC")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a model over HTTP, publishing progress to a shared-memory segment.
+    Serve(ServeArgs),
+    /// Start an engine on the embedded model, keep every slot busy and show live progress
+    /// read from the segment through the probe library.
+    Demo(hydra_engine::demo::DemoArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// GGUF model file (llama family).
+    #[arg(long, value_name = "PATH.gguf", conflicts_with = "builtin", required_unless_present = "builtin")]
+    model: Option<PathBuf>,
+    /// Use the embedded, deterministically seeded model (no file needed).
+    #[arg(long)]
+    builtin: bool,
+    /// `tokenizer.json` to use instead of the GGUF's own vocabulary.
+    #[arg(long, value_name = "PATH")]
+    tokenizer_json: Option<PathBuf>,
+    /// Load-time weight conversion: auto (types without a fast kernel -> Q8_0), auto:q4_0, q8_0, q4_0, none.
+    #[arg(long, default_value = "auto")]
+    convert: Conversion,
+    /// Compute device: cpu or cuda:N (needs the `cuda` feature).
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
+    /// Number of slots.
+    #[arg(long, default_value_t = 4)]
+    slots: usize,
+    /// Context size per slot in tokens (0: the model's training context).
+    #[arg(long, default_value_t = 2048)]
+    ctx: usize,
+    /// Prefill chunk size in tokens; progress is published after every chunk.
+    #[arg(long, default_value_t = 64)]
+    ubatch: usize,
+    /// CPU threads for compute.
+    #[arg(long, default_value_t = default_threads())]
+    threads: usize,
+    /// Engine id (names the progress segment `<id>.hps`).
+    #[arg(long, default_value = "engine-0")]
+    engine_id: String,
+    /// Directory of progress segments [default: $HYDRA_PROGRESS_DIR or /dev/shm/hydra-progress].
+    #[arg(long, value_name = "DIR")]
+    progress_dir: Option<PathBuf>,
+    /// HTTP listen address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Alias clients know the model by (Hydra's model_alias) [default: the model name].
+    #[arg(long)]
+    alias: Option<String>,
+    /// Do not publish progress (only for measuring publishing overhead).
+    #[arg(long)]
+    no_publish: bool,
+    /// Largest JSON request body in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body: usize,
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Demo(args) => hydra_engine::demo::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hydra-engine: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("HYDRA_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    hydra_engine::threads::set_cpu_threads(args.threads)?;
+    let config = ServerConfig {
+        model: match args.model {
+            Some(path) => ModelSource::Gguf(path),
+            None => ModelSource::Builtin,
+        },
+        load: LoadOptions {
+            device: args.device,
+            conversion: args.convert,
+            tokenizer_json: args.tokenizer_json,
+        },
+        model_alias: args.alias,
+        slots: args.slots,
+        ctx: args.ctx,
+        ubatch: args.ubatch,
+        engine_id: args.engine_id,
+        progress_dir: hydra_layout::naming::resolve_dir(args.progress_dir.as_deref()),
+        listen: args.listen,
+        publish: !args.no_publish,
+        max_json_body: args.max_body,
+    };
+    let server = hydra_engine::server::Server::start(config)?;
+    // Print the bound address on stdout (machine-readable) for scripts and tests that
+    // listen on port 0.
+    println!("listening on http://{}", server.addr());
+    if let Some(path) = server.segment_path() {
+        println!("progress segment {}", path.display());
+    }
+    wait_for_signal()?;
+    tracing::info!("signal received: shutting down");
+    server.shutdown()
+}
+
+/// Blocks until SIGINT or SIGTERM.
+fn wait_for_signal() -> anyhow::Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    ctrlc::set_handler(move || {
+        let _ = tx.send(());
+    })
+    .context("cannot install the signal handler")?;
+    let _ = rx.recv();
+    Ok(())
+}

@@ -1,0 +1,305 @@
+//! Choosing the next token, and the generation loop built on
+//! [`Slots::decode_step`].
+
+use std::ops::ControlFlow;
+
+use crate::error::{EngineError, Result};
+use crate::slots::{Logits, Slots, StepDone, StepObserver, StepStart};
+
+/// Sampling settings. `temperature == 0` is greedy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplerConfig {
+    /// Softmax temperature; 0 picks the highest score.
+    pub temperature: f32,
+    /// Keep only the `top_k` best tokens (0: all).
+    pub top_k: usize,
+    /// Keep the smallest set of best tokens whose probability reaches `top_p` (1: all).
+    pub top_p: f32,
+    /// Seed of the random generator.
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    /// Greedy.
+    fn default() -> Self {
+        Self::greedy()
+    }
+}
+
+impl SamplerConfig {
+    /// Always the highest-scoring token.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+/// Draws tokens from logits according to a [`SamplerConfig`].
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    cfg: SamplerConfig,
+    rng: u64,
+    scratch: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    /// A sampler; rejects a negative or non-finite temperature and a
+    /// `top_p` outside `(0, 1]`.
+    pub fn new(cfg: SamplerConfig) -> Result<Self> {
+        if !cfg.temperature.is_finite() || cfg.temperature < 0.0 {
+            return Err(EngineError::InvalidOption {
+                name: "temperature",
+                message: format!("{} is not a finite number >= 0", cfg.temperature),
+            });
+        }
+        if !(cfg.top_p > 0.0 && cfg.top_p <= 1.0) {
+            return Err(EngineError::InvalidOption {
+                name: "top_p",
+                message: format!("{} is not in (0, 1]", cfg.top_p),
+            });
+        }
+        Ok(Self {
+            cfg,
+            rng: cfg.seed,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// A greedy sampler.
+    pub fn greedy() -> Self {
+        Self {
+            cfg: SamplerConfig::greedy(),
+            rng: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.cfg
+    }
+
+    /// splitmix64 -> uniform in [0, 1).
+    fn next_f64(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Pick the next token.
+    pub fn sample(&mut self, logits: &Logits) -> u32 {
+        let c = self.cfg;
+        if c.temperature == 0.0 || c.top_k == 1 {
+            return logits.argmax();
+        }
+        let v = logits.as_slice();
+        let u = self.next_f64();
+        let s = &mut self.scratch;
+        s.clear();
+        s.extend(
+            v.iter()
+                .enumerate()
+                .filter(|(_, x)| !x.is_nan())
+                .map(|(i, &x)| (i as u32, x)),
+        );
+        if s.is_empty() {
+            return 0;
+        }
+        let by_score = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if c.top_k > 0 && c.top_k < s.len() {
+            s.select_nth_unstable_by(c.top_k - 1, by_score);
+            s.truncate(c.top_k);
+        }
+        s.sort_unstable_by(by_score);
+        let max = s[0].1;
+        let inv_t = 1.0 / c.temperature;
+        let mut sum = 0f64;
+        for e in s.iter_mut() {
+            e.1 = ((e.1 - max) * inv_t).exp();
+            sum += f64::from(e.1);
+        }
+        if c.top_p < 1.0 {
+            let mut cum = 0f64;
+            let mut keep = s.len();
+            for (i, e) in s.iter().enumerate() {
+                cum += f64::from(e.1) / sum;
+                if cum >= f64::from(c.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            s.truncate(keep);
+            sum = s.iter().map(|e| f64::from(e.1)).sum();
+        }
+        let mut x = u * sum;
+        for e in s.iter() {
+            x -= f64::from(e.1);
+            if x < 0.0 {
+                return e.0;
+            }
+        }
+        s[s.len() - 1].0
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token was sampled (not included in the tokens).
+    Eos,
+    /// `n_predict` tokens were generated.
+    Length,
+    /// The slot's context is full.
+    ContextFull,
+    /// The observer asked to stop.
+    Cancelled,
+}
+
+/// Generation settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenerateParams {
+    /// Most tokens to generate.
+    pub n_predict: usize,
+    /// Stop when the model's EOS token is sampled.
+    pub stop_at_eos: bool,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        Self {
+            n_predict: 128,
+            stop_at_eos: true,
+        }
+    }
+}
+
+/// What [`generate`] produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// Generated tokens, each already in the slot's cache.
+    pub tokens: Vec<u32>,
+    /// Why it stopped.
+    pub finish: FinishReason,
+    /// Logits after the last token in the slot, for continuing.
+    pub next_logits: Logits,
+}
+
+/// Generate up to `params.n_predict` tokens in `slot`, starting from the
+/// logits `first` (those returned by the prefill or by the previous call).
+///
+/// Each accepted token is decoded into the slot at once, so afterwards the
+/// slot holds the prompt and every generated token, and
+/// [`Generation::next_logits`] continues from there. The observer hears
+/// `before_step` (with `n_tokens = 1`) before each decode and `after_step`
+/// (with the token) after it; a break stops with
+/// [`FinishReason::Cancelled`], keeping what was generated.
+pub fn generate<O: StepObserver + ?Sized>(
+    slots: &mut Slots,
+    slot: usize,
+    first: Logits,
+    sampler: &mut Sampler,
+    params: &GenerateParams,
+    observer: &mut O,
+) -> Result<Generation> {
+    let model = slots.model().clone();
+    let n_ctx = slots.n_ctx();
+    let mut tokens = Vec::with_capacity(params.n_predict.min(n_ctx));
+    let mut logits = first;
+    let mut finish = FinishReason::Length;
+    let start = std::time::Instant::now();
+    while tokens.len() < params.n_predict {
+        let t = sampler.sample(&logits);
+        if params.stop_at_eos && model.is_eos(t) {
+            finish = FinishReason::Eos;
+            break;
+        }
+        let n_past = slots.n_past(slot)?;
+        if n_past >= n_ctx {
+            finish = FinishReason::ContextFull;
+            break;
+        }
+        let step = StepStart {
+            slot,
+            n_tokens: 1,
+            done: tokens.len(),
+            total: params.n_predict,
+            n_past,
+        };
+        if let ControlFlow::Break(()) = observer.before_step(&step) {
+            finish = FinishReason::Cancelled;
+            break;
+        }
+        logits = slots.decode_step(slot, t)?;
+        tokens.push(t);
+        let step = StepDone {
+            slot,
+            n_tokens: 1,
+            done: tokens.len(),
+            total: params.n_predict,
+            n_past: n_past + 1,
+            token: Some(t),
+        };
+        if let ControlFlow::Break(()) = observer.after_step(&step) {
+            finish = FinishReason::Cancelled;
+            break;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    tracing::debug!(
+        slot,
+        n_tokens = tokens.len(),
+        tokens_per_s = tokens.len() as f64 / secs.max(1e-9),
+        finish = ?finish,
+        "generation done"
+    );
+    Ok(Generation {
+        tokens,
+        finish,
+        next_logits: logits,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_and_seeded_sampling() {
+        let l = Logits(vec![0.0, 3.0, 1.0, 3.0, -1.0]);
+        assert_eq!(Sampler::greedy().sample(&l), 1);
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            top_k: 2,
+            top_p: 1.0,
+            seed: 7,
+        };
+        let mut a = Sampler::new(cfg).unwrap();
+        let mut b = Sampler::new(cfg).unwrap();
+        let xs: Vec<u32> = (0..200).map(|_| a.sample(&l)).collect();
+        let ys: Vec<u32> = (0..200).map(|_| b.sample(&l)).collect();
+        assert_eq!(xs, ys, "same seed, same tokens");
+        assert!(
+            xs.iter().all(|&t| t == 1 || t == 3),
+            "top_k=2 keeps ids 1 and 3"
+        );
+        assert!(xs.contains(&1) && xs.contains(&3));
+        let mut p = Sampler::new(SamplerConfig { top_p: 0.1, ..cfg }).unwrap();
+        assert!(
+            (0..50).all(|_| p.sample(&l) == 1),
+            "top_p keeps the single best"
+        );
+        assert!(Sampler::new(SamplerConfig {
+            temperature: -1.0,
+            ..cfg
+        })
+        .is_err());
+        assert!(Sampler::new(SamplerConfig { top_p: 0.0, ..cfg }).is_err());
+    }
+}

@@ -1,0 +1,453 @@
+//! The compute thread: owns the model and every slot, takes tasks from the FIFO queue one
+//! at a time, and publishes progress on every step. It never waits on a reader: the
+//! segment is written with a seqlock, and replies go through oneshot channels.
+
+use crate::model::{Model, ModelInfo};
+use crate::sampling::{generate, FinishReason as GenFinish, GenerateParams, Sampler};
+use crate::server::api_error::ApiError;
+use crate::server::config::{ModelSource, ServerConfig};
+use crate::server::progress::{Progress, StepPublisher, TokenKind};
+use crate::server::task::{
+    DecodeResult, DecodeSpec, PrefillResult, PrefillSpec, Reply, SaveStream, Task,
+};
+use crate::slots::{Logits, Slots};
+use crate::tokenizer::Tokenizer;
+use anyhow::Context as _;
+use axum::body::Bytes;
+use hydra_layout::{
+    header::capabilities, EngineDescription, ErrorCode, FinishReason, PendingCounter, Phase,
+    SegmentConfig, SegmentReader, SegmentWriter, WorkUnit,
+};
+use hydra_probe::{EngineView, HydraMeta, Thresholds};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// The idle loop wakes at least this often to write its heartbeat (the brief asks for
+/// at least every 250 ms; 100 ms leaves margin for a loaded machine).
+const IDLE_HEARTBEAT: Duration = Duration::from_millis(100);
+
+/// Chunk size of a streamed state save.
+const SAVE_CHUNK: usize = 256 << 10;
+
+/// What the front end shares with the compute thread: read-only facts and the segment's
+/// reader side. Never the model's slots.
+pub struct Shared {
+    /// The segment file (None with publishing off).
+    pub segment_path: Option<PathBuf>,
+    /// Pending-task counter in the segment.
+    pub pending: Option<PendingCounter>,
+    /// A read-only view of our own segment, for the segment-backed endpoints.
+    pub reader: Option<SegmentReader>,
+    /// The model's description.
+    pub model_info: ModelInfo,
+    /// Tokenizer (a copy; the front end tokenizes prompts).
+    pub tokenizer: Tokenizer,
+    /// Slots.
+    pub n_slots: usize,
+    /// Context per slot, tokens.
+    pub n_ctx: usize,
+    /// Largest state a restore may carry, bytes.
+    pub max_state_bytes: u64,
+    /// Engine id.
+    pub engine_id: String,
+    /// Classification thresholds for meta answers.
+    pub thresholds: Thresholds,
+}
+
+impl Shared {
+    /// The Hydra meta of `slot`, read from the segment through the probe library.
+    pub fn meta_from_segment(&self, slot: usize) -> Result<HydraMeta, ApiError> {
+        let reader = self.reader.as_ref().ok_or(ApiError::PublishingDisabled)?;
+        let view = EngineView::capture(reader, hydra_layout::clock::monotonic_ns(), &self.thresholds)
+            .map_err(|e| ApiError::Internal(format!("reading the progress segment: {e}")))?;
+        HydraMeta::from_view(&view, slot).ok_or(ApiError::UnknownSlot {
+            slot,
+            n_slots: self.n_slots,
+        })
+    }
+
+    /// Every slot, read from the segment through the probe library.
+    pub fn view(&self) -> Result<EngineView, ApiError> {
+        let reader = self.reader.as_ref().ok_or(ApiError::PublishingDisabled)?;
+        EngineView::capture(reader, hydra_layout::clock::monotonic_ns(), &self.thresholds)
+            .map_err(|e| ApiError::Internal(format!("reading the progress segment: {e}")))
+    }
+}
+
+/// The compute thread's state.
+pub struct Compute {
+    slots: Slots,
+    progress: Progress,
+    shared: Arc<Shared>,
+    last_logits: Vec<Option<Logits>>,
+    ubatch: usize,
+    next_task_id: u64,
+    shutdown: Arc<AtomicBool>,
+}
+
+impl Compute {
+    /// Loads the model, builds the slots and creates the segment.
+    pub fn new(config: &ServerConfig, shutdown: Arc<AtomicBool>) -> anyhow::Result<(Self, Arc<Shared>)> {
+        anyhow::ensure!(config.slots >= 1, "--slots must be at least 1");
+        anyhow::ensure!(config.ubatch >= 1, "--ubatch must be at least 1");
+        let model = match &config.model {
+            ModelSource::Builtin => Model::builtin_on(config.load.device.clone()),
+            ModelSource::Gguf(path) => Model::load_gguf(path, &config.load),
+        }
+        .context("cannot load the model")?;
+        let info = model.info().clone();
+        tracing::info!(
+            model = %info.name,
+            quant = %info.quantization,
+            params = info.n_params,
+            seconds = format_args!("{:.2}", info.load_seconds),
+            "model loaded"
+        );
+        let model = Arc::new(model);
+        let slots = Slots::new(model.clone(), config.slots, config.ctx).context("cannot create the slots")?;
+        let n_ctx = slots.n_ctx();
+        let llama = model.config().clone();
+
+        let (writer, reader, pending, segment_path) = if config.publish {
+            let writer = SegmentWriter::create(&SegmentConfig {
+                dir: config.progress_dir.clone(),
+                engine_id: config.engine_id.clone(),
+                slot_count: config.slots,
+                description: EngineDescription {
+                    model_name: info.name.clone(),
+                    model_quant: info.quantization.clone(),
+                    model_path: info
+                        .path
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|| "builtin".into()),
+                    tokenizer: info.tokenizer_family.clone(),
+                    model_alias: config.model_alias.clone().unwrap_or_else(|| info.name.clone()),
+                    device: info.device.to_string(),
+                    capabilities: capabilities::COMPLETION
+                        | capabilities::STATE_SAVE_RESTORE
+                        | capabilities::CHUNKED_PREFILL,
+                },
+            })
+            .context("cannot create the progress segment")?;
+            let path = writer.path().to_path_buf();
+            let reader = SegmentReader::open(&path).context("cannot read back the progress segment")?;
+            let pending = writer.pending_counter();
+            (Some(writer), Some(reader), Some(pending), Some(path))
+        } else {
+            tracing::warn!("progress publishing is OFF (--no-publish): for benchmarks only");
+            (None, None, None, None)
+        };
+        let progress = Progress::new(writer, config.slots, n_ctx, llama.clone());
+        let shared = Arc::new(Shared {
+            segment_path,
+            pending,
+            reader,
+            tokenizer: model.tokenizer().clone(),
+            model_info: info,
+            n_slots: config.slots,
+            n_ctx,
+            max_state_bytes: crate::kv_state::state_size(&llama, n_ctx),
+            engine_id: config.engine_id.clone(),
+            thresholds: Thresholds::default(),
+        });
+        Ok((
+            Self {
+                slots,
+                progress,
+                shared: shared.clone(),
+                last_logits: vec![None; config.slots],
+                ubatch: config.ubatch,
+                next_task_id: 0,
+                shutdown,
+            },
+            shared,
+        ))
+    }
+
+    /// The loop: heartbeat, take the next task (waking at least every
+    /// [`IDLE_HEARTBEAT`] while idle), run it to completion, repeat until the queue closes.
+    pub fn run(mut self, rx: Receiver<Task>) {
+        loop {
+            self.progress.heartbeat();
+            match rx.recv_timeout(IDLE_HEARTBEAT) {
+                Ok(task) => {
+                    if let Some(p) = &self.shared.pending {
+                        p.dequeued(task.slot());
+                    }
+                    if self.is_shutting_down() {
+                        task.reject(ApiError::ShuttingDown);
+                    } else {
+                        self.handle(task);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.progress.close();
+        tracing::info!("compute thread stopped; progress segment closed");
+    }
+
+    fn is_shutting_down(&self) -> bool {
+        // Acquire: pairs with the Release store in Server::stop.
+        self.shutdown.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn handle(&mut self, task: Task) {
+        match task {
+            Task::Prefill { slot, spec, reply } => {
+                let r = self.run_task(slot, Phase::Prefill, WorkUnit::Tokens, spec.tokens.len() as u64, |c, id| {
+                    c.prefill(slot, id, &spec)
+                });
+                send(reply, r);
+            }
+            Task::Decode { slot, spec, reply } => {
+                let r = self.run_task(slot, Phase::Decode, WorkUnit::Tokens, spec.n_predict as u64, |c, id| {
+                    c.decode(slot, id, &spec)
+                });
+                send(reply, r);
+            }
+            Task::Completion {
+                slot,
+                prefill,
+                decode,
+                reply,
+            } => {
+                let total = prefill.tokens.len() as u64;
+                let r = self.run_task(slot, Phase::Prefill, WorkUnit::Tokens, total, |c, id| {
+                    let p = c.prefill(slot, id, &prefill)?;
+                    c.progress
+                        .begin_phase(slot, Phase::Decode, WorkUnit::Tokens, decode.n_predict as u64);
+                    let d = c.decode(slot, id, &decode)?;
+                    Ok((p, d))
+                });
+                send(reply, r);
+            }
+            Task::Save { slot, reply } => self.save(slot, reply),
+            Task::Restore { slot, data, reply } => {
+                let total = data.len() as u64;
+                let r = self.run_task(slot, Phase::Restore, WorkUnit::Bytes, total, |c, _| {
+                    c.restore(slot, data)
+                });
+                send(reply, r);
+            }
+            Task::Erase { slot, reply } => {
+                let r = self.erase(slot);
+                send(reply, r);
+            }
+            Task::MetaViaQueue { slot, reply } => {
+                send(reply, self.shared.meta_from_segment(slot));
+            }
+        }
+    }
+
+    /// Runs `body` as task `task_id` on `slot`: publishes the start, then the finish reason
+    /// and error code from its result.
+    fn run_task<T>(
+        &mut self,
+        slot: usize,
+        phase: Phase,
+        unit: WorkUnit,
+        total: u64,
+        body: impl FnOnce(&mut Self, u64) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        self.check_slot(slot)?;
+        self.next_task_id += 1;
+        let task_id = self.next_task_id;
+        self.progress.begin_task(slot, task_id, phase, unit, total);
+        let result = body(self, task_id);
+        let (reason, code) = match &result {
+            Ok(_) => (FinishReason::Completed, ErrorCode::None),
+            Err(ApiError::Cancelled) => (FinishReason::Cancelled, ErrorCode::None),
+            Err(e) => (FinishReason::Error, e.segment_code()),
+        };
+        self.progress.finish(slot, reason, code);
+        result
+    }
+
+    fn check_slot(&self, slot: usize) -> Result<(), ApiError> {
+        if slot >= self.shared.n_slots {
+            return Err(ApiError::UnknownSlot {
+                slot,
+                n_slots: self.shared.n_slots,
+            });
+        }
+        Ok(())
+    }
+
+    fn prefill(&mut self, slot: usize, task_id: u64, spec: &PrefillSpec) -> Result<PrefillResult, ApiError> {
+        let start = Instant::now();
+        let mut observer = StepPublisher {
+            progress: &mut self.progress,
+            kind: TokenKind::Prompt,
+            shutdown: &self.shutdown,
+        };
+        let logits = self.slots.prefill(slot, &spec.tokens, self.ubatch, &mut observer)?;
+        self.last_logits[slot] = Some(logits);
+        let secs = start.elapsed().as_secs_f64();
+        let n = spec.tokens.len();
+        tracing::info!(slot, tokens = n, tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)), "prefill done");
+        Ok(PrefillResult {
+            slot,
+            task_id,
+            n_prompt_tokens: n,
+            n_past: self.slots.n_past(slot)?,
+            prompt_ms: secs * 1e3,
+            prompt_per_second: n as f64 / secs.max(1e-9),
+        })
+    }
+
+    fn decode(&mut self, slot: usize, task_id: u64, spec: &DecodeSpec) -> Result<DecodeResult, ApiError> {
+        if self.slots.is_empty(slot)? {
+            return Err(ApiError::EmptySlot(format!(
+                "slot {slot} is empty: prefill a prompt before decoding"
+            )));
+        }
+        let Some(first) = self.last_logits[slot].take() else {
+            return Err(ApiError::EmptySlot(format!(
+                "slot {slot} holds {} tokens but no next-token scores (it was restored from a state \
+                 saved without them); prefill at least one token before decoding",
+                self.slots.n_past(slot)?
+            )));
+        };
+        let mut sampler = Sampler::new(spec.sampler)?;
+        let params = GenerateParams {
+            n_predict: spec.n_predict,
+            stop_at_eos: spec.stop_at_eos,
+        };
+        let start = Instant::now();
+        let mut observer = StepPublisher {
+            progress: &mut self.progress,
+            kind: TokenKind::Generated,
+            shutdown: &self.shutdown,
+        };
+        let generation = generate(&mut self.slots, slot, first, &mut sampler, &params, &mut observer)?;
+        let secs = start.elapsed().as_secs_f64();
+        let n = generation.tokens.len();
+        self.last_logits[slot] = Some(generation.next_logits);
+        let stop_type = match generation.finish {
+            GenFinish::Eos => "eos",
+            GenFinish::Length => "limit",
+            GenFinish::ContextFull => "context_full",
+            GenFinish::Cancelled => "cancelled",
+        };
+        tracing::info!(slot, tokens = n, tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)), stop_type, "decode done");
+        let content = self
+            .shared
+            .tokenizer
+            .decode(&generation.tokens)
+            .map_err(ApiError::from)?;
+        if generation.finish == GenFinish::Cancelled {
+            return Err(ApiError::Cancelled);
+        }
+        Ok(DecodeResult {
+            slot,
+            task_id,
+            content,
+            tokens: generation.tokens,
+            stop_type,
+            n_past: self.slots.n_past(slot)?,
+            predicted_ms: secs * 1e3,
+            predicted_per_second: n as f64 / secs.max(1e-9),
+        })
+    }
+
+    fn save(&mut self, slot: usize, reply: Reply<SaveStream>) {
+        let len = match self.check_slot(slot).and_then(|_| Ok(self.slots.state_size(slot)?)) {
+            Ok(len) => len,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        if reply.send(Ok(SaveStream { len, chunks: rx })).is_err() {
+            return; // the client went away before we started
+        }
+        let _ = self.run_task(slot, Phase::Save, WorkUnit::Bytes, len, |c, _| {
+            let mut out = ChunkSender {
+                tx,
+                buf: Vec::with_capacity(SAVE_CHUNK),
+            };
+            let progress = &mut c.progress;
+            let written = c
+                .slots
+                .save_state(slot, &mut out, &mut |done, total| progress.bytes(slot, done, total));
+            let written = match written {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = out.tx.send(Err(std::io::Error::other(e.to_string())));
+                    return Err(ApiError::from(e));
+                }
+            };
+            std::io::Write::flush(&mut out).map_err(|e| ApiError::Internal(e.to_string()))?;
+            debug_assert_eq!(written, len);
+            Ok(())
+        });
+    }
+
+    fn restore(&mut self, slot: usize, data: Bytes) -> Result<usize, ApiError> {
+        let total = data.len() as u64;
+        let progress = &mut self.progress;
+        self.slots
+            .restore_state(slot, &mut &data[..], total, &mut |done, total| {
+                progress.bytes(slot, done, total)
+            })?;
+        self.last_logits[slot] = None;
+        let n_past = self.slots.n_past(slot)?;
+        self.progress.set_n_past(slot, n_past);
+        Ok(n_past)
+    }
+
+    fn erase(&mut self, slot: usize) -> Result<(), ApiError> {
+        self.check_slot(slot)?;
+        self.slots.erase(slot)?;
+        self.last_logits[slot] = None;
+        self.progress.set_n_past(slot, 0);
+        Ok(())
+    }
+}
+
+fn send<T>(reply: Reply<T>, result: Result<T, ApiError>) {
+    if let Err(e) = &result {
+        match e {
+            ApiError::Internal(msg) => tracing::error!("task failed: {msg}"),
+            other => tracing::debug!("task refused: {other}"),
+        }
+    }
+    // The client may have gone away; its task still ran to completion.
+    let _ = reply.send(result);
+}
+
+/// An `io::Write` that sends what it is given to the HTTP response in chunks. Sending never
+/// blocks (unbounded channel: at most one state in memory); a closed channel (client gone)
+/// is a `BrokenPipe` error that stops the save.
+struct ChunkSender {
+    tx: mpsc::UnboundedSender<Result<Bytes, std::io::Error>>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for ChunkSender {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= SAVE_CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(SAVE_CHUNK)));
+        self.tx
+            .send(Ok(chunk))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}

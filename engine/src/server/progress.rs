@@ -1,0 +1,261 @@
+//! Everything the compute thread publishes: a mirror of each slot's record that is
+//! mutated and then published whole (seqlock), the loop heartbeat and the engine-wide
+//! counters. The clock is read once per event, not per field.
+//!
+//! With publishing off (`--no-publish`, for the overhead benchmark only) every method
+//! returns at once.
+
+use crate::kv_state;
+use crate::model::config::LlamaConfig;
+use crate::slots::{StepDone, StepObserver, StepStart};
+use hydra_layout::{
+    clock, ErrorCode, FinishReason, Phase, SegmentWriter, SlotState, WorkUnit, WriterCounters,
+};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Which engine-wide token counter a step adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// Prompt tokens (prefill).
+    Prompt,
+    /// Generated tokens (decode).
+    Generated,
+}
+
+/// The compute thread's publisher.
+pub struct Progress {
+    writer: Option<SegmentWriter>,
+    slots: Vec<SlotState>,
+    counters: WriterCounters,
+    config: LlamaConfig,
+}
+
+impl Progress {
+    /// A publisher over `writer` (None: publishing off) for slots of `n_ctx` tokens.
+    pub fn new(writer: Option<SegmentWriter>, n_slots: usize, n_ctx: usize, config: LlamaConfig) -> Self {
+        let empty = kv_state::state_size(&config, 0);
+        let slots = vec![
+            SlotState {
+                n_ctx: n_ctx as u64,
+                state_size: empty,
+                ..Default::default()
+            };
+            n_slots
+        ];
+        let mut p = Self {
+            writer,
+            slots,
+            counters: WriterCounters {
+                kv_cells_total: (n_slots * n_ctx) as u64,
+                ..Default::default()
+            },
+            config,
+        };
+        if p.writer.is_some() {
+            for slot in 0..n_slots {
+                p.publish(slot);
+            }
+            p.publish_counters();
+        }
+        p
+    }
+
+    /// Whether publishing is on.
+    pub fn enabled(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    fn publish(&mut self, slot: usize) {
+        if let Some(w) = self.writer.as_mut() {
+            // The slot index was validated by the caller; an error here is a bug, not input.
+            if let Err(e) = w.publish(slot, &self.slots[slot]) {
+                tracing::error!("publishing slot {slot}: {e}");
+            }
+        }
+    }
+
+    fn publish_counters(&mut self) {
+        if let Some(w) = self.writer.as_mut() {
+            w.set_counters(&self.counters);
+        }
+    }
+
+    /// One pass of the compute loop (also called on every step of a long task).
+    pub fn heartbeat(&mut self) {
+        if let Some(w) = self.writer.as_mut() {
+            w.heartbeat(clock::monotonic_ns());
+        }
+    }
+
+    /// A task starts on `slot`, in `phase`, with `total` units of `unit` to do.
+    pub fn begin_task(&mut self, slot: usize, task_id: u64, phase: Phase, unit: WorkUnit, total: u64) {
+        if !self.enabled() {
+            return;
+        }
+        let now = clock::monotonic_ns();
+        let s = &mut self.slots[slot];
+        s.task_id = task_id;
+        s.task_start_ns = now;
+        s.finish_reason = FinishReason::None;
+        s.error_code = ErrorCode::None;
+        s.tokens_cached = s.n_past;
+        Self::enter_phase(s, phase, unit, total, now);
+        self.counters.requests_running += 1;
+        self.publish(slot);
+        self.publish_counters();
+    }
+
+    /// The running task on `slot` moves to another phase (prefill -> decode).
+    pub fn begin_phase(&mut self, slot: usize, phase: Phase, unit: WorkUnit, total: u64) {
+        if !self.enabled() {
+            return;
+        }
+        let now = clock::monotonic_ns();
+        Self::enter_phase(&mut self.slots[slot], phase, unit, total, now);
+        self.publish(slot);
+    }
+
+    fn enter_phase(s: &mut SlotState, phase: Phase, unit: WorkUnit, total: u64, now: u64) {
+        s.phase = phase;
+        s.work_unit = unit;
+        s.work_done = 0;
+        s.work_total = total;
+        s.phase_start_ns = now;
+        s.last_progress_ns = now;
+        s.step_start_ns = 0;
+        s.step_size = 0;
+        s.steps_done = 0;
+    }
+
+    /// A forward pass of `size` tokens is about to start on `slot`.
+    #[inline]
+    pub fn step_started(&mut self, slot: usize, size: usize) {
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let now = clock::monotonic_ns();
+        let s = &mut self.slots[slot];
+        s.step_start_ns = now;
+        s.step_size = size as u64;
+        w.heartbeat(now);
+        self.publish(slot);
+    }
+
+    /// A step finished on `slot`: `done` units of the phase are done, the cache holds
+    /// `n_past` tokens; `tokens` were evaluated, counted as `kind`.
+    #[inline]
+    pub fn step_finished(&mut self, slot: usize, done: usize, n_past: usize, tokens: usize, kind: TokenKind) {
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let now = clock::monotonic_ns();
+        w.heartbeat(now);
+        let s = &mut self.slots[slot];
+        s.last_step_ns = now.saturating_sub(s.step_start_ns);
+        s.step_start_ns = 0;
+        s.step_size = 0;
+        s.steps_done += 1;
+        s.work_done = done as u64;
+        s.last_progress_ns = now;
+        let old = s.n_past;
+        s.n_past = n_past as u64;
+        s.state_size = kv_state::state_size(&self.config, n_past);
+        self.counters.kv_cells_used = (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
+        match kind {
+            TokenKind::Prompt => self.counters.prompt_tokens_total += tokens as u64,
+            TokenKind::Generated => self.counters.generated_tokens_total += tokens as u64,
+        }
+        self.publish(slot);
+        self.publish_counters();
+    }
+
+    /// Byte progress of a state save or restore on `slot`.
+    pub fn bytes(&mut self, slot: usize, done: u64, total: u64) {
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let now = clock::monotonic_ns();
+        w.heartbeat(now);
+        let s = &mut self.slots[slot];
+        if done > s.work_done {
+            s.last_step_ns = now.saturating_sub(s.last_progress_ns);
+            s.last_progress_ns = now;
+            s.steps_done += 1;
+        }
+        s.work_done = done;
+        s.work_total = total;
+        self.publish(slot);
+    }
+
+    /// The slot's cache now holds `n_past` tokens (after an erase or a restore).
+    pub fn set_n_past(&mut self, slot: usize, n_past: usize) {
+        if !self.enabled() {
+            return;
+        }
+        let s = &mut self.slots[slot];
+        let old = s.n_past;
+        s.n_past = n_past as u64;
+        s.state_size = kv_state::state_size(&self.config, n_past);
+        self.counters.kv_cells_used = (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
+        self.publish(slot);
+        self.publish_counters();
+    }
+
+    /// The task on `slot` ended: back to idle with its finish reason and error code.
+    pub fn finish(&mut self, slot: usize, reason: FinishReason, code: ErrorCode) {
+        if !self.enabled() {
+            return;
+        }
+        let s = &mut self.slots[slot];
+        s.phase = Phase::Idle;
+        s.finish_reason = reason;
+        s.error_code = code;
+        s.step_start_ns = 0;
+        s.step_size = 0;
+        self.counters.requests_running = self.counters.requests_running.saturating_sub(1);
+        self.publish(slot);
+        self.publish_counters();
+    }
+
+    /// Marks the segment CLOSED and removes it.
+    pub fn close(&mut self) {
+        if let Some(w) = self.writer.take() {
+            if let Err(e) = w.close() {
+                tracing::warn!("closing the progress segment: {e}");
+            }
+        }
+    }
+}
+
+/// Publishes every step of a prefill or generation on one slot, and stops it when the
+/// engine shuts down.
+pub struct StepPublisher<'a> {
+    /// The publisher.
+    pub progress: &'a mut Progress,
+    /// Counter the steps add to.
+    pub kind: TokenKind,
+    /// Set when the engine shuts down.
+    pub shutdown: &'a AtomicBool,
+}
+
+impl StepObserver for StepPublisher<'_> {
+    fn before_step(&mut self, step: &StepStart) -> ControlFlow<()> {
+        // Acquire: pairs with the Release store in Server::stop.
+        if self.shutdown.load(Ordering::Acquire) {
+            return ControlFlow::Break(());
+        }
+        self.progress.step_started(step.slot, step.n_tokens);
+        ControlFlow::Continue(())
+    }
+
+    fn after_step(&mut self, step: &StepDone) -> ControlFlow<()> {
+        self.progress
+            .step_finished(step.slot, step.done, step.n_past, step.n_tokens, self.kind);
+        if self.shutdown.load(Ordering::Acquire) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The messages the HTTP front end posts to the compute thread, and their replies.
+//!
+//! Every task carries a `tokio::sync::oneshot` sender for its reply; the front end awaits
+//! it. The queue is a plain FIFO (`std::sync::mpsc`): one task runs at a time, in order.
+
+use crate::sampling::SamplerConfig;
+use crate::server::api_error::ApiError;
+use axum::body::Bytes;
+use hydra_layout::PendingCounter;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+/// Reply channel of a task.
+pub type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
+
+/// Prompt tokens, already tokenized by the front end.
+#[derive(Debug, Clone)]
+pub struct PrefillSpec {
+    /// Tokens to evaluate.
+    pub tokens: Vec<u32>,
+}
+
+/// Generation settings of a decode.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeSpec {
+    /// Most tokens to generate.
+    pub n_predict: usize,
+    /// Sampling.
+    pub sampler: SamplerConfig,
+    /// Stop at the model's EOS token.
+    pub stop_at_eos: bool,
+}
+
+/// Outcome of a prefill.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrefillResult {
+    /// The slot.
+    pub slot: usize,
+    /// The task id published in the segment.
+    pub task_id: u64,
+    /// Tokens evaluated.
+    pub n_prompt_tokens: usize,
+    /// Tokens in the slot's cache afterwards.
+    pub n_past: usize,
+    /// Wall time, ms.
+    pub prompt_ms: f64,
+    /// Throughput, tokens/s.
+    pub prompt_per_second: f64,
+}
+
+/// Outcome of a decode.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeResult {
+    /// The slot.
+    pub slot: usize,
+    /// The task id published in the segment.
+    pub task_id: u64,
+    /// Generated text.
+    pub content: String,
+    /// Generated token ids.
+    pub tokens: Vec<u32>,
+    /// Why generation stopped: "eos", "limit", "context_full", "cancelled".
+    pub stop_type: &'static str,
+    /// Tokens in the slot's cache afterwards.
+    pub n_past: usize,
+    /// Wall time, ms.
+    pub predicted_ms: f64,
+    /// Throughput, tokens/s.
+    pub predicted_per_second: f64,
+}
+
+/// A streamed state save: its exact length, then the bytes.
+pub struct SaveStream {
+    /// Bytes the stream will carry (the Content-Length).
+    pub len: u64,
+    /// The bytes, in chunks, as the compute thread writes them.
+    pub chunks: mpsc::UnboundedReceiver<Result<Bytes, std::io::Error>>,
+}
+
+/// Work for the compute thread.
+pub enum Task {
+    /// Evaluate prompt tokens into a slot (appending to what it holds).
+    Prefill {
+        /// Slot.
+        slot: usize,
+        /// Tokens.
+        spec: PrefillSpec,
+        /// Reply.
+        reply: Reply<PrefillResult>,
+    },
+    /// Generate from a prefilled slot.
+    Decode {
+        /// Slot.
+        slot: usize,
+        /// Settings.
+        spec: DecodeSpec,
+        /// Reply.
+        reply: Reply<DecodeResult>,
+    },
+    /// Prefill then decode, as one task.
+    Completion {
+        /// Slot.
+        slot: usize,
+        /// Prompt.
+        prefill: PrefillSpec,
+        /// Settings.
+        decode: DecodeSpec,
+        /// Reply.
+        reply: Reply<(PrefillResult, DecodeResult)>,
+    },
+    /// Save a slot's KV state as a byte stream.
+    Save {
+        /// Slot.
+        slot: usize,
+        /// Reply: the stream, sent before the bytes are produced.
+        reply: Reply<SaveStream>,
+    },
+    /// Restore a slot's KV state from bytes.
+    Restore {
+        /// Slot.
+        slot: usize,
+        /// The state.
+        data: Bytes,
+        /// Reply: n_past after the restore.
+        reply: Reply<usize>,
+    },
+    /// Empty a slot.
+    Erase {
+        /// Slot.
+        slot: usize,
+        /// Reply.
+        reply: Reply<()>,
+    },
+    /// Answer a meta query through the queue (the old way; for the benchmark only).
+    MetaViaQueue {
+        /// Slot.
+        slot: usize,
+        /// Reply: the Hydra meta JSON.
+        reply: Reply<hydra_probe::HydraMeta>,
+    },
+}
+
+impl Task {
+    /// The slot the task is for.
+    pub fn slot(&self) -> usize {
+        match self {
+            Task::Prefill { slot, .. }
+            | Task::Decode { slot, .. }
+            | Task::Completion { slot, .. }
+            | Task::Save { slot, .. }
+            | Task::Restore { slot, .. }
+            | Task::Erase { slot, .. }
+            | Task::MetaViaQueue { slot, .. } => *slot,
+        }
+    }
+
+    /// Answers the task with `error` without running it.
+    pub fn reject(self, error: ApiError) {
+        match self {
+            Task::Prefill { reply, .. } => drop(reply.send(Err(error))),
+            Task::Decode { reply, .. } => drop(reply.send(Err(error))),
+            Task::Completion { reply, .. } => drop(reply.send(Err(error))),
+            Task::Save { reply, .. } => drop(reply.send(Err(error))),
+            Task::Restore { reply, .. } => drop(reply.send(Err(error))),
+            Task::Erase { reply, .. } => drop(reply.send(Err(error))),
+            Task::MetaViaQueue { reply, .. } => drop(reply.send(Err(error))),
+        }
+    }
+}
+
+/// The front end's end of the queue: counts the task as pending for its slot in the
+/// segment, then enqueues it.
+#[derive(Clone)]
+pub struct TaskSender {
+    tx: std::sync::mpsc::Sender<Task>,
+    pending: Option<PendingCounter>,
+}
+
+impl TaskSender {
+    /// Wraps the queue's sender.
+    pub fn new(tx: std::sync::mpsc::Sender<Task>, pending: Option<PendingCounter>) -> Self {
+        Self { tx, pending }
+    }
+
+    /// Posts `task`; fails when the compute thread has stopped.
+    pub fn post(&self, task: Task) -> Result<(), ApiError> {
+        let slot = task.slot();
+        if let Some(p) = &self.pending {
+            p.queued(slot);
+        }
+        self.tx.send(task).map_err(|returned| {
+            if let Some(p) = &self.pending {
+                p.dequeued(slot);
+            }
+            drop(returned);
+            ApiError::ShuttingDown
+        })
+    }
+}

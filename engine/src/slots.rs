@@ -1,0 +1,379 @@
+//! Per-slot KV caches over one shared model: chunked prefill, single-token
+//! decode, erase, and KV state save/restore.
+//!
+//! One compute thread owns a [`Slots`] value; every method takes `&mut self`
+//! or `&self` and runs to completion on the calling thread, reporting
+//! progress through a [`StepObserver`] or a byte-progress callback.
+
+use std::io::{Read, Write};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::{EngineError, Result};
+use crate::kv_state;
+use crate::model::llama::{LayerKv, Rope};
+use crate::model::Model;
+
+/// Next-token scores over the vocabulary (f32, unnormalised).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logits(pub Vec<f32>);
+
+impl Logits {
+    /// The scores, indexed by token id.
+    pub fn as_slice(&self) -> &[f32] {
+        &self.0
+    }
+
+    /// The scores as a vector.
+    pub fn into_vec(self) -> Vec<f32> {
+        self.0
+    }
+
+    /// The highest-scoring token (lowest id among ties; NaN never wins).
+    pub fn argmax(&self) -> u32 {
+        let mut best = (0u32, f32::NEG_INFINITY);
+        for (i, &v) in self.0.iter().enumerate() {
+            if v > best.1 {
+                best = (i as u32, v);
+            }
+        }
+        best.0
+    }
+}
+
+/// Sent to [`StepObserver::before_step`] just before a forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepStart {
+    /// The slot.
+    pub slot: usize,
+    /// Tokens this step will process.
+    pub n_tokens: usize,
+    /// Tokens of this call done before this step.
+    pub done: usize,
+    /// Tokens this call will process in all (for generation: `n_predict`).
+    pub total: usize,
+    /// The slot's n_past before this step.
+    pub n_past: usize,
+}
+
+/// Sent to [`StepObserver::after_step`] once a step is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepDone {
+    /// The slot.
+    pub slot: usize,
+    /// Tokens this step processed.
+    pub n_tokens: usize,
+    /// Tokens of this call done so far, this step included.
+    pub done: usize,
+    /// Tokens this call will process in all (for generation: `n_predict`).
+    pub total: usize,
+    /// The slot's n_past after this step.
+    pub n_past: usize,
+    /// For generation: the token this step accepted.
+    pub token: Option<u32>,
+}
+
+/// Watches a multi-step operation; either method can return
+/// `ControlFlow::Break(())` to stop it (see [`Slots::prefill`] for what is kept).
+pub trait StepObserver {
+    /// Called before each step's forward pass.
+    fn before_step(&mut self, _step: &StepStart) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+    /// Called after each step is committed to the slot.
+    fn after_step(&mut self, _step: &StepDone) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+}
+
+/// The observer that watches nothing.
+impl StepObserver for () {}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    layers: Vec<LayerKv>,
+    n_past: usize,
+}
+
+impl Slot {
+    fn empty(n_layer: usize) -> Self {
+        Self {
+            layers: vec![LayerKv::default(); n_layer],
+            n_past: 0,
+        }
+    }
+}
+
+/// N slots, each with its own KV cache and n_past, sharing one model.
+#[derive(Debug)]
+pub struct Slots {
+    model: Arc<Model>,
+    rope: Rope,
+    n_ctx: usize,
+    slots: Vec<Slot>,
+}
+
+impl Slots {
+    /// `n_slots` empty slots of `n_ctx` tokens each (`n_ctx = 0`: the
+    /// model's training context). KV memory grows with use: each cached
+    /// token costs [`crate::LlamaConfig::kv_bytes_per_token`] bytes.
+    pub fn new(model: Arc<Model>, n_slots: usize, n_ctx: usize) -> Result<Self> {
+        let cfg = model.config();
+        let n_ctx = if n_ctx == 0 { cfg.n_ctx_train } else { n_ctx };
+        if n_slots == 0 {
+            return Err(EngineError::InvalidOption {
+                name: "n_slots",
+                message: "need at least one slot".into(),
+            });
+        }
+        if n_ctx > cfg.n_ctx_train {
+            tracing::warn!(
+                n_ctx,
+                n_ctx_train = cfg.n_ctx_train,
+                "context is longer than the model was trained for"
+            );
+        }
+        let rope = Rope::new(cfg, n_ctx, model.weights.device())?;
+        let slots = vec![Slot::empty(cfg.n_layer); n_slots];
+        Ok(Self {
+            model,
+            rope,
+            n_ctx,
+            slots,
+        })
+    }
+
+    /// The shared model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Number of slots.
+    pub fn n_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Context size of every slot, in tokens.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn slot(&self, slot: usize) -> Result<&Slot> {
+        self.slots.get(slot).ok_or(EngineError::NoSuchSlot {
+            slot,
+            n_slots: self.slots.len(),
+        })
+    }
+
+    fn check_slot(&self, slot: usize) -> Result<()> {
+        self.slot(slot).map(|_| ())
+    }
+
+    /// Tokens cached in `slot`.
+    pub fn n_past(&self, slot: usize) -> Result<usize> {
+        Ok(self.slot(slot)?.n_past)
+    }
+
+    /// Whether `slot` holds nothing (decoding needs a prefill first).
+    pub fn is_empty(&self, slot: usize) -> Result<bool> {
+        Ok(self.slot(slot)?.n_past == 0)
+    }
+
+    /// Tokens cached across all slots.
+    pub fn kv_cells_used(&self) -> usize {
+        self.slots.iter().map(|s| s.n_past).sum()
+    }
+
+    /// Drop everything `slot` holds.
+    pub fn erase(&mut self, slot: usize) -> Result<()> {
+        self.check_slot(slot)?;
+        self.slots[slot] = Slot::empty(self.model.config().n_layer);
+        Ok(())
+    }
+
+    fn check_fits(&self, slot: usize, n_new: usize) -> Result<()> {
+        let n_past = self.slot(slot)?.n_past;
+        if n_past + n_new > self.n_ctx {
+            return Err(EngineError::ContextOverflow {
+                slot,
+                n_past,
+                n_new,
+                n_ctx: self.n_ctx,
+            });
+        }
+        Ok(())
+    }
+
+    /// Run `tokens` through the model in chunks of at most `ubatch` tokens,
+    /// appending them to `slot` after whatever it already holds, and return
+    /// the logits after the last token.
+    ///
+    /// Everything is checked before any work: the slot exists, `tokens` is
+    /// not empty, every id is in the vocabulary, `ubatch >= 1`, and the
+    /// tokens fit in the context.
+    ///
+    /// The observer hears `before_step` before each chunk and `after_step`
+    /// once the chunk is in the cache. If it breaks, the call returns
+    /// [`EngineError::Cancelled`] and **the chunks already done stay in the
+    /// slot** (n_past counts them); erase the slot to start over. A failing
+    /// forward leaves the slot as it was before that chunk.
+    pub fn prefill<O: StepObserver + ?Sized>(
+        &mut self,
+        slot: usize,
+        tokens: &[u32],
+        ubatch: usize,
+        observer: &mut O,
+    ) -> Result<Logits> {
+        self.check_slot(slot)?;
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if ubatch == 0 {
+            return Err(EngineError::InvalidOption {
+                name: "ubatch",
+                message: "must be at least 1".into(),
+            });
+        }
+        self.model.check_tokens(tokens)?;
+        self.check_fits(slot, tokens.len())?;
+        let start = Instant::now();
+        let total = tokens.len();
+        let mut done = 0;
+        let mut last = None;
+        for chunk in tokens.chunks(ubatch) {
+            let n_past = self.slots[slot].n_past;
+            let step = StepStart {
+                slot,
+                n_tokens: chunk.len(),
+                done,
+                total,
+                n_past,
+            };
+            if observer.before_step(&step).is_break() {
+                return Err(EngineError::Cancelled { slot, done, n_past });
+            }
+            let logits = self.forward(slot, chunk)?;
+            done += chunk.len();
+            let n_past = self.slots[slot].n_past;
+            let step = StepDone {
+                slot,
+                n_tokens: chunk.len(),
+                done,
+                total,
+                n_past,
+                token: None,
+            };
+            if observer.after_step(&step).is_break() {
+                return Err(EngineError::Cancelled { slot, done, n_past });
+            }
+            last = Some(logits);
+        }
+        let secs = start.elapsed().as_secs_f64();
+        tracing::debug!(
+            slot,
+            n_tokens = total,
+            ubatch,
+            tokens_per_s = total as f64 / secs.max(1e-9),
+            "prefill done"
+        );
+        // `tokens` is not empty, so at least one chunk ran.
+        last.ok_or(EngineError::EmptyPrompt)
+    }
+
+    /// Append one token to `slot` (which must already hold something) and
+    /// return the logits for the next one.
+    pub fn decode_step(&mut self, slot: usize, token: u32) -> Result<Logits> {
+        if self.is_empty(slot)? {
+            return Err(EngineError::EmptySlot { slot });
+        }
+        self.model.check_tokens(&[token])?;
+        self.check_fits(slot, 1)?;
+        self.forward(slot, &[token])
+    }
+
+    /// One forward over checked tokens; commits the cache only on success.
+    fn forward(&mut self, slot: usize, tokens: &[u32]) -> Result<Logits> {
+        let s = &mut self.slots[slot];
+        let logits = self
+            .model
+            .weights
+            .forward(tokens, s.n_past, &mut s.layers, &self.rope)?;
+        s.n_past += tokens.len();
+        Ok(Logits(logits.to_vec1::<f32>()?))
+    }
+
+    /// Exact size in bytes of [`Slots::save_state`]'s output for `slot` now.
+    pub fn state_size(&self, slot: usize) -> Result<u64> {
+        let s = self.slot(slot)?;
+        Ok(kv_state::state_size(self.model.config(), s.n_past))
+    }
+
+    /// Write `slot`'s KV state to `w` (format: [`crate::kv_state`]), calling
+    /// `progress(bytes_done, bytes_total)` as it goes. Returns the bytes written.
+    pub fn save_state<W: Write + ?Sized>(
+        &self,
+        slot: usize,
+        w: &mut W,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<u64> {
+        let s = self.slot(slot)?;
+        kv_state::save(
+            self.model.config(),
+            self.model.info().fingerprint,
+            s.n_past,
+            &s.layers,
+            w,
+            progress,
+        )
+    }
+
+    /// Replace `slot`'s contents with a state read from `r`, whose length is
+    /// `total_len` bytes, calling `progress(bytes_done, bytes_total)` as it goes.
+    ///
+    /// A state from another model, of another version, longer than the
+    /// context, truncated or corrupt is refused with
+    /// [`EngineError::State`]; the slot is only changed once the whole
+    /// state has been read and verified.
+    pub fn restore_state<R: Read + ?Sized>(
+        &mut self,
+        slot: usize,
+        r: &mut R,
+        total_len: u64,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<()> {
+        self.check_slot(slot)?;
+        let (n_past, layers) = kv_state::restore(
+            self.model.config(),
+            self.model.info().fingerprint,
+            self.n_ctx,
+            self.model.weights.device(),
+            r,
+            total_len,
+            progress,
+        )?;
+        self.slots[slot] = Slot { layers, n_past };
+        Ok(())
+    }
+}
+
+/// An observer built from two closures.
+pub struct FnObserver<B, A> {
+    /// Called before each step.
+    pub before: B,
+    /// Called after each step.
+    pub after: A,
+}
+
+impl<B, A> StepObserver for FnObserver<B, A>
+where
+    B: FnMut(&StepStart) -> ControlFlow<()>,
+    A: FnMut(&StepDone) -> ControlFlow<()>,
+{
+    fn before_step(&mut self, step: &StepStart) -> ControlFlow<()> {
+        (self.before)(step)
+    }
+    fn after_step(&mut self, step: &StepDone) -> ControlFlow<()> {
+        (self.after)(step)
+    }
+}

@@ -1,0 +1,112 @@
+//! GPT-2 style byte-level BPE over a vocabulary and a ranked merge list.
+
+use std::collections::HashMap;
+
+use super::pretok::PreTokenizer;
+use crate::error::{EngineError, Result};
+
+/// Marks a byte the vocabulary has no token for.
+const MISSING: u32 = u32::MAX;
+
+/// GPT-2's reversible map from bytes to printable characters.
+pub(crate) fn bytes_to_unicode() -> [char; 256] {
+    let mut map = ['\0'; 256];
+    let mut n = 0u32;
+    for b in 0..256u32 {
+        let printable =
+            (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            n += 1;
+            255 + n
+        };
+        map[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
+    }
+    map
+}
+
+/// The BPE model: byte symbols, merge ranks and the pre-tokenizer.
+#[derive(Debug, Clone)]
+pub(crate) struct Bpe {
+    /// Token id of each single byte (`MISSING` when the vocabulary lacks it).
+    byte_ids: [u32; 256],
+    /// Stands in for bytes the vocabulary lacks; without it they are dropped.
+    unk: Option<u32>,
+    /// (left, right) -> (rank, merged id).
+    merges: HashMap<(u32, u32), (u32, u32)>,
+    pre: PreTokenizer,
+}
+
+impl Bpe {
+    /// Build from byte-level vocabulary strings (`"Ġthe"`) and `"a b"` merges.
+    pub(crate) fn new(
+        vocab: &HashMap<String, u32>,
+        merges: &[(String, String)],
+        pre: PreTokenizer,
+        unk: Option<u32>,
+    ) -> Result<Self> {
+        let b2u = bytes_to_unicode();
+        let mut byte_ids = [MISSING; 256];
+        for (b, c) in b2u.iter().enumerate() {
+            if let Some(&id) = vocab.get(&c.to_string()) {
+                byte_ids[b] = id;
+            }
+        }
+        // Some vocabularies (SmolLM2) lack a few control bytes; printable ASCII is a must.
+        if let Some(b) = (b'!'..=b'~').find(|&b| byte_ids[b as usize] == MISSING) {
+            return Err(EngineError::InvalidTokenizer(format!(
+                "byte-level vocabulary lacks the token for byte 0x{b:02x}"
+            )));
+        }
+        let mut map = HashMap::with_capacity(merges.len());
+        for (rank, (a, b)) in merges.iter().enumerate() {
+            let (Some(&ia), Some(&ib)) = (vocab.get(a), vocab.get(b)) else {
+                continue;
+            };
+            let Some(&im) = vocab.get(&format!("{a}{b}")) else {
+                continue;
+            };
+            map.entry((ia, ib)).or_insert((rank as u32, im));
+        }
+        Ok(Self {
+            byte_ids,
+            unk,
+            merges: map,
+            pre,
+        })
+    }
+
+    /// Encode ordinary text (no special tokens) into `out`.
+    pub(crate) fn encode(&self, text: &str, out: &mut Vec<u32>) {
+        let mut pieces = Vec::new();
+        self.pre.split(text, &mut pieces);
+        let mut syms = Vec::new();
+        for piece in pieces {
+            syms.clear();
+            syms.extend(piece.bytes().map(|b| self.byte_ids[b as usize]));
+            self.merge(&mut syms);
+            out.extend(
+                syms.iter()
+                    .filter_map(|&t| if t == MISSING { self.unk } else { Some(t) }),
+            );
+        }
+    }
+
+    /// Apply merges lowest rank first, leftmost first among equals.
+    fn merge(&self, syms: &mut Vec<u32>) {
+        while syms.len() > 1 {
+            let mut best: Option<(u32, usize, u32)> = None;
+            for i in 0..syms.len() - 1 {
+                if let Some(&(rank, id)) = self.merges.get(&(syms[i], syms[i + 1])) {
+                    if best.is_none_or(|(r, _, _)| rank < r) {
+                        best = Some((rank, i, id));
+                    }
+                }
+            }
+            let Some((_, i, id)) = best else { break };
+            syms[i] = id;
+            syms.remove(i + 1);
+        }
+    }
+}

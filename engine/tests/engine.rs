@@ -1,0 +1,513 @@
+//! Engine behaviour on the embedded model and on GGUF files written here.
+
+mod common;
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use candle_core::quantized::GgmlDType;
+use hydra_engine::{
+    generate, EngineError, FinishReason, FnObserver, GenerateParams, LoadOptions, Logits, Model,
+    Sampler, SamplerConfig, Slots, StateError, StepDone, StepStart,
+};
+
+fn builtin() -> Arc<Model> {
+    Arc::new(Model::builtin().expect("builtin model"))
+}
+
+fn greedy(slots: &mut Slots, slot: usize, prompt: &[u32], n: usize) -> Vec<u32> {
+    let logits = slots.prefill(slot, prompt, 64, &mut ()).unwrap();
+    let params = GenerateParams {
+        n_predict: n,
+        stop_at_eos: true,
+    };
+    generate(
+        slots,
+        slot,
+        logits,
+        &mut Sampler::greedy(),
+        &params,
+        &mut (),
+    )
+    .unwrap()
+    .tokens
+}
+
+#[test]
+fn builtin_model_generates_deterministically() {
+    let model = builtin();
+    let info = model.info();
+    assert_eq!(info.architecture, "llama");
+    assert_eq!(info.tokenizer_family, "hydra-bytes");
+    assert_eq!(info.vocab_size, 260);
+    assert_eq!(info.quantization, "Q4_0");
+    assert_eq!(
+        info.fingerprint,
+        Model::builtin().unwrap().info().fingerprint
+    );
+    let mut slots = Slots::new(model.clone(), 2, 1024).unwrap();
+    let prompt = model.tokenizer().encode("Once upon a time", true);
+    let a = greedy(&mut slots, 0, &prompt, 64);
+    let b = greedy(&mut slots, 1, &prompt, 64);
+    assert_eq!(a.len(), 64, "the embedded model does not stop early");
+    assert_eq!(a, b);
+    assert_eq!(slots.n_past(0).unwrap(), prompt.len() + 64);
+    assert_eq!(slots.kv_cells_used(), 2 * (prompt.len() + 64));
+    slots.erase(0).unwrap();
+    assert!(slots.is_empty(0).unwrap());
+    assert_eq!(slots.kv_cells_used(), prompt.len() + 64);
+    // Seeded sampling is reproducible.
+    let cfg = SamplerConfig {
+        temperature: 0.9,
+        top_k: 40,
+        top_p: 0.95,
+        seed: 42,
+    };
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        slots.erase(0).unwrap();
+        let l = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
+        let params = GenerateParams {
+            n_predict: 32,
+            stop_at_eos: false,
+        };
+        let mut s = Sampler::new(cfg).unwrap();
+        runs.push(
+            generate(&mut slots, 0, l, &mut s, &params, &mut ())
+                .unwrap()
+                .tokens,
+        );
+    }
+    assert_eq!(runs[0], runs[1]);
+}
+
+#[test]
+fn written_gguf_loads_generates_and_matches_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    common::write_test_gguf(&path, GgmlDType::Q8_0, 7);
+    let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
+    let info = model.info();
+    assert_eq!(info.name, "hydra-test");
+    assert_eq!(info.quantization, "Q8_0");
+    assert_eq!(info.tokenizer_family, "gpt2");
+    let tok = model.tokenizer();
+    // The merges apply, specials are parsed.
+    let ids = tok.encode("<|im_start|>hello the", false);
+    assert_eq!(ids[0], tok.vocab_size() as u32 - 1);
+    assert_eq!(tok.decode(&ids).unwrap(), "<|im_start|>hello the");
+    assert!(
+        ids.len() < "hello the".len() + 1,
+        "merges were applied: {ids:?}"
+    );
+
+    let prompt = tok.encode("hello the world, hello the model", false);
+    let mut slots = Slots::new(model.clone(), 1, 512).unwrap();
+    let ours = greedy(&mut slots, 0, &prompt, 40);
+    assert_eq!(ours.len(), 40);
+    let reference = common::reference_greedy(&path, &prompt, 40);
+    assert_eq!(ours, reference, "greedy tokens differ from quantized_llama");
+}
+
+#[test]
+fn q4_1_is_converted_by_default_and_can_be_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q41.gguf");
+    common::write_test_gguf(&path, GgmlDType::Q4_1, 7);
+    let conv = Model::load_gguf(&path, &LoadOptions::default()).unwrap();
+    assert_eq!(conv.info().quantization, "Q4_1->Q8_0");
+    let kept = Model::load_gguf(
+        &path,
+        &LoadOptions {
+            conversion: hydra_engine::Conversion::Never,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(kept.info().quantization, "Q4_1");
+    assert_ne!(conv.info().fingerprint, kept.info().fingerprint);
+    let q40 = Model::load_gguf(
+        &path,
+        &LoadOptions {
+            conversion: "auto:q4_0".parse().unwrap(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(q40.info().quantization, "Q4_1->Q4_0");
+    let model = Arc::new(conv);
+    let mut slots = Slots::new(model.clone(), 1, 256).unwrap();
+    let prompt = model.tokenizer().encode("hello", false);
+    assert_eq!(greedy(&mut slots, 0, &prompt, 8).len(), 8);
+}
+
+/// Max |a - b| between the logits of one-shot and chunked prefill, and
+/// whether the chunk callbacks saw the right sizes.
+fn chunked_vs_one_shot(model: Arc<Model>, prompt: &[u32], ubatch: usize) -> (f32, Logits, Logits) {
+    let mut slots = Slots::new(model, 1, 512).unwrap();
+    let one = slots.prefill(0, prompt, prompt.len(), &mut ()).unwrap();
+    slots.erase(0).unwrap();
+    let mut chunks = Vec::new();
+    let mut obs = FnObserver {
+        before: |s: &StepStart| {
+            chunks.push(s.n_tokens);
+            ControlFlow::Continue(())
+        },
+        after: |_: &StepDone| ControlFlow::Continue(()),
+    };
+    let got = slots.prefill(0, prompt, ubatch, &mut obs).unwrap();
+    assert_eq!(chunks.len(), prompt.len().div_ceil(ubatch));
+    assert!(chunks.iter().all(|&c| c <= ubatch));
+    assert_eq!(slots.n_past(0).unwrap(), prompt.len());
+    let max_diff = one
+        .as_slice()
+        .iter()
+        .zip(got.as_slice())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    (max_diff, one, got)
+}
+
+#[test]
+fn chunked_prefill_matches_one_shot() {
+    // F32 weights: the only differences are float summation order.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f32.gguf");
+    common::write_test_gguf(&path, GgmlDType::F32, 11);
+    let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(3);
+    let prompt = model.tokenizer().encode(&text, false);
+    assert!(prompt.len() > 64 + 7);
+    for ubatch in [1, 7, 64] {
+        let (d, one, got) = chunked_vs_one_shot(model.clone(), &prompt, ubatch);
+        assert!(d < 1e-4, "F32 ubatch {ubatch}: max |diff| {d}");
+        assert_eq!(got.argmax(), one.argmax());
+    }
+    // The quantized embedded model: candle quantizes activations to 8 bits
+    // per block, and summation order differs between its 1-row and n-row
+    // attention products, which can flip roundings; agreement is to
+    // quantization noise (logits have a spread of about 4 here).
+    let model = builtin();
+    let prompt = model.tokenizer().encode(&text[..100], true);
+    for ubatch in [1, 7, 64] {
+        let (d, one, got) = chunked_vs_one_shot(model.clone(), &prompt, ubatch);
+        println!("Q4_0 ubatch {ubatch}: max |diff| {d}");
+        assert!(d < 0.5, "Q4_0 ubatch {ubatch}: max |diff| {d}");
+        assert_eq!(got.argmax(), one.argmax());
+    }
+}
+
+#[test]
+fn observer_reports_progress_and_cancel_keeps_done_chunks() {
+    let model = builtin();
+    let mut slots = Slots::new(model.clone(), 1, 512).unwrap();
+    let prompt: Vec<u32> = (0..50).map(|i| 32 + i).collect();
+    let events = std::cell::RefCell::new(Vec::new());
+    let mut obs = FnObserver {
+        before: |s: &StepStart| {
+            events
+                .borrow_mut()
+                .push(("before", s.n_tokens, s.done, s.n_past));
+            ControlFlow::Continue(())
+        },
+        after: |s: &StepDone| {
+            events
+                .borrow_mut()
+                .push(("after", s.n_tokens, s.done, s.n_past));
+            if s.done >= 32 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        },
+    };
+    let err = slots.prefill(0, &prompt, 16, &mut obs).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Cancelled {
+                done: 32,
+                n_past: 32,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        events.into_inner(),
+        vec![
+            ("before", 16, 0, 0),
+            ("after", 16, 16, 16),
+            ("before", 16, 16, 16),
+            ("after", 16, 32, 32),
+        ]
+    );
+    assert_eq!(slots.n_past(0).unwrap(), 32, "done chunks are kept");
+    // The rest can be fed afterwards and equals an uninterrupted prefill.
+    let rest = slots.prefill(0, &prompt[32..], 16, &mut ()).unwrap();
+    slots.erase(0).unwrap();
+    let full = slots.prefill(0, &prompt, 16, &mut ()).unwrap();
+    assert_eq!(rest.argmax(), full.argmax());
+    // Generation observer sees each token and can stop it.
+    let mut seen = Vec::new();
+    let mut obs = FnObserver {
+        before: |_: &StepStart| ControlFlow::Continue(()),
+        after: |s: &StepDone| {
+            seen.push(s.token.unwrap());
+            if s.done == 5 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        },
+    };
+    let params = GenerateParams {
+        n_predict: 20,
+        stop_at_eos: false,
+    };
+    let g = generate(
+        &mut slots,
+        0,
+        full,
+        &mut Sampler::greedy(),
+        &params,
+        &mut obs,
+    )
+    .unwrap();
+    assert_eq!(g.finish, FinishReason::Cancelled);
+    assert_eq!(g.tokens, seen);
+    assert_eq!(g.tokens.len(), 5);
+}
+
+#[test]
+fn bad_input_is_a_typed_error_not_a_panic() {
+    let model = builtin();
+    let mut slots = Slots::new(model.clone(), 2, 64).unwrap();
+    let e = slots.decode_step(0, 65).unwrap_err();
+    assert!(matches!(e, EngineError::EmptySlot { slot: 0 }), "{e}");
+    let e = slots.prefill(0, &[], 8, &mut ()).unwrap_err();
+    assert!(matches!(e, EngineError::EmptyPrompt), "{e}");
+    let e = slots.prefill(0, &[1, 2, 999], 8, &mut ()).unwrap_err();
+    assert!(
+        matches!(e, EngineError::TokenOutOfRange { token: 999, .. }),
+        "{e}"
+    );
+    let e = slots.prefill(5, &[1], 8, &mut ()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EngineError::NoSuchSlot {
+                slot: 5,
+                n_slots: 2
+            }
+        ),
+        "{e}"
+    );
+    let e = slots.prefill(0, &[1], 0, &mut ()).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidOption { .. }), "{e}");
+    let long = vec![65u32; 65];
+    let e = slots.prefill(0, &long, 8, &mut ()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EngineError::ContextOverflow {
+                n_past: 0,
+                n_new: 65,
+                n_ctx: 64,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        slots.n_past(0).unwrap(),
+        0,
+        "overflow is refused before any work"
+    );
+    let l = slots.prefill(0, &long[..63], 8, &mut ()).unwrap();
+    let e = slots.decode_step(0, 300).unwrap_err();
+    assert!(matches!(e, EngineError::TokenOutOfRange { .. }), "{e}");
+    slots.decode_step(0, 65).unwrap();
+    let e = slots.decode_step(0, 65).unwrap_err();
+    assert!(
+        matches!(e, EngineError::ContextOverflow { n_past: 64, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("exceed the context size 64"), "{e}");
+    // generate stops cleanly at the context limit.
+    slots.erase(1).unwrap();
+    let l1 = slots.prefill(1, &long[..60], 8, &mut ()).unwrap();
+    let params = GenerateParams {
+        n_predict: 10,
+        stop_at_eos: false,
+    };
+    let g = generate(&mut slots, 1, l1, &mut Sampler::greedy(), &params, &mut ()).unwrap();
+    assert_eq!(g.finish, FinishReason::ContextFull);
+    assert_eq!(g.tokens.len(), 4);
+    drop(l);
+    assert!(Slots::new(model, 0, 64).is_err());
+}
+
+#[test]
+fn state_save_restore_continues_identically() {
+    let model = builtin();
+    let mut slots = Slots::new(model.clone(), 2, 512).unwrap();
+    let prompt = model.tokenizer().encode("Save me, restore me.", true);
+    let logits = slots.prefill(0, &prompt, 8, &mut ()).unwrap();
+    let size = slots.state_size(0).unwrap();
+    let mut buf = Vec::new();
+    let mut marks = Vec::new();
+    let written = slots
+        .save_state(0, &mut buf, &mut |d, t| marks.push((d, t)))
+        .unwrap();
+    assert_eq!(written, size);
+    assert_eq!(buf.len() as u64, size);
+    assert_eq!(marks.last(), Some(&(size, size)));
+    assert!(marks.windows(2).all(|w| w[0].0 <= w[1].0));
+
+    let mut rmarks = Vec::new();
+    slots
+        .restore_state(1, &mut buf.as_slice(), size, &mut |d, t| {
+            rmarks.push((d, t))
+        })
+        .unwrap();
+    assert_eq!(rmarks.last(), Some(&(size, size)));
+    assert_eq!(slots.n_past(1).unwrap(), prompt.len());
+    assert_eq!(slots.state_size(1).unwrap(), size);
+
+    let params = GenerateParams {
+        n_predict: 24,
+        stop_at_eos: false,
+    };
+    let a = generate(
+        &mut slots,
+        0,
+        logits.clone(),
+        &mut Sampler::greedy(),
+        &params,
+        &mut (),
+    )
+    .unwrap();
+    let b = generate(
+        &mut slots,
+        1,
+        logits,
+        &mut Sampler::greedy(),
+        &params,
+        &mut (),
+    )
+    .unwrap();
+    assert_eq!(a.tokens, b.tokens);
+    assert_eq!(a.next_logits, b.next_logits);
+
+    // An empty slot round-trips too.
+    let mut empty = Vec::new();
+    slots.erase(1).unwrap();
+    slots.save_state(1, &mut empty, &mut |_, _| {}).unwrap();
+    slots
+        .restore_state(0, &mut empty.as_slice(), empty.len() as u64, &mut |_, _| {})
+        .unwrap();
+    assert!(slots.is_empty(0).unwrap());
+}
+
+#[test]
+fn foreign_truncated_and_corrupt_states_are_refused() {
+    let model = builtin();
+    let mut slots = Slots::new(model.clone(), 2, 512).unwrap();
+    let prompt = model.tokenizer().encode("state", true);
+    slots.prefill(0, &prompt, 8, &mut ()).unwrap();
+    let mut buf = Vec::new();
+    slots.save_state(0, &mut buf, &mut |_, _| {}).unwrap();
+    let n = buf.len() as u64;
+    let restore = |slots: &mut Slots, bytes: &[u8], len: u64| {
+        let mut r = bytes;
+        match slots.restore_state(1, &mut r, len, &mut |_, _| {}) {
+            Err(EngineError::State(e)) => e,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    };
+
+    // Truncated: both when the length says so and when the stream ends early.
+    let e = restore(&mut slots, &buf[..buf.len() - 100], n - 100);
+    assert!(matches!(e, StateError::Truncated { .. }), "{e}");
+    let e = restore(&mut slots, &buf[..buf.len() - 100], n);
+    assert!(matches!(e, StateError::Truncated { .. }), "{e}");
+    let e = restore(&mut slots, &buf[..10], 10);
+    assert!(matches!(e, StateError::Truncated { .. }), "{e}");
+    // A flipped bit in the payload.
+    let mut flipped = buf.clone();
+    flipped[200] ^= 0x10;
+    let e = restore(&mut slots, &flipped, n);
+    assert!(matches!(e, StateError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("corrupt"));
+    // Bad magic, future version.
+    let mut bad = buf.clone();
+    bad[0] = b'X';
+    assert_eq!(restore(&mut slots, &bad, n), StateError::BadMagic);
+    let mut v2 = buf.clone();
+    v2[8] = 2;
+    assert!(matches!(
+        restore(&mut slots, &v2, n),
+        StateError::Version {
+            found: 2,
+            expected: 1
+        }
+    ));
+    // Too long for a smaller context.
+    let mut small = Slots::new(model.clone(), 1, 2).unwrap();
+    let e = match small.restore_state(0, &mut buf.as_slice(), n, &mut |_, _| {}) {
+        Err(EngineError::State(e)) => e,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(e, StateError::TooLong { n_ctx: 2, .. }), "{e}");
+    assert_eq!(slots.n_past(1).unwrap(), 0, "refusals leave the slot alone");
+
+    // A state from another model (same shapes, other weights).
+    let dir = tempfile::tempdir().unwrap();
+    let p1 = dir.path().join("a.gguf");
+    let p2 = dir.path().join("b.gguf");
+    common::write_test_gguf(&p1, GgmlDType::Q8_0, 1);
+    common::write_test_gguf(&p2, GgmlDType::Q8_0, 2);
+    let m1 = Arc::new(Model::load_gguf(&p1, &LoadOptions::default()).unwrap());
+    let m2 = Arc::new(Model::load_gguf(&p2, &LoadOptions::default()).unwrap());
+    assert_ne!(m1.info().fingerprint, m2.info().fingerprint);
+    let mut s1 = Slots::new(m1, 1, 128).unwrap();
+    let mut s2 = Slots::new(m2, 1, 128).unwrap();
+    s1.prefill(0, &[1, 2, 3], 8, &mut ()).unwrap();
+    let mut foreign = Vec::new();
+    s1.save_state(0, &mut foreign, &mut |_, _| {}).unwrap();
+    let e = s2
+        .restore_state(
+            0,
+            &mut foreign.as_slice(),
+            foreign.len() as u64,
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, EngineError::State(StateError::ForeignModel { .. })),
+        "{e}"
+    );
+    assert!(e.to_string().contains("different model"), "{e}");
+}
+
+#[test]
+fn unsupported_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Model::load_gguf(dir.path().join("missing.gguf"), &LoadOptions::default()).unwrap_err();
+    assert!(matches!(e, EngineError::Io { .. }), "{e}");
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf at all").unwrap();
+    let e = Model::load_gguf(&junk, &LoadOptions::default()).unwrap_err();
+    assert!(matches!(e, EngineError::InvalidModel { .. }), "{e}");
+    let e = Model::load_gguf(
+        &junk,
+        &LoadOptions {
+            device: "cuda:0".parse().unwrap(),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    // The file is unreadable before the device matters; either error is clear.
+    assert!(!e.to_string().is_empty());
+}

@@ -1,0 +1,1 @@
+//! Sidecar exporter (being built).

@@ -1,0 +1,1 @@
+//! Writer C ABI (being built).

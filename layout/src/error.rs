@@ -1,0 +1,223 @@
+//! The one error type of this crate.
+
+use crate::slot::SlotState;
+use std::path::PathBuf;
+
+/// Everything that can go wrong creating, opening, validating or reading a segment.
+///
+/// Every variant names the file involved (where there is one) and what was expected, so a
+/// message alone tells an operator what to fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A system call failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done ("open", "fstat", "flock", ...).
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The engine id cannot name a segment.
+    #[error("invalid engine id {id:?}: {reason}")]
+    InvalidEngineId {
+        /// The id given.
+        id: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// The segment directory is not safe to create segments in.
+    #[error("unsafe segment directory {path}: {reason}")]
+    UnsafeDirectory {
+        /// The directory.
+        path: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A live engine already publishes under this id.
+    #[error("engine id {id:?} is in use by a live engine{} ({path})", pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    EngineIdInUse {
+        /// The id.
+        id: String,
+        /// The segment file.
+        path: PathBuf,
+        /// The live writer's pid, when its header could be read.
+        pid: Option<u64>,
+    },
+    /// A slot count of zero or above [`crate::MAX_SLOTS`].
+    #[error("slot count {count} out of range 1..={max}")]
+    SlotCountOutOfRange {
+        /// The count asked for.
+        count: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The segment file is a symbolic link.
+    #[error("refusing symbolic link {path}")]
+    SymlinkFile {
+        /// The link.
+        path: PathBuf,
+    },
+    /// The segment directory is a symbolic link.
+    #[error("refusing symbolically linked directory {path}")]
+    SymlinkDirectory {
+        /// The link.
+        path: PathBuf,
+    },
+    /// The path is not a regular file (a FIFO, socket, device or directory).
+    #[error("{path} is not a regular file (it is a {kind})")]
+    NotRegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// The file's owner is not the one expected.
+    #[error("{path} is owned by uid {owner}, expected uid {expected}")]
+    WrongOwner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// The expected owner.
+        expected: u32,
+    },
+    /// The file is shorter than what must be read next.
+    #[error("{path} is truncated: {len} bytes, need at least {needed} for the {what}")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+        /// Bytes needed.
+        needed: u64,
+        /// What was to be read.
+        what: &'static str,
+    },
+    /// The magic bytes do not match: not a hydra-progress segment.
+    #[error("{path} is not a hydra-progress segment (magic {found:02x?}, expected \"HYDRPROG\")")]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// The first 8 bytes.
+        found: [u8; 8],
+    },
+    /// The segment was written on a machine of the other byte order.
+    #[error("{path} was written with the other byte order")]
+    ForeignByteOrder {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The byte-order marker is neither ours nor swapped.
+    #[error("{path} has a corrupt byte-order marker {found:#018x}")]
+    BadByteOrderMark {
+        /// The file.
+        path: PathBuf,
+        /// The marker found.
+        found: u64,
+    },
+    /// A major version this reader does not understand.
+    #[error("{path} has format major version {found}, this reader supports {supported}")]
+    UnsupportedMajor {
+        /// The file.
+        path: PathBuf,
+        /// The major found.
+        found: u64,
+        /// The major supported.
+        supported: u64,
+    },
+    /// Header fields describing sizes and offsets are inconsistent.
+    #[error("{path} has an invalid layout: {reason}")]
+    BadGeometry {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The slot table ends past the end of the file.
+    #[error("{path}: slot table ends at byte {end}, past the end of the {len}-byte file")]
+    SlotTableOutOfBounds {
+        /// The file.
+        path: PathBuf,
+        /// Where the table would end.
+        end: u128,
+        /// The file length.
+        len: u64,
+    },
+    /// The header's total length disagrees with the file's size.
+    #[error("{path}: header says {declared} bytes but the file has {actual}")]
+    SizeMismatch {
+        /// The file.
+        path: PathBuf,
+        /// `TOTAL_LEN`.
+        declared: u64,
+        /// `st_size`.
+        actual: u64,
+    },
+    /// The file changed size after it was opened (segments never do).
+    #[error("{path} changed size from {was} to {now} bytes while mapped")]
+    SizeChanged {
+        /// The file.
+        path: PathBuf,
+        /// Size at open.
+        was: u64,
+        /// Size now.
+        now: u64,
+    },
+    /// The writer has not finished creating the segment.
+    #[error("{path} is still being initialised by its writer")]
+    NotReady {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The lifecycle word holds an unknown value.
+    #[error("{path} has an unknown lifecycle state {raw}")]
+    BadState {
+        /// The file.
+        path: PathBuf,
+        /// The raw value.
+        raw: u64,
+    },
+    /// A slot index past the slot count.
+    #[error("slot {slot} out of range: the segment has {count} slots")]
+    SlotOutOfRange {
+        /// The index asked for.
+        slot: usize,
+        /// The slot count.
+        count: usize,
+    },
+    /// The slot's sequence stayed odd: its writer stopped (or died) in the middle of an update.
+    #[error("slot {slot} is torn: its writer stopped in the middle of an update (seq {seq})")]
+    Torn {
+        /// The slot.
+        slot: usize,
+        /// The odd sequence value.
+        seq: u64,
+        /// A best-effort, possibly inconsistent copy of the record.
+        last: Box<SlotState>,
+    },
+    /// The slot kept changing under the reader for the whole retry budget.
+    #[error("slot {slot} changed on every one of {attempts} read attempts")]
+    Contended {
+        /// The slot.
+        slot: usize,
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: impl Into<std::io::Error>) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,61 @@
+//! The hydra-progress segment format (v1): a fixed-layout, named shared-memory file per
+//! engine in which the engine's single compute thread publishes one progress record per
+//! slot, and from which any number of processes read with zero IPC to the engine.
+//!
+//! - [`header`] and [`slot`] hold the byte layout (offsets as named constants, each derived
+//!   from the previous one) and the wire enums; `FORMAT.md` beside this crate is the
+//!   language-neutral specification and `include/hydra_progress.h` the C view.
+//! - [`SegmentWriter`] creates a segment safely and publishes [`SlotState`] values through
+//!   a per-slot seqlock; [`PendingCounter`] lets other threads count queued tasks.
+//! - [`SegmentReader`] maps a segment read-only, validates it against the file's real size,
+//!   probes the writer's liveness with `flock`, and takes consistent snapshots with bounded
+//!   retries (a writer that died mid-update is reported as [`Error::Torn`], never spun on).
+//!
+//! This crate has no heavy dependencies (no candle, no HTTP): readers link only this.
+//!
+//! ```no_run
+//! use hydra_layout::{SegmentConfig, SegmentReader, SegmentWriter, SlotState, Phase, clock};
+//! # fn main() -> Result<(), hydra_layout::Error> {
+//! let dir = std::path::PathBuf::from("/tmp/hydra-example");
+//! let mut writer = SegmentWriter::create(&SegmentConfig {
+//!     dir: dir.clone(),
+//!     engine_id: "engine-0".into(),
+//!     slot_count: 4,
+//!     description: Default::default(),
+//! })?;
+//! let now = clock::monotonic_ns();
+//! writer.publish(0, &SlotState { task_id: 1, phase: Phase::Decode, work_done: 10,
+//!     work_total: 100, last_progress_ns: now, ..Default::default() })?;
+//!
+//! let reader = SegmentReader::open_engine(&dir, "engine-0")?;
+//! let slot = reader.slot(0)?;
+//! assert_eq!(slot.state.work_done, 10);
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod clock;
+mod error;
+mod fsutil;
+pub mod header;
+pub mod naming;
+mod primitive;
+mod reader;
+mod seqlock;
+pub mod slot;
+mod words;
+mod writer;
+
+pub use error::{Error, Result};
+pub use header::Lifecycle;
+pub use reader::{
+    EngineCounters, HeaderSnapshot, Identity, Liveness, OpenOptions, OwnerPolicy, SegmentReader,
+    SlotSnapshot, Snapshot,
+};
+pub use seqlock::ReadPolicy;
+pub use slot::{ErrorCode, FinishReason, Phase, SlotState, WorkUnit};
+pub use writer::{
+    segment_len, EngineDescription, PendingCounter, SegmentConfig, SegmentWriter, WriterCounters,
+    MAX_SLOTS, SEGMENT_MODE,
+};

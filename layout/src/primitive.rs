@@ -1,0 +1,15 @@
+//! The atomic primitives the seqlock protocol is written against.
+//!
+//! Normal builds use `core::sync::atomic`; `--cfg loom` builds swap in loom's
+//! model-checked versions so `seqlock`'s protocol can be explored exhaustively
+//! on heap atomics (loom cannot overlay a mapped file, so the mapped word source
+//! always uses core atomics; see [`crate::words`]).
+
+#[cfg(loom)]
+#[allow(unused_imports)] // AtomicU64 is only used by the loom model's heap source.
+pub(crate) use loom::sync::atomic::{fence, AtomicU64};
+#[cfg(not(loom))]
+#[allow(unused_imports)] // AtomicU64 is only used by the loom model's heap source.
+pub(crate) use core::sync::atomic::{fence, AtomicU64};
+
+pub(crate) use core::sync::atomic::Ordering;

@@ -1,0 +1,581 @@
+//! The reader side: open a segment read-only, validate it, probe its writer's liveness and
+//! take snapshots of the header and of slot records.
+//!
+//! # Mapping and SIGBUS policy
+//! The file is mapped read-only (`MmapRaw`), so no write through the mapping is possible
+//! (the pages are `PROT_READ`; a store would fault). Every length and offset read from the
+//! file is validated against the file's real size before any word beyond the fixed v1
+//! prefix is touched. Access beyond the end of a *shrunken* file would raise SIGBUS, so
+//! every snapshot first re-checks the size with `fstat` and fails with
+//! [`Error::SizeChanged`] if it moved. The remaining window (a truncation between that
+//! check and the loads) needs write access to the file, which only its owner has (mode
+//! 0640) and which the writer never uses to resize; segments are fixed-size by design.
+
+use crate::error::{Error, Result};
+use crate::fsutil::{self, LockProbe};
+use crate::header::{self as h, Lifecycle};
+use crate::seqlock::{self, MappedRecord, ReadFailure, ReadPolicy};
+use crate::slot::{self, SlotState};
+use crate::words::MappedWords;
+use crate::writer::{EngineDescription, MAX_SLOTS};
+use memmap2::{MmapOptions, MmapRaw};
+use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+
+/// Whose files a reader trusts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OwnerPolicy {
+    /// The file must have the same owner as the directory that holds it (default).
+    #[default]
+    SameAsDirectory,
+    /// The file must be owned by this uid.
+    Uid(u32),
+    /// Any owner.
+    Any,
+}
+
+/// How to open a segment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOptions {
+    /// Whose files to trust.
+    pub owner: OwnerPolicy,
+    /// Retry budget of slot reads.
+    pub read_policy: ReadPolicy,
+}
+
+/// Liveness of a segment's writer, from `flock(LOCK_SH|LOCK_NB)` on the reader's fd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Liveness {
+    /// The writer holds its `LOCK_EX`: the engine process is alive.
+    Live,
+    /// The writer exited cleanly (lock free, state CLOSED).
+    Closed,
+    /// The lock is free but the segment was never closed: the writer died.
+    Dead,
+}
+
+impl Liveness {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Closed => "closed",
+            Self::Dead => "dead",
+        }
+    }
+}
+
+/// Immutable identity and description of the engine, read once at open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Engine id.
+    pub engine_id: String,
+    /// Writer's pid.
+    pub pid: u64,
+    /// Writer's start time, ns since boot (0 if unknown).
+    pub process_start_ns: u64,
+    /// Boot id the writer ran under.
+    pub boot_id: String,
+    /// Random per-creation id.
+    pub instance_id: u64,
+    /// CLOCK_REALTIME at creation, ns.
+    pub created_realtime_ns: u64,
+    /// CLOCK_MONOTONIC at creation (same instant), ns.
+    pub created_monotonic_ns: u64,
+    /// Format major version.
+    pub version_major: u64,
+    /// Format minor version.
+    pub version_minor: u64,
+    /// Model and device strings and capability bits.
+    pub description: EngineDescription,
+}
+
+impl Identity {
+    /// Converts a CLOCK_MONOTONIC timestamp of this boot to Unix-epoch ns using the anchors.
+    pub fn to_realtime_ns(&self, monotonic_ns: u64) -> u64 {
+        let offset = self.created_realtime_ns as i128 - self.created_monotonic_ns as i128;
+        (monotonic_ns as i128 + offset).clamp(0, u64::MAX as i128) as u64
+    }
+}
+
+/// Engine-wide counters as read from the header (each word individually atomic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineCounters {
+    /// Prompt tokens evaluated since start.
+    pub prompt_tokens_total: u64,
+    /// Tokens generated since start.
+    pub generated_tokens_total: u64,
+    /// Requests being processed.
+    pub requests_running: u64,
+    /// Requests queued.
+    pub requests_waiting: u64,
+    /// KV cells in use.
+    pub kv_cells_used: u64,
+    /// KV cells available.
+    pub kv_cells_total: u64,
+}
+
+/// The mutable part of the header at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderSnapshot {
+    /// Lifecycle state.
+    pub lifecycle: Lifecycle,
+    /// Compute loop heartbeat, CLOCK_MONOTONIC ns.
+    pub heartbeat_ns: u64,
+    /// Compute loop passes.
+    pub loop_iterations: u64,
+    /// CLOCK_MONOTONIC ns of the clean close, 0 while open.
+    pub closed_ns: u64,
+    /// Engine-wide counters.
+    pub counters: EngineCounters,
+}
+
+/// A consistent copy of one slot record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotSnapshot {
+    /// The seqlock-guarded fields.
+    pub state: SlotState,
+    /// Tasks queued for the slot (outside the seqlock; read Relaxed).
+    pub pending: u64,
+    /// Sequence value of the copy (even).
+    pub seq: u64,
+    /// Failed attempts before the consistent one.
+    pub retries: u32,
+}
+
+/// The whole segment at one moment: header plus every slot (each slot may fail on its own,
+/// e.g. torn by a writer that died mid-update).
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Header.
+    pub header: HeaderSnapshot,
+    /// One entry per slot.
+    pub slots: Vec<Result<SlotSnapshot>>,
+}
+
+/// Validated geometry of an opened segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Geometry {
+    len: u64,
+    slot_offset: usize,
+    slot_stride: usize,
+    slot_count: usize,
+}
+
+/// A read-only view of one segment.
+pub struct SegmentReader {
+    map: MmapRaw,
+    words: MappedWords,
+    file: File,
+    path: PathBuf,
+    geometry: Geometry,
+    identity: Identity,
+    policy: ReadPolicy,
+}
+
+impl std::fmt::Debug for SegmentReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentReader")
+            .field("path", &self.path)
+            .field("geometry", &self.geometry)
+            .field("engine_id", &self.identity.engine_id)
+            .finish()
+    }
+}
+
+impl SegmentReader {
+    /// Opens and validates the segment at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &OpenOptions::default())
+    }
+
+    /// Opens engine `id`'s segment in `dir`.
+    pub fn open_engine(dir: &Path, id: &str) -> Result<Self> {
+        crate::naming::validate_engine_id(id)?;
+        Self::open(crate::naming::segment_path(dir, id))
+    }
+
+    /// Opens and validates the segment at `path`.
+    ///
+    /// Checks, in order: the directory is not a symlink; the file is not a symlink and is
+    /// a regular file (opened `O_NONBLOCK` so a FIFO cannot hang us); its owner; then, on
+    /// the mapping, magic, byte order, major version, header/slot lengths and alignment,
+    /// that the slot table fits, that `TOTAL_LEN` equals the file size, and the lifecycle.
+    pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let dir_fd = fsutil::open_dir_nofollow(&dir)?;
+        let Some(name) = path.file_name() else {
+            return Err(Error::NotRegularFile {
+                path,
+                kind: "directory",
+            });
+        };
+        let fd = match rustix::fs::openat(
+            &dir_fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::LOOP) => return Err(Error::SymlinkFile { path }),
+            Err(e) => return Err(Error::io("open", &path, e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("fstat", &path, e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Error::NotRegularFile {
+                kind: fsutil::kind_name(&st),
+                path,
+            });
+        }
+        let expected = match options.owner {
+            OwnerPolicy::Any => None,
+            OwnerPolicy::Uid(uid) => Some(uid),
+            OwnerPolicy::SameAsDirectory => Some(
+                rustix::fs::fstat(&dir_fd)
+                    .map_err(|e| Error::io("fstat directory", &dir, e))?
+                    .st_uid,
+            ),
+        };
+        if let Some(expected) = expected {
+            if st.st_uid != expected {
+                return Err(Error::WrongOwner {
+                    path,
+                    owner: st.st_uid,
+                    expected,
+                });
+            }
+        }
+        let len = st.st_size.max(0) as u64;
+        let needed = h::HEADER_LEN as u64;
+        if len < 8 {
+            return Err(Error::Truncated {
+                path,
+                len,
+                needed: 8,
+                what: "magic",
+            });
+        }
+        let file = File::from(fd);
+        let map_len = usize::try_from(len).map_err(|_| Error::BadGeometry {
+            path: path.clone(),
+            reason: format!("file of {len} bytes does not fit the address space"),
+        })?;
+        let map = MmapOptions::new()
+            .len(map_len)
+            .map_raw_read_only(&file)
+            .map_err(|e| Error::io("mmap", &path, e))?;
+        // SAFETY:
+        // - `map` is a fresh read-only mapping of `map_len` bytes, page-aligned;
+        // - it is stored in the returned reader next to every copy of `words`;
+        // - truncation by another process is guarded by the size checks described in the
+        //   module docs (SIGBUS policy).
+        let words = unsafe { MappedWords::new(map.as_ptr() as *mut u8, map_len, false) };
+
+        let magic = words.load(h::MAGIC_OFFSET).to_ne_bytes();
+        if magic != h::MAGIC {
+            return Err(Error::BadMagic { path, found: magic });
+        }
+        if len < 16 {
+            return Err(Error::Truncated {
+                path,
+                len,
+                needed: 16,
+                what: "byte-order marker",
+            });
+        }
+        match words.load(h::BYTE_ORDER_OFFSET) {
+            h::BYTE_ORDER_MARK => {}
+            h::BYTE_ORDER_MARK_SWAPPED => return Err(Error::ForeignByteOrder { path }),
+            found => return Err(Error::BadByteOrderMark { path, found }),
+        }
+        if len < 24 {
+            return Err(Error::Truncated {
+                path,
+                len,
+                needed: 24,
+                what: "major version",
+            });
+        }
+        let major = words.load(h::VERSION_MAJOR_OFFSET);
+        if major != h::VERSION_MAJOR {
+            return Err(Error::UnsupportedMajor {
+                path,
+                found: major,
+                supported: h::VERSION_MAJOR,
+            });
+        }
+        if len < needed {
+            return Err(Error::Truncated {
+                path,
+                len,
+                needed,
+                what: "v1 header",
+            });
+        }
+        let geometry = validate_geometry(&words, &path, len)?;
+        // Acquire (Relaxed load + fence): pairs with the writer's Release store of READY,
+        // after which identity and strings never change.
+        let state = words.load(h::STATE_OFFSET);
+        fence(Ordering::Acquire);
+        match Lifecycle::from_raw(state) {
+            Lifecycle::Ready | Lifecycle::Closed => {}
+            Lifecycle::Init => return Err(Error::NotReady { path }),
+            Lifecycle::Unknown(raw) => return Err(Error::BadState { path, raw }),
+        }
+        Ok(Self {
+            identity: read_identity(&words),
+            map,
+            words,
+            file,
+            path,
+            geometry,
+            policy: options.read_policy,
+        })
+    }
+
+    /// Path the segment was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of slots.
+    pub fn slot_count(&self) -> usize {
+        self.geometry.slot_count
+    }
+
+    /// File length in bytes.
+    pub fn len(&self) -> u64 {
+        self.geometry.len
+    }
+
+    /// Always false: a valid segment has at least a header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Identity and description, read once at open (immutable after READY).
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Lifecycle word (size-checked first): Relaxed load then `fence(Acquire)`; pairs with
+    /// the writer's Release stores of READY and CLOSED.
+    pub fn lifecycle(&self) -> Result<Lifecycle> {
+        self.check_size()?;
+        Ok(self.lifecycle_unchecked())
+    }
+
+    fn lifecycle_unchecked(&self) -> Lifecycle {
+        let raw = self.words.load(h::STATE_OFFSET);
+        fence(Ordering::Acquire);
+        Lifecycle::from_raw(raw)
+    }
+
+    /// Whether the writer is alive: `flock(LOCK_SH|LOCK_NB)` fails with EWOULDBLOCK while the
+    /// writer holds `LOCK_EX`. When we get the lock we release it at once.
+    pub fn liveness(&self) -> Result<Liveness> {
+        match fsutil::try_flock(&self.file, FlockOperation::NonBlockingLockShared, &self.path)? {
+            LockProbe::Held => Ok(Liveness::Live),
+            LockProbe::Acquired => {
+                let _ = rustix::fs::flock(&self.file, FlockOperation::Unlock);
+                Ok(match self.lifecycle()? {
+                    Lifecycle::Closed => Liveness::Closed,
+                    _ => Liveness::Dead,
+                })
+            }
+        }
+    }
+
+    /// Fails with [`Error::SizeChanged`] if the file no longer has the size it had at open
+    /// (see the SIGBUS policy in the module docs).
+    pub fn check_size(&self) -> Result<()> {
+        let st = rustix::fs::fstat(&self.file).map_err(|e| Error::io("fstat", &self.path, e))?;
+        let now = st.st_size.max(0) as u64;
+        if now != self.geometry.len {
+            return Err(Error::SizeChanged {
+                path: self.path.clone(),
+                was: self.geometry.len,
+                now,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads the header's mutable words (size-checked first). Lifecycle is an Acquire read;
+    /// the other words are independent Relaxed loads.
+    pub fn header(&self) -> Result<HeaderSnapshot> {
+        self.check_size()?;
+        Ok(self.header_unchecked())
+    }
+
+    fn header_unchecked(&self) -> HeaderSnapshot {
+        let w = &self.words;
+        let lifecycle = self.lifecycle_unchecked();
+        HeaderSnapshot {
+            lifecycle,
+            heartbeat_ns: w.load(h::HEARTBEAT_NS_OFFSET),
+            loop_iterations: w.load(h::LOOP_ITERATIONS_OFFSET),
+            closed_ns: w.load(h::CLOSED_NS_OFFSET),
+            counters: EngineCounters {
+                prompt_tokens_total: w.load(h::PROMPT_TOKENS_TOTAL_OFFSET),
+                generated_tokens_total: w.load(h::GENERATED_TOKENS_TOTAL_OFFSET),
+                requests_running: w.load(h::REQUESTS_RUNNING_OFFSET),
+                requests_waiting: w.load(h::REQUESTS_WAITING_OFFSET),
+                kv_cells_used: w.load(h::KV_CELLS_USED_OFFSET),
+                kv_cells_total: w.load(h::KV_CELLS_TOTAL_OFFSET),
+            },
+        }
+    }
+
+    /// A consistent copy of slot `slot` (seqlock read with bounded retries; size-checked).
+    pub fn slot(&self, slot: usize) -> Result<SlotSnapshot> {
+        self.check_slot(slot)?;
+        self.check_size()?;
+        self.slot_unchecked(slot)
+    }
+
+    fn check_slot(&self, slot: usize) -> Result<()> {
+        if slot >= self.geometry.slot_count {
+            return Err(Error::SlotOutOfRange {
+                slot,
+                count: self.geometry.slot_count,
+            });
+        }
+        Ok(())
+    }
+
+    fn slot_unchecked(&self, slot: usize) -> Result<SlotSnapshot> {
+        let record = MappedRecord {
+            words: self.words,
+            base: self.geometry.slot_offset + slot * self.geometry.slot_stride,
+        };
+        match seqlock::read::<_, { slot::DATA_WORDS }>(&record, self.policy) {
+            Ok(ok) => Ok(SlotSnapshot {
+                state: SlotState::from_words(&ok.words),
+                pending: self.words.load(record.base + slot::PENDING_OFFSET),
+                seq: ok.seq,
+                retries: ok.retries,
+            }),
+            Err(ReadFailure::Torn { seq, words }) => Err(Error::Torn {
+                slot,
+                seq,
+                last: Box::new(SlotState::from_words(&words)),
+            }),
+            Err(ReadFailure::Contended { attempts }) => Err(Error::Contended { slot, attempts }),
+        }
+    }
+
+    /// Header plus every slot, after one size check.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        self.check_size()?;
+        Ok(Snapshot {
+            header: self.header_unchecked(),
+            slots: (0..self.geometry.slot_count)
+                .map(|i| self.slot_unchecked(i))
+                .collect(),
+        })
+    }
+
+    /// The mapping's base address, for tests that prove the mapping is read-only.
+    #[doc(hidden)]
+    pub fn mapping_ptr(&self) -> *const u8 {
+        self.map.as_ptr()
+    }
+}
+
+fn validate_geometry(w: &MappedWords, path: &Path, len: u64) -> Result<Geometry> {
+    let bad = |reason: String| Error::BadGeometry {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let header_len = w.load(h::HEADER_LEN_OFFSET);
+    let slot_offset = w.load(h::SLOT_OFFSET_OFFSET);
+    let slot_stride = w.load(h::SLOT_STRIDE_OFFSET);
+    let slot_count = w.load(h::SLOT_COUNT_OFFSET);
+    let total_len = w.load(h::TOTAL_LEN_OFFSET);
+    if header_len < h::HEADER_LEN as u64 {
+        return Err(bad(format!(
+            "header length {header_len} is shorter than the {} bytes of v1",
+            h::HEADER_LEN
+        )));
+    }
+    if header_len % 8 != 0 {
+        return Err(bad(format!("header length {header_len} is not a multiple of 8")));
+    }
+    if header_len > len {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            len,
+            needed: header_len,
+            what: "declared header",
+        });
+    }
+    if slot_stride < slot::SLOT_LEN as u64 || slot_stride % slot::SLOT_ALIGN as u64 != 0 {
+        return Err(bad(format!(
+            "slot stride {slot_stride} is not a multiple of {} of at least {}",
+            slot::SLOT_ALIGN,
+            slot::SLOT_LEN
+        )));
+    }
+    if slot_offset < header_len || slot_offset % slot::SLOT_ALIGN as u64 != 0 {
+        return Err(bad(format!(
+            "slot offset {slot_offset} is not {}-aligned at or after the header (length {header_len})",
+            slot::SLOT_ALIGN
+        )));
+    }
+    if slot_count == 0 || slot_count > MAX_SLOTS as u64 {
+        return Err(bad(format!("slot count {slot_count} is not in 1..={MAX_SLOTS}")));
+    }
+    let end = u128::from(slot_offset) + u128::from(slot_count) * u128::from(slot_stride);
+    if end > u128::from(len) {
+        return Err(Error::SlotTableOutOfBounds {
+            path: path.to_path_buf(),
+            end,
+            len,
+        });
+    }
+    if total_len != len {
+        return Err(Error::SizeMismatch {
+            path: path.to_path_buf(),
+            declared: total_len,
+            actual: len,
+        });
+    }
+    Ok(Geometry {
+        len,
+        // All three fit in usize: they are bounded by `len`, which was mapped.
+        slot_offset: slot_offset as usize,
+        slot_stride: slot_stride as usize,
+        slot_count: slot_count as usize,
+    })
+}
+
+fn read_identity(w: &MappedWords) -> Identity {
+    Identity {
+        engine_id: w.read_str(h::ENGINE_ID_OFFSET, h::ENGINE_ID_LEN),
+        pid: w.load(h::PID_OFFSET),
+        process_start_ns: w.load(h::PROCESS_START_NS_OFFSET),
+        boot_id: w.read_str(h::BOOT_ID_OFFSET, h::BOOT_ID_LEN),
+        instance_id: w.load(h::INSTANCE_ID_OFFSET),
+        created_realtime_ns: w.load(h::CREATED_REALTIME_NS_OFFSET),
+        created_monotonic_ns: w.load(h::CREATED_MONOTONIC_NS_OFFSET),
+        version_major: w.load(h::VERSION_MAJOR_OFFSET),
+        version_minor: w.load(h::VERSION_MINOR_OFFSET),
+        description: EngineDescription {
+            model_name: w.read_str(h::MODEL_NAME_OFFSET, h::MODEL_NAME_LEN),
+            model_quant: w.read_str(h::MODEL_QUANT_OFFSET, h::MODEL_QUANT_LEN),
+            model_path: w.read_str(h::MODEL_PATH_OFFSET, h::MODEL_PATH_LEN),
+            tokenizer: w.read_str(h::TOKENIZER_OFFSET, h::TOKENIZER_LEN),
+            model_alias: w.read_str(h::MODEL_ALIAS_OFFSET, h::MODEL_ALIAS_LEN),
+            device: w.read_str(h::DEVICE_OFFSET, h::DEVICE_LEN),
+            capabilities: w.load(h::MODEL_CAPABILITIES_OFFSET),
+        },
+    }
+}

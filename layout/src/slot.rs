@@ -1,0 +1,365 @@
+//! The slot record: offsets, enums and the plain [`SlotState`] value (format v1).
+//!
+//! One record per slot, [`SLOT_STRIDE`] bytes apart, 128-byte aligned. Every field is a
+//! `u64` word. Words `SEQ` to `STEPS_DONE` are guarded by the per-slot seqlock and have
+//! exactly one writer (the engine's compute thread). `PENDING` sits in its own cache line
+//! outside the seqlock: the engine's front end adds to it when it queues a task for the
+//! slot, and the compute thread subtracts when it takes one.
+//!
+//! ```text
+//! offset size  field              unit / values
+//!      0    8  SEQ                seqlock sequence: odd while an update is in progress
+//!      8    8  TASK_ID            changes when the slot takes a new task (0 = never used)
+//!     16    8  PHASE              0 idle, 1 queued, 2 prefill, 3 decode, 4 save, 5 restore
+//!     24    8  FINISH_REASON      last finished task: 0 none, 1 completed, 2 cancelled, 3 error
+//!     32    8  ERROR_CODE         0 none, else see `ErrorCode`
+//!     40    8  WORK_UNIT          0 none, 1 tokens, 2 bytes
+//!     48    8  WORK_DONE          in WORK_UNIT, for the current phase
+//!     56    8  WORK_TOTAL         in WORK_UNIT, for the current phase (0 = unknown)
+//!     64    8  TOKENS_CACHED      prompt tokens reused from the KV cache
+//!     72    8  N_PAST             tokens in the slot's KV cache
+//!     80    8  N_CTX              slot context size in tokens
+//!     88    8  STATE_SIZE         bytes a state save of the slot produces now
+//!     96    8  TASK_START_NS      CLOCK_MONOTONIC
+//!    104    8  PHASE_START_NS     CLOCK_MONOTONIC
+//!    112    8  LAST_PROGRESS_NS   CLOCK_MONOTONIC of the last WORK_DONE advance
+//!    120    8  STEP_START_NS      CLOCK_MONOTONIC start of the step in flight, 0 = none
+//!    128    8  STEP_SIZE          tokens (or bytes) the step in flight carries
+//!    136    8  LAST_STEP_NS       duration of the last finished step, ns
+//!    144    8  STEPS_DONE         steps finished in the current phase
+//!    152   40  reserved (zero), seqlock-guarded in later minors
+//!    192    8  PENDING            tasks queued for this slot (not seqlock-guarded)
+//!    200   56  reserved (zero)
+//!    256       end of the v1.0 record
+//! ```
+
+/// Bytes of one v1.0 slot record, and the minimum stride a v1.0 reader accepts.
+pub const SLOT_LEN: usize = 256;
+/// Stride written by this version.
+pub const SLOT_STRIDE: usize = SLOT_LEN;
+/// Required alignment of slot records and of the stride.
+pub const SLOT_ALIGN: usize = 128;
+
+/// Sequence counter.
+pub const SEQ_OFFSET: usize = 0;
+/// Task id.
+pub const TASK_ID_OFFSET: usize = SEQ_OFFSET + 8;
+/// [`Phase`].
+pub const PHASE_OFFSET: usize = TASK_ID_OFFSET + 8;
+/// [`FinishReason`].
+pub const FINISH_REASON_OFFSET: usize = PHASE_OFFSET + 8;
+/// [`ErrorCode`].
+pub const ERROR_CODE_OFFSET: usize = FINISH_REASON_OFFSET + 8;
+/// [`WorkUnit`].
+pub const WORK_UNIT_OFFSET: usize = ERROR_CODE_OFFSET + 8;
+/// Work done in the current phase.
+pub const WORK_DONE_OFFSET: usize = WORK_UNIT_OFFSET + 8;
+/// Work total of the current phase.
+pub const WORK_TOTAL_OFFSET: usize = WORK_DONE_OFFSET + 8;
+/// Prompt tokens reused from the cache.
+pub const TOKENS_CACHED_OFFSET: usize = WORK_TOTAL_OFFSET + 8;
+/// Tokens in the KV cache.
+pub const N_PAST_OFFSET: usize = TOKENS_CACHED_OFFSET + 8;
+/// Slot context size.
+pub const N_CTX_OFFSET: usize = N_PAST_OFFSET + 8;
+/// State size in bytes.
+pub const STATE_SIZE_OFFSET: usize = N_CTX_OFFSET + 8;
+/// Task start.
+pub const TASK_START_NS_OFFSET: usize = STATE_SIZE_OFFSET + 8;
+/// Phase start.
+pub const PHASE_START_NS_OFFSET: usize = TASK_START_NS_OFFSET + 8;
+/// Last progress.
+pub const LAST_PROGRESS_NS_OFFSET: usize = PHASE_START_NS_OFFSET + 8;
+/// Start of the step in flight.
+pub const STEP_START_NS_OFFSET: usize = LAST_PROGRESS_NS_OFFSET + 8;
+/// Size of the step in flight.
+pub const STEP_SIZE_OFFSET: usize = STEP_START_NS_OFFSET + 8;
+/// Duration of the last finished step.
+pub const LAST_STEP_NS_OFFSET: usize = STEP_SIZE_OFFSET + 8;
+/// Steps finished in the current phase.
+pub const STEPS_DONE_OFFSET: usize = LAST_STEP_NS_OFFSET + 8;
+/// End of the seqlock-guarded fields written by v1.0.
+pub const GUARDED_END: usize = STEPS_DONE_OFFSET + 8;
+/// Pending task count (outside the seqlock, in its own cache line).
+pub const PENDING_OFFSET: usize = 192;
+
+/// Number of seqlock-guarded data words after `SEQ` (what [`SlotState`] round-trips through).
+pub const DATA_WORDS: usize = (GUARDED_END - TASK_ID_OFFSET) / 8;
+
+const _: () = assert!(GUARDED_END == 152);
+const _: () = assert!(GUARDED_END <= PENDING_OFFSET);
+const _: () = assert!(PENDING_OFFSET % 64 == 0);
+const _: () = assert!(PENDING_OFFSET + 8 <= SLOT_LEN);
+const _: () = assert!(SLOT_LEN % SLOT_ALIGN == 0);
+const _: () = assert!(DATA_WORDS == 18);
+
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $value:literal => $text:literal, )* }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )*
+            /// A value this version does not know (written by a newer minor or a foreign writer).
+            Unknown(u64),
+        }
+
+        impl $name {
+            /// Decodes a raw word; unknown values are kept, never rejected.
+            pub fn from_raw(raw: u64) -> Self {
+                match raw {
+                    $( $value => Self::$variant, )*
+                    other => Self::Unknown(other),
+                }
+            }
+
+            /// The raw word.
+            pub fn to_raw(self) -> u64 {
+                match self {
+                    $( Self::$variant => $value, )*
+                    Self::Unknown(raw) => raw,
+                }
+            }
+
+            /// Lower-case name for display, JSON and metric labels.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Self::$variant => $text, )*
+                    Self::Unknown(_) => "unknown",
+                }
+            }
+        }
+
+        impl core::fmt::Display for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// What a slot is doing now.
+    Phase {
+        /// No task.
+        #[default]
+        Idle = 0 => "idle",
+        /// A task is posted for the slot and waits in the engine's queue.
+        Queued = 1 => "queued",
+        /// Evaluating prompt tokens (work in tokens).
+        Prefill = 2 => "prefill",
+        /// Generating tokens (work in tokens).
+        Decode = 3 => "decode",
+        /// Saving the KV state (work in bytes).
+        Save = 4 => "save",
+        /// Restoring the KV state (work in bytes).
+        Restore = 5 => "restore",
+    }
+}
+
+impl Phase {
+    /// Whether the slot is doing work (prefill, decode, save or restore).
+    /// `Queued` is not active: nothing is computing for the slot yet.
+    pub fn is_active(self) -> bool {
+        matches!(self, Self::Prefill | Self::Decode | Self::Save | Self::Restore)
+    }
+}
+
+wire_enum! {
+    /// How the slot's last task ended.
+    FinishReason {
+        /// No task has finished yet (or one is running).
+        #[default]
+        None = 0 => "none",
+        /// Ran to completion (EOS, n_predict, or all work done).
+        Completed = 1 => "completed",
+        /// Cancelled (for example at shutdown).
+        Cancelled = 2 => "cancelled",
+        /// Failed; see the error code.
+        Error = 3 => "error",
+    }
+}
+
+wire_enum! {
+    /// Unit of `WORK_DONE` / `WORK_TOTAL`.
+    WorkUnit {
+        /// No work measured.
+        #[default]
+        None = 0 => "none",
+        /// Tokens (prefill, decode).
+        Tokens = 1 => "tokens",
+        /// Bytes (state save, restore).
+        Bytes = 2 => "bytes",
+    }
+}
+
+wire_enum! {
+    /// Why the slot's last task failed (meaningful when the finish reason is `error`).
+    ErrorCode {
+        /// No error.
+        #[default]
+        None = 0 => "none",
+        /// The prompt or generation did not fit the slot's context.
+        ContextOverflow = 1 => "context_overflow",
+        /// The request was invalid (for example a token id outside the vocabulary).
+        InvalidInput = 2 => "invalid_input",
+        /// A state to restore was refused (foreign model, corrupt, truncated, wrong version).
+        StateRejected = 3 => "state_rejected",
+        /// An I/O error while streaming state.
+        Io = 4 => "io",
+        /// The model's forward pass failed.
+        Compute = 5 => "compute",
+        /// Any other internal error.
+        Internal = 6 => "internal",
+    }
+}
+
+/// The seqlock-guarded content of one slot record, as a plain value.
+///
+/// The engine keeps one of these per slot, mutates it, and publishes the whole value;
+/// readers get one back from a consistent snapshot. Timestamps are CLOCK_MONOTONIC ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotState {
+    /// Task id; changes when the slot takes a new task. 0 = never used.
+    pub task_id: u64,
+    /// Current phase.
+    pub phase: Phase,
+    /// How the last task ended.
+    pub finish_reason: FinishReason,
+    /// Why the last task failed.
+    pub error_code: ErrorCode,
+    /// Unit of `work_done` / `work_total`.
+    pub work_unit: WorkUnit,
+    /// Work done in the current phase.
+    pub work_done: u64,
+    /// Work total of the current phase (0 = unknown).
+    pub work_total: u64,
+    /// Prompt tokens reused from the KV cache.
+    pub tokens_cached: u64,
+    /// Tokens in the KV cache.
+    pub n_past: u64,
+    /// Slot context size in tokens.
+    pub n_ctx: u64,
+    /// Bytes a state save of the slot would produce now.
+    pub state_size: u64,
+    /// When the current (or last) task started.
+    pub task_start_ns: u64,
+    /// When the current phase started.
+    pub phase_start_ns: u64,
+    /// When `work_done` last advanced.
+    pub last_progress_ns: u64,
+    /// Start of the step in flight; 0 when no step is running.
+    pub step_start_ns: u64,
+    /// Tokens (or bytes) the step in flight carries.
+    pub step_size: u64,
+    /// Duration of the last finished step, ns.
+    pub last_step_ns: u64,
+    /// Steps finished in the current phase.
+    pub steps_done: u64,
+}
+
+impl SlotState {
+    /// Encodes the value as the record's data words (offsets `TASK_ID` .. `GUARDED_END`).
+    pub fn to_words(&self) -> [u64; DATA_WORDS] {
+        [
+            self.task_id,
+            self.phase.to_raw(),
+            self.finish_reason.to_raw(),
+            self.error_code.to_raw(),
+            self.work_unit.to_raw(),
+            self.work_done,
+            self.work_total,
+            self.tokens_cached,
+            self.n_past,
+            self.n_ctx,
+            self.state_size,
+            self.task_start_ns,
+            self.phase_start_ns,
+            self.last_progress_ns,
+            self.step_start_ns,
+            self.step_size,
+            self.last_step_ns,
+            self.steps_done,
+        ]
+    }
+
+    /// Decodes the record's data words. Never fails: unknown enum values are kept as `Unknown`.
+    pub fn from_words(w: &[u64; DATA_WORDS]) -> Self {
+        Self {
+            task_id: w[0],
+            phase: Phase::from_raw(w[1]),
+            finish_reason: FinishReason::from_raw(w[2]),
+            error_code: ErrorCode::from_raw(w[3]),
+            work_unit: WorkUnit::from_raw(w[4]),
+            work_done: w[5],
+            work_total: w[6],
+            tokens_cached: w[7],
+            n_past: w[8],
+            n_ctx: w[9],
+            state_size: w[10],
+            task_start_ns: w[11],
+            phase_start_ns: w[12],
+            last_progress_ns: w[13],
+            step_start_ns: w[14],
+            step_size: w[15],
+            last_step_ns: w[16],
+            steps_done: w[17],
+        }
+    }
+}
+
+/// Index of the word at `offset` within [`SlotState::to_words`]'s array.
+pub const fn data_index(offset: usize) -> usize {
+    (offset - TASK_ID_OFFSET) / 8
+}
+
+const _: () = assert!(data_index(STEPS_DONE_OFFSET) == DATA_WORDS - 1);
+const _: () = assert!(data_index(WORK_DONE_OFFSET) == 5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip() {
+        let s = SlotState {
+            task_id: 1,
+            phase: Phase::Decode,
+            finish_reason: FinishReason::Cancelled,
+            error_code: ErrorCode::Unknown(99),
+            work_unit: WorkUnit::Tokens,
+            work_done: 6,
+            work_total: 7,
+            tokens_cached: 8,
+            n_past: 9,
+            n_ctx: 10,
+            state_size: 11,
+            task_start_ns: 12,
+            phase_start_ns: 13,
+            last_progress_ns: 14,
+            step_start_ns: 15,
+            step_size: 16,
+            last_step_ns: 17,
+            steps_done: 18,
+        };
+        let w = s.to_words();
+        assert_eq!(w[data_index(N_PAST_OFFSET)], 9);
+        assert_eq!(w[data_index(STEPS_DONE_OFFSET)], 18);
+        assert_eq!(SlotState::from_words(&w), s);
+    }
+
+    #[test]
+    fn enums_keep_unknown_values() {
+        for raw in 0..10 {
+            assert_eq!(Phase::from_raw(raw).to_raw(), raw);
+            assert_eq!(FinishReason::from_raw(raw).to_raw(), raw);
+            assert_eq!(WorkUnit::from_raw(raw).to_raw(), raw);
+            assert_eq!(ErrorCode::from_raw(raw).to_raw(), raw);
+        }
+        assert_eq!(Phase::from_raw(42).as_str(), "unknown");
+        assert!(Phase::Decode.is_active());
+        assert!(!Phase::Queued.is_active());
+    }
+}

@@ -1,0 +1,506 @@
+//! The writer side: create a segment safely, publish slot records, heartbeat, close.
+//!
+//! A segment has exactly one writer, the engine's compute thread: every method that
+//! writes a seqlock-guarded or single-writer word takes `&mut self`. The only words other
+//! threads may change are the per-slot pending counts and the waiting-requests gauge,
+//! through a [`PendingCounter`] (atomic read-modify-write, any thread).
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::fsutil::{self, LockProbe};
+use crate::header as h;
+use crate::naming;
+use crate::primitive::Ordering;
+use crate::seqlock::{self, MappedRecord};
+use crate::slot::{self, SlotState};
+use crate::words::MappedWords;
+use memmap2::{MmapOptions, MmapRaw};
+use rustix::fs::{AtFlags, FallocateFlags, FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest slot count a segment may have (readers refuse more, so a hostile count cannot
+/// make them allocate without bound).
+pub const MAX_SLOTS: usize = 4096;
+
+/// File mode of a segment: owner read-write, group read (e.g. the exporter), others nothing.
+pub const SEGMENT_MODE: u32 = 0o640;
+
+/// How long creation waits for a lock held by a momentary reader probe before deciding a
+/// live engine holds the id. Readers hold `LOCK_SH` for microseconds; a live writer forever.
+const TAKEOVER_WAIT: Duration = Duration::from_millis(200);
+
+/// What the engine says about itself in the header (immutable after creation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineDescription {
+    /// Model name (e.g. "SmolLM2-135M-Instruct").
+    pub model_name: String,
+    /// Quantization (e.g. "Q4_1->Q8_0").
+    pub model_quant: String,
+    /// Model file path.
+    pub model_path: String,
+    /// Tokenizer family (e.g. "gpt2").
+    pub tokenizer: String,
+    /// The alias clients use for the model.
+    pub model_alias: String,
+    /// Compute device (e.g. "cpu", "cuda:0").
+    pub device: String,
+    /// Capability bits, see [`crate::header::capabilities`].
+    pub capabilities: u64,
+}
+
+/// What to create.
+#[derive(Debug, Clone)]
+pub struct SegmentConfig {
+    /// Directory to publish in (see [`naming::resolve_dir`]).
+    pub dir: PathBuf,
+    /// Engine id; names the file.
+    pub engine_id: String,
+    /// Number of slot records.
+    pub slot_count: usize,
+    /// Immutable description strings.
+    pub description: EngineDescription,
+}
+
+/// Engine-wide counters the compute thread publishes with [`SegmentWriter::set_counters`].
+/// Each word is stored individually (Relaxed); they are not a consistent group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterCounters {
+    /// Prompt tokens evaluated since start.
+    pub prompt_tokens_total: u64,
+    /// Tokens generated since start.
+    pub generated_tokens_total: u64,
+    /// Requests being processed now.
+    pub requests_running: u64,
+    /// KV cells in use across slots.
+    pub kv_cells_used: u64,
+    /// KV cells available across slots.
+    pub kv_cells_total: u64,
+}
+
+struct Mapping {
+    // Field order matters for drop: the map is unmapped before the fd (and its lock) closes.
+    // Never read directly: `words` points into it, so it must live as long as `words`.
+    _map: MmapRaw,
+    words: MappedWords,
+    file: File,
+    slot_count: usize,
+}
+
+impl Mapping {
+    fn record(&self, slot: usize) -> MappedRecord {
+        MappedRecord {
+            words: self.words,
+            base: h::HEADER_LEN + slot * slot::SLOT_STRIDE,
+        }
+    }
+}
+
+/// Adds and removes pending (queued) tasks per slot from any thread; see
+/// [`SegmentWriter::pending_counter`]. Keeps the header's waiting-requests gauge in step.
+#[derive(Clone)]
+pub struct PendingCounter {
+    mapping: Arc<Mapping>,
+}
+
+impl PendingCounter {
+    /// A task for `slot` was queued. Out-of-range slots are ignored (returns false).
+    pub fn queued(&self, slot: usize) -> bool {
+        if slot >= self.mapping.slot_count {
+            return false;
+        }
+        let base = h::HEADER_LEN + slot * slot::SLOT_STRIDE;
+        // Relaxed: these are counters for display; nothing is published through them.
+        self.mapping
+            .words
+            .fetch_add(base + slot::PENDING_OFFSET, 1, Ordering::Relaxed);
+        self.mapping
+            .words
+            .fetch_add(h::REQUESTS_WAITING_OFFSET, 1, Ordering::Relaxed);
+        true
+    }
+
+    /// A task for `slot` left the queue (taken by the compute thread, or dropped).
+    /// Never goes below zero. Out-of-range slots are ignored (returns false).
+    pub fn dequeued(&self, slot: usize) -> bool {
+        if slot >= self.mapping.slot_count {
+            return false;
+        }
+        let base = h::HEADER_LEN + slot * slot::SLOT_STRIDE;
+        self.mapping
+            .words
+            .saturating_sub(base + slot::PENDING_OFFSET, 1, Ordering::Relaxed);
+        self.mapping
+            .words
+            .saturating_sub(h::REQUESTS_WAITING_OFFSET, 1, Ordering::Relaxed);
+        true
+    }
+}
+
+impl std::fmt::Debug for PendingCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingCounter")
+            .field("slot_count", &self.mapping.slot_count)
+            .finish()
+    }
+}
+
+/// The single writer of one segment. Holds `flock(LOCK_EX)` on it for its whole life;
+/// marks it CLOSED and unlinks it on [`close`](Self::close) or drop.
+pub struct SegmentWriter {
+    mapping: Arc<Mapping>,
+    dir: OwnedFd,
+    file_name: String,
+    path: PathBuf,
+    seqs: Vec<u64>,
+    loop_iterations: u64,
+    instance_id: u64,
+    closed: bool,
+}
+
+impl std::fmt::Debug for SegmentWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentWriter")
+            .field("path", &self.path)
+            .field("slot_count", &self.mapping.slot_count)
+            .field("instance_id", &self.instance_id)
+            .finish()
+    }
+}
+
+/// Total file length of a v1 segment with `slot_count` slots.
+pub fn segment_len(slot_count: usize) -> usize {
+    h::HEADER_LEN + slot_count * slot::SLOT_STRIDE
+}
+
+impl SegmentWriter {
+    /// Creates the segment `<dir>/<engine_id>.hps` and returns its writer.
+    ///
+    /// Steps: check the id and slot count; open the directory (created 0750 if missing)
+    /// refusing a symlink, another owner or world-write; lock the directory against
+    /// concurrent creators; refuse if a live engine holds the id (its `LOCK_EX` is held),
+    /// otherwise the dead or closed file will be replaced; create a temporary with
+    /// `O_CREAT|O_EXCL|O_NOFOLLOW`, `fchmod` 0640 (whatever the umask), lock it
+    /// `LOCK_EX`, allocate it once (`fallocate`, so a full tmpfs is an error, not a later
+    /// SIGBUS), touch every page, write the header and strings, store READY last with
+    /// Release, and rename it into place (so the final name never shows a half-built or
+    /// INIT segment).
+    pub fn create(config: &SegmentConfig) -> Result<Self> {
+        naming::validate_engine_id(&config.engine_id)?;
+        if config.slot_count == 0 || config.slot_count > MAX_SLOTS {
+            return Err(Error::SlotCountOutOfRange {
+                count: config.slot_count,
+                max: MAX_SLOTS,
+            });
+        }
+        let dir_path = config.dir.clone();
+        let dir = fsutil::open_writer_dir(&dir_path)?;
+        // Serialise creators in this directory so two engines starting with the same id
+        // cannot both decide the old segment is dead and both rename over it. Readers never
+        // take this lock; creators hold it for milliseconds.
+        rustix::fs::flock(&dir, FlockOperation::LockExclusive)
+            .map_err(|e| Error::io("lock directory", &dir_path, e))?;
+        let result = Self::create_locked(config, dir, &dir_path);
+        // The directory lock is released when `dir` closes, or explicitly below on success.
+        if let Ok(writer) = &result {
+            let _ = rustix::fs::flock(&writer.dir, FlockOperation::Unlock);
+        }
+        result
+    }
+
+    fn create_locked(config: &SegmentConfig, dir: OwnedFd, dir_path: &Path) -> Result<Self> {
+        let file_name = naming::file_name(&config.engine_id);
+        let path = dir_path.join(&file_name);
+        refuse_if_live(&dir, &file_name, &path, &config.engine_id)?;
+
+        let pid = std::process::id();
+        let instance_id = clock::random_u64();
+        let tmp_name = format!(".{}.{pid}.{instance_id:016x}.tmp", config.engine_id);
+        let tmp_path = dir_path.join(&tmp_name);
+        let fd = rustix::fs::openat(
+            &dir,
+            tmp_name.as_str(),
+            OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC,
+            Mode::from_raw_mode(SEGMENT_MODE),
+        )
+        .map_err(|e| Error::io("create", &tmp_path, e))?;
+        let built = Self::build(config, &tmp_path, fd, pid, instance_id);
+        let mapping = match built {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+                return Err(e);
+            }
+        };
+        // READY is the last header store. It is made before the rename, so a reader never
+        // finds the final name in the INIT state, and a writer that dies right after the
+        // rename leaves a READY segment whose free lock reads as dead (never a segment
+        // stuck in INIT). Everything above (geometry, identity, strings) becomes visible to
+        // a reader that sees READY: pairs with the reader's Relaxed load + fence(Acquire).
+        mapping
+            .words
+            .store(h::STATE_OFFSET, h::Lifecycle::READY, Ordering::Release);
+        if let Err(e) = rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, file_name.as_str()) {
+            let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+            return Err(Error::io("rename into place", &path, e));
+        }
+        let slot_count = config.slot_count;
+        Ok(Self {
+            mapping: Arc::new(mapping),
+            dir,
+            file_name,
+            path,
+            seqs: vec![0; slot_count],
+            loop_iterations: 0,
+            instance_id,
+            closed: false,
+        })
+    }
+
+    fn build(
+        config: &SegmentConfig,
+        tmp_path: &Path,
+        fd: OwnedFd,
+        pid: u32,
+        instance_id: u64,
+    ) -> Result<Mapping> {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(SEGMENT_MODE))
+            .map_err(|e| Error::io("fchmod", tmp_path, e))?;
+        // Taken before the file is visible under its real name, so no reader ever sees the
+        // segment without a live writer's lock.
+        rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
+            .map_err(|e| Error::io("lock segment", tmp_path, e))?;
+        let len = segment_len(config.slot_count);
+        match rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, len as u64) {
+            Ok(()) => {}
+            Err(Errno::OPNOTSUPP) | Err(Errno::NOSYS) => {
+                rustix::fs::ftruncate(&fd, len as u64)
+                    .map_err(|e| Error::io("ftruncate", tmp_path, e))?;
+            }
+            Err(e) => return Err(Error::io("allocate", tmp_path, e)),
+        }
+        let file = File::from(fd);
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(|e| Error::io("mmap", tmp_path, e))?;
+        // SAFETY:
+        // - `map` is a fresh read-write mapping of `len` bytes, page-aligned;
+        // - it lives in the returned `Mapping` next to every copy of `words`;
+        // - nobody truncates the file: only this writer (and the owner) may, and we never do.
+        let words = unsafe { MappedWords::new(map.as_mut_ptr(), len, true) };
+        // Touch every page so the mapping is populated before readers arrive.
+        let page = rustix::param::page_size().max(8);
+        for off in (0..len).step_by(page) {
+            words.store(off, 0, Ordering::Relaxed);
+        }
+        write_header(&words, config, len, pid, instance_id);
+        Ok(Mapping {
+            _map: map,
+            words,
+            file,
+            slot_count: config.slot_count,
+        })
+    }
+
+    /// Path of the segment file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of slots.
+    pub fn slot_count(&self) -> usize {
+        self.mapping.slot_count
+    }
+
+    /// The random instance id written in the header.
+    pub fn instance_id(&self) -> u64 {
+        self.instance_id
+    }
+
+    /// A handle other threads (the HTTP front end) use to count queued tasks per slot.
+    pub fn pending_counter(&self) -> PendingCounter {
+        PendingCounter {
+            mapping: self.mapping.clone(),
+        }
+    }
+
+    /// Publishes `state` as slot `slot`'s record (seqlock write; never blocks on readers).
+    #[inline]
+    pub fn publish(&mut self, slot: usize, state: &SlotState) -> Result<()> {
+        let Some(seq) = self.seqs.get_mut(slot) else {
+            return Err(Error::SlotOutOfRange {
+                slot,
+                count: self.mapping.slot_count,
+            });
+        };
+        *seq = seqlock::write(&self.mapping.record(slot), *seq, &state.to_words());
+        Ok(())
+    }
+
+    /// Records one pass of the compute loop at `now_ns` (CLOCK_MONOTONIC): stores the
+    /// heartbeat and bumps the loop iteration counter (Relaxed; single writer).
+    #[inline]
+    pub fn heartbeat(&mut self, now_ns: u64) {
+        self.loop_iterations += 1;
+        let w = &self.mapping.words;
+        w.store(h::HEARTBEAT_NS_OFFSET, now_ns, Ordering::Relaxed);
+        w.store(h::LOOP_ITERATIONS_OFFSET, self.loop_iterations, Ordering::Relaxed);
+    }
+
+    /// Stores the engine-wide counters (each word Relaxed). The waiting-requests gauge is
+    /// kept by [`PendingCounter`] and not touched here.
+    pub fn set_counters(&mut self, c: &WriterCounters) {
+        let w = &self.mapping.words;
+        w.store(h::PROMPT_TOKENS_TOTAL_OFFSET, c.prompt_tokens_total, Ordering::Relaxed);
+        w.store(h::GENERATED_TOKENS_TOTAL_OFFSET, c.generated_tokens_total, Ordering::Relaxed);
+        w.store(h::REQUESTS_RUNNING_OFFSET, c.requests_running, Ordering::Relaxed);
+        w.store(h::KV_CELLS_USED_OFFSET, c.kv_cells_used, Ordering::Relaxed);
+        w.store(h::KV_CELLS_TOTAL_OFFSET, c.kv_cells_total, Ordering::Relaxed);
+    }
+
+    /// Test hook: starts an update of `slot` and abandons it, leaving its sequence odd, as a
+    /// writer killed mid-update would. Readers then report the slot torn.
+    #[cfg(feature = "fault-injection")]
+    pub fn abandon_update(&mut self, slot: usize) -> Result<()> {
+        let Some(seq) = self.seqs.get_mut(slot) else {
+            return Err(Error::SlotOutOfRange {
+                slot,
+                count: self.mapping.slot_count,
+            });
+        };
+        *seq = seqlock::abandon_mid_update(&self.mapping.record(slot), *seq);
+        Ok(())
+    }
+
+    /// Test hook: forgets the segment without marking it CLOSED or unlinking it, and
+    /// releases its lock, exactly as a killed writer would leave it.
+    #[cfg(feature = "fault-injection")]
+    pub fn simulate_crash(mut self) {
+        self.closed = true;
+        let _ = rustix::fs::flock(&self.mapping.file, FlockOperation::Unlock);
+    }
+
+    /// Marks the segment CLOSED, unlinks it (if the name still refers to it) and releases
+    /// the lock. Readers that have it mapped see `closed`.
+    pub fn close(mut self) -> Result<()> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        let w = &self.mapping.words;
+        w.store(h::CLOSED_NS_OFFSET, clock::monotonic_ns(), Ordering::Relaxed);
+        // Pairs with the reader's Acquire read of STATE: CLOSED_NS is visible with CLOSED.
+        w.store(h::STATE_OFFSET, h::Lifecycle::CLOSED, Ordering::Release);
+        // Unlink under the directory lock, and only if the name is still ours.
+        let _ = rustix::fs::flock(&self.dir, FlockOperation::LockExclusive);
+        let result = (|| {
+            let ours = rustix::fs::fstat(&self.mapping.file)
+                .map_err(|e| Error::io("fstat", &self.path, e))?;
+            match rustix::fs::statat(&self.dir, self.file_name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if st.st_dev == ours.st_dev && st.st_ino == ours.st_ino => {
+                    rustix::fs::unlinkat(&self.dir, self.file_name.as_str(), AtFlags::empty())
+                        .map_err(|e| Error::io("unlink", &self.path, e))
+                }
+                _ => Ok(()),
+            }
+        })();
+        let _ = rustix::fs::flock(&self.dir, FlockOperation::Unlock);
+        let _ = rustix::fs::flock(&self.mapping.file, FlockOperation::Unlock);
+        result
+    }
+}
+
+impl Drop for SegmentWriter {
+    fn drop(&mut self) {
+        let _ = self.close_inner();
+    }
+}
+
+/// Fails with [`Error::EngineIdInUse`] if the segment at `file_name` has a live writer.
+/// A missing, dead or closed segment is fine (it will be replaced by the rename).
+fn refuse_if_live(dir: &OwnedFd, file_name: &str, path: &Path, id: &str) -> Result<()> {
+    let fd = match rustix::fs::openat(
+        dir,
+        file_name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(Errno::LOOP) => return Err(Error::SymlinkFile { path: path.to_path_buf() }),
+        Err(e) => return Err(Error::io("open existing segment", path, e)),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("fstat", path, e))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: fsutil::kind_name(&st),
+        });
+    }
+    // A reader's momentary LOCK_SH probe also blocks us: retry for a short while.
+    let deadline = std::time::Instant::now() + TAKEOVER_WAIT;
+    loop {
+        match fsutil::try_flock(&fd, FlockOperation::NonBlockingLockExclusive, path)? {
+            LockProbe::Acquired => return Ok(()),
+            LockProbe::Held if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            LockProbe::Held => {
+                let pid = crate::reader::SegmentReader::open(path)
+                    .ok()
+                    .map(|r| r.identity().pid);
+                return Err(Error::EngineIdInUse {
+                    id: id.to_owned(),
+                    path: path.to_path_buf(),
+                    pid,
+                });
+            }
+        }
+    }
+}
+
+fn write_header(w: &MappedWords, c: &SegmentConfig, len: usize, pid: u32, instance_id: u64) {
+    let r = Ordering::Relaxed;
+    w.store(h::MAGIC_OFFSET, u64::from_ne_bytes(h::MAGIC), r);
+    w.store(h::BYTE_ORDER_OFFSET, h::BYTE_ORDER_MARK, r);
+    w.store(h::VERSION_MAJOR_OFFSET, h::VERSION_MAJOR, r);
+    w.store(h::VERSION_MINOR_OFFSET, h::VERSION_MINOR, r);
+    w.store(h::HEADER_LEN_OFFSET, h::HEADER_LEN as u64, r);
+    w.store(h::SLOT_OFFSET_OFFSET, h::HEADER_LEN as u64, r);
+    w.store(h::SLOT_STRIDE_OFFSET, slot::SLOT_STRIDE as u64, r);
+    w.store(h::SLOT_COUNT_OFFSET, c.slot_count as u64, r);
+    w.store(h::TOTAL_LEN_OFFSET, len as u64, r);
+    w.store(h::STATE_OFFSET, h::Lifecycle::INIT, r);
+    w.store(h::PID_OFFSET, u64::from(pid), r);
+    w.store(
+        h::PROCESS_START_NS_OFFSET,
+        clock::process_start_ns(pid).unwrap_or(0),
+        r,
+    );
+    w.store(h::INSTANCE_ID_OFFSET, instance_id, r);
+    // The two anchors are taken back to back: realtime - monotonic converts timestamps.
+    let mono = clock::monotonic_ns();
+    let real = clock::realtime_ns();
+    w.store(h::CREATED_REALTIME_NS_OFFSET, real, r);
+    w.store(h::CREATED_MONOTONIC_NS_OFFSET, mono, r);
+    w.store(h::HEARTBEAT_NS_OFFSET, mono, r);
+    w.store(h::MODEL_CAPABILITIES_OFFSET, c.description.capabilities, r);
+    let d = &c.description;
+    w.write_str(h::ENGINE_ID_OFFSET, h::ENGINE_ID_LEN, &c.engine_id);
+    w.write_str(h::BOOT_ID_OFFSET, h::BOOT_ID_LEN, &clock::boot_id());
+    w.write_str(h::MODEL_NAME_OFFSET, h::MODEL_NAME_LEN, &d.model_name);
+    w.write_str(h::MODEL_QUANT_OFFSET, h::MODEL_QUANT_LEN, &d.model_quant);
+    w.write_str(h::TOKENIZER_OFFSET, h::TOKENIZER_LEN, &d.tokenizer);
+    w.write_str(h::DEVICE_OFFSET, h::DEVICE_LEN, &d.device);
+    w.write_str(h::MODEL_ALIAS_OFFSET, h::MODEL_ALIAS_LEN, &d.model_alias);
+    w.write_str(h::MODEL_PATH_OFFSET, h::MODEL_PATH_LEN, &d.model_path);
+}

@@ -1,0 +1,217 @@
+//! Forward compatibility (a newer minor with a longer header and stride reads the same) and
+//! string fields (UTF-8, truncated at a char boundary, read back as written).
+
+mod common;
+
+use common::*;
+use hydra_layout::header as h;
+use hydra_layout::slot as s;
+use hydra_layout::{EngineDescription, SegmentConfig, SegmentReader, SegmentWriter};
+
+const SLOTS: usize = 3;
+
+/// Rebuilds a v1.0 segment as a newer minor would lay it out: `header_len` bytes of header
+/// (the extra bytes non-zero), slots at `slot_offset`, `stride` bytes apart, each slot's
+/// extra bytes and reserved words non-zero.
+fn as_newer_minor(
+    v10: &[u8],
+    minor: u64,
+    header_len: usize,
+    slot_offset: usize,
+    stride: usize,
+) -> Vec<u8> {
+    let total = slot_offset + SLOTS * stride;
+    let mut out = vec![0u8; total];
+    out[..h::HEADER_LEN].copy_from_slice(&v10[..h::HEADER_LEN]);
+    // Newer header fields, and the v1.0 reserved areas a newer minor may now use.
+    for b in &mut out[h::HEADER_LEN..slot_offset] {
+        *b = 0xA5;
+    }
+    for b in &mut out[h::WORDS_END..h::STRINGS_OFFSET] {
+        *b = 0x5A;
+    }
+    for b in &mut out[h::STRINGS_END..h::HEADER_LEN] {
+        *b = 0x3C;
+    }
+    for i in 0..SLOTS {
+        let old = &v10[h::HEADER_LEN + i * s::SLOT_STRIDE..][..s::SLOT_LEN];
+        let new = &mut out[slot_offset + i * stride..][..stride];
+        new[..s::SLOT_LEN].copy_from_slice(old);
+        for b in &mut new[s::GUARDED_END..s::PENDING_OFFSET] {
+            *b = 0xC3;
+        }
+        for b in &mut new[s::PENDING_OFFSET + 8..] {
+            *b = 0x96 ^ i as u8;
+        }
+    }
+    set_word(&mut out, h::VERSION_MINOR_OFFSET, minor);
+    set_word(&mut out, h::HEADER_LEN_OFFSET, header_len as u64);
+    set_word(&mut out, h::SLOT_OFFSET_OFFSET, slot_offset as u64);
+    set_word(&mut out, h::SLOT_STRIDE_OFFSET, stride as u64);
+    set_word(&mut out, h::TOTAL_LEN_OFFSET, total as u64);
+    out
+}
+
+#[test]
+fn newer_minor_with_longer_header_and_stride_reads_the_same() {
+    let scratch = Scratch::new();
+    let v10 = valid_segment(SLOTS);
+    let original = SegmentReader::open(write_segment(scratch.path(), "v10.hps", &v10)).unwrap();
+    let layouts = [
+        (1, h::HEADER_LEN, h::HEADER_LEN, s::SLOT_STRIDE),
+        (3, 2048, 2048, 512),
+        (9, 2048, 2048 + 384, 512),
+        (u64::MAX, 1032, 1152, 384),
+    ];
+    for (minor, header_len, slot_offset, stride) in layouts {
+        let what = format!("minor {minor}, header {header_len}, slots at {slot_offset} x {stride}");
+        let bytes = as_newer_minor(&v10, minor, header_len, slot_offset, stride);
+        let path = write_segment(scratch.path(), "newer.hps", &bytes);
+        let r = SegmentReader::open(&path)
+            .unwrap_or_else(|e| panic!("{what}: refused: {e}\n{}", describe_file(&path)));
+        assert_eq!(r.identity().version_minor, minor, "{what}");
+        assert_eq!(r.slot_count(), SLOTS, "{what}");
+        assert_eq!(r.len(), bytes.len() as u64, "{what}");
+        assert_eq!(
+            r.identity().description,
+            original.identity().description,
+            "{what}"
+        );
+        assert_eq!(r.identity().engine_id, "fixture", "{what}");
+        for i in 0..SLOTS {
+            let got = r
+                .slot(i)
+                .unwrap_or_else(|e| panic!("{what}: slot {i}: {e}"));
+            let want = original.slot(i).unwrap();
+            assert_eq!(got.state, sample_state(i as u64), "{what}: slot {i}");
+            assert_eq!(
+                (got.state, got.pending, got.seq),
+                (want.state, want.pending, want.seq)
+            );
+        }
+        assert_eq!(r.header().unwrap(), original.header().unwrap(), "{what}");
+    }
+}
+
+fn create_with(dir: &std::path::Path, description: EngineDescription) -> SegmentWriter {
+    SegmentWriter::create(&SegmentConfig {
+        dir: dir.to_path_buf(),
+        engine_id: "strings".into(),
+        slot_count: 1,
+        description,
+    })
+    .unwrap()
+}
+
+/// The longest prefix of `s` of at most `max` bytes ending on a char boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[test]
+fn unicode_strings_round_trip_and_long_ones_are_cut_at_a_char_boundary() {
+    let scratch = Scratch::new();
+    let d = EngineDescription {
+        // 3-byte chars: 127 bytes available, 42 chars = 126 bytes fit.
+        model_name: "模型".repeat(100),
+        // 4-byte chars: 31 bytes available, 7 emoji = 28 bytes fit.
+        model_quant: "🦙".repeat(20),
+        // 2-byte chars after one ASCII byte: 255 bytes available, "/" + 127 "é" = 255 fit.
+        model_path: format!("/{}", "é".repeat(300)),
+        // Exactly the field (31 bytes + NUL): kept whole.
+        tokenizer: "t".repeat(h::TOKENIZER_LEN - 1),
+        // One byte too many: the last byte goes.
+        model_alias: "a".repeat(h::MODEL_ALIAS_LEN),
+        // Short mixed text: kept whole.
+        device: "cuda:0 — Ünïcødé ✓".into(),
+        capabilities: h::capabilities::COMPLETION | h::capabilities::CHUNKED_PREFILL,
+    };
+    let w = create_with(scratch.path(), d.clone());
+    let r = SegmentReader::open(w.path()).unwrap();
+    let got = &r.identity().description;
+
+    let cases: [(&str, &str, &str, usize); 6] = [
+        (
+            "model_name",
+            &got.model_name,
+            &d.model_name,
+            h::MODEL_NAME_LEN,
+        ),
+        (
+            "model_quant",
+            &got.model_quant,
+            &d.model_quant,
+            h::MODEL_QUANT_LEN,
+        ),
+        (
+            "model_path",
+            &got.model_path,
+            &d.model_path,
+            h::MODEL_PATH_LEN,
+        ),
+        ("tokenizer", &got.tokenizer, &d.tokenizer, h::TOKENIZER_LEN),
+        (
+            "model_alias",
+            &got.model_alias,
+            &d.model_alias,
+            h::MODEL_ALIAS_LEN,
+        ),
+        ("device", &got.device, &d.device, h::DEVICE_LEN),
+    ];
+    for (name, got, wrote, field_len) in cases {
+        assert_eq!(got, prefix(wrote, field_len - 1), "{name}");
+        assert!(got.len() < field_len, "{name}: no room left for the NUL");
+        assert!(wrote.starts_with(got), "{name}: not a prefix");
+    }
+    assert_eq!(got.model_name.chars().count(), 42);
+    assert_eq!(got.model_quant, "🦙".repeat(7));
+    assert_eq!(got.model_path.len(), 255);
+    assert_eq!(got.tokenizer, d.tokenizer);
+    assert_eq!(got.model_alias.len(), h::MODEL_ALIAS_LEN - 1);
+    assert_eq!(got.device, d.device);
+    assert_eq!(got.capabilities, d.capabilities);
+
+    // On disk every string field ends in NUL padding.
+    let bytes = std::fs::read(w.path()).unwrap();
+    for (off, len) in [
+        (h::ENGINE_ID_OFFSET, h::ENGINE_ID_LEN),
+        (h::MODEL_NAME_OFFSET, h::MODEL_NAME_LEN),
+        (h::MODEL_QUANT_OFFSET, h::MODEL_QUANT_LEN),
+        (h::TOKENIZER_OFFSET, h::TOKENIZER_LEN),
+        (h::DEVICE_OFFSET, h::DEVICE_LEN),
+        (h::MODEL_ALIAS_OFFSET, h::MODEL_ALIAS_LEN),
+        (h::MODEL_PATH_OFFSET, h::MODEL_PATH_LEN),
+    ] {
+        assert_eq!(
+            bytes[off + len - 1],
+            0,
+            "field at {off} is not NUL-terminated"
+        );
+    }
+}
+
+#[test]
+fn empty_strings_and_invalid_utf8_on_disk() {
+    let scratch = Scratch::new();
+    let w = create_with(scratch.path(), EngineDescription::default());
+    let r = SegmentReader::open(w.path()).unwrap();
+    assert_eq!(r.identity().description, EngineDescription::default());
+
+    // A foreign writer's invalid UTF-8 is replaced, not rejected; a field with no NUL at all
+    // is read to its end.
+    let mut bytes = std::fs::read(w.path()).unwrap();
+    bytes[h::MODEL_NAME_OFFSET..h::MODEL_NAME_OFFSET + 4]
+        .copy_from_slice(&[b'm', 0xFF, 0xFE, b'x']);
+    for b in &mut bytes[h::DEVICE_OFFSET..h::DEVICE_OFFSET + h::DEVICE_LEN] {
+        *b = b'd';
+    }
+    let path = write_segment(scratch.path(), "foreign.hps", &bytes);
+    let r = SegmentReader::open(&path).unwrap();
+    let d = &r.identity().description;
+    assert_eq!(d.model_name, "m\u{FFFD}\u{FFFD}x");
+    assert_eq!(d.device, "d".repeat(h::DEVICE_LEN));
+}

@@ -1,0 +1,695 @@
+//! The one stuck / slow / dead classification, as pure functions of a slot record, the
+//! engine's liveness, `now` and [`Thresholds`].
+//!
+//! Used by the CLI, the exporter and the C ABI alike, so that every consumer agrees on what
+//! "stalled" means. All times are CLOCK_MONOTONIC ns; an age is `now - timestamp`,
+//! saturating at 0 (a reader may sample `now` just before the writer stores a later stamp).
+//!
+//! # Derived figures
+//! - **progress** = `work_done / work_total`, clamped to 0..=1; unknown when the total is 0.
+//! - **rate** (work units per second: tokens/s for prefill and decode, bytes/s for save and
+//!   restore) = `work_done / (last_progress - phase_start)`: the phase's *average* rate over
+//!   the interval in which that work was done. Measuring up to the last progress rather than
+//!   up to `now` keeps the rate from decaying while a step is in flight (that silence is
+//!   what the stall test judges). When that interval is unknown or empty but steps have
+//!   finished, the rate of the last step is used instead:
+//!   `(work_done / steps_done) / last_step_duration`.
+//! - **ETA** = `(work_total - work_done) / rate`, 0 when the work is done; unknown without
+//!   a total or a rate.
+//! - **progress reference** = `max(last_progress, phase_start)`: the latest evidence that
+//!   the slot moved (a new phase counts as movement).
+//! - **expected step time** = the larger of `step_size / rate` (the step in flight, at the
+//!   observed rate) and the last finished step's duration. Taking the larger of the two
+//!   predictions avoids false stalls when steps grow (later prefill chunks, longer context).
+//!
+//! # Slot classes (first match wins)
+//! 1. **torn**: no consistent copy could be read (the writer stopped in the middle of an
+//!    update); the last values are kept for display.
+//! 2. **orphaned**: the slot is active *or queued* and its engine is not live (dead, or
+//!    closed with work outstanding): that work will never finish. Queued counts because the
+//!    client waiting on it is just as stranded.
+//! 3. **idle**: phase idle and nothing pending.
+//! 4. **queued**: phase queued, or idle with tasks pending for the slot.
+//! 5. **stalled**: active and `now - progress reference > max(floor, factor x expected step)`.
+//! 6. **slow**: active, a budget is given, and the ETA is longer than it.
+//! 7. **progressing**: every other active slot.
+//!
+//! A phase value this reader does not know (written by a newer minor) is judged as active by
+//! its timestamps: they mean the same in every minor.
+
+use crate::thresholds::{duration_ns, Thresholds};
+use hydra_layout::{HeaderSnapshot, Liveness, Phase, SlotState};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Classification of one slot. See the [module docs](self) for the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotClass {
+    /// No task.
+    Idle,
+    /// A task waits in the engine's queue for this slot.
+    Queued,
+    /// Active and moving.
+    Progressing,
+    /// Moving, but its ETA exceeds the caller's budget.
+    Slow,
+    /// Active with no progress for longer than the stall threshold.
+    Stalled,
+    /// Active (or queued) while its engine is dead or closed.
+    Orphaned,
+    /// No consistent copy could be read: the writer stopped in the middle of an update.
+    Torn,
+}
+
+impl SlotClass {
+    /// Every class, in severity order.
+    pub const ALL: [SlotClass; 7] = [
+        Self::Idle,
+        Self::Queued,
+        Self::Progressing,
+        Self::Slow,
+        Self::Stalled,
+        Self::Orphaned,
+        Self::Torn,
+    ];
+
+    /// Lower-case name: "idle", "queued", "progressing", "slow", "stalled", "orphaned", "torn".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Queued => "queued",
+            Self::Progressing => "progressing",
+            Self::Slow => "slow",
+            Self::Stalled => "stalled",
+            Self::Orphaned => "orphaned",
+            Self::Torn => "torn",
+        }
+    }
+
+    /// How bad it is for a health check.
+    pub fn severity(self) -> Severity {
+        match self {
+            Self::Idle | Self::Queued | Self::Progressing => Severity::Ok,
+            Self::Slow => Severity::Warning,
+            Self::Stalled | Self::Orphaned | Self::Torn => Severity::Critical,
+        }
+    }
+}
+
+impl fmt::Display for SlotClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Health of an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineHealth {
+    /// The writer holds its lock and its loop is not hung.
+    Live,
+    /// The writer is alive, but its heartbeat is older than the heartbeat timeout and every
+    /// active slot is stalled.
+    Hung,
+    /// The writer exited cleanly.
+    Closed,
+    /// The lock is free but the segment was never closed: the writer died.
+    Dead,
+}
+
+impl EngineHealth {
+    /// Lower-case name: "live", "hung", "closed", "dead".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Hung => "hung",
+            Self::Closed => "closed",
+            Self::Dead => "dead",
+        }
+    }
+
+    /// How bad it is for a health check (a closed engine exited on purpose: not a fault).
+    pub fn severity(self) -> Severity {
+        match self {
+            Self::Live | Self::Closed => Severity::Ok,
+            Self::Hung | Self::Dead => Severity::Critical,
+        }
+    }
+}
+
+impl fmt::Display for EngineHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Nagios-style severity of a finding. The numeric value is the plugin exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Healthy (exit 0).
+    Ok,
+    /// Something is slow (exit 1).
+    Warning,
+    /// Something is stalled, dead, hung, orphaned or torn (exit 2).
+    Critical,
+    /// The state could not be determined (exit 3).
+    Unknown,
+}
+
+impl Severity {
+    /// The Nagios exit status: 0, 1, 2 or 3.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Self::Ok => 0,
+            Self::Warning => 1,
+            Self::Critical => 2,
+            Self::Unknown => 3,
+        }
+    }
+
+    /// Upper-case label ("OK", "WARNING", "CRITICAL", "UNKNOWN").
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "OK",
+            Self::Warning => "WARNING",
+            Self::Critical => "CRITICAL",
+            Self::Unknown => "UNKNOWN",
+        }
+    }
+
+    /// Rank for "worst of": OK < WARNING < UNKNOWN < CRITICAL (a known critical outranks
+    /// an unreadable file).
+    pub fn rank(self) -> u8 {
+        match self {
+            Self::Ok => 0,
+            Self::Warning => 1,
+            Self::Unknown => 2,
+            Self::Critical => 3,
+        }
+    }
+
+    /// The worse of two severities.
+    pub fn worst(self, other: Self) -> Self {
+        if other.rank() > self.rank() {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// Figures derived from one slot record at `now`. All `Option`s are `None` when unknown;
+/// floats are always finite.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Derived {
+    /// `work_done / work_total` in 0..=1.
+    pub progress: Option<f64>,
+    /// Work units per second (see the module docs).
+    pub rate_per_s: Option<f64>,
+    /// Seconds to finish the phase at `rate_per_s`.
+    pub eta_s: Option<f64>,
+    /// `now - max(last_progress, phase_start)`.
+    pub last_progress_age_ns: Option<u64>,
+    /// `now - phase_start`.
+    pub phase_age_ns: Option<u64>,
+    /// `now - step_start` of the step in flight.
+    pub step_age_ns: Option<u64>,
+    /// Predicted duration of the step in flight.
+    pub expected_step_ns: Option<u64>,
+    /// `max(floor, factor x expected step)`.
+    pub stall_threshold_ns: u64,
+}
+
+/// `Some(x)` when `x` is finite and not negative.
+pub(crate) fn finite(x: f64) -> Option<f64> {
+    (x.is_finite() && x >= 0.0).then_some(x)
+}
+
+fn age(now_ns: u64, stamp: u64) -> Option<u64> {
+    (stamp != 0).then(|| now_ns.saturating_sub(stamp))
+}
+
+/// Whether a phase counts as active for the classification: prefill, decode, save, restore,
+/// and phases this reader does not know.
+pub fn is_active(phase: Phase) -> bool {
+    phase.is_active() || matches!(phase, Phase::Unknown(_))
+}
+
+/// Observed rate of the current phase, work units per second (see the module docs).
+pub fn rate_per_s(s: &SlotState) -> Option<f64> {
+    if s.work_done > 0 && s.phase_start_ns != 0 && s.last_progress_ns > s.phase_start_ns {
+        let secs = (s.last_progress_ns - s.phase_start_ns) as f64 / 1e9;
+        if let Some(r) = finite(s.work_done as f64 / secs).filter(|r| *r > 0.0) {
+            return Some(r);
+        }
+    }
+    if s.work_done > 0 && s.steps_done > 0 && s.last_step_ns > 0 {
+        let per_step = s.work_done as f64 / s.steps_done as f64;
+        return finite(per_step / (s.last_step_ns as f64 / 1e9)).filter(|r| *r > 0.0);
+    }
+    None
+}
+
+/// Derives progress, rate, ETA, ages and the stall threshold of one slot record at `now_ns`.
+pub fn derive(s: &SlotState, now_ns: u64, t: &Thresholds) -> Derived {
+    let progress = (s.work_total > 0)
+        .then(|| (s.work_done as f64 / s.work_total as f64).clamp(0.0, 1.0))
+        .and_then(finite);
+    let rate = rate_per_s(s);
+    let eta_s = if s.work_total > 0 && s.work_done >= s.work_total {
+        Some(0.0)
+    } else if s.work_total > 0 {
+        rate.and_then(|r| finite((s.work_total - s.work_done) as f64 / r))
+    } else {
+        None
+    };
+    let reference = s.last_progress_ns.max(s.phase_start_ns);
+    let from_step_in_flight = match (s.step_start_ns != 0, rate) {
+        (true, Some(r)) if s.step_size > 0 => finite(s.step_size as f64 * 1e9 / r).map(sat_u64),
+        _ => None,
+    };
+    let from_last_step = (s.last_step_ns > 0).then_some(s.last_step_ns);
+    let expected_step_ns = match (from_step_in_flight, from_last_step) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    Derived {
+        progress,
+        rate_per_s: rate,
+        eta_s,
+        last_progress_age_ns: age(now_ns, reference),
+        phase_age_ns: age(now_ns, s.phase_start_ns),
+        step_age_ns: age(now_ns, s.step_start_ns),
+        expected_step_ns,
+        stall_threshold_ns: t.stall_threshold_ns(expected_step_ns),
+    }
+}
+
+fn sat_u64(x: f64) -> u64 {
+    if x >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        x as u64
+    }
+}
+
+/// Classifies one slot whose record was read consistently. `liveness` is the engine's
+/// lock-based liveness (not the hung verdict, which depends on the slots).
+pub fn classify_slot(
+    s: &SlotState,
+    pending: u64,
+    liveness: Liveness,
+    now_ns: u64,
+    t: &Thresholds,
+) -> SlotClass {
+    classify_derived(s, pending, liveness, &derive(s, now_ns, t), t)
+}
+
+/// [`classify_slot`] from figures already derived with [`derive`].
+pub fn classify_derived(
+    s: &SlotState,
+    pending: u64,
+    liveness: Liveness,
+    d: &Derived,
+    t: &Thresholds,
+) -> SlotClass {
+    let active = is_active(s.phase);
+    let queued = s.phase == Phase::Queued || (s.phase == Phase::Idle && pending > 0);
+    if liveness != Liveness::Live && (active || queued) {
+        return SlotClass::Orphaned;
+    }
+    if queued {
+        return SlotClass::Queued;
+    }
+    if !active {
+        return SlotClass::Idle;
+    }
+    // An active slot always has a phase start; if a writer left both stamps 0, fall back
+    // to the step in flight, else there is no evidence of silence.
+    let silence = d.last_progress_age_ns.or(d.step_age_ns).unwrap_or_default();
+    if silence > d.stall_threshold_ns {
+        return SlotClass::Stalled;
+    }
+    if let (Some(budget), Some(eta)) = (t.budget, d.eta_s) {
+        if eta > budget.as_secs_f64() {
+            return SlotClass::Slow;
+        }
+    }
+    SlotClass::Progressing
+}
+
+/// The engine's health from its lock-based liveness, its header, the classes of its slots
+/// (torn slots count as neither active nor stalled) and `now`.
+///
+/// Hung = live, heartbeat older than `heartbeat_timeout`, and every active slot stalled
+/// (with no active slot, a silent heartbeat alone means the loop stopped: the engine
+/// beats while idle).
+pub fn engine_health(
+    liveness: Liveness,
+    header: &HeaderSnapshot,
+    slots: &[(Phase, SlotClass)],
+    now_ns: u64,
+    t: &Thresholds,
+) -> EngineHealth {
+    match liveness {
+        Liveness::Closed => EngineHealth::Closed,
+        Liveness::Dead => EngineHealth::Dead,
+        Liveness::Live => {
+            let beat_age = now_ns.saturating_sub(header.heartbeat_ns);
+            let silent = beat_age > duration_ns(t.heartbeat_timeout);
+            let all_stalled = slots
+                .iter()
+                .filter(|(p, c)| is_active(*p) && *c != SlotClass::Torn)
+                .all(|(_, c)| *c == SlotClass::Stalled);
+            if silent && all_stalled {
+                EngineHealth::Hung
+            } else {
+                EngineHealth::Live
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hydra_layout::{EngineCounters, Lifecycle, WorkUnit};
+    use std::time::Duration;
+
+    const S: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+    /// A "now" far from 0 so every stamp below is valid.
+    const NOW: u64 = 1_000 * S;
+
+    fn decode(done: u64, total: u64, phase_age: u64, progress_age: u64) -> SlotState {
+        SlotState {
+            task_id: 7,
+            phase: Phase::Decode,
+            work_unit: WorkUnit::Tokens,
+            work_done: done,
+            work_total: total,
+            task_start_ns: NOW - phase_age,
+            phase_start_ns: NOW - phase_age,
+            last_progress_ns: NOW - progress_age,
+            steps_done: done,
+            ..Default::default()
+        }
+    }
+
+    fn class(s: &SlotState, t: &Thresholds) -> SlotClass {
+        classify_slot(s, 0, Liveness::Live, NOW, t)
+    }
+
+    #[test]
+    fn idle_and_queued() {
+        let t = Thresholds::default();
+        let idle = SlotState::default();
+        assert_eq!(class(&idle, &t), SlotClass::Idle);
+        assert_eq!(
+            classify_slot(&idle, 2, Liveness::Live, NOW, &t),
+            SlotClass::Queued
+        );
+        let q = SlotState {
+            phase: Phase::Queued,
+            ..Default::default()
+        };
+        assert_eq!(class(&q, &t), SlotClass::Queued);
+        // An idle slot is never stalled, however old its stamps.
+        let old = SlotState {
+            last_progress_ns: 1,
+            phase_start_ns: 1,
+            ..Default::default()
+        };
+        assert_eq!(class(&old, &t), SlotClass::Idle);
+        // Dead engine: idle stays idle, queued is orphaned.
+        assert_eq!(
+            classify_slot(&idle, 0, Liveness::Dead, NOW, &t),
+            SlotClass::Idle
+        );
+        assert_eq!(
+            classify_slot(&q, 0, Liveness::Dead, NOW, &t),
+            SlotClass::Orphaned
+        );
+        assert_eq!(
+            classify_slot(&idle, 1, Liveness::Closed, NOW, &t),
+            SlotClass::Orphaned
+        );
+    }
+
+    #[test]
+    fn progressing_rate_and_eta() {
+        let t = Thresholds::default();
+        // 30 tokens in a 2 s phase, last progress 0.5 s ago: the work took 1.5 s.
+        let s = decode(30, 100, 2 * S, S / 2);
+        let d = derive(&s, NOW, &t);
+        assert_eq!(d.progress, Some(0.3));
+        assert_eq!(d.rate_per_s, Some(20.0));
+        assert_eq!(d.eta_s, Some(3.5));
+        assert_eq!(d.last_progress_age_ns, Some(S / 2));
+        assert_eq!(class(&s, &t), SlotClass::Progressing);
+    }
+
+    #[test]
+    fn rate_falls_back_to_last_step() {
+        let t = Thresholds::default();
+        let mut s = decode(10, 20, S, S);
+        s.last_progress_ns = s.phase_start_ns; // no interval
+        s.steps_done = 5;
+        s.last_step_ns = 100 * MS; // 2 tokens per step, 0.1 s per step -> 20/s
+        let d = derive(&s, NOW, &t);
+        assert_eq!(d.rate_per_s, Some(20.0));
+        assert_eq!(d.eta_s, Some(0.5));
+        // Nothing known: no rate, no ETA, no progress without a total.
+        let mut bare = decode(0, 0, S, S);
+        bare.steps_done = 0;
+        let d = derive(&bare, NOW, &t);
+        assert_eq!((d.rate_per_s, d.eta_s, d.progress), (None, None, None));
+    }
+
+    #[test]
+    fn finished_work_has_zero_eta_and_clamped_progress() {
+        let t = Thresholds::default();
+        let s = decode(150, 100, 2 * S, S);
+        let d = derive(&s, NOW, &t);
+        assert_eq!(d.progress, Some(1.0));
+        assert_eq!(d.eta_s, Some(0.0));
+    }
+
+    #[test]
+    fn stalled_exactly_at_floor_is_not_stalled_just_over_is() {
+        let t = Thresholds::default();
+        let floor = 30 * S;
+        let at = decode(10, 100, 60 * S, floor);
+        assert_eq!(derive(&at, NOW, &t).stall_threshold_ns, floor);
+        assert_eq!(class(&at, &t), SlotClass::Progressing);
+        let over = decode(10, 100, 60 * S, floor + 1);
+        assert_eq!(class(&over, &t), SlotClass::Stalled);
+    }
+
+    #[test]
+    fn long_step_in_flight_raises_the_threshold() {
+        let t = Thresholds::default();
+        // Prefill at 100 tok/s over the phase; a 512-token chunk in flight is expected to
+        // take 5.12 s, so the threshold is 10 x 5.12 s = 51.2 s, above the 30 s floor.
+        let mut s = decode(1000, 10_000, 20 * S, 10 * S);
+        s.phase = Phase::Prefill;
+        s.step_start_ns = s.last_progress_ns;
+        s.step_size = 512;
+        let d = derive(&s, NOW, &t);
+        assert_eq!(d.rate_per_s, Some(100.0));
+        assert_eq!(d.expected_step_ns, Some(5_120_000_000));
+        assert_eq!(d.stall_threshold_ns, 51_200_000_000);
+        assert_eq!(d.step_age_ns, Some(10 * S));
+        let mut at = s;
+        at.last_progress_ns = NOW - 51_200_000_000;
+        at.step_start_ns = at.last_progress_ns;
+        // Same rate: move the phase start so work/interval stays 100/s.
+        at.phase_start_ns = at.last_progress_ns - 10 * S;
+        assert_eq!(derive(&at, NOW, &t).stall_threshold_ns, 51_200_000_000);
+        assert_eq!(class(&at, &t), SlotClass::Progressing);
+        let mut over = at;
+        over.last_progress_ns -= 1;
+        over.phase_start_ns -= 1;
+        over.step_start_ns -= 1;
+        assert_eq!(class(&over, &t), SlotClass::Stalled);
+    }
+
+    #[test]
+    fn last_step_duration_wins_when_larger() {
+        let t = Thresholds::default();
+        let mut s = decode(100, 1000, 10 * S, 0);
+        s.step_start_ns = NOW;
+        s.step_size = 1; // 1 / 10 tok/s = 0.1 s
+        s.last_step_ns = 4 * S; // the last step took 4 s
+        let d = derive(&s, NOW, &t);
+        assert_eq!(d.expected_step_ns, Some(4 * S));
+        assert_eq!(d.stall_threshold_ns, 40 * S);
+    }
+
+    #[test]
+    fn no_progress_in_phase_counts_from_phase_start() {
+        let t = Thresholds::default();
+        let mut s = decode(0, 100, 31 * S, 500 * S);
+        s.steps_done = 0;
+        assert_eq!(derive(&s, NOW, &t).last_progress_age_ns, Some(31 * S));
+        assert_eq!(class(&s, &t), SlotClass::Stalled);
+        let fresh = decode(0, 100, 30 * S, 500 * S);
+        assert_eq!(class(&fresh, &t), SlotClass::Progressing);
+    }
+
+    #[test]
+    fn slow_exactly_at_budget_is_not_slow_just_over_is() {
+        // 10 tok/s, 50 tokens left: ETA 5 s.
+        let s = decode(50, 100, 5 * S, 0);
+        assert_eq!(derive(&s, NOW, &Thresholds::default()).eta_s, Some(5.0));
+        let at = Thresholds {
+            budget: Some(Duration::from_secs(5)),
+            ..Default::default()
+        };
+        assert_eq!(class(&s, &at), SlotClass::Progressing);
+        let under = Thresholds {
+            budget: Some(Duration::from_nanos(5 * S - 1)),
+            ..Default::default()
+        };
+        assert_eq!(class(&s, &under), SlotClass::Slow);
+        // No budget: never slow. Unknown ETA: never slow.
+        assert_eq!(class(&s, &Thresholds::default()), SlotClass::Progressing);
+        let unknown = decode(50, 0, 5 * S, 0);
+        assert_eq!(class(&unknown, &under), SlotClass::Progressing);
+        // Stalled outranks slow.
+        let stuck = decode(50, 100, 100 * S, 31 * S);
+        assert_eq!(class(&stuck, &under), SlotClass::Stalled);
+    }
+
+    #[test]
+    fn orphaned_when_engine_dead_or_closed() {
+        let t = Thresholds::default();
+        let s = decode(10, 100, S, 0);
+        assert_eq!(
+            classify_slot(&s, 0, Liveness::Dead, NOW, &t),
+            SlotClass::Orphaned
+        );
+        assert_eq!(
+            classify_slot(&s, 0, Liveness::Closed, NOW, &t),
+            SlotClass::Orphaned
+        );
+        let stuck = decode(10, 100, 100 * S, 90 * S);
+        assert_eq!(
+            classify_slot(&stuck, 0, Liveness::Dead, NOW, &t),
+            SlotClass::Orphaned
+        );
+    }
+
+    #[test]
+    fn unknown_phase_is_judged_by_its_stamps() {
+        let t = Thresholds::default();
+        let mut s = decode(1, 10, 40 * S, 31 * S);
+        s.phase = Phase::Unknown(42);
+        assert_eq!(class(&s, &t), SlotClass::Stalled);
+    }
+
+    #[test]
+    fn future_stamps_do_not_underflow() {
+        let t = Thresholds::default();
+        let mut s = decode(1, 10, 0, 0);
+        s.phase_start_ns = NOW + S;
+        s.last_progress_ns = NOW + 2 * S;
+        s.step_start_ns = NOW + 3 * S;
+        let d = derive(&s, NOW, &t);
+        assert_eq!(d.last_progress_age_ns, Some(0));
+        assert_eq!(d.step_age_ns, Some(0));
+        assert_eq!(class(&s, &t), SlotClass::Progressing);
+    }
+
+    #[test]
+    fn hostile_values_never_produce_nan_or_inf() {
+        let t = Thresholds::default();
+        for v in [0, 1, u64::MAX / 2, u64::MAX] {
+            let s = SlotState {
+                phase: Phase::Decode,
+                work_done: v,
+                work_total: v.wrapping_add(1),
+                phase_start_ns: 1,
+                last_progress_ns: v,
+                step_start_ns: v,
+                step_size: v,
+                last_step_ns: v,
+                steps_done: v,
+                ..Default::default()
+            };
+            let d = derive(&s, NOW, &t);
+            for x in [d.progress, d.rate_per_s, d.eta_s].into_iter().flatten() {
+                assert!(x.is_finite() && x >= 0.0, "{x} from {v}");
+            }
+            let _ = class(&s, &t);
+        }
+    }
+
+    fn header(beat_age: u64) -> HeaderSnapshot {
+        HeaderSnapshot {
+            lifecycle: Lifecycle::Ready,
+            heartbeat_ns: NOW - beat_age,
+            loop_iterations: 1,
+            closed_ns: 0,
+            counters: EngineCounters::default(),
+        }
+    }
+
+    #[test]
+    fn engine_health_states() {
+        let t = Thresholds::default();
+        let beat = 30 * S;
+        let stalled = [
+            (Phase::Decode, SlotClass::Stalled),
+            (Phase::Idle, SlotClass::Idle),
+        ];
+        let mixed = [
+            (Phase::Decode, SlotClass::Stalled),
+            (Phase::Prefill, SlotClass::Progressing),
+        ];
+        let h = |l: Liveness, age: u64, slots: &[(Phase, SlotClass)]| {
+            engine_health(l, &header(age), slots, NOW, &t)
+        };
+        assert_eq!(h(Liveness::Live, beat, &stalled), EngineHealth::Live);
+        assert_eq!(h(Liveness::Live, beat + 1, &stalled), EngineHealth::Hung);
+        assert_eq!(h(Liveness::Live, beat + 1, &mixed), EngineHealth::Live);
+        assert_eq!(h(Liveness::Live, beat + 1, &[]), EngineHealth::Hung);
+        assert_eq!(h(Liveness::Live, 0, &stalled), EngineHealth::Live);
+        assert_eq!(h(Liveness::Dead, beat + 1, &stalled), EngineHealth::Dead);
+        assert_eq!(
+            h(Liveness::Closed, beat + 1, &stalled),
+            EngineHealth::Closed
+        );
+    }
+
+    #[test]
+    fn names_and_severities() {
+        let names: Vec<_> = SlotClass::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "idle",
+                "queued",
+                "progressing",
+                "slow",
+                "stalled",
+                "orphaned",
+                "torn"
+            ]
+        );
+        for c in SlotClass::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
+        }
+        assert_eq!(
+            Severity::Warning.worst(Severity::Unknown),
+            Severity::Unknown
+        );
+        assert_eq!(
+            Severity::Critical.worst(Severity::Unknown),
+            Severity::Critical
+        );
+        assert_eq!(Severity::Critical.exit_code(), 2);
+    }
+}

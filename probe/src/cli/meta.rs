@@ -1,0 +1,26 @@
+//! `hydra-probe meta`: always JSON, one line.
+
+use super::output::json_line;
+use super::{Context, EXIT_OK};
+use crate::{EngineView, HydraMeta};
+use hydra_layout::clock;
+use std::io::Write;
+
+pub(super) fn run(
+    ctx: &Context,
+    engine: &str,
+    slot: usize,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let reader = crate::open(&ctx.dir, Some(engine))?;
+    let view = EngineView::capture(&reader, clock::monotonic_ns(), &ctx.thresholds)?;
+    view.slot(slot)?;
+    let meta =
+        HydraMeta::from_view(&view, slot).ok_or_else(|| crate::ProbeError::SlotOutOfRange {
+            engine: view.engine_id.clone(),
+            slot,
+            count: view.slots.len(),
+        })?;
+    json_line(out, &meta)?;
+    Ok(EXIT_OK)
+}

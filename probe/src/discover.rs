@@ -1,0 +1,215 @@
+//! Finding segments in a directory and resolving an engine name (id or path) to one.
+
+use crate::error::ProbeError;
+use hydra_layout::naming::{engine_id_of, segment_path, validate_engine_id};
+use hydra_layout::SegmentReader;
+use std::fs::FileType;
+use std::path::{Path, PathBuf};
+
+/// One segment file found in a directory.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Discovered {
+    /// The engine id its name carries.
+    pub engine_id: String,
+    /// Its path.
+    pub path: PathBuf,
+}
+
+/// An entry named like a segment (`<id>.hps`) that is not a regular file: a FIFO, socket,
+/// directory, symbolic link... Never opened, only reported.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Stray {
+    /// The engine id its name carries.
+    pub engine_id: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// What it is ("FIFO", "directory", "symbolic link", ...).
+    pub kind: &'static str,
+}
+
+/// Everything named like a segment in a directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Regular files named `<valid id>.hps`, sorted by id.
+    pub segments: Vec<Discovered>,
+    /// Other entries named `<valid id>.hps`, sorted by id.
+    pub strays: Vec<Stray>,
+}
+
+fn kind_name(t: FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_file() {
+        "regular file"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else {
+        "file of unknown type"
+    }
+}
+
+/// Lists `dir`: segments (regular files named `<valid id>.hps`) and strays. File types come
+/// from the directory entry (symbolic links are not followed). A missing directory is an
+/// empty scan: engines create it when they start.
+pub fn scan(dir: &Path) -> std::io::Result<Scan> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Scan::default()),
+        Err(e) => return Err(e),
+    };
+    let mut scan = Scan::default();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(engine_id_of) else {
+            continue;
+        };
+        let engine_id = id.to_owned();
+        let path = entry.path();
+        let ft = entry.file_type()?;
+        if ft.is_file() {
+            scan.segments.push(Discovered { engine_id, path });
+        } else {
+            scan.strays.push(Stray {
+                engine_id,
+                path,
+                kind: kind_name(ft),
+            });
+        }
+    }
+    scan.segments.sort();
+    scan.strays.sort_by(|a, b| a.engine_id.cmp(&b.engine_id));
+    Ok(scan)
+}
+
+/// Every segment in `dir`: regular files named `<valid id>.hps`, sorted by engine id.
+/// Temporaries (`.<id>.<pid>.<hex>.tmp`), other names and non-regular entries are skipped;
+/// a missing directory gives an empty list.
+pub fn discover(dir: &Path) -> std::io::Result<Vec<Discovered>> {
+    scan(dir).map(|s| s.segments)
+}
+
+/// Resolves `engine` to a segment path.
+///
+/// - `Some(name)` containing a `/`: a path to a segment file.
+/// - `Some(id)`: engine `id`'s segment in `dir` if that exists (whatever its type: opening
+///   it reports what is wrong), else a file of that name relative to the current directory,
+///   else [`ProbeError::UnknownEngine`].
+/// - `None`: the only segment in `dir`; [`ProbeError::NoEngines`] or
+///   [`ProbeError::AmbiguousEngine`] otherwise.
+pub fn resolve(dir: &Path, engine: Option<&str>) -> Result<PathBuf, ProbeError> {
+    let listing = || discover(dir).map_err(|e| ProbeError::io("read directory", dir, e));
+    let Some(name) = engine else {
+        let mut found = listing()?;
+        return match found.len() {
+            0 => Err(ProbeError::NoEngines {
+                dir: dir.to_path_buf(),
+            }),
+            1 => Ok(found.remove(0).path),
+            _ => Err(ProbeError::AmbiguousEngine {
+                dir: dir.to_path_buf(),
+                ids: found.into_iter().map(|d| d.engine_id).collect(),
+            }),
+        };
+    };
+    if name.contains('/') {
+        return Ok(PathBuf::from(name));
+    }
+    if validate_engine_id(name).is_ok() {
+        let p = segment_path(dir, name);
+        if p.symlink_metadata().is_ok() {
+            return Ok(p);
+        }
+    }
+    if !name.is_empty() && Path::new(name).symlink_metadata().is_ok() {
+        return Ok(PathBuf::from(name));
+    }
+    Err(ProbeError::UnknownEngine {
+        engine: name.to_owned(),
+        dir: dir.to_path_buf(),
+        found: listing()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| d.engine_id)
+            .collect(),
+    })
+}
+
+/// Resolves `engine` (see [`resolve`]) and opens it read-only with default options.
+pub fn open(dir: &Path, engine: Option<&str>) -> Result<SegmentReader, ProbeError> {
+    let path = resolve(dir, engine)?;
+    Ok(SegmentReader::open(path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hydra_layout::{SegmentConfig, SegmentWriter};
+
+    fn writer(dir: &Path, id: &str) -> SegmentWriter {
+        SegmentWriter::create(&SegmentConfig {
+            dir: dir.to_path_buf(),
+            engine_id: id.into(),
+            slot_count: 2,
+            description: Default::default(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn discovers_sorted_segments_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("segs");
+        let _b = writer(&dir, "b");
+        let _a = writer(&dir, "a");
+        std::fs::write(dir.join(".a.1.ff.tmp"), b"x").unwrap();
+        std::fs::write(dir.join("notes.txt"), b"x").unwrap();
+        std::fs::create_dir(dir.join("d.hps")).unwrap();
+        let s = scan(&dir).unwrap();
+        let ids: Vec<_> = s.segments.iter().map(|d| d.engine_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(s.strays.len(), 1);
+        assert_eq!(
+            (s.strays[0].engine_id.as_str(), s.strays[0].kind),
+            ("d", "directory")
+        );
+        assert_eq!(discover(&dir).unwrap(), s.segments);
+        assert!(discover(&tmp.path().join("missing")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn resolves_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("segs");
+        assert!(matches!(
+            resolve(&dir, None),
+            Err(ProbeError::NoEngines { .. })
+        ));
+        let _a = writer(&dir, "a");
+        assert_eq!(resolve(&dir, None).unwrap(), dir.join("a.hps"));
+        let _b = writer(&dir, "b");
+        match resolve(&dir, None) {
+            Err(ProbeError::AmbiguousEngine { ids, .. }) => assert_eq!(ids, ["a", "b"]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(resolve(&dir, Some("b")).unwrap(), dir.join("b.hps"));
+        let by_path = dir.join("a.hps");
+        assert_eq!(resolve(&dir, by_path.to_str()).unwrap(), by_path);
+        match resolve(&dir, Some("zz")) {
+            Err(e @ ProbeError::UnknownEngine { .. }) => {
+                assert!(e.to_string().contains("found: a, b"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(open(&dir, Some("a")).unwrap().identity().engine_id, "a");
+    }
+}

@@ -1,0 +1,80 @@
+//! The library's error type.
+
+use std::path::PathBuf;
+
+/// Everything the probe library can fail with. Messages are one line and name the
+/// directory, engine or file involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// Opening, validating or reading a segment failed.
+    #[error(transparent)]
+    Layout(#[from] hydra_layout::Error),
+    /// A system call on the segment directory or a file in it failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done ("read directory", "unlink", ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The directory holds no segment.
+    #[error("no engines found in {dir}")]
+    NoEngines {
+        /// The directory searched.
+        dir: PathBuf,
+    },
+    /// No engine was named and the directory holds several.
+    #[error("several engines in {dir}, name one of: {}", ids.join(", "))]
+    AmbiguousEngine {
+        /// The directory searched.
+        dir: PathBuf,
+        /// The engine ids found.
+        ids: Vec<String>,
+    },
+    /// The engine named is neither an engine id in the directory nor a segment file.
+    #[error("no engine {engine:?} in {dir}{}", found_list(found))]
+    UnknownEngine {
+        /// The name given.
+        engine: String,
+        /// The directory searched.
+        dir: PathBuf,
+        /// The engine ids that do exist.
+        found: Vec<String>,
+    },
+    /// A slot index past the engine's slot count.
+    #[error("slot {slot} out of range: engine {engine:?} has {count} slots (0..={})", count.saturating_sub(1))]
+    SlotOutOfRange {
+        /// The engine.
+        engine: String,
+        /// The index asked for.
+        slot: usize,
+        /// The slot count.
+        count: usize,
+    },
+}
+
+fn found_list(found: &[String]) -> String {
+    if found.is_empty() {
+        " (no engines there)".to_owned()
+    } else {
+        format!(" (found: {})", found.join(", "))
+    }
+}
+
+impl ProbeError {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+        source: impl Into<std::io::Error>,
+    ) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source: source.into(),
+        }
+    }
+}

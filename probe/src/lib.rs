@@ -1,0 +1,60 @@
+//! Reader library for hydra-progress segments: discover the engines publishing on this
+//! host, snapshot one, and tell a stuck slot from a slow one, and a dead engine from a
+//! live one, with zero IPC to the engine.
+//!
+//! - [`discover`] / [`scan`] list the segments in a directory (default
+//!   [`hydra_layout::naming::DEFAULT_DIR`], overridden by `HYDRA_PROGRESS_DIR`; see
+//!   [`hydra_layout::naming::resolve_dir`]); [`resolve`] and [`open`] turn an engine id or a
+//!   path into a [`hydra_layout::SegmentReader`].
+//! - [`EngineView::capture`] takes a snapshot: identity, health, heartbeat age, counters, and
+//!   a [`SlotView`] per slot with progress, rate, ETA, ages and its [`SlotClass`].
+//! - [`classify`] holds the one classification (pure functions of a record, the engine's
+//!   liveness, `now` and [`Thresholds`]) that the CLI, the exporter and the C ABI share.
+//! - [`HydraMeta`] is the JSON Hydra Core's `SlotMeta` parses, plus the new fields.
+//! - [`findings`] turns a view into Nagios-style findings; [`gc()`] removes what dead
+//!   engines left behind.
+//! - With the default `cli` feature: the `hydra-probe` binary's logic in [`cli`], including
+//!   [`cli::ThresholdArgs`], the clap flags other tools reuse.
+//!
+//! ```no_run
+//! use hydra_probe::{EngineView, HydraMeta, Thresholds};
+//! use hydra_layout::{clock, naming};
+//! # fn main() -> Result<(), hydra_probe::ProbeError> {
+//! let dir = naming::resolve_dir(None);
+//! for found in hydra_probe::discover(&dir).map_err(|e| hydra_probe::ProbeError::Io {
+//!     op: "read directory", path: dir.clone(), source: e })? {
+//!     let reader = hydra_layout::SegmentReader::open(&found.path)?;
+//!     let view = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())?;
+//!     println!("{}: {}", view.engine_id, view.health.as_str());
+//!     for slot in &view.slots {
+//!         println!("  slot {}: {} {:?}", slot.slot, slot.class.as_str(), slot.eta_s);
+//!     }
+//!     let meta = HydraMeta::from_view(&view, 0).expect("every segment has slot 0");
+//!     println!("{}", meta.to_json());
+//! }
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod classify;
+#[cfg(feature = "cli")]
+pub mod cli;
+mod discover;
+mod error;
+mod findings;
+mod gc;
+pub mod human;
+mod meta;
+mod ser;
+mod thresholds;
+mod view;
+
+pub use classify::{EngineHealth, Severity, SlotClass};
+pub use discover::{discover, open, resolve, scan, Discovered, Scan, Stray};
+pub use error::ProbeError;
+pub use findings::{findings, Finding};
+pub use gc::{gc, temporary_engine_id, GcAction, GcEntry, GcOptions};
+pub use meta::HydraMeta;
+pub use thresholds::{parse_duration, Thresholds};
+pub use view::{EngineView, SlotView};

@@ -1,0 +1,285 @@
+//! The Hydra meta JSON: the drop-in answer to Hydra Core's STATE_META query, read from the
+//! segment instead of through the engine's task queue.
+//!
+//! The first fifteen fields are exactly what Hydra Core's `SlotMeta` parses today, with the
+//! same names and JSON types; the rest are new and optional for old clients.
+
+use crate::classify::{is_active, EngineHealth, SlotClass};
+use crate::view::EngineView;
+use hydra_layout::{Phase, WorkUnit};
+use serde::{Deserialize, Serialize};
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// One slot's meta, as Hydra Core's `SlotMeta` expects it, plus the new progress fields.
+///
+/// Floats are always finite (unknown values are `null`, never NaN or infinity).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HydraMeta {
+    // ---- Hydra Core `SlotMeta` (names and JSON types fixed) ----
+    /// Slot index (int).
+    pub slot_id: u64,
+    /// Tokens in the slot's KV cache (int).
+    pub n_past: u64,
+    /// Bytes a state save of the slot produces now (int).
+    pub state_size: u64,
+    /// Whether the slot is doing work: prefill, decode, save or restore (bool).
+    pub is_processing: bool,
+    /// The alias clients use for the model (string).
+    pub model_alias: String,
+    /// Tokenizer family (string).
+    pub tokenizer: String,
+    /// Model name (string).
+    pub model_name: String,
+    /// Quantization (string).
+    pub model_quant: String,
+    /// Capability bits (unsigned int).
+    pub model_capabilities: u64,
+    /// Model file path (string).
+    pub model_path: String,
+    /// "prefill", "decode", "save", "restore" or "idle" (a queued slot is "idle", with
+    /// [`queued`](Self::queued) set; a phase this reader does not know is "idle" too, with its
+    /// raw name in [`phase`](Self::phase)).
+    pub operation: String,
+    /// Progress of the current phase, 0..=1 (float; 0 when unknown or idle).
+    pub progress: f64,
+    /// Tokens processed in the current phase (int; 0 for byte-measured phases).
+    pub tokens_processed: u64,
+    /// Tokens the current phase will process (int; 0 when unknown or byte-measured).
+    pub tokens_total: u64,
+    /// Milliseconds since the current phase started (int; 0 when idle or queued).
+    pub elapsed_ms: u64,
+
+    // ---- new fields ----
+    /// Engine id.
+    pub engine_id: String,
+    /// Engine health: "live", "hung", "closed" or "dead".
+    pub engine_liveness: EngineHealth,
+    /// Slot classification: "idle", "queued", "progressing", "slow", "stalled", "orphaned"
+    /// or "torn".
+    pub classification: SlotClass,
+    /// Whether a task waits in the queue for this slot.
+    pub queued: bool,
+    /// Tasks queued for this slot.
+    pub pending: u64,
+    /// The slot's phase as the segment says it ("queued" and "unknown" included).
+    pub phase: String,
+    /// Task id (changes when the slot takes a new task; 0 = never used).
+    pub task_id: u64,
+    /// Unit of the work counters: "tokens", "bytes" or "none".
+    pub work_unit: String,
+    /// Work done in the current phase, in `work_unit`.
+    pub work_done: u64,
+    /// Work total of the current phase, in `work_unit` (0 = unknown).
+    pub work_total: u64,
+    /// Milliseconds since the slot last progressed (or its phase started); null if never.
+    pub last_progress_age_ms: Option<u64>,
+    /// Observed rate in `work_unit` per second; null when unknown.
+    pub rate_per_s: Option<f64>,
+    /// Seconds to finish the phase at that rate; null when unknown.
+    pub eta_s: Option<f64>,
+    /// Phase start, CLOCK_MONOTONIC ns (0 = none).
+    pub phase_start_ns: u64,
+    /// Phase start, Unix epoch milliseconds (via the segment's clock anchors); null if none.
+    pub phase_start_unix_ms: Option<u64>,
+    /// Age in ms of the step in flight; null when no step runs.
+    pub step_age_ms: Option<u64>,
+    /// Tokens (or bytes) the step in flight carries; 0 when no step runs.
+    pub step_size: u64,
+    /// Silence in ms beyond which the slot counts as stalled.
+    pub stall_threshold_ms: u64,
+    /// How the last task ended: "none", "completed", "cancelled" or "error".
+    pub finish_reason: String,
+    /// Why it failed ("none" unless `finish_reason` is "error").
+    pub error_code: String,
+    /// Slot context size in tokens.
+    pub n_ctx: u64,
+    /// Prompt tokens reused from the KV cache.
+    pub tokens_cached: u64,
+    /// Compute device ("cpu", "cuda:0", ...).
+    pub device: String,
+    /// Milliseconds since the engine loop's last heartbeat.
+    pub heartbeat_age_ms: u64,
+    /// Why the record could not be read consistently (torn slots only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_error: Option<String>,
+}
+
+fn ms(ns: u64) -> u64 {
+    ns / NS_PER_MS
+}
+
+impl HydraMeta {
+    /// The meta of slot `slot` of `engine`; `None` when the slot does not exist.
+    pub fn from_view(engine: &EngineView, slot: usize) -> Option<HydraMeta> {
+        let v = engine.slots.get(slot)?;
+        let s = &v.state;
+        let d = &engine.identity.description;
+        let active = is_active(s.phase);
+        let operation = match s.phase {
+            Phase::Prefill | Phase::Decode | Phase::Save | Phase::Restore => s.phase.as_str(),
+            _ => "idle",
+        };
+        let tokens = s.work_unit == WorkUnit::Tokens;
+        Some(HydraMeta {
+            slot_id: slot as u64,
+            n_past: s.n_past,
+            state_size: s.state_size,
+            is_processing: active,
+            model_alias: d.model_alias.clone(),
+            tokenizer: d.tokenizer.clone(),
+            model_name: d.model_name.clone(),
+            model_quant: d.model_quant.clone(),
+            model_capabilities: d.capabilities,
+            model_path: d.model_path.clone(),
+            operation: operation.to_owned(),
+            progress: if active {
+                v.progress.unwrap_or(0.0)
+            } else {
+                0.0
+            },
+            tokens_processed: if tokens { s.work_done } else { 0 },
+            tokens_total: if tokens { s.work_total } else { 0 },
+            elapsed_ms: if active {
+                v.phase_age_ns.map(ms).unwrap_or(0)
+            } else {
+                0
+            },
+            engine_id: engine.engine_id.clone(),
+            engine_liveness: engine.health,
+            classification: v.class,
+            queued: v.class == SlotClass::Queued
+                || s.phase == Phase::Queued
+                || (s.phase == Phase::Idle && v.pending > 0),
+            pending: v.pending,
+            phase: s.phase.as_str().to_owned(),
+            task_id: s.task_id,
+            work_unit: s.work_unit.as_str().to_owned(),
+            work_done: s.work_done,
+            work_total: s.work_total,
+            last_progress_age_ms: v.last_progress_age_ns.map(ms),
+            rate_per_s: v.rate_per_s.filter(|r| r.is_finite()),
+            eta_s: v.eta_s.filter(|e| e.is_finite()),
+            phase_start_ns: s.phase_start_ns,
+            phase_start_unix_ms: (s.phase_start_ns != 0)
+                .then(|| ms(engine.identity.to_realtime_ns(s.phase_start_ns))),
+            step_age_ms: v.step_age_ns.map(ms),
+            step_size: if s.step_start_ns != 0 { s.step_size } else { 0 },
+            stall_threshold_ms: ms(v.stall_threshold_ns),
+            finish_reason: s.finish_reason.as_str().to_owned(),
+            error_code: s.error_code.as_str().to_owned(),
+            n_ctx: s.n_ctx,
+            tokens_cached: s.tokens_cached,
+            device: d.device.clone(),
+            heartbeat_age_ms: ms(engine.heartbeat_age_ns),
+            read_error: v.read_error.clone(),
+        })
+    }
+
+    /// The meta as one line of JSON.
+    pub fn to_json(&self) -> String {
+        // Serialising plain fields (finite floats, strings, integers) cannot fail.
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::thresholds::Thresholds;
+    use hydra_layout::{
+        clock, EngineDescription, SegmentConfig, SegmentReader, SegmentWriter, SlotState,
+    };
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn meta_of_decoding_queued_and_saving_slots() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = SegmentWriter::create(&SegmentConfig {
+            dir: tmp.path().into(),
+            engine_id: "e1".into(),
+            slot_count: 3,
+            description: EngineDescription {
+                model_name: "tiny".into(),
+                model_alias: "t".into(),
+                capabilities: 3,
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let now = clock::monotonic_ns() + 100 * S;
+        w.publish(
+            0,
+            &SlotState {
+                task_id: 4,
+                phase: Phase::Decode,
+                work_unit: WorkUnit::Tokens,
+                work_done: 25,
+                work_total: 100,
+                n_past: 125,
+                phase_start_ns: now - 2 * S,
+                last_progress_ns: now - S,
+                step_start_ns: now - S / 2,
+                step_size: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        w.publish(
+            1,
+            &SlotState {
+                phase: Phase::Queued,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        w.publish(
+            2,
+            &SlotState {
+                phase: Phase::Save,
+                work_unit: WorkUnit::Bytes,
+                work_done: 1 << 20,
+                work_total: 4 << 20,
+                phase_start_ns: now - S,
+                last_progress_ns: now,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let r = SegmentReader::open(w.path()).unwrap();
+        let v = EngineView::capture(&r, now, &Thresholds::default()).unwrap();
+        let m = HydraMeta::from_view(&v, 0).unwrap();
+        assert_eq!(m.operation, "decode");
+        assert!(m.is_processing);
+        assert_eq!(
+            (m.tokens_processed, m.tokens_total, m.n_past),
+            (25, 100, 125)
+        );
+        assert_eq!(m.progress, 0.25);
+        assert_eq!(m.elapsed_ms, 2000);
+        assert_eq!(m.rate_per_s, Some(25.0));
+        assert_eq!(m.eta_s, Some(3.0));
+        assert_eq!(m.last_progress_age_ms, Some(1000));
+        assert_eq!(m.step_age_ms, Some(500));
+        assert_eq!(m.step_size, 1);
+        assert_eq!(m.classification, SlotClass::Progressing);
+        assert_eq!(m.model_capabilities, 3);
+        let q = HydraMeta::from_view(&v, 1).unwrap();
+        assert_eq!(
+            (q.operation.as_str(), q.queued, q.is_processing),
+            ("idle", true, false)
+        );
+        assert_eq!((q.elapsed_ms, q.progress), (0, 0.0));
+        let s = HydraMeta::from_view(&v, 2).unwrap();
+        assert_eq!(
+            (s.operation.as_str(), s.tokens_processed, s.work_done),
+            ("save", 0, 1 << 20)
+        );
+        assert_eq!(s.progress, 0.25);
+        assert!(HydraMeta::from_view(&v, 3).is_none());
+        // Round trip through JSON.
+        let back: HydraMeta = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(back, m);
+    }
+}

@@ -1,0 +1,372 @@
+//! Snapshots of an engine and its slots, with the derived figures and classes.
+
+use crate::classify::{self, classify_derived, derive, engine_health, EngineHealth, SlotClass};
+use crate::error::ProbeError;
+use crate::thresholds::Thresholds;
+use hydra_layout::{
+    HeaderSnapshot, Identity, Liveness, SegmentReader, SlotSnapshot, SlotState, WorkUnit,
+};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Extra attempts [`EngineView::capture`] makes on a slot that changed on every read of the
+/// layout's own retry budget, before reporting it unreadable.
+const CONTENDED_REREADS: usize = 3;
+
+/// One slot at one moment: the record (or the last values of a torn one), its class and
+/// the figures derived from it. Serialises with the record nested under `state`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlotView {
+    /// Slot index.
+    pub slot: usize,
+    /// Classification (see [`crate::classify`]).
+    pub class: SlotClass,
+    /// The record; for a torn slot, the best-effort last values.
+    #[serde(serialize_with = "crate::ser::slot_state")]
+    pub state: SlotState,
+    /// Tasks queued for the slot (outside the seqlock).
+    pub pending: u64,
+    /// Why no consistent copy could be read (set exactly when `class` is torn).
+    pub read_error: Option<String>,
+    /// Failed seqlock attempts before the consistent copy.
+    pub read_retries: u32,
+    /// `work_done / work_total` in 0..=1.
+    pub progress: Option<f64>,
+    /// Work units (see `state.work_unit`) per second.
+    pub rate_per_s: Option<f64>,
+    /// Seconds to finish the phase at the observed rate.
+    pub eta_s: Option<f64>,
+    /// Time since the slot last moved (progress, or the start of its phase).
+    pub last_progress_age_ns: Option<u64>,
+    /// Time since the current phase started.
+    pub phase_age_ns: Option<u64>,
+    /// Age of the step in flight, if one is under way.
+    pub step_age_ns: Option<u64>,
+    /// Predicted duration of the step in flight.
+    pub expected_step_ns: Option<u64>,
+    /// Silence beyond which this slot counts as stalled.
+    pub stall_threshold_ns: u64,
+}
+
+impl SlotView {
+    /// Builds the view of a consistently read record (pure: no I/O).
+    pub fn from_state(
+        slot: usize,
+        state: SlotState,
+        pending: u64,
+        liveness: Liveness,
+        now_ns: u64,
+        t: &Thresholds,
+    ) -> Self {
+        let d = derive(&state, now_ns, t);
+        let class = classify_derived(&state, pending, liveness, &d, t);
+        Self {
+            slot,
+            class,
+            state,
+            pending,
+            read_error: None,
+            read_retries: 0,
+            progress: d.progress,
+            rate_per_s: d.rate_per_s,
+            eta_s: d.eta_s,
+            last_progress_age_ns: d.last_progress_age_ns,
+            phase_age_ns: d.phase_age_ns,
+            step_age_ns: d.step_age_ns,
+            expected_step_ns: d.expected_step_ns,
+            stall_threshold_ns: d.stall_threshold_ns,
+        }
+    }
+
+    /// Builds the view of a slot that could not be read consistently, keeping `last` (the
+    /// best-effort copy) for display. Its class is torn whatever the values say.
+    pub fn torn(
+        slot: usize,
+        last: SlotState,
+        reason: String,
+        liveness: Liveness,
+        now_ns: u64,
+        t: &Thresholds,
+    ) -> Self {
+        Self {
+            class: SlotClass::Torn,
+            read_error: Some(reason),
+            ..Self::from_state(slot, last, 0, liveness, now_ns, t)
+        }
+    }
+
+    /// Whether the slot is doing work (prefill, decode, save, restore or an unknown phase).
+    pub fn is_active(&self) -> bool {
+        classify::is_active(self.state.phase)
+    }
+
+    /// Unit name of `work_done`, `work_total` and the rate ("tokens", "bytes", "none").
+    pub fn unit(&self) -> &'static str {
+        match self.state.work_unit {
+            WorkUnit::Unknown(_) => "units",
+            u => u.as_str(),
+        }
+    }
+}
+
+/// One engine at one moment: identity, health, header, and a [`SlotView`] per slot.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineView {
+    /// Engine id (from the header).
+    pub engine_id: String,
+    /// Segment file.
+    pub path: PathBuf,
+    /// The `now` (CLOCK_MONOTONIC ns) every age is measured from.
+    pub now_ns: u64,
+    /// Health: live, hung, closed or dead.
+    pub health: EngineHealth,
+    /// Identity and description strings, immutable for the segment's life.
+    #[serde(serialize_with = "crate::ser::identity")]
+    pub identity: Identity,
+    /// Heartbeat, counters, lifecycle.
+    #[serde(serialize_with = "crate::ser::header")]
+    pub header: HeaderSnapshot,
+    /// `now - heartbeat`.
+    pub heartbeat_age_ns: u64,
+    /// One view per slot, in slot order.
+    pub slots: Vec<SlotView>,
+}
+
+impl EngineView {
+    /// Reads `reader`'s header, every slot and its liveness, and classifies at `now_ns`
+    /// (CLOCK_MONOTONIC, normally [`hydra_layout::clock::monotonic_ns`] taken just before).
+    ///
+    /// A torn slot becomes a [`SlotClass::Torn`] view with its last values; a slot that
+    /// changed on every read attempt, or that reads torn while its writer is alive (the
+    /// writer may merely be preempted mid-update), is re-read a few times first. Failures of the segment as a whole (it changed size, `flock` failed) are errors.
+    pub fn capture(
+        reader: &SegmentReader,
+        now_ns: u64,
+        thresholds: &Thresholds,
+    ) -> Result<EngineView, ProbeError> {
+        let snapshot = reader.snapshot()?;
+        let liveness = reader.liveness()?;
+        let slots = snapshot
+            .slots
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| match r {
+                // A live writer can be preempted between its two sequence stores for longer
+                // than one read's retry budget on a loaded machine: re-read before calling a
+                // live engine's slot torn. A dead writer's odd sequence never changes.
+                Err(hydra_layout::Error::Contended { .. })
+                | Err(hydra_layout::Error::Torn { .. })
+                    if liveness == Liveness::Live
+                        || matches!(r, Err(hydra_layout::Error::Contended { .. })) =>
+                {
+                    let mut last = r;
+                    for _ in 0..CONTENDED_REREADS {
+                        last = reader.slot(i);
+                        if !matches!(
+                            last,
+                            Err(hydra_layout::Error::Contended { .. })
+                                | Err(hydra_layout::Error::Torn { .. })
+                        ) {
+                            break;
+                        }
+                    }
+                    last
+                }
+                other => other,
+            })
+            .collect();
+        Self::from_parts(
+            reader.identity().clone(),
+            reader.path().to_path_buf(),
+            snapshot.header,
+            liveness,
+            slots,
+            now_ns,
+            thresholds,
+        )
+    }
+
+    /// Builds a view from already-read parts (pure apart from the error conversion: no I/O).
+    /// Slot errors other than torn and contended reads are returned as errors.
+    pub fn from_parts(
+        identity: Identity,
+        path: PathBuf,
+        header: HeaderSnapshot,
+        liveness: Liveness,
+        slots: Vec<hydra_layout::Result<SlotSnapshot>>,
+        now_ns: u64,
+        t: &Thresholds,
+    ) -> Result<EngineView, ProbeError> {
+        let mut views = Vec::with_capacity(slots.len());
+        for (i, r) in slots.into_iter().enumerate() {
+            let view = match r {
+                Ok(snap) => SlotView {
+                    read_retries: snap.retries,
+                    ..SlotView::from_state(i, snap.state, snap.pending, liveness, now_ns, t)
+                },
+                Err(e) => {
+                    let reason = e.to_string();
+                    match e {
+                        hydra_layout::Error::Torn { last, .. } => {
+                            SlotView::torn(i, *last, reason, liveness, now_ns, t)
+                        }
+                        hydra_layout::Error::Contended { .. } => {
+                            SlotView::torn(i, SlotState::default(), reason, liveness, now_ns, t)
+                        }
+                        other => return Err(other.into()),
+                    }
+                }
+            };
+            views.push(view);
+        }
+        let classes: Vec<_> = views.iter().map(|v| (v.state.phase, v.class)).collect();
+        Ok(EngineView {
+            engine_id: identity.engine_id.clone(),
+            path,
+            now_ns,
+            health: engine_health(liveness, &header, &classes, now_ns, t),
+            heartbeat_age_ns: now_ns.saturating_sub(header.heartbeat_ns),
+            identity,
+            header,
+            slots: views,
+        })
+    }
+
+    /// Slot `slot`'s view.
+    pub fn slot(&self, slot: usize) -> Result<&SlotView, ProbeError> {
+        self.slots
+            .get(slot)
+            .ok_or_else(|| ProbeError::SlotOutOfRange {
+                engine: self.engine_id.clone(),
+                slot,
+                count: self.slots.len(),
+            })
+    }
+
+    /// Number of slots doing work (prefill, decode, save, restore).
+    pub fn busy_slots(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_active()).count()
+    }
+
+    /// The engine's lock-based liveness, as the health without the hung verdict.
+    pub fn liveness(&self) -> Liveness {
+        match self.health {
+            EngineHealth::Live | EngineHealth::Hung => Liveness::Live,
+            EngineHealth::Closed => Liveness::Closed,
+            EngineHealth::Dead => Liveness::Dead,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hydra_layout::{
+        clock, EngineDescription, Phase, SegmentConfig, SegmentWriter, WriterCounters,
+    };
+    use std::path::Path;
+
+    const S: u64 = 1_000_000_000;
+
+    fn writer(dir: &Path, slots: usize) -> SegmentWriter {
+        SegmentWriter::create(&SegmentConfig {
+            dir: dir.to_path_buf(),
+            engine_id: "e1".into(),
+            slot_count: slots,
+            description: EngineDescription {
+                model_name: "tiny".into(),
+                device: "cpu".into(),
+                ..Default::default()
+            },
+        })
+        .unwrap()
+    }
+
+    fn decode(now: u64, done: u64) -> SlotState {
+        SlotState {
+            task_id: 9,
+            phase: Phase::Decode,
+            work_unit: WorkUnit::Tokens,
+            work_done: done,
+            work_total: 100,
+            phase_start_ns: now - 10 * S,
+            task_start_ns: now - 10 * S,
+            last_progress_ns: now - S,
+            steps_done: done,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn capture_live_engine() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = writer(tmp.path(), 3);
+        let now = clock::monotonic_ns() + 1000 * S;
+        w.heartbeat(now - S);
+        w.set_counters(&WriterCounters {
+            generated_tokens_total: 5,
+            ..Default::default()
+        });
+        w.publish(1, &decode(now, 45)).unwrap();
+        w.pending_counter().queued(2);
+        let r = SegmentReader::open(w.path()).unwrap();
+        let v = EngineView::capture(&r, now, &Thresholds::default()).unwrap();
+        assert_eq!(v.engine_id, "e1");
+        assert_eq!(v.health, EngineHealth::Live);
+        assert_eq!(v.heartbeat_age_ns, S);
+        assert_eq!(v.header.counters.generated_tokens_total, 5);
+        let classes: Vec<_> = v.slots.iter().map(|s| s.class).collect();
+        assert_eq!(
+            classes,
+            [SlotClass::Idle, SlotClass::Progressing, SlotClass::Queued]
+        );
+        assert_eq!(v.slots[1].rate_per_s, Some(5.0));
+        assert_eq!(v.busy_slots(), 1);
+        assert!(matches!(
+            v.slot(3),
+            Err(ProbeError::SlotOutOfRange { count: 3, .. })
+        ));
+        // Far in the future everything active is stalled and the engine hung.
+        let later = now + 100 * S;
+        let v = EngineView::capture(&r, later, &Thresholds::default()).unwrap();
+        assert_eq!(v.slots[1].class, SlotClass::Stalled);
+        assert_eq!(v.health, EngineHealth::Hung);
+        let json = serde_json::to_value(&v).unwrap();
+        assert_eq!(json["health"], "hung");
+        assert_eq!(json["slots"][1]["state"]["phase"], "decode");
+        assert_eq!(json["identity"]["model_name"], "tiny");
+    }
+
+    #[test]
+    fn torn_slot_keeps_last_values_and_dead_engine_orphans() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = writer(tmp.path(), 2);
+        let now = clock::monotonic_ns() + 1000 * S;
+        w.publish(0, &decode(now, 10)).unwrap();
+        w.publish(1, &decode(now, 20)).unwrap();
+        w.abandon_update(1).unwrap();
+        let r = SegmentReader::open(w.path()).unwrap();
+        let t = Thresholds::default();
+        let v = EngineView::capture(&r, now, &t).unwrap();
+        assert_eq!(v.slots[1].class, SlotClass::Torn);
+        assert_eq!(v.slots[1].state.work_done, 20);
+        assert!(v.slots[1].read_error.as_deref().unwrap().contains("torn"));
+        w.simulate_crash();
+        let v = EngineView::capture(&r, now, &t).unwrap();
+        assert_eq!(v.health, EngineHealth::Dead);
+        assert_eq!(v.slots[0].class, SlotClass::Orphaned);
+        assert_eq!(v.slots[1].class, SlotClass::Torn);
+        assert_eq!(v.liveness(), Liveness::Dead);
+    }
+
+    #[test]
+    fn closed_engine() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = writer(tmp.path(), 1);
+        let r = SegmentReader::open(w.path()).unwrap();
+        w.close().unwrap();
+        let v = EngineView::capture(&r, clock::monotonic_ns(), &Thresholds::default()).unwrap();
+        assert_eq!(v.health, EngineHealth::Closed);
+        assert_eq!(v.slots[0].class, SlotClass::Idle);
+    }
+}

@@ -1,0 +1,509 @@
+//! End-to-end tests of the `hydra-probe` binary: every subcommand, exit codes and messages.
+
+mod common;
+
+use common::{decode, Scratch, S};
+use hydra_layout::{clock, Phase, SlotState};
+use std::time::{Duration, SystemTime};
+
+#[test]
+fn help_version_and_usage_errors() {
+    let s = Scratch::new();
+    s.probe(&["--help"]).code_is(0).stdout_has("Usage");
+    s.probe(&["check", "--help"])
+        .code_is(0)
+        .stdout_has("--budget");
+    s.probe(&["--version"]).code_is(0).stdout_has("hydra-probe");
+    s.probe(&["frobnicate"]).code_is(3).error_is("frobnicate");
+    s.probe(&["meta", "e1"]).code_is(3).error_is("<SLOT>");
+    s.probe(&["meta", "e1", "minus-one"])
+        .code_is(3)
+        .error_is("minus-one");
+    s.probe(&["watch", "--interval", "soon"])
+        .code_is(3)
+        .error_is("invalid duration");
+    s.probe(&[]).code_is(3).error_is("missing command");
+}
+
+#[test]
+fn list_shows_engines_and_every_unreadable_file() {
+    let s = Scratch::new();
+    let mut live = s.writer("alpha", 4);
+    live.publish(1, &decode(10, 100, 2 * S, 0)).unwrap();
+    s.writer("dead", 2).simulate_crash();
+    std::fs::write(s.dir.join("garbage.hps"), b"definitely not a segment").unwrap();
+    std::fs::create_dir(s.dir.join("adir.hps")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        s.dir.join("fifo.hps").as_path(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let run = s.probe(&["list"]);
+    run.code_is(0)
+        .stdout_has("alpha")
+        .stdout_has("live")
+        .stdout_has("1/4")
+        .stdout_has("tiny-llama")
+        .stdout_has("dead")
+        .stdout_has("garbage: error:")
+        .stdout_has("not a hydra-progress segment")
+        .stdout_has("fifo: error:")
+        .stdout_has("it is a FIFO")
+        .stdout_has("adir: error:")
+        .stdout_has("it is a directory");
+    let json = s.probe(&["--json", "list"]).code_is(0).json();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 5);
+    let ids: Vec<_> = rows
+        .iter()
+        .map(|r| r["engine_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["adir", "alpha", "dead", "fifo", "garbage"]);
+    assert_eq!(rows[1]["health"], "live");
+    assert_eq!(rows[1]["busy_slots"], 1);
+    assert_eq!(rows[2]["health"], "dead");
+    assert!(rows[4]["error"].is_string());
+}
+
+#[test]
+fn list_of_wrong_owner_file() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        return; // only root can give a file away
+    }
+    let s = Scratch::new();
+    let w = s.writer("theirs", 1);
+    std::os::unix::fs::chown(w.path(), Some(12345), None).unwrap();
+    s.probe(&["list"])
+        .code_is(0)
+        .stdout_has("owned by uid 12345");
+    s.probe(&["show", "theirs"])
+        .code_is(3)
+        .error_is("owned by uid 12345");
+}
+
+#[test]
+fn no_engines() {
+    let s = Scratch::new();
+    s.probe(&["list"]).code_is(0).stdout_has("no engines found");
+    assert_eq!(s.probe(&["--json", "list"]).json(), serde_json::json!([]));
+    s.probe(&["show"])
+        .code_is(3)
+        .error_is("no engines found in");
+    s.probe(&["watch", "--count", "1"])
+        .code_is(3)
+        .error_is("no engines found in");
+    s.probe(&["check"])
+        .code_is(3)
+        .error_is("no engines found in");
+    s.probe(&["gc"]).code_is(0);
+    // A directory that does not exist yet is the same as an empty one.
+    let missing = s.tmp.path().join("nope");
+    s.probe_bare(&["--dir", missing.to_str().unwrap(), "list"], None)
+        .code_is(0)
+        .stdout_has("no engines found");
+}
+
+#[test]
+fn dir_comes_from_the_environment() {
+    let s = Scratch::new();
+    let _w = s.writer("envy", 1);
+    s.probe_bare(&["list"], Some(&s.dir))
+        .code_is(0)
+        .stdout_has("envy");
+    // --dir beats the environment.
+    let other = s.tmp.path().join("other");
+    s.probe_bare(&["--dir", other.to_str().unwrap(), "list"], Some(&s.dir))
+        .code_is(0)
+        .stdout_has("no engines found");
+}
+
+#[test]
+fn show_table_json_and_slot_filter() {
+    let s = Scratch::new();
+    let mut w = s.writer("e1", 3);
+    w.heartbeat(clock::monotonic_ns());
+    w.publish(1, &decode(25, 100, 10 * S, S / 10)).unwrap();
+    w.pending_counter().queued(2);
+    let run = s.probe(&["show"]);
+    run.code_is(0)
+        .stdout_has("engine e1")
+        .stdout_has("live")
+        .stdout_has("SLOT")
+        .stdout_has("progressing")
+        .stdout_has("25/100 (25.0%)")
+        .stdout_has("tok/s")
+        .stdout_has("queued")
+        .stdout_has("idle");
+    let one = s.probe(&["show", "e1", "--slot", "1"]);
+    one.code_is(0).stdout_has("progressing");
+    assert!(!one.stdout().contains("queued"), "{}", one.stdout());
+    let json = s.probe(&["--json", "show", "e1"]).code_is(0).json();
+    assert_eq!(json["engine_id"], "e1");
+    assert_eq!(json["health"], "live");
+    assert_eq!(json["slots"].as_array().unwrap().len(), 3);
+    assert_eq!(json["slots"][1]["class"], "progressing");
+    assert_eq!(json["slots"][1]["state"]["work_done"], 25);
+    assert!(json["slots"][1]["rate_per_s"].is_f64());
+    assert!(json["slots"][0]["eta_s"].is_null());
+    s.probe(&["show", "e1", "--slot", "3"])
+        .code_is(3)
+        .error_is("slot 3 out of range: engine \"e1\" has 3 slots");
+    // By path.
+    let path = w.path().to_str().unwrap().to_owned();
+    s.probe(&["show", &path]).code_is(0).stdout_has("engine e1");
+}
+
+#[test]
+fn engine_resolution_errors() {
+    let s = Scratch::new();
+    let _a = s.writer("a", 1);
+    let _b = s.writer("b", 1);
+    s.probe(&["show"]).code_is(3).error_is("several engines in");
+    s.probe(&["show"]).error_is("name one of: a, b");
+    s.probe(&["show", "zz"])
+        .code_is(3)
+        .error_is("no engine \"zz\"");
+    s.probe(&["show", "zz"]).error_is("found: a, b");
+    s.probe(&["meta", "zz", "0"])
+        .code_is(3)
+        .error_is("no engine \"zz\"");
+    s.probe(&["meta", "a", "1"])
+        .code_is(3)
+        .error_is("slot 1 out of range");
+    s.probe(&["check", "zz"])
+        .code_is(3)
+        .error_is("no engine \"zz\"");
+    s.probe(&["show", "/nonexistent/x.hps"])
+        .code_is(3)
+        .error_is("/nonexistent");
+}
+
+#[test]
+fn unreadable_files_are_clear_errors() {
+    let s = Scratch::new();
+    std::fs::write(s.dir.join("garbage.hps"), vec![0xAB; 4096]).unwrap();
+    std::fs::write(s.dir.join("short.hps"), b"HYDR").unwrap();
+    std::fs::create_dir(s.dir.join("adir.hps")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        s.dir.join("fifo.hps").as_path(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    s.probe(&["show", "garbage"])
+        .code_is(3)
+        .error_is("is not a hydra-progress segment");
+    s.probe(&["meta", "garbage", "0"])
+        .code_is(3)
+        .error_is("is not a hydra-progress segment");
+    s.probe(&["show", "short"]).code_is(3).error_is("truncated");
+    s.probe(&["show", "adir"])
+        .code_is(3)
+        .error_is("it is a directory");
+    s.probe(&["show", "fifo"])
+        .code_is(3)
+        .error_is("it is a FIFO");
+    // Only garbage here: `check` cannot tell, exit 3 with one line per file.
+    let run = s.probe(&["check"]);
+    run.code_is(3)
+        .stdout_has("UNKNOWN: garbage: cannot read")
+        .stdout_has("it is a FIFO");
+}
+
+/// Every field Hydra Core's `SlotMeta` parses, with its JSON type.
+#[test]
+fn meta_has_every_slotmeta_field_with_its_json_type() {
+    let s = Scratch::new();
+    let mut w = s.writer("e1", 2);
+    w.publish(0, &decode(30, 120, 3 * S, S / 2)).unwrap();
+    for slot in [0usize, 1] {
+        let m = s
+            .probe(&["meta", "e1", &slot.to_string()])
+            .code_is(0)
+            .json();
+        let obj = m.as_object().expect("meta is an object");
+        let check = |name: &str, ok: fn(&serde_json::Value) -> bool, what: &str| {
+            let v = obj
+                .get(name)
+                .unwrap_or_else(|| panic!("meta lacks {name}: {m}"));
+            assert!(ok(v), "{name} is not {what}: {v}");
+        };
+        check("slot_id", |v| v.is_u64(), "an unsigned int");
+        check("n_past", |v| v.is_u64(), "an unsigned int");
+        check("state_size", |v| v.is_u64(), "an unsigned int");
+        check("is_processing", |v| v.is_boolean(), "a bool");
+        check("model_alias", |v| v.is_string(), "a string");
+        check("tokenizer", |v| v.is_string(), "a string");
+        check("model_name", |v| v.is_string(), "a string");
+        check("model_quant", |v| v.is_string(), "a string");
+        check("model_capabilities", |v| v.is_u64(), "an unsigned int");
+        check("model_path", |v| v.is_string(), "a string");
+        check("operation", |v| v.is_string(), "a string");
+        check("progress", |v| v.is_f64(), "a float");
+        check("tokens_processed", |v| v.is_u64(), "an unsigned int");
+        check("tokens_total", |v| v.is_u64(), "an unsigned int");
+        check("elapsed_ms", |v| v.is_u64(), "an unsigned int");
+        // New fields.
+        check("classification", |v| v.is_string(), "a string");
+        check("engine_liveness", |v| v.is_string(), "a string");
+        check("engine_id", |v| v.is_string(), "a string");
+        check("task_id", |v| v.is_u64(), "an unsigned int");
+        check("queued", |v| v.is_boolean(), "a bool");
+        check("phase_start_ns", |v| v.is_u64(), "an unsigned int");
+        check("step_size", |v| v.is_u64(), "an unsigned int");
+        check(
+            "last_progress_age_ms",
+            |v| v.is_u64() || v.is_null(),
+            "an int or null",
+        );
+        check(
+            "rate_per_s",
+            |v| v.is_f64() || v.is_null(),
+            "a float or null",
+        );
+        check("eta_s", |v| v.is_f64() || v.is_null(), "a float or null");
+        check(
+            "step_age_ms",
+            |v| v.is_u64() || v.is_null(),
+            "an int or null",
+        );
+        let op = obj["operation"].as_str().unwrap();
+        assert!(
+            ["prefill", "decode", "save", "restore", "idle"].contains(&op),
+            "{op}"
+        );
+        let p = obj["progress"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&p));
+    }
+    let m = s.probe(&["meta", "e1", "0"]).json();
+    assert_eq!(m["slot_id"], 0);
+    assert_eq!(m["operation"], "decode");
+    assert_eq!(m["is_processing"], true);
+    assert_eq!(m["tokens_processed"], 30);
+    assert_eq!(m["tokens_total"], 120);
+    assert_eq!(m["progress"], 0.25);
+    assert_eq!(m["n_past"], 40);
+    assert_eq!(m["model_alias"], "tiny");
+    assert_eq!(m["model_capabilities"], 3);
+    assert_eq!(m["classification"], "progressing");
+    assert_eq!(m["engine_liveness"], "live");
+    assert!(m["elapsed_ms"].as_u64().unwrap() >= 3000);
+    let idle = s.probe(&["meta", "e1", "1"]).json();
+    assert_eq!(idle["operation"], "idle");
+    assert_eq!(idle["elapsed_ms"], 0);
+    assert_eq!(idle["eta_s"], serde_json::Value::Null);
+    // `--json` changes nothing: meta is always JSON.
+    assert_eq!(
+        s.probe(&["--json", "meta", "e1", "1"]).json()["operation"],
+        "idle"
+    );
+}
+
+#[test]
+fn meta_of_a_queued_slot_is_idle_and_queued() {
+    let s = Scratch::new();
+    let mut w = s.writer("e1", 1);
+    w.publish(
+        0,
+        &SlotState {
+            phase: Phase::Queued,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let m = s.probe(&["meta", "e1", "0"]).code_is(0).json();
+    assert_eq!(m["operation"], "idle");
+    assert_eq!(m["queued"], true);
+    assert_eq!(m["classification"], "queued");
+}
+
+#[test]
+fn watch_plain_and_json() {
+    let s = Scratch::new();
+    let mut w = s.writer("e1", 2);
+    w.publish(0, &decode(5, 50, S, 0)).unwrap();
+    let run = s.probe(&["watch", "--interval", "10ms", "--count", "3"]);
+    run.code_is(0);
+    let lines: Vec<_> = run.stdout().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("e1 slot 0 decode 5/50")),
+        "{lines:?}"
+    );
+    let run = s.probe(&[
+        "--json",
+        "watch",
+        "e1",
+        "--interval",
+        "10ms",
+        "--count",
+        "2",
+    ]);
+    run.code_is(0);
+    let views: Vec<serde_json::Value> = run
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(views.len(), 2);
+    assert_eq!(views[1]["slots"][0]["class"], "progressing");
+    w.publish(0, &SlotState::default()).unwrap();
+    s.probe(&["watch", "--interval", "10ms", "--count", "1"])
+        .code_is(0)
+        .stdout_has("all 2 slots idle");
+}
+
+#[test]
+fn check_healthy_slow_stalled() {
+    let s = Scratch::new();
+    let mut w = s.writer("e1", 2);
+    w.heartbeat(clock::monotonic_ns());
+    // 10 tok/s with 900 tokens left: ETA 90 s.
+    w.publish(0, &decode(100, 1000, 10 * S, 0)).unwrap();
+    s.probe(&["check"])
+        .code_is(0)
+        .stdout_has("OK: 1 engine healthy, 1 slot busy");
+    s.probe(&["check", "e1", "--budget", "100"]).code_is(0);
+    s.probe(&["check", "e1", "--budget", "60"])
+        .code_is(1)
+        .stdout_has("WARNING: e1 slot 0 slow")
+        .stdout_has("ETA 1m30s exceeds budget 1m00s");
+    let json = s
+        .probe(&["--json", "check", "--budget", "60"])
+        .code_is(1)
+        .json();
+    assert_eq!(json["status"], "WARNING");
+    assert_eq!(json["findings"][0]["kind"], "slow");
+    assert_eq!(json["findings"][0]["slot"], 0);
+    // Slot 1 silent for 20 s: stalled with a 5 s floor, fine with the 30 s default.
+    w.publish(1, &decode(3, 100, 30 * S, 20 * S)).unwrap();
+    s.probe(&["check"]).code_is(0);
+    s.probe(&["check", "--stall-floor", "5s"])
+        .code_is(2)
+        .stdout_has("CRITICAL: e1 slot 1 stalled")
+        .stdout_has("no progress for 20.0s");
+    // Critical outranks warning, and comes first.
+    let run = s.probe(&["check", "--stall-floor", "5s", "--budget", "60"]);
+    run.code_is(2);
+    assert!(run.stdout().starts_with("CRITICAL"), "{}", run.stdout());
+    assert!(run.stdout().contains("WARNING"));
+}
+
+#[test]
+fn check_hung_dead_orphaned_torn() {
+    let s = Scratch::new();
+    let mut w = s.writer("hung", 1);
+    w.heartbeat(clock::monotonic_ns().saturating_sub(60 * S).max(1));
+    w.publish(0, &decode(3, 100, 60 * S, 60 * S)).unwrap();
+    s.probe(&[
+        "check",
+        "hung",
+        "--stall-floor",
+        "5s",
+        "--heartbeat-timeout",
+        "5s",
+    ])
+    .code_is(2)
+    .stdout_has("engine hung (pid")
+    .stdout_has("is hung");
+    s.probe(&[
+        "show",
+        "hung",
+        "--stall-floor",
+        "5s",
+        "--heartbeat-timeout",
+        "5s",
+    ])
+    .code_is(0)
+    .stdout_has("hung")
+    .stdout_has("stalled");
+
+    let mut d = s.writer("gone", 2);
+    d.publish(1, &decode(3, 100, S, 0)).unwrap();
+    d.simulate_crash();
+    let run = s.probe(&["check", "gone"]);
+    run.code_is(2)
+        .stdout_has("engine gone")
+        .stdout_has("is dead")
+        .stdout_has("gone slot 1 orphaned");
+    let m = s.probe(&["meta", "gone", "1"]).code_is(0).json();
+    assert_eq!(m["classification"], "orphaned");
+    assert_eq!(m["engine_liveness"], "dead");
+
+    let mut t = s.writer("torn", 2);
+    t.publish(0, &decode(7, 100, S, 0)).unwrap();
+    t.abandon_update(0).unwrap();
+    s.probe(&["check", "torn"])
+        .code_is(2)
+        .stdout_has("torn slot 0 torn");
+    let m = s.probe(&["meta", "torn", "0"]).code_is(0).json();
+    assert_eq!(m["classification"], "torn");
+    assert_eq!(m["tokens_processed"], 7, "last values kept");
+    s.probe(&["show", "torn"]).code_is(0).stdout_has("torn");
+}
+
+#[test]
+fn gc_removes_only_what_is_dead() {
+    let s = Scratch::new();
+    let _live = s.writer("live", 1);
+    s.writer("dead", 1).simulate_crash();
+    std::fs::write(s.dir.join("junk.hps"), b"junk").unwrap();
+    let stale = s.dir.join(".dead.999.abcd.tmp");
+    let f = std::fs::File::create(&stale).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    drop(f);
+    let fresh = s.dir.join(".new.1000.abcd.tmp");
+    std::fs::write(&fresh, b"").unwrap();
+    s.probe(&["gc", "--dry-run"])
+        .code_is(0)
+        .stdout_has("would remove: ")
+        .stdout_has("dead.hps: dead engine");
+    assert!(s.dir.join("dead.hps").exists() && stale.exists());
+    let run = s.probe(&["gc"]);
+    run.code_is(0)
+        .stdout_has("removed: ")
+        .stdout_has("kept: ")
+        .stdout_has("live engine")
+        .stdout_has("not a valid segment");
+    assert!(!s.dir.join("dead.hps").exists());
+    assert!(!stale.exists());
+    assert!(s.dir.join("live.hps").exists() && s.dir.join("junk.hps").exists() && fresh.exists());
+    let json = s.probe(&["--json", "gc", "--dry-run"]).code_is(0).json();
+    assert!(
+        json.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["action"] == "kept"),
+        "{json}"
+    );
+}
+
+#[test]
+fn broken_pipe_is_success() {
+    let s = Scratch::new();
+    let _w = s.writer("e1", 64);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    for args in [
+        &["show"][..],
+        &["list"],
+        &["meta", "e1", "0"],
+        &["watch", "--count", "2", "--interval", "10ms"],
+    ] {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_hydra-probe"))
+            .arg("--dir")
+            .arg(&s.dir)
+            .args(args)
+            .stdout(writer.try_clone().unwrap())
+            .stderr(std::process::Stdio::piped())
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?}");
+    }
+}
