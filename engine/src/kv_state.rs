@@ -17,7 +17,7 @@
 //! |     36 |    4 | reserved, 0                                     |
 //! |     40 |    8 | n_past                                          |
 //! |     48 |    8 | payload length in bytes                         |
-//! |     56 |    P | payload: for each layer, K then V, each `[n_kv_head][n_past][head_dim]` f32 |
+//! |     56 |    P | payload: for each layer, K then V, each `[n_kv_head][n_past][head_dim]` f32; then, when n_past > 0, the next-token scores, `[vocab_size]` f32 |
 //! |   56+P |    8 | checksum of bytes `0..56+P`                     |
 
 use std::io::{Read, Write};
@@ -56,8 +56,18 @@ const _: () = assert!(HEADER_LEN == 56);
 /// Bytes written per I/O call (and between progress reports).
 const CHUNK: usize = 1 << 20;
 
+/// Bytes of the next-token scores a state of `n_past` tokens carries (none when empty):
+/// with them a restored slot can decode at once, as llama.cpp's states allow.
+fn logits_len(cfg: &LlamaConfig, n_past: usize) -> u64 {
+    if n_past > 0 {
+        cfg.vocab_size as u64 * 4
+    } else {
+        0
+    }
+}
+
 fn payload_len(cfg: &LlamaConfig, n_past: usize) -> u64 {
-    (cfg.kv_bytes_per_token() as u64) * n_past as u64
+    (cfg.kv_bytes_per_token() as u64) * n_past as u64 + logits_len(cfg, n_past)
 }
 
 /// Exact size of a state holding `n_past` tokens.
@@ -166,6 +176,7 @@ pub(crate) fn save<W: Write + ?Sized>(
     fingerprint: u64,
     n_past: usize,
     layers: &[LayerKv],
+    logits: Option<&[f32]>,
     w: &mut W,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<u64> {
@@ -206,6 +217,17 @@ pub(crate) fn save<W: Write + ?Sized>(
                 out.put(&bytes)?;
             }
         }
+        let Some(logits) = logits.filter(|l| l.len() == cfg.vocab_size) else {
+            return Err(EngineError::InvalidOption {
+                name: "slot",
+                message: "slot has tokens but no next-token scores of the vocabulary's size".into(),
+            });
+        };
+        let mut bytes = Vec::with_capacity(logits.len() * 4);
+        for x in logits {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+        out.put(&bytes)?;
     }
     let sum = out.hash.finish();
     out.put(&sum.to_le_bytes())?;
@@ -248,7 +270,7 @@ pub(crate) fn restore<R: Read + ?Sized>(
     r: &mut R,
     total_len: u64,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<(usize, Vec<LayerKv>)> {
+) -> Result<(usize, Vec<LayerKv>, Option<Vec<f32>>)> {
     let min = (HEADER_LEN + TRAILER_LEN) as u64;
     if total_len < HEADER_LEN as u64 {
         return Err(StateError::Truncated {
@@ -337,6 +359,21 @@ pub(crate) fn restore<R: Read + ?Sized>(
             l.kv = k.zip(v);
         }
     }
+    let mut logits = None;
+    if n_past > 0 {
+        let mut bytes = vec![0u8; logits_len(cfg, n_past) as usize];
+        for c in bytes.chunks_mut(CHUNK) {
+            read_full(r, c, &mut done, expected)?;
+            hash.update(c);
+            progress(done, expected);
+        }
+        logits = Some(
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        );
+    }
     let mut tb = [0u8; TRAILER_LEN];
     read_full(r, &mut tb, &mut done, expected)?;
     progress(done, expected);
@@ -345,5 +382,5 @@ pub(crate) fn restore<R: Read + ?Sized>(
     if found != computed {
         return Err(StateError::Corrupt { found, computed }.into());
     }
-    Ok((n_past, layers))
+    Ok((n_past, layers, logits))
 }

@@ -32,12 +32,14 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod demo;
 pub mod device;
 pub mod error;
 pub mod hash;
 pub mod kv_state;
 pub mod model;
 pub mod sampling;
+pub mod server;
 pub mod slots;
 pub mod threads;
 pub mod tokenizer;

@@ -80,7 +80,8 @@ fn default_threads() -> usize {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // The demo draws its own live view: keep the engine's log to warnings there.
+    init_logging(if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" });
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Demo(args) => hydra_engine::demo::run(&args),
@@ -94,9 +95,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(default: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("HYDRA_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("HYDRA_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -94,6 +94,9 @@ impl StepObserver for () {}
 struct Slot {
     layers: Vec<LayerKv>,
     n_past: usize,
+    /// Next-token scores after the last token in the cache (None exactly when empty).
+    /// Kept with the slot, and in its saved state, so a restored slot can decode at once.
+    logits: Option<Logits>,
 }
 
 impl Slot {
@@ -101,6 +104,7 @@ impl Slot {
         Self {
             layers: vec![LayerKv::default(); n_layer],
             n_past: 0,
+            logits: None,
         }
     }
 }
@@ -300,7 +304,15 @@ impl Slots {
             .weights
             .forward(tokens, s.n_past, &mut s.layers, &self.rope)?;
         s.n_past += tokens.len();
-        Ok(Logits(logits.to_vec1::<f32>()?))
+        let logits = Logits(logits.to_vec1::<f32>()?);
+        s.logits = Some(logits.clone());
+        Ok(logits)
+    }
+
+    /// The next-token scores after the last token `slot` holds (None when it is empty).
+    /// A restored slot has them too: they are part of its saved state.
+    pub fn last_logits(&self, slot: usize) -> Result<Option<&Logits>> {
+        Ok(self.slot(slot)?.logits.as_ref())
     }
 
     /// Exact size in bytes of [`Slots::save_state`]'s output for `slot` now.
@@ -323,6 +335,7 @@ impl Slots {
             self.model.info().fingerprint,
             s.n_past,
             &s.layers,
+            s.logits.as_ref().map(Logits::as_slice),
             w,
             progress,
         )
@@ -343,7 +356,7 @@ impl Slots {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<()> {
         self.check_slot(slot)?;
-        let (n_past, layers) = kv_state::restore(
+        let (n_past, layers, logits) = kv_state::restore(
             self.model.config(),
             self.model.info().fingerprint,
             self.n_ctx,
@@ -352,7 +365,11 @@ impl Slots {
             total_len,
             progress,
         )?;
-        self.slots[slot] = Slot { layers, n_past };
+        self.slots[slot] = Slot {
+            layers,
+            n_past,
+            logits: logits.map(Logits),
+        };
         Ok(())
     }
 }

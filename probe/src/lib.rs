@@ -11,6 +11,8 @@
 //! - [`classify`] holds the one classification (pure functions of a record, the engine's
 //!   liveness, `now` and [`Thresholds`]) that the CLI, the exporter and the C ABI share.
 //! - [`HydraMeta`] is the JSON Hydra Core's `SlotMeta` parses, plus the new fields.
+//! - The C ABI over all of this is the separate crate `hydra-probe-capi`
+//!   (`libhydra_probe_ffi`, `include/hydra_probe.h`).
 //! - [`findings`] turns a view into Nagios-style findings; [`gc()`] removes what dead
 //!   engines left behind.
 //! - With the default `cli` feature: the `hydra-probe` binary's logic in [`cli`], including

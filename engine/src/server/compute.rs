@@ -10,7 +10,7 @@ use crate::server::progress::{Progress, StepPublisher, TokenKind};
 use crate::server::task::{
     DecodeResult, DecodeSpec, PrefillResult, PrefillSpec, Reply, SaveStream, Task,
 };
-use crate::slots::{Logits, Slots};
+use crate::slots::Slots;
 use crate::tokenizer::Tokenizer;
 use anyhow::Context as _;
 use axum::body::Bytes;
@@ -83,7 +83,6 @@ pub struct Compute {
     slots: Slots,
     progress: Progress,
     shared: Arc<Shared>,
-    last_logits: Vec<Option<Logits>>,
     ubatch: usize,
     next_task_id: u64,
     shutdown: Arc<AtomicBool>,
@@ -160,7 +159,6 @@ impl Compute {
                 slots,
                 progress,
                 shared: shared.clone(),
-                last_logits: vec![None; config.slots],
                 ubatch: config.ubatch,
                 next_task_id: 0,
                 shutdown,
@@ -287,8 +285,7 @@ impl Compute {
             kind: TokenKind::Prompt,
             shutdown: &self.shutdown,
         };
-        let logits = self.slots.prefill(slot, &spec.tokens, self.ubatch, &mut observer)?;
-        self.last_logits[slot] = Some(logits);
+        self.slots.prefill(slot, &spec.tokens, self.ubatch, &mut observer)?;
         let secs = start.elapsed().as_secs_f64();
         let n = spec.tokens.len();
         tracing::info!(slot, tokens = n, tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)), "prefill done");
@@ -308,11 +305,9 @@ impl Compute {
                 "slot {slot} is empty: prefill a prompt before decoding"
             )));
         }
-        let Some(first) = self.last_logits[slot].take() else {
+        let Some(first) = self.slots.last_logits(slot)?.cloned() else {
             return Err(ApiError::EmptySlot(format!(
-                "slot {slot} holds {} tokens but no next-token scores (it was restored from a state \
-                 saved without them); prefill at least one token before decoding",
-                self.slots.n_past(slot)?
+                "slot {slot} is empty: prefill a prompt before decoding"
             )));
         };
         let mut sampler = Sampler::new(spec.sampler)?;
@@ -329,7 +324,6 @@ impl Compute {
         let generation = generate(&mut self.slots, slot, first, &mut sampler, &params, &mut observer)?;
         let secs = start.elapsed().as_secs_f64();
         let n = generation.tokens.len();
-        self.last_logits[slot] = Some(generation.next_logits);
         let stop_type = match generation.finish {
             GenFinish::Eos => "eos",
             GenFinish::Length => "limit",
@@ -398,7 +392,6 @@ impl Compute {
             .restore_state(slot, &mut &data[..], total, &mut |done, total| {
                 progress.bytes(slot, done, total)
             })?;
-        self.last_logits[slot] = None;
         let n_past = self.slots.n_past(slot)?;
         self.progress.set_n_past(slot, n_past);
         Ok(n_past)
@@ -407,7 +400,6 @@ impl Compute {
     fn erase(&mut self, slot: usize) -> Result<(), ApiError> {
         self.check_slot(slot)?;
         self.slots.erase(slot)?;
-        self.last_logits[slot] = None;
         self.progress.set_n_past(slot, 0);
         Ok(())
     }

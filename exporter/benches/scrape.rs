@@ -1,0 +1,90 @@
+//! Scrape render time for 16 engines x 64 slots, every slot decoding: reading alone
+//! (`collect`: scan, cached readers, capture + classification), encoding alone (`render`
+//! of a prepared collection) and both (`scrape`), in both formats.
+//!
+//! `cargo bench -p hydra-exporter --bench scrape`
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use hydra_exporter::{render, Collector, Format};
+use hydra_layout::{clock, Phase, SegmentConfig, SegmentWriter, SlotState, WorkUnit};
+use hydra_probe::Thresholds;
+use std::hint::black_box;
+use std::sync::Arc;
+
+const ENGINES: usize = 16;
+const SLOTS: usize = 64;
+
+fn setup(dir: &std::path::Path) -> Vec<SegmentWriter> {
+    let now = clock::monotonic_ns();
+    (0..ENGINES)
+        .map(|e| {
+            let mut w = SegmentWriter::create(&SegmentConfig {
+                dir: dir.to_path_buf(),
+                engine_id: format!("engine-{e:02}"),
+                slot_count: SLOTS,
+                description: Default::default(),
+            })
+            .expect("create");
+            for s in 0..SLOTS {
+                w.publish(
+                    s,
+                    &SlotState {
+                        task_id: 1,
+                        phase: Phase::Decode,
+                        work_unit: WorkUnit::Tokens,
+                        work_done: 100 + s as u64,
+                        work_total: 1000,
+                        n_past: 200,
+                        n_ctx: 4096,
+                        phase_start_ns: now - 10_000_000_000,
+                        last_progress_ns: now,
+                        step_start_ns: now,
+                        step_size: 1,
+                        last_step_ns: 20_000_000,
+                        steps_done: 100,
+                        ..Default::default()
+                    },
+                )
+                .expect("publish");
+            }
+            w.heartbeat(now);
+            w
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("segs");
+    let _writers = setup(&dir);
+    let collector = Collector::new(&dir, Thresholds::default());
+    let prepared = Arc::new(collector.collect());
+    assert_eq!(prepared.views().count(), ENGINES);
+    let text = collector.scrape(Format::Text);
+    eprintln!(
+        "scrape of {ENGINES} engines x {SLOTS} slots: {} bytes, {} lines (text format)",
+        text.len(),
+        text.lines().count()
+    );
+    let mut g = c.benchmark_group(format!("{ENGINES}x{SLOTS}"));
+    g.bench_function("collect", |b| b.iter(|| black_box(collector.collect())));
+    g.bench_function("render_text", |b| {
+        b.iter(|| black_box(render(prepared.clone(), collector.stats(), Format::Text)))
+    });
+    g.bench_function("render_openmetrics", |b| {
+        b.iter(|| {
+            black_box(render(
+                prepared.clone(),
+                collector.stats(),
+                Format::OpenMetrics,
+            ))
+        })
+    });
+    g.bench_function("scrape_text", |b| {
+        b.iter(|| black_box(collector.scrape(Format::Text)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,490 @@
+//! Shared harness of the exporter's integration tests: a scratch directory of segments,
+//! test writers in known states, the exporter binary under a kill-on-drop guard, a tiny
+//! HTTP client, and failure messages that show the command, its output and the directory.
+
+#![allow(dead_code)]
+
+use hydra_layout::{
+    clock, EngineDescription, Phase, SegmentConfig, SegmentReader, SegmentWriter, SlotState,
+    WorkUnit, WriterCounters,
+};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// One second in ns.
+pub const S: u64 = 1_000_000_000;
+
+/// A temporary directory; segments live in `dir` (created by the first writer, 0750).
+pub struct Scratch {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join("segs");
+        Self { tmp, dir }
+    }
+
+    /// Creates a segment for `id` with `slots` slots and a fixed description.
+    pub fn writer(&self, id: &str, slots: usize) -> SegmentWriter {
+        SegmentWriter::create(&SegmentConfig {
+            dir: self.dir.clone(),
+            engine_id: id.into(),
+            slot_count: slots,
+            description: description(),
+        })
+        .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", self.describe()))
+    }
+
+    /// What is on disk: every entry of `dir`, with the header decoded where it opens.
+    pub fn describe(&self) -> String {
+        let mut s = format!("directory {}:\n", self.dir.display());
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return s + "  (missing)\n";
+        };
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        paths.sort();
+        for p in paths {
+            let meta = std::fs::symlink_metadata(&p);
+            s += &format!("  {} {:?}\n", p.display(), meta.map(|m| m.file_type()));
+            match SegmentReader::open(&p) {
+                Ok(r) => {
+                    s += &format!(
+                        "    engine {:?} pid {} slots {} lifecycle {:?} liveness {:?} header {:?}\n",
+                        r.identity().engine_id,
+                        r.identity().pid,
+                        r.slot_count(),
+                        r.lifecycle().map(|l| l.as_str()),
+                        r.liveness().map(|l| l.as_str()),
+                        r.header()
+                    );
+                }
+                Err(e) => s += &format!("    unreadable: {e}\n"),
+            }
+        }
+        s
+    }
+
+    /// Leaves a CLOSED segment for `id` in the directory: a clean close unlinks the file,
+    /// so a hard link taken before the close is renamed back to the segment's name.
+    pub fn closed_engine(&self, id: &str) {
+        let w = self.writer(id, 2);
+        let path = w.path().to_path_buf();
+        let keep = self.dir.join(format!(".keep-{id}"));
+        std::fs::hard_link(&path, &keep).expect("hard link");
+        w.close().expect("close");
+        std::fs::rename(&keep, &path).expect("rename back");
+    }
+}
+
+pub fn description() -> EngineDescription {
+    EngineDescription {
+        model_name: "tiny-llama".into(),
+        model_quant: "F32".into(),
+        model_path: "/models/tiny.gguf".into(),
+        tokenizer: "gpt2".into(),
+        model_alias: "tiny".into(),
+        device: "cpu".into(),
+        capabilities: 7,
+    }
+}
+
+/// A decode record: `done` of `total` tokens, phase started `phase_age` ago, last progress
+/// `progress_age` ago (relative to `now`), 10 ms per step.
+pub fn decode(now: u64, done: u64, total: u64, phase_age: u64, progress_age: u64) -> SlotState {
+    SlotState {
+        task_id: 42,
+        phase: Phase::Decode,
+        work_unit: WorkUnit::Tokens,
+        work_done: done,
+        work_total: total,
+        tokens_cached: 10,
+        n_past: 10 + done,
+        n_ctx: 4096,
+        state_size: (10 + done) * 1024,
+        task_start_ns: now.saturating_sub(phase_age),
+        phase_start_ns: now.saturating_sub(phase_age),
+        last_progress_ns: now.saturating_sub(progress_age),
+        last_step_ns: 10_000_000,
+        steps_done: done,
+        ..Default::default()
+    }
+}
+
+/// A state save in flight: `done` of `total` bytes.
+pub fn save(now: u64, done: u64, total: u64) -> SlotState {
+    SlotState {
+        task_id: 43,
+        phase: Phase::Save,
+        work_unit: WorkUnit::Bytes,
+        work_done: done,
+        work_total: total,
+        n_past: 50,
+        n_ctx: 4096,
+        state_size: total,
+        phase_start_ns: now - 2 * S,
+        last_progress_ns: now - S / 10,
+        steps_done: 4,
+        last_step_ns: 1_000_000,
+        ..Default::default()
+    }
+}
+
+/// Engines in every state, kept alive by the returned writers:
+/// - `live`: slot 0 decoding 123/456 (progressing), slot 1 idle, slot 2 saving (bytes),
+///   slot 3 idle with a task pending (queued);
+/// - `stalled`: slot 0 decoding with its last progress 120 s ago (default floor 30 s);
+/// - `dead`: crashed with slot 0 decoding (orphaned) and slot 1 torn;
+/// - `closed`: exited cleanly (file kept).
+pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
+    let now = clock::monotonic_ns();
+    let mut live = s.writer("live", 4);
+    live.heartbeat(now);
+    live.set_counters(&WriterCounters {
+        prompt_tokens_total: 1000,
+        generated_tokens_total: 123,
+        requests_running: 2,
+        kv_cells_used: 512,
+        kv_cells_total: 2048,
+    });
+    live.publish(0, &decode(now, 123, 456, 10 * S, 0)).unwrap();
+    live.publish(2, &save(now, 1 << 20, 4 << 20)).unwrap();
+    live.pending_counter().queued(3);
+
+    let mut stalled = s.writer("stalled", 2);
+    stalled.heartbeat(now);
+    stalled
+        .publish(0, &decode(now, 10, 100, 200 * S, 120 * S))
+        .unwrap();
+
+    let mut dead = s.writer("dead", 2);
+    dead.publish(0, &decode(now, 5, 50, 5 * S, 0)).unwrap();
+    dead.publish(1, &decode(now, 6, 50, 5 * S, 0)).unwrap();
+    dead.abandon_update(1).unwrap();
+    dead.simulate_crash();
+
+    s.closed_engine("closed");
+    vec![live, stalled]
+}
+
+/// A writer thread that republishes slot 0 of its engine every `period` (fresh last
+/// progress, same counts) and beats, until dropped (or `max_run` passes).
+pub struct BusyWriter {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl BusyWriter {
+    pub fn start(
+        mut w: SegmentWriter,
+        state: impl Fn(u64) -> Vec<SlotState> + Send + 'static,
+        period: Duration,
+        max_run: Duration,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let deadline = Instant::now() + max_run;
+            while !stop2.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let now = clock::monotonic_ns();
+                for (i, st) in state(now).iter().enumerate() {
+                    w.publish(i, st).expect("publish");
+                }
+                w.heartbeat(now);
+                std::thread::sleep(period);
+            }
+            let _ = w.close();
+        });
+        Self {
+            stop,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for BusyWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The exporter binary, killed and reaped on drop.
+pub struct Exporter {
+    child: Child,
+    pub base: String,
+    pub command: String,
+    stderr_path: PathBuf,
+}
+
+/// An HTTP response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(20))
+        .build()
+}
+
+/// GET `url`, any status.
+pub fn http_get(url: &str, accept: Option<&str>) -> Resp {
+    let mut req = agent().get(url);
+    if let Some(a) = accept {
+        req = req.set("Accept", a);
+    }
+    let resp = match req.call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("GET {url}: {e}"),
+    };
+    let status = resp.status();
+    let content_type = resp.header("content-type").unwrap_or_default().to_owned();
+    let mut body = String::new();
+    resp.into_reader()
+        .take(64 << 20)
+        .read_to_string(&mut body)
+        .unwrap_or_else(|e| panic!("read body of {url}: {e}"));
+    Resp {
+        status,
+        content_type,
+        body,
+    }
+}
+
+impl Exporter {
+    /// Starts `hydra-exporter --listen 127.0.0.1:0 --dir DIR EXTRA...` and waits (30 s at
+    /// most) for the address it prints.
+    pub fn start(dir: &Path, extra: &[&str]) -> Self {
+        let exe = env!("CARGO_BIN_EXE_hydra-exporter");
+        let stderr_path = dir
+            .parent()
+            .unwrap_or(dir)
+            .join(format!("exporter-{}.stderr", std::process::id()));
+        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let mut cmd = Command::new(exe);
+        cmd.args(["--listen", "127.0.0.1:0", "--dir"])
+            .arg(dir)
+            .args(extra)
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        let command = format!("{cmd:?}");
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {command}: {e}"));
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let mut me = Self {
+            child,
+            base: String::new(),
+            command,
+            stderr_path,
+        };
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if line.starts_with("listening on ") => {
+                me.base = line["listening on ".len()..].trim().to_owned();
+            }
+            other => panic!(
+                "exporter did not report its address ({other:?})\n{}",
+                me.diagnostics()
+            ),
+        }
+        me
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        http_get(&self.url(path), None)
+    }
+
+    pub fn get_accept(&self, path: &str, accept: &str) -> Resp {
+        http_get(&self.url(path), Some(accept))
+    }
+
+    /// The command line and the exporter's log so far.
+    pub fn diagnostics(&self) -> String {
+        let log = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+        let tail: String = log
+            .lines()
+            .rev()
+            .take(40)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        format!("command: {}\nexporter stderr (tail):\n{tail}", self.command)
+    }
+
+    /// Sends SIGTERM and waits (10 s at most) for a clean exit; returns the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "exporter ignored SIGTERM\n{}",
+                self.diagnostics()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of the sample `name{labels}` in a text exposition (labels in order, exactly
+/// as written), if present.
+pub fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Sample names (without labels) of every sample line.
+pub fn sample_names(body: &str) -> Vec<String> {
+    let mut names: Vec<String> = body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap_or_default().to_owned())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Path of a tool that must exist (the tests that need it fail, never skip, without it).
+pub fn require_tool(name: &str) -> PathBuf {
+    for dir in std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+    {
+        let p = dir.join(name);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "`{name}` not found on PATH: this test needs it. Install the Prometheus server and \
+         tools (Debian/Ubuntu: `apt-get install prometheus`, which provides prometheus and promtool)"
+    );
+}
+
+/// Runs `promtool ARGS` with `stdin`; panics with its output unless it succeeds.
+pub fn promtool(args: &[&str], stdin: &str) -> String {
+    let tool = require_tool("promtool");
+    let mut child = Command::new(&tool)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn promtool: {e}"));
+    {
+        let mut si = child.stdin.take().expect("stdin");
+        si.write_all(stdin.as_bytes()).expect("write to promtool");
+    }
+    let out = child.wait_with_output().expect("promtool output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "promtool {args:?} failed ({}):\n{text}\n--- input (first 4000 bytes) ---\n{}",
+        out.status,
+        &stdin[..stdin.len().min(4000)]
+    );
+    text
+}
+
+/// The `hydra-probe` binary of this workspace, built once per test process with the same
+/// cargo, target directory and profile as the exporter binary under test (binaries of
+/// dependencies are not built for tests, so the test builds it).
+pub fn probe_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = PathBuf::from(env!("CARGO_BIN_EXE_hydra-exporter"));
+        let profile_dir = exe.parent().expect("profile dir").to_path_buf();
+        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "hydra-probe",
+            "--bin",
+            "hydra-probe",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target_dir);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "building hydra-probe failed: {cmd:?}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bin = profile_dir.join("hydra-probe");
+        assert!(bin.is_file(), "{} missing after {cmd:?}", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// Polls `f` every `every` until it returns `Some` or `timeout` passes.
+pub fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}

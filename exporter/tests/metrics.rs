@@ -1,0 +1,201 @@
+//! `/metrics` with engines in every state: promtool accepts the text format, OpenMetrics is
+//! negotiated and ends with `# EOF`, the values are the published ones, every metric the
+//! exporter documents appears, and no task id leaks into a label.
+
+mod common;
+
+use common::*;
+use hydra_exporter::METRIC_NAMES;
+
+const OPENMETRICS: &str =
+    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+
+#[test]
+fn scrape_with_every_engine_state_passes_promtool() {
+    let s = Scratch::new();
+    let _writers = every_state(&s);
+    let exporter = Exporter::start(&s.dir, &[]);
+    let r = exporter.get("/metrics");
+    assert_eq!(r.status, 200, "{}\n{}", r.body, exporter.diagnostics());
+    assert_eq!(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
+    let body = &r.body;
+    let ctx = || {
+        format!(
+            "{}\n{}\n--- scrape ---\n{body}",
+            s.describe(),
+            exporter.diagnostics()
+        )
+    };
+
+    // promtool parses and lints the text exposition from stdin.
+    promtool(&["check", "metrics"], body);
+    assert!(!body.contains("# EOF"), "text format must not carry # EOF");
+
+    let expect = |series: &str, value: f64| {
+        assert_eq!(sample(body, series), Some(value), "{series}\n{}", ctx());
+    };
+    // Live engine, progressing decode with the published counts.
+    expect(
+        r#"hydra_engine_liveness{engine="live",liveness="live"}"#,
+        1.0,
+    );
+    expect(
+        r#"hydra_engine_liveness{engine="live",liveness="dead"}"#,
+        0.0,
+    );
+    expect(
+        r#"hydra_slot_phase{engine="live",slot="0",phase="decode"}"#,
+        1.0,
+    );
+    expect(
+        r#"hydra_slot_phase{engine="live",slot="0",phase="idle"}"#,
+        0.0,
+    );
+    expect(
+        r#"hydra_slot_class{engine="live",slot="0",class="progressing"}"#,
+        1.0,
+    );
+    expect(
+        r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#,
+        123.0,
+    );
+    expect(
+        r#"hydra_slot_work_target_tokens{engine="live",slot="0"}"#,
+        456.0,
+    );
+    expect(
+        r#"hydra_slot_work_done_bytes{engine="live",slot="2"}"#,
+        (1u64 << 20) as f64,
+    );
+    expect(
+        r#"hydra_slot_class{engine="live",slot="3",class="queued"}"#,
+        1.0,
+    );
+    expect(r#"hydra_slot_pending_tasks{engine="live",slot="3"}"#, 1.0);
+    expect(r#"hydra_engine_prompt_tokens_total{engine="live"}"#, 1000.0);
+    expect(
+        r#"hydra_engine_generated_tokens_total{engine="live"}"#,
+        123.0,
+    );
+    expect(r#"hydra_engine_kv_usage_ratio{engine="live"}"#, 0.25);
+    expect(r#"hydra_engine_busy_slots{engine="live"}"#, 2.0);
+    assert!(
+        body.lines().any(|l| l.starts_with(
+            r#"hydra_engine_info{engine="live",model="tiny-llama",quant="F32",device="cpu",pid=""#
+        ) && l.ends_with(" 1")),
+        "{}",
+        ctx()
+    );
+    // progress = 123/456, exported as a 0-1 ratio.
+    let p = sample(body, r#"hydra_slot_progress_ratio{engine="live",slot="0"}"#).unwrap();
+    assert!((p - 123.0 / 456.0).abs() < 1e-9, "{p}");
+    // Timestamps are Unix seconds (close to now), not monotonic ones.
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let beat = sample(
+        body,
+        r#"hydra_engine_heartbeat_timestamp_seconds{engine="live"}"#,
+    )
+    .unwrap();
+    assert!(
+        (beat - now_unix).abs() < 60.0,
+        "heartbeat {beat} vs now {now_unix}"
+    );
+    let lp = sample(
+        body,
+        r#"hydra_slot_last_progress_timestamp_seconds{engine="stalled",slot="0"}"#,
+    )
+    .unwrap();
+    assert!(
+        (now_unix - lp - 120.0).abs() < 60.0,
+        "last progress {lp} vs now {now_unix}"
+    );
+
+    // Stalled, dead (orphaned, torn) and closed engines.
+    expect(
+        r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#,
+        1.0,
+    );
+    expect(
+        r#"hydra_engine_liveness{engine="stalled",liveness="live"}"#,
+        1.0,
+    );
+    expect(
+        r#"hydra_engine_liveness{engine="dead",liveness="dead"}"#,
+        1.0,
+    );
+    expect(
+        r#"hydra_slot_class{engine="dead",slot="0",class="orphaned"}"#,
+        1.0,
+    );
+    expect(
+        r#"hydra_slot_class{engine="dead",slot="1",class="torn"}"#,
+        1.0,
+    );
+    expect(
+        r#"hydra_engine_liveness{engine="closed",liveness="closed"}"#,
+        1.0,
+    );
+    assert!(sample(body, "hydra_exporter_torn_reads_total").unwrap() >= 1.0);
+    expect("hydra_exporter_engines", 4.0);
+
+    // Every documented metric appears, and nothing undocumented does.
+    let names = sample_names(body);
+    for n in &names {
+        assert!(
+            METRIC_NAMES.contains(&n.as_str()),
+            "undocumented metric {n}"
+        );
+    }
+    for n in METRIC_NAMES {
+        assert!(
+            names.iter().any(|x| x == n),
+            "metric {n} missing\n{}",
+            ctx()
+        );
+    }
+    // Labels: never a task id.
+    assert!(
+        !body.contains("task_id") && !body.contains("task=\""),
+        "a task id leaked into the exposition"
+    );
+
+    // Only the documented label names.
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some(labels) = line.split_once('{').and_then(|(_, r)| r.split_once('}')) else {
+            continue;
+        };
+        for pair in labels.0.split("\",") {
+            let name = pair.split('=').next().unwrap();
+            assert!(
+                [
+                    "engine", "slot", "phase", "class", "liveness", "model", "quant", "device",
+                    "pid", "kind"
+                ]
+                .contains(&name),
+                "unexpected label {name} in {line}"
+            );
+        }
+    }
+
+    // OpenMetrics when asked for.
+    let om = exporter.get_accept("/metrics", OPENMETRICS);
+    assert_eq!(om.status, 200);
+    assert_eq!(
+        om.content_type,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(om.body.ends_with("# EOF\n"), "{}", om.body);
+    assert!(om
+        .body
+        .contains("# TYPE hydra_engine_prompt_tokens counter"));
+    assert!(om
+        .body
+        .contains(r#"hydra_engine_prompt_tokens_total{engine="live"} 1000"#));
+
+    // SIGTERM shuts down gracefully (exit 0).
+    let status = exporter.terminate();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+}

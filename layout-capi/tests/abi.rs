@@ -1,0 +1,247 @@
+//! The writer C ABI called from Rust: argument checks and error codes, and what a
+//! sequence of calls publishes (read back with the layout crate's reader).
+
+use hydra_layout::{ErrorCode, FinishReason, Phase, SegmentReader, WorkUnit};
+use hydra_writer::*;
+use std::ffi::{c_char, CStr, CString};
+use std::ptr;
+
+fn last_error() -> String {
+    let mut buf = [0 as c_char; 512];
+    // SAFETY: `buf` is writable for its length; `needed` may be NULL.
+    unsafe { hydra_writer_last_error(buf.as_mut_ptr(), buf.len(), ptr::null_mut()) };
+    // SAFETY: the buffer is NUL-terminated by the call.
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn description() -> HydraWriterDescription {
+    HydraWriterDescription {
+        model_name: c"m".as_ptr(),
+        model_quant: ptr::null(),
+        model_path: ptr::null(),
+        tokenizer: ptr::null(),
+        model_alias: c"alias".as_ptr(),
+        device: c"cpu".as_ptr(),
+        capabilities: HYDRA_WRITER_CAP_COMPLETION | HYDRA_WRITER_CAP_STATE_SAVE_RESTORE,
+    }
+}
+
+#[test]
+fn misuse_gives_error_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CString::new(tmp.path().join("segs").to_str().unwrap()).unwrap();
+    let d = description();
+    let mut w: *mut HydraWriter = ptr::null_mut();
+    // SAFETY: every non-NULL pointer is valid; NULLs and bad values are what is tested.
+    unsafe {
+        assert_eq!(
+            hydra_writer_create(ptr::null(), c"e".as_ptr(), 1, &d, &mut w),
+            HYDRA_WRITER_E_NULL
+        );
+        assert!(last_error().contains("`dir`"));
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), ptr::null(), 1, &d, &mut w),
+            HYDRA_WRITER_E_NULL
+        );
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 1, ptr::null(), &mut w),
+            HYDRA_WRITER_E_NULL
+        );
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 1, &d, ptr::null_mut()),
+            HYDRA_WRITER_E_NULL
+        );
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"a/b".as_ptr(), 1, &d, &mut w),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 0, &d, &mut w),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 5000, &d, &mut w),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        let bad = [0xffu8, 0];
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), bad.as_ptr().cast(), 1, &d, &mut w),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert!(w.is_null());
+        for f in [
+            hydra_writer_heartbeat(ptr::null_mut()),
+            hydra_writer_close(ptr::null_mut()),
+            hydra_writer_step_start(ptr::null_mut(), 0, 1),
+            hydra_writer_step_finish(ptr::null_mut(), 0, 1),
+            hydra_writer_begin_task(ptr::null_mut(), 0, 1, 3, 1, 10),
+            hydra_writer_pending_queued(ptr::null(), 0),
+            hydra_writer_slot_count(ptr::null(), ptr::null_mut()),
+        ] {
+            assert_eq!(f, HYDRA_WRITER_E_NULL);
+        }
+
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 2, &d, &mut w),
+            HYDRA_WRITER_OK
+        );
+        assert_eq!(last_error(), "");
+        let mut w2: *mut HydraWriter = ptr::null_mut();
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 2, &d, &mut w2),
+            HYDRA_WRITER_E_ENGINE_ID_IN_USE
+        );
+        assert!(last_error().contains("in use"), "{}", last_error());
+        assert_eq!(
+            hydra_writer_begin_task(w, 2, 1, 3, 1, 10),
+            HYDRA_WRITER_E_SLOT_OUT_OF_RANGE
+        );
+        assert_eq!(
+            hydra_writer_begin_task(w, 0, 1, 42, 1, 10),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            hydra_writer_begin_task(w, 0, 1, -1, 1, 10),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            hydra_writer_begin_task(w, 0, 1, 3, 9, 10),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            hydra_writer_finish(w, 0, 7, 0),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            hydra_writer_finish(w, 0, 3, 99),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            hydra_writer_pending_dequeued(w, 9),
+            HYDRA_WRITER_E_SLOT_OUT_OF_RANGE
+        );
+        assert_eq!(
+            hydra_writer_set_counters(w, ptr::null()),
+            HYDRA_WRITER_E_NULL
+        );
+        let mut need = 0usize;
+        let mut small = [0 as c_char; 4];
+        assert_eq!(
+            hydra_writer_path(w, small.as_mut_ptr(), 4, &mut need),
+            HYDRA_WRITER_E_BUFFER_TOO_SMALL
+        );
+        assert_eq!(CStr::from_ptr(small.as_ptr()).to_bytes().len(), 3);
+        assert!(need > 4);
+        assert_eq!(
+            hydra_writer_path(w, ptr::null_mut(), 4, &mut need),
+            HYDRA_WRITER_E_NULL
+        );
+        assert_eq!(hydra_writer_close(w), HYDRA_WRITER_OK);
+    }
+}
+
+#[test]
+fn calls_publish_the_records_the_reader_expects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
+    let d = description();
+    let mut w: *mut HydraWriter = ptr::null_mut();
+    let mut path = [0 as c_char; 4096];
+    let mut count = 0u32;
+    // SAFETY: every pointer passed is valid for what the call reads or writes.
+    let reader = unsafe {
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"e1".as_ptr(), 3, &d, &mut w),
+            HYDRA_WRITER_OK
+        );
+        assert_eq!(hydra_writer_slot_count(w, &mut count), HYDRA_WRITER_OK);
+        assert_eq!(count, 3);
+        assert_eq!(
+            hydra_writer_path(w, path.as_mut_ptr(), path.len(), ptr::null_mut()),
+            HYDRA_WRITER_OK
+        );
+        let path = CStr::from_ptr(path.as_ptr()).to_str().unwrap().to_owned();
+        assert_eq!(
+            hydra_writer_begin_task(
+                w,
+                1,
+                9,
+                HYDRA_WRITER_PHASE_PREFILL,
+                HYDRA_WRITER_UNIT_TOKENS,
+                512
+            ),
+            0
+        );
+        assert_eq!(hydra_writer_set_slot_info(w, 1, 4096, 12, 777), 0);
+        assert_eq!(hydra_writer_step_start(w, 1, 256), 0);
+        assert_eq!(hydra_writer_step_finish(w, 1, 256), 0);
+        assert_eq!(hydra_writer_step_start(w, 1, 256), 0);
+        assert_eq!(hydra_writer_pending_queued(w, 2), 0);
+        assert_eq!(hydra_writer_pending_queued(w, 2), 0);
+        assert_eq!(hydra_writer_pending_dequeued(w, 2), 0);
+        let c = HydraWriterCounters {
+            prompt_tokens_total: 256,
+            kv_cells_total: 3 * 4096,
+            ..Default::default()
+        };
+        assert_eq!(hydra_writer_set_counters(w, &c), 0);
+        SegmentReader::open(&path).unwrap()
+    };
+    let s = reader.slot(1).unwrap();
+    assert_eq!(
+        (s.state.task_id, s.state.phase, s.state.work_unit),
+        (9, Phase::Prefill, WorkUnit::Tokens)
+    );
+    assert_eq!(
+        (s.state.work_done, s.state.work_total, s.state.steps_done),
+        (256, 512, 1)
+    );
+    assert_eq!(
+        (s.state.n_ctx, s.state.tokens_cached, s.state.state_size),
+        (4096, 12, 777)
+    );
+    assert_eq!(s.state.step_size, 256);
+    assert!(s.state.step_start_ns >= s.state.last_progress_ns);
+    assert!(s.state.last_progress_ns >= s.state.phase_start_ns && s.state.phase_start_ns > 0);
+    assert_eq!(reader.slot(2).unwrap().pending, 1);
+    let h = reader.snapshot().unwrap().header;
+    assert_eq!(h.counters.prompt_tokens_total, 256);
+    assert_eq!(h.counters.requests_waiting, 1);
+    assert!(h.heartbeat_ns >= s.state.step_start_ns);
+    assert_eq!(reader.identity().description.model_alias, "alias");
+    assert_eq!(reader.identity().description.capabilities, 3);
+
+    // SAFETY: `w` is the open handle; it is closed last.
+    unsafe {
+        assert_eq!(
+            hydra_writer_begin_phase(w, 1, HYDRA_WRITER_PHASE_DECODE, HYDRA_WRITER_UNIT_TOKENS, 0),
+            0
+        );
+        assert_eq!(hydra_writer_set_work_total(w, 1, 64), 0);
+        assert_eq!(hydra_writer_set_work_done(w, 1, 5), 0);
+        assert_eq!(hydra_writer_set_n_past(w, 1, 261), 0);
+    }
+    let s = reader.slot(1).unwrap().state;
+    assert_eq!(
+        (s.phase, s.work_done, s.work_total, s.n_past, s.steps_done),
+        (Phase::Decode, 5, 64, 261, 1)
+    );
+    assert_eq!(s.step_start_ns, 0);
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(
+            hydra_writer_finish(w, 1, HYDRA_WRITER_FINISH_ERROR, HYDRA_WRITER_ERROR_COMPUTE),
+            0
+        );
+    }
+    let s = reader.slot(1).unwrap().state;
+    assert_eq!(
+        (s.phase, s.finish_reason, s.error_code),
+        (Phase::Idle, FinishReason::Error, ErrorCode::Compute)
+    );
+    // SAFETY: `w` is open and no longer used after this.
+    assert_eq!(unsafe { hydra_writer_close(w) }, HYDRA_WRITER_OK);
+    assert_eq!(reader.liveness().unwrap(), hydra_layout::Liveness::Closed);
+}
