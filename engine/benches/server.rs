@@ -38,9 +38,24 @@ fn parse() -> Option<Opts> {
                 run_reader(Path::new(&path));
                 return None;
             }
-            "--rounds" => o.rounds = args.next().and_then(|v| v.parse().ok()).expect("--rounds N"),
-            "--tokens" => o.tokens = args.next().and_then(|v| v.parse().ok()).expect("--tokens N"),
-            "--threads" => o.threads = args.next().and_then(|v| v.parse().ok()).expect("--threads N"),
+            "--rounds" => {
+                o.rounds = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--rounds N")
+            }
+            "--tokens" => {
+                o.tokens = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--tokens N")
+            }
+            "--threads" => {
+                o.threads = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--threads N")
+            }
             _ => {} // cargo bench passes --bench
         }
     }
@@ -79,12 +94,21 @@ impl Drop for Engine {
 
 fn start_engine(dir: &Path, id: &str, threads: usize, publish: bool) -> Engine {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-engine"));
-    cmd.args(["serve", "--builtin", "--slots", "2", "--ctx", "4096", "--listen", "127.0.0.1:0"])
-        .args(["--engine-id", id, "--threads", &threads.to_string()])
-        .arg("--progress-dir")
-        .arg(dir)
-        .env("HYDRA_LOG", "warn")
-        .stdout(Stdio::piped());
+    cmd.args([
+        "serve",
+        "--builtin",
+        "--slots",
+        "2",
+        "--ctx",
+        "4096",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .args(["--engine-id", id, "--threads", &threads.to_string()])
+    .arg("--progress-dir")
+    .arg(dir)
+    .env("HYDRA_LOG", "warn")
+    .stdout(Stdio::piped());
     if !publish {
         cmd.arg("--no-publish");
     }
@@ -104,14 +128,18 @@ fn start_engine(dir: &Path, id: &str, threads: usize, publish: bool) -> Engine {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(Duration::from_secs(600)).build()
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(600))
+        .build()
 }
 
 /// Prefills a short prompt and decodes `n` tokens; returns decode tokens/s as the engine
 /// measured it (wall time of the generation loop only).
 fn decode_rate(e: &Engine, n: usize) -> f64 {
     let a = agent();
-    a.post(&format!("{}/slots/0?action=erase", e.base)).call().expect("erase");
+    a.post(&format!("{}/slots/0?action=erase", e.base))
+        .call()
+        .expect("erase");
     a.post(&format!("{}/slots/0/prefill", e.base))
         .send_json(serde_json::json!({"prompt": "Benchmark: "}))
         .expect("prefill");
@@ -136,7 +164,10 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 
 fn main() {
     let Some(o) = parse() else { return };
-    let tmp = tempfile::Builder::new().prefix("hydra-bench").tempdir().expect("tempdir");
+    let tmp = tempfile::Builder::new()
+        .prefix("hydra-bench")
+        .tempdir()
+        .expect("tempdir");
     let dir = tmp.path().to_path_buf();
     println!("# hydra-engine server benchmark: embedded model, {} decode tokens, {} compute thread(s), {} rounds", o.tokens, o.threads, o.rounds);
 
@@ -150,19 +181,32 @@ fn main() {
         let mut queue = Vec::new();
         for _ in 0..o.rounds {
             let a = agent();
-            a.post(&format!("{}/slots/0?action=erase", e.base)).call().expect("erase");
+            a.post(&format!("{}/slots/0?action=erase", e.base))
+                .call()
+                .expect("erase");
             a.post(&format!("{}/slots/0/prefill", e.base))
                 .send_json(serde_json::json!({"prompt": "Benchmark: "}))
                 .expect("prefill");
             let url = format!("{}/slots/0/decode", e.base);
             let n = o.tokens;
             let decode = std::thread::spawn(move || {
-                agent().post(&url).send_json(serde_json::json!({"n_predict": n, "ignore_eos": true}))
+                agent()
+                    .post(&url)
+                    .send_json(serde_json::json!({"n_predict": n, "ignore_eos": true}))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
             });
             // Wait until the decode runs, then ask through the queue and from the segment.
             let t0 = Instant::now();
-            while reader.slot(0).map(|s| s.state.phase.as_str() != "decode").unwrap_or(true) {
-                assert!(t0.elapsed() < Duration::from_secs(30), "decode did not start");
+            while reader
+                .slot(0)
+                .map(|s| s.state.phase.as_str() != "decode")
+                .unwrap_or(true)
+            {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "decode did not start"
+                );
                 std::thread::sleep(Duration::from_micros(200));
             }
             let qurl = format!("{}/slots/0/state/meta?via=queue", e.base);
@@ -173,10 +217,13 @@ fn main() {
             });
             while !decode.is_finished() {
                 let t = Instant::now();
-                a.get(&format!("{}/slots/0/state/meta", e.base)).call().expect("segment meta");
+                a.get(&format!("{}/slots/0/state/meta", e.base))
+                    .call()
+                    .expect("segment meta");
                 http_segment.push(t.elapsed().as_secs_f64());
                 let t = Instant::now();
-                let v = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default()).expect("capture");
+                let v = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())
+                    .expect("capture");
                 std::hint::black_box(hydra_probe::HydraMeta::from_view(&v, 0));
                 lib.push(t.elapsed().as_secs_f64());
                 std::thread::sleep(Duration::from_millis(2));
@@ -190,7 +237,10 @@ fn main() {
         println!("|---|---:|---:|---:|---:|");
         for (name, v) in [
             ("task queue (`?via=queue`, the old way)", &mut queue),
-            ("segment over HTTP (`/slots/0/state/meta`)", &mut http_segment),
+            (
+                "segment over HTTP (`/slots/0/state/meta`)",
+                &mut http_segment,
+            ),
             ("segment in-process (probe library)", &mut lib),
         ] {
             let n = v.len();
@@ -214,7 +264,8 @@ fn main() {
     // Warm both.
     decode_rate(&on, 64);
     decode_rate(&off, 64);
-    let (mut r_on, mut r_off, mut r_quiet, mut r_read) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut r_on, mut r_off, mut r_quiet, mut r_read) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let me = std::env::current_exe().expect("current_exe");
     for _ in 0..o.rounds {
         r_on.push(decode_rate(&on, o.tokens));
@@ -237,15 +288,26 @@ fn main() {
             let _ = r.wait();
         }
     }
-    let (m_on, m_off, m_quiet, m_read) = (median(&mut r_on), median(&mut r_off), median(&mut r_quiet), median(&mut r_read));
+    let (m_on, m_off, m_quiet, m_read) = (
+        median(&mut r_on),
+        median(&mut r_off),
+        median(&mut r_quiet),
+        median(&mut r_read),
+    );
     println!();
-    println!("## decode throughput ({} tokens, median of {} alternating rounds)", o.tokens, o.rounds);
+    println!(
+        "## decode throughput ({} tokens, median of {} alternating rounds)",
+        o.tokens, o.rounds
+    );
     println!("| configuration | tokens/s | ratio |");
     println!("|---|---:|---:|");
     println!("| publishing off (`--no-publish`) | {m_off:.1} | 1.000 |");
     println!("| publishing on | {m_on:.1} | {:.4} |", m_on / m_off);
     println!("| publishing on, 0 readers | {m_quiet:.1} | 1.000 |");
-    println!("| publishing on, 8 reader processes at 1 kHz | {m_read:.1} | {:.4} |", m_read / m_quiet);
+    println!(
+        "| publishing on, 8 reader processes at 1 kHz | {m_read:.1} | {:.4} |",
+        m_read / m_quiet
+    );
     println!();
     println!("raw tokens/s per round: off {r_off:.1?}, on {r_on:.1?}, 0 readers {r_quiet:.1?}, 8 readers {r_read:.1?}");
 }

@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "hydra-engine", version, about = "A single-compute-thread inference engine whose per-slot progress is readable from other processes with zero IPC")]
+#[command(
+    name = "hydra-engine",
+    version,
+    about = "A single-compute-thread inference engine whose per-slot progress is readable from other processes with zero IPC"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,7 +32,12 @@ enum Command {
 #[derive(Args)]
 struct ServeArgs {
     /// GGUF model file (llama family).
-    #[arg(long, value_name = "PATH.gguf", conflicts_with = "builtin", required_unless_present = "builtin")]
+    #[arg(
+        long,
+        value_name = "PATH.gguf",
+        conflicts_with = "builtin",
+        required_unless_present = "builtin"
+    )]
     model: Option<PathBuf>,
     /// Use the embedded, deterministically seeded model (no file needed).
     #[arg(long)]
@@ -75,13 +84,19 @@ struct ServeArgs {
 }
 
 fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo draws its own live view: keep the engine's log to warnings there.
-    init_logging(if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" });
+    init_logging(if matches!(cli.command, Command::Demo(_)) {
+        "warn"
+    } else {
+        "info"
+    });
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Demo(args) => hydra_engine::demo::run(&args),

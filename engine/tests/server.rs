@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use support::*;
 
 fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("hydra-engine-test").tempdir().expect("tempdir")
+    tempfile::Builder::new()
+        .prefix("hydra-engine-test")
+        .tempdir()
+        .expect("tempdir")
 }
 
 fn probe_meta(dir: &std::path::Path, id: &str, slot: usize) -> serde_json::Value {
@@ -30,8 +33,16 @@ fn probe_meta(dir: &std::path::Path, id: &str, slot: usize) -> serde_json::Value
 }
 
 /// Starts a decode of `n` tokens on `slot` in a background thread (after a short prefill).
-fn start_decode(e: &Engine, slot: usize, n: usize) -> std::thread::JoinHandle<(u16, serde_json::Value)> {
-    let (status, body) = post(e, &format!("/slots/{slot}/prefill"), r#"{"prompt":"Once upon a time"}"#);
+fn start_decode(
+    e: &Engine,
+    slot: usize,
+    n: usize,
+) -> std::thread::JoinHandle<(u16, serde_json::Value)> {
+    let (status, body) = post(
+        e,
+        &format!("/slots/{slot}/prefill"),
+        r#"{"prompt":"Once upon a time"}"#,
+    );
     assert_eq!(status, 200, "prefill: {body}");
     let url = e.url(&format!("/slots/{slot}/decode"));
     let body = format!(r#"{{"n_predict":{n},"ignore_eos":true}}"#);
@@ -40,10 +51,14 @@ fn start_decode(e: &Engine, slot: usize, n: usize) -> std::thread::JoinHandle<(u
 
 fn wait_phase(e: &Engine, slot: usize, phase: Phase) -> SegmentReader {
     let reader = SegmentReader::open(e.segment()).expect("open segment");
-    wait_for(Duration::from_secs(30), "the slot to enter its phase", || {
-        let s = reader.slot(slot).ok()?;
-        (s.state.phase == phase && s.state.work_done > 0).then_some(())
-    });
+    wait_for(
+        Duration::from_secs(30),
+        "the slot to enter its phase",
+        || {
+            let s = reader.slot(slot).ok()?;
+            (s.state.phase == phase && s.state.work_done > 0).then_some(())
+        },
+    );
     reader
 }
 
@@ -84,12 +99,19 @@ fn progress_is_readable_from_other_processes_while_decoding() {
     let decode_done = Instant::now();
     assert_eq!(status, 200, "decode: {result}");
     assert_eq!(result["tokens"].as_array().map(Vec::len), Some(3500));
-    assert!(seen.len() >= 50, "only {} of 60 meta answers were taken during the decode", seen.len());
+    assert!(
+        seen.len() >= 50,
+        "only {} of 60 meta answers were taken during the decode",
+        seen.len()
+    );
     assert!(
         seen.windows(2).all(|w| w[0] <= w[1]),
         "tokens_processed went backwards: {seen:?}"
     );
-    assert!(seen.last() > seen.first(), "no progress seen across the run: {seen:?}");
+    assert!(
+        seen.last() > seen.first(),
+        "no progress seen across the run: {seen:?}"
+    );
     assert_eq!(http_answers, 6);
 
     let (status, body, answered) = queued.join().expect("queued meta thread");
@@ -105,7 +127,11 @@ fn progress_is_readable_from_other_processes_while_decoding() {
 #[test]
 fn prefill_progress_moves_chunk_by_chunk() {
     let tmp = scratch();
-    let e = Engine::start(tmp.path(), "chunks", &["--slots", "1", "--ctx", "4096", "--ubatch", "16"]);
+    let e = Engine::start(
+        tmp.path(),
+        "chunks",
+        &["--slots", "1", "--ctx", "4096", "--ubatch", "16"],
+    );
     let reader = SegmentReader::open(e.segment()).expect("open segment");
     let prompt = "x".repeat(3000);
     let url = e.url("/slots/0/prefill");
@@ -124,8 +150,15 @@ fn prefill_progress_moves_chunk_by_chunk() {
     }
     let (status, body) = req.join().expect("prefill thread");
     assert_eq!(status, 200, "{body}");
-    assert!(values.len() >= 5, "only {} distinct prefill progress values: {values:?}", values.len());
-    assert!(values.iter().all(|v| v % 16 == 0 || *v > 2990), "work_done moves in ubatch steps: {values:?}");
+    assert!(
+        values.len() >= 5,
+        "only {} distinct prefill progress values: {values:?}",
+        values.len()
+    );
+    assert!(
+        values.iter().all(|v| v % 16 == 0 || *v > 2990),
+        "work_done moves in ubatch steps: {values:?}"
+    );
 }
 
 #[test]
@@ -138,11 +171,15 @@ fn killed_engine_is_dead_with_the_slot_orphaned_and_its_id_can_be_reused() {
     e.kill();
     let _ = decode.join();
 
-    let view = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default()).expect("capture");
+    let view = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())
+        .expect("capture");
     assert_eq!(view.health.as_str(), "dead");
     assert_eq!(view.slots[1].class, SlotClass::Orphaned);
     assert_eq!(view.slots[1].state.phase, Phase::Decode, "last phase kept");
-    assert!(view.slots[1].state.work_done >= before, "last progress kept");
+    assert!(
+        view.slots[1].state.work_done >= before,
+        "last progress kept"
+    );
     let meta = probe_meta(tmp.path(), "crashy", 1);
     assert_eq!(meta["engine_liveness"], "dead");
     assert_eq!(meta["classification"], "orphaned");
@@ -164,7 +201,14 @@ fn a_second_engine_with_a_live_id_is_refused() {
     let tmp = scratch();
     let _e = Engine::start(tmp.path(), "twin", &["--slots", "1"]);
     let out = Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
-        .args(["serve", "--builtin", "--engine-id", "twin", "--listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--builtin",
+            "--engine-id",
+            "twin",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .arg("--progress-dir")
         .arg(tmp.path())
         .output()
@@ -177,21 +221,97 @@ fn a_second_engine_with_a_live_id_is_refused() {
 #[test]
 fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
     let tmp = scratch();
-    let e = Engine::start(tmp.path(), "strict", &["--slots", "2", "--ctx", "256", "--max-body", "65536"]);
+    let e = Engine::start(
+        tmp.path(),
+        "strict",
+        &["--slots", "2", "--ctx", "256", "--max-body", "65536"],
+    );
     let cases: Vec<(&str, &str, Option<String>, u16, &str)> = vec![
-        ("POST", "/slots/9/prefill", Some(r#"{"prompt":"a"}"#.into()), 404, "unknown_slot"),
-        ("POST", "/slots/abc/prefill", Some(r#"{"prompt":"a"}"#.into()), 400, "bad_request"),
-        ("POST", "/slots/0/prefill", Some("{not json".into()), 400, "invalid_json"),
-        ("POST", "/slots/0/prefill", Some(r#"{"prompt":"a","bogus":1}"#.into()), 400, "invalid_json"),
-        ("POST", "/slots/0/prefill", Some(r#"{}"#.into()), 400, "bad_request"),
-        ("POST", "/slots/0/prefill", Some(r#"{"tokens":[1,99999]}"#.into()), 400, "bad_request"),
-        ("POST", "/slots/0/prefill", Some(serde_json::json!({"prompt": "y".repeat(300)}).to_string()), 422, "context_overflow"),
-        ("POST", "/slots/0/prefill", Some(serde_json::json!({"prompt": "z".repeat(100_000)}).to_string()), 413, "payload_too_large"),
-        ("POST", "/slots/1/decode", Some(r#"{"n_predict":4}"#.into()), 409, "empty_slot"),
-        ("POST", "/slots/0/decode", Some(r#"{"n_predict":4,"temperature":-1}"#.into()), 400, "bad_request"),
-        ("PUT", "/slots/0/state", Some("garbage state bytes".into()), 422, "state_rejected"),
+        (
+            "POST",
+            "/slots/9/prefill",
+            Some(r#"{"prompt":"a"}"#.into()),
+            404,
+            "unknown_slot",
+        ),
+        (
+            "POST",
+            "/slots/abc/prefill",
+            Some(r#"{"prompt":"a"}"#.into()),
+            400,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/slots/0/prefill",
+            Some("{not json".into()),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/slots/0/prefill",
+            Some(r#"{"prompt":"a","bogus":1}"#.into()),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/slots/0/prefill",
+            Some(r#"{}"#.into()),
+            400,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/slots/0/prefill",
+            Some(r#"{"tokens":[1,99999]}"#.into()),
+            400,
+            "bad_request",
+        ),
+        (
+            "POST",
+            "/slots/0/prefill",
+            Some(serde_json::json!({"prompt": "y".repeat(300)}).to_string()),
+            422,
+            "context_overflow",
+        ),
+        (
+            "POST",
+            "/slots/0/prefill",
+            Some(serde_json::json!({"prompt": "z".repeat(100_000)}).to_string()),
+            413,
+            "payload_too_large",
+        ),
+        (
+            "POST",
+            "/slots/1/decode",
+            Some(r#"{"n_predict":4}"#.into()),
+            409,
+            "empty_slot",
+        ),
+        (
+            "POST",
+            "/slots/0/decode",
+            Some(r#"{"n_predict":4,"temperature":-1}"#.into()),
+            400,
+            "bad_request",
+        ),
+        (
+            "PUT",
+            "/slots/0/state",
+            Some("garbage state bytes".into()),
+            422,
+            "state_rejected",
+        ),
         ("POST", "/slots/0?action=explode", None, 400, "bad_request"),
-        ("GET", "/slots/0/state/meta?via=carrier-pigeon", None, 400, "bad_request"),
+        (
+            "GET",
+            "/slots/0/state/meta?via=carrier-pigeon",
+            None,
+            400,
+            "bad_request",
+        ),
         ("GET", "/no/such/route", None, 404, "not_found"),
     ];
     for (method, path, body, want_status, want_code) in cases {
@@ -199,7 +319,9 @@ fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
         let (status, json) = call(req, body.as_deref());
         assert_eq!(status, want_status, "{method} {path}: {json}");
         assert_eq!(json["error"]["code"], want_code, "{method} {path}: {json}");
-        assert!(json["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
         // The next valid request succeeds.
         let (status, json) = post(&e, "/slots/0/prefill", r#"{"prompt":"ok"}"#);
         assert_eq!(status, 200, "after {method} {path}: {json}");
@@ -217,7 +339,9 @@ fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
     assert_eq!(state.len(), declared);
     state[16] ^= 0xff; // model fingerprint (kv_state header offset 16)
     let resp = agent().put(&e.url("/slots/1/state")).send_bytes(&state);
-    let Err(ureq::Error::Status(422, r)) = resp else { panic!("foreign state accepted") };
+    let Err(ureq::Error::Status(422, r)) = resp else {
+        panic!("foreign state accepted")
+    };
     let json: serde_json::Value = r.into_json().unwrap();
     assert_eq!(json["error"]["code"], "state_rejected");
     let (status, _) = get(&e, "/health");
@@ -228,21 +352,31 @@ fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
 fn state_saved_from_one_slot_restores_into_another_and_continues_identically() {
     let tmp = scratch();
     let e = Engine::start(tmp.path(), "saver", &["--slots", "2", "--ctx", "1024"]);
-    let (status, _) = post(&e, "/slots/0/prefill", r#"{"prompt":"The same story, twice: "}"#);
+    let (status, _) = post(
+        &e,
+        "/slots/0/prefill",
+        r#"{"prompt":"The same story, twice: "}"#,
+    );
     assert_eq!(status, 200);
     let resp = agent().get(&e.url("/slots/0/state")).call().expect("save");
     let mut state = Vec::new();
     std::io::Read::read_to_end(&mut resp.into_reader(), &mut state).unwrap();
     let (status, body) = call(agent().put(&e.url("/slots/1/state")), None);
     assert_eq!(status, 400, "an empty restore body is refused: {body}");
-    agent().put(&e.url("/slots/1/state")).send_bytes(&state).expect("restore");
+    agent()
+        .put(&e.url("/slots/1/state"))
+        .send_bytes(&state)
+        .expect("restore");
     let a = post(&e, "/slots/0/decode", r#"{"n_predict":24}"#);
     let b = post(&e, "/slots/1/decode", r#"{"n_predict":24}"#);
     assert_eq!(a.0, 200, "{}", a.1);
     assert_eq!(b.0, 200, "{}", b.1);
     assert_eq!(a.1["tokens"], b.1["tokens"]);
     let reader = SegmentReader::open(e.segment()).unwrap();
-    assert_eq!(reader.slot(1).unwrap().state.finish_reason.as_str(), "completed");
+    assert_eq!(
+        reader.slot(1).unwrap().state.finish_reason.as_str(),
+        "completed"
+    );
 }
 
 #[test]
@@ -272,7 +406,11 @@ fn slots_endpoint_and_health_answer_from_the_segment() {
     let (status, body) = get(&e, "/health");
     assert_eq!(status, 200);
     assert_eq!(body["status"], "ok");
-    let (status, body) = post(&e, "/completion", r#"{"prompt":"hello","n_predict":8,"id_slot":2}"#);
+    let (status, body) = post(
+        &e,
+        "/completion",
+        r#"{"prompt":"hello","n_predict":8,"id_slot":2}"#,
+    );
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["id_slot"], 2);
     assert_eq!(body["tokens_predicted"], 8);

@@ -352,19 +352,6 @@ impl HydraWriter {
     }
 }
 
-fn enter_phase(s: &mut SlotState, phase: Phase, unit: WorkUnit, total: u64, now: u64) {
-    s.phase = phase;
-    s.work_unit = unit;
-    s.work_done = 0;
-    s.work_total = total;
-    s.phase_start_ns = now;
-    s.last_progress_ns = now;
-    s.step_start_ns = 0;
-    s.step_size = 0;
-    s.last_step_ns = 0;
-    s.steps_done = 0;
-}
-
 // ---- exported functions -----------------------------------------------------------------
 
 /// The ABI version, [`HYDRA_WRITER_ABI_VERSION`].
@@ -603,11 +590,7 @@ pub unsafe extern "C" fn hydra_writer_begin_task(
         let w = unsafe { handle(writer) }?;
         let (phase, unit) = (self::phase(phase)?, self::unit(work_unit)?);
         w.update(slot, false, |s, now| {
-            s.task_id = task_id;
-            s.task_start_ns = now;
-            s.finish_reason = FinishReason::None;
-            s.error_code = ErrorCode::None;
-            enter_phase(s, phase, unit, work_total, now);
+            s.begin_task(task_id, phase, unit, work_total, now)
         })
     })
 }
@@ -630,7 +613,7 @@ pub unsafe extern "C" fn hydra_writer_begin_phase(
         let w = unsafe { handle(writer) }?;
         let (phase, unit) = (self::phase(phase)?, self::unit(work_unit)?);
         w.update(slot, false, |s, now| {
-            enter_phase(s, phase, unit, work_total, now)
+            s.enter_phase(phase, unit, work_total, now)
         })
     })
 }
@@ -650,10 +633,7 @@ pub unsafe extern "C" fn hydra_writer_step_start(
     guard(|| {
         // SAFETY: the caller guarantees `writer` is NULL or an open handle.
         let w = unsafe { handle(writer) }?;
-        w.update(slot, true, |s, now| {
-            s.step_start_ns = now;
-            s.step_size = step_size;
-        })
+        w.update(slot, true, |s, now| s.start_step(step_size, now))
     })
 }
 
@@ -673,18 +653,7 @@ pub unsafe extern "C" fn hydra_writer_step_finish(
     guard(|| {
         // SAFETY: the caller guarantees `writer` is NULL or an open handle.
         let w = unsafe { handle(writer) }?;
-        w.update(slot, true, |s, now| {
-            if s.step_start_ns != 0 {
-                s.last_step_ns = now.saturating_sub(s.step_start_ns);
-            }
-            s.step_start_ns = 0;
-            s.step_size = 0;
-            s.steps_done += 1;
-            if work_done > s.work_done {
-                s.last_progress_ns = now;
-            }
-            s.work_done = work_done;
-        })
+        w.update(slot, true, |s, now| s.finish_step(work_done, now))
     })
 }
 
@@ -704,14 +673,7 @@ pub unsafe extern "C" fn hydra_writer_set_work_done(
     guard(|| {
         // SAFETY: the caller guarantees `writer` is NULL or an open handle.
         let w = unsafe { handle(writer) }?;
-        w.update(slot, false, |s, now| {
-            if work_done > s.work_done {
-                s.last_step_ns = now.saturating_sub(s.last_progress_ns);
-                s.last_progress_ns = now;
-                s.steps_done += 1;
-            }
-            s.work_done = work_done;
-        })
+        w.update(slot, false, |s, now| s.advance(work_done, now))
     })
 }
 
@@ -791,13 +753,7 @@ pub unsafe extern "C" fn hydra_writer_finish(
         // SAFETY: the caller guarantees `writer` is NULL or an open handle.
         let w = unsafe { handle(writer) }?;
         let (reason, code) = (finish_reason(reason)?, self::error_code(error_code)?);
-        w.update(slot, false, |s, _| {
-            s.phase = Phase::Idle;
-            s.finish_reason = reason;
-            s.error_code = code;
-            s.step_start_ns = 0;
-            s.step_size = 0;
-        })
+        w.update(slot, false, |s, _| s.finish(reason, code))
     })
 }
 

@@ -48,7 +48,8 @@ pub fn process_start_ns(pid: u32) -> Option<u64> {
 /// A random 64-bit value from the kernel (never 0).
 pub fn random_u64() -> u64 {
     let mut buf = [0u8; 8];
-    let filled = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()).unwrap_or(0);
+    let filled =
+        rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()).unwrap_or(0);
     let v = u64::from_ne_bytes(buf);
     if filled == 8 && v != 0 {
         v

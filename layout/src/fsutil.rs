@@ -68,7 +68,10 @@ pub(crate) fn open_writer_dir(dir: &Path) -> Result<OwnedFd> {
     if st.st_uid != euid {
         return Err(Error::UnsafeDirectory {
             path: dir.to_path_buf(),
-            reason: format!("owned by uid {}, not by this process's uid {euid}", st.st_uid),
+            reason: format!(
+                "owned by uid {}, not by this process's uid {euid}",
+                st.st_uid
+            ),
         });
     }
     if st.st_mode & 0o002 != 0 {

@@ -5,11 +5,11 @@
 //! on heap atomics (loom cannot overlay a mapped file, so the mapped word source
 //! always uses core atomics; see [`crate::words`]).
 
-#[cfg(loom)]
-#[allow(unused_imports)] // AtomicU64 is only used by the loom model's heap source.
-pub(crate) use loom::sync::atomic::{fence, AtomicU64};
 #[cfg(not(loom))]
 #[allow(unused_imports)] // AtomicU64 is only used by the loom model's heap source.
 pub(crate) use core::sync::atomic::{fence, AtomicU64};
+#[cfg(loom)]
+#[allow(unused_imports)] // AtomicU64 is only used by the loom model's heap source.
+pub(crate) use loom::sync::atomic::{fence, AtomicU64};
 
 pub(crate) use core::sync::atomic::Ordering;

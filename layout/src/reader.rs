@@ -381,7 +381,11 @@ impl SegmentReader {
     /// Whether the writer is alive: `flock(LOCK_SH|LOCK_NB)` fails with EWOULDBLOCK while the
     /// writer holds `LOCK_EX`. When we get the lock we release it at once.
     pub fn liveness(&self) -> Result<Liveness> {
-        match fsutil::try_flock(&self.file, FlockOperation::NonBlockingLockShared, &self.path)? {
+        match fsutil::try_flock(
+            &self.file,
+            FlockOperation::NonBlockingLockShared,
+            &self.path,
+        )? {
             LockProbe::Held => Ok(Liveness::Live),
             LockProbe::Acquired => {
                 let _ = rustix::fs::flock(&self.file, FlockOperation::Unlock);
@@ -507,7 +511,9 @@ fn validate_geometry(w: &MappedWords, path: &Path, len: u64) -> Result<Geometry>
         )));
     }
     if header_len % 8 != 0 {
-        return Err(bad(format!("header length {header_len} is not a multiple of 8")));
+        return Err(bad(format!(
+            "header length {header_len} is not a multiple of 8"
+        )));
     }
     if header_len > len {
         return Err(Error::Truncated {
@@ -531,7 +537,9 @@ fn validate_geometry(w: &MappedWords, path: &Path, len: u64) -> Result<Geometry>
         )));
     }
     if slot_count == 0 || slot_count > MAX_SLOTS as u64 {
-        return Err(bad(format!("slot count {slot_count} is not in 1..={MAX_SLOTS}")));
+        return Err(bad(format!(
+            "slot count {slot_count} is not in 1..={MAX_SLOTS}"
+        )));
     }
     let end = u128::from(slot_offset) + u128::from(slot_count) * u128::from(slot_stride);
     if end > u128::from(len) {

@@ -87,7 +87,10 @@ pub(crate) struct ReadOk<const N: usize = DATA_WORDS> {
 /// sequence value; returns the new one. Only the record's single writer may call this.
 #[inline]
 pub(crate) fn write<S: WordSource, const N: usize>(src: &S, seq: u64, words: &[u64; N]) -> u64 {
-    debug_assert!(seq % 2 == 0, "writer's own sequence must be even between updates");
+    debug_assert!(
+        seq % 2 == 0,
+        "writer's own sequence must be even between updates"
+    );
     src.store(SEQ_OFFSET, seq.wrapping_add(1), Ordering::Relaxed);
     // Pairs with the reader's fence(Acquire) before its second SEQ load: a reader that sees
     // any data store below also sees SEQ = seq + 1 (or later) and retries.
@@ -294,7 +297,12 @@ mod loom_model {
                 return;
             }
             let k = ok.words[0] / 1000;
-            assert_eq!(ok.words, words_for(k), "inconsistent snapshot: {:?}", ok.words);
+            assert_eq!(
+                ok.words,
+                words_for(k),
+                "inconsistent snapshot: {:?}",
+                ok.words
+            );
             assert_eq!(ok.seq, 2 * k, "sequence and data disagree");
         }
     }
@@ -317,9 +325,21 @@ mod loom_model {
                     }
                 })
             };
-            check(&h, ReadPolicy { spins: 0, yields: 2 });
+            check(
+                &h,
+                ReadPolicy {
+                    spins: 0,
+                    yields: 2,
+                },
+            );
             writer.join().unwrap();
-            check(&h, ReadPolicy { spins: 0, yields: 1 });
+            check(
+                &h,
+                ReadPolicy {
+                    spins: 0,
+                    yields: 1,
+                },
+            );
         });
     }
 }

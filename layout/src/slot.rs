@@ -163,7 +163,10 @@ impl Phase {
     /// Whether the slot is doing work (prefill, decode, save or restore).
     /// `Queued` is not active: nothing is computing for the slot yet.
     pub fn is_active(self) -> bool {
-        matches!(self, Self::Prefill | Self::Decode | Self::Save | Self::Restore)
+        matches!(
+            self,
+            Self::Prefill | Self::Decode | Self::Save | Self::Restore
+        )
     }
 }
 
@@ -310,6 +313,78 @@ impl SlotState {
     }
 }
 
+/// The transitions every writer makes (the engine's compute thread, the C ABI), kept with
+/// the record so that the fields that belong together always move together. Each takes the
+/// CLOCK_MONOTONIC time `now`, read once per event by the caller.
+impl SlotState {
+    /// A new task starts in `phase` with `total` units of `unit` to do: new task id and
+    /// start time, last finish reason and error cleared.
+    pub fn begin_task(&mut self, task_id: u64, phase: Phase, unit: WorkUnit, total: u64, now: u64) {
+        self.task_id = task_id;
+        self.task_start_ns = now;
+        self.finish_reason = FinishReason::None;
+        self.error_code = ErrorCode::None;
+        self.enter_phase(phase, unit, total, now);
+    }
+
+    /// The running task moves to `phase` (e.g. prefill -> decode): work and step figures
+    /// restart; the phase start counts as progress.
+    pub fn enter_phase(&mut self, phase: Phase, unit: WorkUnit, total: u64, now: u64) {
+        self.phase = phase;
+        self.work_unit = unit;
+        self.work_done = 0;
+        self.work_total = total;
+        self.phase_start_ns = now;
+        self.last_progress_ns = now;
+        self.step_start_ns = 0;
+        self.step_size = 0;
+        self.last_step_ns = 0;
+        self.steps_done = 0;
+    }
+
+    /// A step carrying `size` units starts (before the forward pass).
+    pub fn start_step(&mut self, size: u64, now: u64) {
+        self.step_start_ns = now;
+        self.step_size = size;
+    }
+
+    /// The step in flight finished with `work_done` units done in the phase: records its
+    /// duration, clears the step in flight, and counts progress if the work advanced.
+    pub fn finish_step(&mut self, work_done: u64, now: u64) {
+        if self.step_start_ns != 0 {
+            self.last_step_ns = now.saturating_sub(self.step_start_ns);
+        }
+        self.step_start_ns = 0;
+        self.step_size = 0;
+        self.steps_done += 1;
+        if work_done > self.work_done {
+            self.last_progress_ns = now;
+        }
+        self.work_done = work_done;
+    }
+
+    /// Work advanced to `work_done` without an explicit step (e.g. bytes of a state save):
+    /// the time since the last progress counts as one step.
+    pub fn advance(&mut self, work_done: u64, now: u64) {
+        if work_done > self.work_done {
+            self.last_step_ns = now.saturating_sub(self.last_progress_ns);
+            self.last_progress_ns = now;
+            self.steps_done += 1;
+        }
+        self.work_done = work_done;
+    }
+
+    /// The task ended: back to idle with its finish reason and error code (the last work
+    /// figures stay for display).
+    pub fn finish(&mut self, reason: FinishReason, code: ErrorCode) {
+        self.phase = Phase::Idle;
+        self.finish_reason = reason;
+        self.error_code = code;
+        self.step_start_ns = 0;
+        self.step_size = 0;
+    }
+}
+
 /// Index of the word at `offset` within [`SlotState::to_words`]'s array.
 pub const fn data_index(offset: usize) -> usize {
     (offset - TASK_ID_OFFSET) / 8
@@ -348,6 +423,57 @@ mod tests {
         assert_eq!(w[data_index(N_PAST_OFFSET)], 9);
         assert_eq!(w[data_index(STEPS_DONE_OFFSET)], 18);
         assert_eq!(SlotState::from_words(&w), s);
+    }
+
+    #[test]
+    fn transitions_keep_related_fields_together() {
+        let mut s = SlotState::default();
+        s.begin_task(7, Phase::Prefill, WorkUnit::Tokens, 100, 1_000);
+        assert_eq!(
+            (
+                s.task_id,
+                s.task_start_ns,
+                s.phase_start_ns,
+                s.last_progress_ns
+            ),
+            (7, 1_000, 1_000, 1_000)
+        );
+        s.start_step(64, 1_100);
+        assert_eq!((s.step_start_ns, s.step_size), (1_100, 64));
+        s.finish_step(64, 1_600);
+        assert_eq!(
+            (
+                s.step_start_ns,
+                s.step_size,
+                s.last_step_ns,
+                s.work_done,
+                s.last_progress_ns,
+                s.steps_done
+            ),
+            (0, 0, 500, 64, 1_600, 1)
+        );
+        s.finish_step(64, 1_900); // no advance: no progress
+        assert_eq!(s.last_progress_ns, 1_600);
+        s.enter_phase(Phase::Decode, WorkUnit::Tokens, 10, 2_000);
+        assert_eq!(
+            (s.work_done, s.work_total, s.steps_done, s.phase_start_ns),
+            (0, 10, 0, 2_000)
+        );
+        s.advance(5, 2_500);
+        assert_eq!(
+            (s.work_done, s.last_step_ns, s.last_progress_ns),
+            (5, 500, 2_500)
+        );
+        s.finish(FinishReason::Error, ErrorCode::Compute);
+        assert_eq!(
+            (s.phase, s.finish_reason, s.error_code, s.work_done),
+            (Phase::Idle, FinishReason::Error, ErrorCode::Compute, 5)
+        );
+        s.begin_task(8, Phase::Save, WorkUnit::Bytes, 9, 3_000);
+        assert_eq!(
+            (s.finish_reason, s.error_code),
+            (FinishReason::None, ErrorCode::None)
+        );
     }
 
     #[test]

@@ -349,18 +349,38 @@ impl SegmentWriter {
         self.loop_iterations += 1;
         let w = &self.mapping.words;
         w.store(h::HEARTBEAT_NS_OFFSET, now_ns, Ordering::Relaxed);
-        w.store(h::LOOP_ITERATIONS_OFFSET, self.loop_iterations, Ordering::Relaxed);
+        w.store(
+            h::LOOP_ITERATIONS_OFFSET,
+            self.loop_iterations,
+            Ordering::Relaxed,
+        );
     }
 
     /// Stores the engine-wide counters (each word Relaxed). The waiting-requests gauge is
     /// kept by [`PendingCounter`] and not touched here.
     pub fn set_counters(&mut self, c: &WriterCounters) {
         let w = &self.mapping.words;
-        w.store(h::PROMPT_TOKENS_TOTAL_OFFSET, c.prompt_tokens_total, Ordering::Relaxed);
-        w.store(h::GENERATED_TOKENS_TOTAL_OFFSET, c.generated_tokens_total, Ordering::Relaxed);
-        w.store(h::REQUESTS_RUNNING_OFFSET, c.requests_running, Ordering::Relaxed);
+        w.store(
+            h::PROMPT_TOKENS_TOTAL_OFFSET,
+            c.prompt_tokens_total,
+            Ordering::Relaxed,
+        );
+        w.store(
+            h::GENERATED_TOKENS_TOTAL_OFFSET,
+            c.generated_tokens_total,
+            Ordering::Relaxed,
+        );
+        w.store(
+            h::REQUESTS_RUNNING_OFFSET,
+            c.requests_running,
+            Ordering::Relaxed,
+        );
         w.store(h::KV_CELLS_USED_OFFSET, c.kv_cells_used, Ordering::Relaxed);
-        w.store(h::KV_CELLS_TOTAL_OFFSET, c.kv_cells_total, Ordering::Relaxed);
+        w.store(
+            h::KV_CELLS_TOTAL_OFFSET,
+            c.kv_cells_total,
+            Ordering::Relaxed,
+        );
     }
 
     /// Test hook: starts an update of `slot` and abandons it, leaving its sequence odd, as a
@@ -397,7 +417,11 @@ impl SegmentWriter {
         }
         self.closed = true;
         let w = &self.mapping.words;
-        w.store(h::CLOSED_NS_OFFSET, clock::monotonic_ns(), Ordering::Relaxed);
+        w.store(
+            h::CLOSED_NS_OFFSET,
+            clock::monotonic_ns(),
+            Ordering::Relaxed,
+        );
         // Pairs with the reader's Acquire read of STATE: CLOSED_NS is visible with CLOSED.
         w.store(h::STATE_OFFSET, h::Lifecycle::CLOSED, Ordering::Release);
         // Unlink under the directory lock, and only if the name is still ours.
@@ -405,7 +429,11 @@ impl SegmentWriter {
         let result = (|| {
             let ours = rustix::fs::fstat(&self.mapping.file)
                 .map_err(|e| Error::io("fstat", &self.path, e))?;
-            match rustix::fs::statat(&self.dir, self.file_name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            match rustix::fs::statat(
+                &self.dir,
+                self.file_name.as_str(),
+                AtFlags::SYMLINK_NOFOLLOW,
+            ) {
                 Ok(st) if st.st_dev == ours.st_dev && st.st_ino == ours.st_ino => {
                     rustix::fs::unlinkat(&self.dir, self.file_name.as_str(), AtFlags::empty())
                         .map_err(|e| Error::io("unlink", &self.path, e))
@@ -436,7 +464,11 @@ fn refuse_if_live(dir: &OwnedFd, file_name: &str, path: &Path, id: &str) -> Resu
     ) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(()),
-        Err(Errno::LOOP) => return Err(Error::SymlinkFile { path: path.to_path_buf() }),
+        Err(Errno::LOOP) => {
+            return Err(Error::SymlinkFile {
+                path: path.to_path_buf(),
+            })
+        }
         Err(e) => return Err(Error::io("open existing segment", path, e)),
     };
     let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("fstat", path, e))?;

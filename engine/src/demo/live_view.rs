@@ -71,8 +71,15 @@ pub fn run(segment: &Path, interval: Duration, running: &Running) -> anyhow::Res
 
 fn describe(s: &SlotView) -> String {
     let st = &s.state;
-    let unit = if st.work_unit == hydra_layout::WorkUnit::Bytes { "B" } else { "tok" };
-    let rate = s.rate_per_s.map(|r| format!("{r:.0} {unit}/s")).unwrap_or_else(|| "-".into());
+    let unit = if st.work_unit == hydra_layout::WorkUnit::Bytes {
+        "B"
+    } else {
+        "tok"
+    };
+    let rate = s
+        .rate_per_s
+        .map(|r| format!("{r:.0} {unit}/s"))
+        .unwrap_or_else(|| "-".into());
     let eta = s.eta_s.map(|e| format!("eta {e:.1}s")).unwrap_or_default();
     format!(
         "{:<8} {:>7}/{:<7} {:>12} {:>10} n_past {:>5} pending {}  [{}]",

@@ -50,7 +50,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let mut config = ServerConfig::builtin(&engine_id, dir.clone(), args.slots);
     config.ubatch = args.ubatch;
     config.ctx = (args.prompt_tokens + args.decode_tokens + 64).max(1024);
-    println!("hydra-engine demo: starting engine {engine_id:?} on the embedded model ({} slots)", args.slots);
+    println!(
+        "hydra-engine demo: starting engine {engine_id:?} on the embedded model ({} slots)",
+        args.slots
+    );
     let server = Server::start(config).context("cannot start the demo engine")?;
     let base = format!("http://{}", server.addr());
     let segment = server
@@ -58,7 +61,11 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         .cloned()
         .context("the demo engine publishes no segment")?;
     println!("  HTTP  {base}");
-    println!("  segment {}  (try: hydra-probe --dir {} watch)", segment.display(), dir.display());
+    println!(
+        "  segment {}  (try: hydra-probe --dir {} watch)",
+        segment.display(),
+        dir.display()
+    );
     println!();
 
     let plan = workload::Plan {
@@ -68,7 +75,11 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         decode_tokens: args.decode_tokens,
     };
     let running = workload::start(plan);
-    let stats = live_view::run(&segment, Duration::from_millis(args.interval_ms.max(10)), &running)?;
+    let stats = live_view::run(
+        &segment,
+        Duration::from_millis(args.interval_ms.max(10)),
+        &running,
+    )?;
     let outcome = running.join()?;
     server.shutdown()?;
     println!();

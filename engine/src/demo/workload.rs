@@ -50,7 +50,8 @@ impl Running {
     /// Waits for the workload and returns what it measured.
     pub fn join(self) -> anyhow::Result<Outcome> {
         for t in self.threads {
-            t.join().map_err(|_| anyhow::anyhow!("a workload thread panicked"))??;
+            t.join()
+                .map_err(|_| anyhow::anyhow!("a workload thread panicked"))??;
         }
         self.done.store(true, Ordering::Relaxed);
         let outcome = std::mem::take(&mut *self.outcome.lock().expect("outcome lock"));
@@ -59,14 +60,23 @@ impl Running {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(Duration::from_secs(600)).build()
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(600))
+        .build()
 }
 
-fn post(agent: &ureq::Agent, url: &str, body: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+fn post(
+    agent: &ureq::Agent,
+    url: &str,
+    body: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
     match agent.post(url).send_json(body) {
         Ok(r) => Ok(r.into_json()?),
         Err(ureq::Error::Status(code, r)) => {
-            anyhow::bail!("{url}: HTTP {code}: {}", r.into_string().unwrap_or_default())
+            anyhow::bail!(
+                "{url}: HTTP {code}: {}",
+                r.into_string().unwrap_or_default()
+            )
         }
         Err(e) => Err(e).with_context(|| url.to_string()),
     }
@@ -96,7 +106,11 @@ pub fn start(plan: Plan) -> Running {
             )?;
             let n = r["n_prompt_tokens"].as_u64().unwrap_or(0) as usize;
             let secs = r["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3;
-            outcome.lock().expect("outcome lock").throughput.push(("prefill slot 0".into(), n, secs));
+            outcome.lock().expect("outcome lock").throughput.push((
+                "prefill slot 0".into(),
+                n,
+                secs,
+            ));
             Ok(())
         }));
     }
@@ -124,7 +138,11 @@ pub fn start(plan: Plan) -> Running {
             )?;
             let n = r["tokens_predicted"].as_u64().unwrap_or(0) as usize;
             let secs = r["timings"]["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3;
-            outcome.lock().expect("outcome lock").throughput.push((format!("decode slot {slot}"), n, secs));
+            outcome.lock().expect("outcome lock").throughput.push((
+                format!("decode slot {slot}"),
+                n,
+                secs,
+            ));
             Ok(())
         }));
     }
@@ -135,9 +153,14 @@ pub fn start(plan: Plan) -> Running {
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let fast = agent();
             std::thread::sleep(Duration::from_millis(300));
-            let slow = ureq::AgentBuilder::new().timeout(Duration::from_secs(5)).build();
+            let slow = ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(5))
+                .build();
             let t = Instant::now();
-            let queued = match slow.get(&format!("{}/slots/1/state/meta?via=queue", plan.base)).call() {
+            let queued = match slow
+                .get(&format!("{}/slots/1/state/meta?via=queue", plan.base))
+                .call()
+            {
                 Ok(_) => Ok(t.elapsed().as_secs_f64()),
                 Err(e) => Err(format!("{e}")),
             };
@@ -147,8 +170,13 @@ pub fn start(plan: Plan) -> Running {
                     break;
                 }
                 let t = Instant::now();
-                fast.get(&format!("{}/slots/1/state/meta", plan.base)).call()?;
-                outcome.lock().expect("outcome lock").meta_segment.push(t.elapsed().as_secs_f64());
+                fast.get(&format!("{}/slots/1/state/meta", plan.base))
+                    .call()?;
+                outcome
+                    .lock()
+                    .expect("outcome lock")
+                    .meta_segment
+                    .push(t.elapsed().as_secs_f64());
                 std::thread::sleep(Duration::from_millis(20));
             }
             Ok(())
@@ -161,7 +189,12 @@ pub fn start(plan: Plan) -> Running {
     }
 }
 
-fn restore_into(agent: &ureq::Agent, plan: &Plan, slot: usize, outcome: &Mutex<Outcome>) -> anyhow::Result<()> {
+fn restore_into(
+    agent: &ureq::Agent,
+    plan: &Plan,
+    slot: usize,
+    outcome: &Mutex<Outcome>,
+) -> anyhow::Result<()> {
     // Give slot 1's completion time to be queued first: its task runs before ours.
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
@@ -186,11 +219,11 @@ fn restore_into(agent: &ureq::Agent, plan: &Plan, slot: usize, outcome: &Mutex<O
     )?;
     let n = r["tokens"].as_array().map(|a| a.len()).unwrap_or(0);
     let secs = r["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3;
-    outcome
-        .lock()
-        .expect("outcome lock")
-        .throughput
-        .push((format!("decode slot {slot} (restored)"), n, secs));
+    outcome.lock().expect("outcome lock").throughput.push((
+        format!("decode slot {slot} (restored)"),
+        n,
+        secs,
+    ));
     Ok(())
 }
 
@@ -198,7 +231,10 @@ fn restore_into(agent: &ureq::Agent, plan: &Plan, slot: usize, outcome: &Mutex<O
 pub fn print_summary(o: &Outcome, view: &super::live_view::ViewStats) {
     println!("summary");
     for (what, n, secs) in &o.throughput {
-        println!("  {what:<28} {n:>5} tokens in {secs:>6.2} s = {:>8.1} tokens/s", *n as f64 / secs.max(1e-9));
+        println!(
+            "  {what:<28} {n:>5} tokens in {secs:>6.2} s = {:>8.1} tokens/s",
+            *n as f64 / secs.max(1e-9)
+        );
     }
     if let Some((bytes, save, restore)) = o.state {
         println!(

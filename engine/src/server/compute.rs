@@ -62,8 +62,12 @@ impl Shared {
     /// The Hydra meta of `slot`, read from the segment through the probe library.
     pub fn meta_from_segment(&self, slot: usize) -> Result<HydraMeta, ApiError> {
         let reader = self.reader.as_ref().ok_or(ApiError::PublishingDisabled)?;
-        let view = EngineView::capture(reader, hydra_layout::clock::monotonic_ns(), &self.thresholds)
-            .map_err(|e| ApiError::Internal(format!("reading the progress segment: {e}")))?;
+        let view = EngineView::capture(
+            reader,
+            hydra_layout::clock::monotonic_ns(),
+            &self.thresholds,
+        )
+        .map_err(|e| ApiError::Internal(format!("reading the progress segment: {e}")))?;
         HydraMeta::from_view(&view, slot).ok_or(ApiError::UnknownSlot {
             slot,
             n_slots: self.n_slots,
@@ -73,8 +77,12 @@ impl Shared {
     /// Every slot, read from the segment through the probe library.
     pub fn view(&self) -> Result<EngineView, ApiError> {
         let reader = self.reader.as_ref().ok_or(ApiError::PublishingDisabled)?;
-        EngineView::capture(reader, hydra_layout::clock::monotonic_ns(), &self.thresholds)
-            .map_err(|e| ApiError::Internal(format!("reading the progress segment: {e}")))
+        EngineView::capture(
+            reader,
+            hydra_layout::clock::monotonic_ns(),
+            &self.thresholds,
+        )
+        .map_err(|e| ApiError::Internal(format!("reading the progress segment: {e}")))
     }
 }
 
@@ -90,11 +98,14 @@ pub struct Compute {
 
 impl Compute {
     /// Loads the model, builds the slots and creates the segment.
-    pub fn new(config: &ServerConfig, shutdown: Arc<AtomicBool>) -> anyhow::Result<(Self, Arc<Shared>)> {
+    pub fn new(
+        config: &ServerConfig,
+        shutdown: Arc<AtomicBool>,
+    ) -> anyhow::Result<(Self, Arc<Shared>)> {
         anyhow::ensure!(config.slots >= 1, "--slots must be at least 1");
         anyhow::ensure!(config.ubatch >= 1, "--ubatch must be at least 1");
         let model = match &config.model {
-            ModelSource::Builtin => Model::builtin_on(config.load.device.clone()),
+            ModelSource::Builtin => Model::builtin_on(config.load.device),
             ModelSource::Gguf(path) => Model::load_gguf(path, &config.load),
         }
         .context("cannot load the model")?;
@@ -107,7 +118,8 @@ impl Compute {
             "model loaded"
         );
         let model = Arc::new(model);
-        let slots = Slots::new(model.clone(), config.slots, config.ctx).context("cannot create the slots")?;
+        let slots = Slots::new(model.clone(), config.slots, config.ctx)
+            .context("cannot create the slots")?;
         let n_ctx = slots.n_ctx();
         let llama = model.config().clone();
 
@@ -125,7 +137,10 @@ impl Compute {
                         .map(|p| p.display().to_string())
                         .unwrap_or_else(|| "builtin".into()),
                     tokenizer: info.tokenizer_family.clone(),
-                    model_alias: config.model_alias.clone().unwrap_or_else(|| info.name.clone()),
+                    model_alias: config
+                        .model_alias
+                        .clone()
+                        .unwrap_or_else(|| info.name.clone()),
                     device: info.device.to_string(),
                     capabilities: capabilities::COMPLETION
                         | capabilities::STATE_SAVE_RESTORE
@@ -134,7 +149,8 @@ impl Compute {
             })
             .context("cannot create the progress segment")?;
             let path = writer.path().to_path_buf();
-            let reader = SegmentReader::open(&path).context("cannot read back the progress segment")?;
+            let reader =
+                SegmentReader::open(&path).context("cannot read back the progress segment")?;
             let pending = writer.pending_counter();
             (Some(writer), Some(reader), Some(pending), Some(path))
         } else {
@@ -199,15 +215,23 @@ impl Compute {
     fn handle(&mut self, task: Task) {
         match task {
             Task::Prefill { slot, spec, reply } => {
-                let r = self.run_task(slot, Phase::Prefill, WorkUnit::Tokens, spec.tokens.len() as u64, |c, id| {
-                    c.prefill(slot, id, &spec)
-                });
+                let r = self.run_task(
+                    slot,
+                    Phase::Prefill,
+                    WorkUnit::Tokens,
+                    spec.tokens.len() as u64,
+                    |c, id| c.prefill(slot, id, &spec),
+                );
                 send(reply, r);
             }
             Task::Decode { slot, spec, reply } => {
-                let r = self.run_task(slot, Phase::Decode, WorkUnit::Tokens, spec.n_predict as u64, |c, id| {
-                    c.decode(slot, id, &spec)
-                });
+                let r = self.run_task(
+                    slot,
+                    Phase::Decode,
+                    WorkUnit::Tokens,
+                    spec.n_predict as u64,
+                    |c, id| c.decode(slot, id, &spec),
+                );
                 send(reply, r);
             }
             Task::Completion {
@@ -219,8 +243,12 @@ impl Compute {
                 let total = prefill.tokens.len() as u64;
                 let r = self.run_task(slot, Phase::Prefill, WorkUnit::Tokens, total, |c, id| {
                     let p = c.prefill(slot, id, &prefill)?;
-                    c.progress
-                        .begin_phase(slot, Phase::Decode, WorkUnit::Tokens, decode.n_predict as u64);
+                    c.progress.begin_phase(
+                        slot,
+                        Phase::Decode,
+                        WorkUnit::Tokens,
+                        decode.n_predict as u64,
+                    );
                     let d = c.decode(slot, id, &decode)?;
                     Ok((p, d))
                 });
@@ -278,17 +306,28 @@ impl Compute {
         Ok(())
     }
 
-    fn prefill(&mut self, slot: usize, task_id: u64, spec: &PrefillSpec) -> Result<PrefillResult, ApiError> {
+    fn prefill(
+        &mut self,
+        slot: usize,
+        task_id: u64,
+        spec: &PrefillSpec,
+    ) -> Result<PrefillResult, ApiError> {
         let start = Instant::now();
         let mut observer = StepPublisher {
             progress: &mut self.progress,
             kind: TokenKind::Prompt,
             shutdown: &self.shutdown,
         };
-        self.slots.prefill(slot, &spec.tokens, self.ubatch, &mut observer)?;
+        self.slots
+            .prefill(slot, &spec.tokens, self.ubatch, &mut observer)?;
         let secs = start.elapsed().as_secs_f64();
         let n = spec.tokens.len();
-        tracing::info!(slot, tokens = n, tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)), "prefill done");
+        tracing::info!(
+            slot,
+            tokens = n,
+            tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)),
+            "prefill done"
+        );
         Ok(PrefillResult {
             slot,
             task_id,
@@ -299,7 +338,12 @@ impl Compute {
         })
     }
 
-    fn decode(&mut self, slot: usize, task_id: u64, spec: &DecodeSpec) -> Result<DecodeResult, ApiError> {
+    fn decode(
+        &mut self,
+        slot: usize,
+        task_id: u64,
+        spec: &DecodeSpec,
+    ) -> Result<DecodeResult, ApiError> {
         if self.slots.is_empty(slot)? {
             return Err(ApiError::EmptySlot(format!(
                 "slot {slot} is empty: prefill a prompt before decoding"
@@ -321,7 +365,14 @@ impl Compute {
             kind: TokenKind::Generated,
             shutdown: &self.shutdown,
         };
-        let generation = generate(&mut self.slots, slot, first, &mut sampler, &params, &mut observer)?;
+        let generation = generate(
+            &mut self.slots,
+            slot,
+            first,
+            &mut sampler,
+            &params,
+            &mut observer,
+        )?;
         let secs = start.elapsed().as_secs_f64();
         let n = generation.tokens.len();
         let stop_type = match generation.finish {
@@ -330,7 +381,13 @@ impl Compute {
             GenFinish::ContextFull => "context_full",
             GenFinish::Cancelled => "cancelled",
         };
-        tracing::info!(slot, tokens = n, tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)), stop_type, "decode done");
+        tracing::info!(
+            slot,
+            tokens = n,
+            tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)),
+            stop_type,
+            "decode done"
+        );
         let content = self
             .shared
             .tokenizer
@@ -352,7 +409,10 @@ impl Compute {
     }
 
     fn save(&mut self, slot: usize, reply: Reply<SaveStream>) {
-        let len = match self.check_slot(slot).and_then(|_| Ok(self.slots.state_size(slot)?)) {
+        let len = match self
+            .check_slot(slot)
+            .and_then(|_| Ok(self.slots.state_size(slot)?))
+        {
             Ok(len) => len,
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -369,9 +429,9 @@ impl Compute {
                 buf: Vec::with_capacity(SAVE_CHUNK),
             };
             let progress = &mut c.progress;
-            let written = c
-                .slots
-                .save_state(slot, &mut out, &mut |done, total| progress.bytes(slot, done, total));
+            let written = c.slots.save_state(slot, &mut out, &mut |done, total| {
+                progress.bytes(slot, done, total)
+            });
             let written = match written {
                 Ok(n) => n,
                 Err(e) => {
@@ -437,9 +497,12 @@ impl std::io::Write for ChunkSender {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(SAVE_CHUNK)));
-        self.tx
-            .send(Ok(chunk))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(SAVE_CHUNK),
+        ));
+        self.tx.send(Ok(chunk)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        })
     }
 }

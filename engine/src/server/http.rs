@@ -54,7 +54,9 @@ pub fn router(state: AppState) -> Router {
         .route("/completion", post(completion))
         .route(
             "/slots/{id}/state",
-            get(save_state).put(restore_state).layer(DefaultBodyLimit::max(state_limit)),
+            get(save_state)
+                .put(restore_state)
+                .layer(DefaultBodyLimit::max(state_limit)),
         )
         .route("/slots/{id}/state/meta", get(meta))
         .fallback(not_found)
@@ -236,10 +238,15 @@ async fn completion(
     .into_response())
 }
 
-async fn save_state(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn save_state(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let slot = s.slot(&id)?;
     let stream = s.call(|reply| Task::Save { slot, reply }).await?;
-    let body = Body::from_stream(tokio_stream::wrappers::UnboundedReceiverStream::new(stream.chunks));
+    let body = Body::from_stream(tokio_stream::wrappers::UnboundedReceiverStream::new(
+        stream.chunks,
+    ));
     Ok((
         StatusCode::OK,
         [
@@ -259,7 +266,9 @@ async fn restore_state(
     let slot = s.slot(&id)?;
     let data = body.map_err(|r| rejection(r, s.shared.max_state_bytes as usize))?;
     if data.is_empty() {
-        return Err(ApiError::BadRequest("empty body: expected a saved KV state".into()));
+        return Err(ApiError::BadRequest(
+            "empty body: expected a saved KV state".into(),
+        ));
     }
     let n_past = s.call(|reply| Task::Restore { slot, data, reply }).await?;
     Ok(Json(serde_json::json!({ "slot": slot, "n_past": n_past })).into_response())
@@ -284,7 +293,9 @@ async fn slot_action(
         Some(other) => Err(ApiError::BadRequest(format!(
             "unknown action {other:?} (supported: erase)"
         ))),
-        None => Err(ApiError::BadRequest("missing ?action= (supported: erase)".into())),
+        None => Err(ApiError::BadRequest(
+            "missing ?action= (supported: erase)".into(),
+        )),
     }
 }
 
@@ -312,7 +323,10 @@ impl AppState {
         }
     }
 
-    fn json<T: DeserializeOwned>(&self, body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    fn json<T: DeserializeOwned>(
+        &self,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<T, ApiError> {
         let bytes = body.map_err(|r| rejection(r, self.max_json_body))?;
         serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))
     }
@@ -321,10 +335,18 @@ impl AppState {
         let tok = &self.shared.tokenizer;
         let tokens = match (p.prompt, p.tokens) {
             (Some(_), Some(_)) => {
-                return Err(ApiError::BadRequest("give either \"prompt\" or \"tokens\", not both".into()))
+                return Err(ApiError::BadRequest(
+                    "give either \"prompt\" or \"tokens\", not both".into(),
+                ))
             }
-            (None, None) => return Err(ApiError::BadRequest("missing \"prompt\" (text) or \"tokens\" (ids)".into())),
-            (Some(text), None) => tok.encode(&text, p.add_bos.unwrap_or_else(|| tok.add_bos_by_default())),
+            (None, None) => {
+                return Err(ApiError::BadRequest(
+                    "missing \"prompt\" (text) or \"tokens\" (ids)".into(),
+                ))
+            }
+            (Some(text), None) => {
+                tok.encode(&text, p.add_bos.unwrap_or_else(|| tok.add_bos_by_default()))
+            }
             (None, Some(ids)) => ids,
         };
         if tokens.is_empty() {
@@ -374,7 +396,10 @@ impl AppState {
     }
 
     /// Posts a task and awaits its reply.
-    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T, ApiError>>) -> Task) -> Result<T, ApiError> {
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, ApiError>>) -> Task,
+    ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel();
         self.tasks.post(make(tx))?;
         rx.await.map_err(|_| ApiError::ShuttingDown)?

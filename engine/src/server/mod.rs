@@ -61,7 +61,8 @@ impl Server {
             .block_on(tokio::net::TcpListener::bind(config.listen))
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr().context("listener address")?;
-        let state = http::AppState::new(TaskSender::new(tx, shared.pending.clone()), shared, &config);
+        let state =
+            http::AppState::new(TaskSender::new(tx, shared.pending.clone()), shared, &config);
         let router = http::router(state);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let http_thread = std::thread::Builder::new()

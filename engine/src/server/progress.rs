@@ -33,7 +33,12 @@ pub struct Progress {
 
 impl Progress {
     /// A publisher over `writer` (None: publishing off) for slots of `n_ctx` tokens.
-    pub fn new(writer: Option<SegmentWriter>, n_slots: usize, n_ctx: usize, config: LlamaConfig) -> Self {
+    pub fn new(
+        writer: Option<SegmentWriter>,
+        n_slots: usize,
+        n_ctx: usize,
+        config: LlamaConfig,
+    ) -> Self {
         let empty = kv_state::state_size(&config, 0);
         let slots = vec![
             SlotState {
@@ -89,18 +94,21 @@ impl Progress {
     }
 
     /// A task starts on `slot`, in `phase`, with `total` units of `unit` to do.
-    pub fn begin_task(&mut self, slot: usize, task_id: u64, phase: Phase, unit: WorkUnit, total: u64) {
+    pub fn begin_task(
+        &mut self,
+        slot: usize,
+        task_id: u64,
+        phase: Phase,
+        unit: WorkUnit,
+        total: u64,
+    ) {
         if !self.enabled() {
             return;
         }
-        let now = clock::monotonic_ns();
         let s = &mut self.slots[slot];
-        s.task_id = task_id;
-        s.task_start_ns = now;
-        s.finish_reason = FinishReason::None;
-        s.error_code = ErrorCode::None;
+        s.begin_task(task_id, phase, unit, total, clock::monotonic_ns());
+        // What the slot's cache already held when the task started.
         s.tokens_cached = s.n_past;
-        Self::enter_phase(s, phase, unit, total, now);
         self.counters.requests_running += 1;
         self.publish(slot);
         self.publish_counters();
@@ -111,21 +119,8 @@ impl Progress {
         if !self.enabled() {
             return;
         }
-        let now = clock::monotonic_ns();
-        Self::enter_phase(&mut self.slots[slot], phase, unit, total, now);
+        self.slots[slot].enter_phase(phase, unit, total, clock::monotonic_ns());
         self.publish(slot);
-    }
-
-    fn enter_phase(s: &mut SlotState, phase: Phase, unit: WorkUnit, total: u64, now: u64) {
-        s.phase = phase;
-        s.work_unit = unit;
-        s.work_done = 0;
-        s.work_total = total;
-        s.phase_start_ns = now;
-        s.last_progress_ns = now;
-        s.step_start_ns = 0;
-        s.step_size = 0;
-        s.steps_done = 0;
     }
 
     /// A forward pass of `size` tokens is about to start on `slot`.
@@ -135,9 +130,7 @@ impl Progress {
             return;
         };
         let now = clock::monotonic_ns();
-        let s = &mut self.slots[slot];
-        s.step_start_ns = now;
-        s.step_size = size as u64;
+        self.slots[slot].start_step(size as u64, now);
         w.heartbeat(now);
         self.publish(slot);
     }
@@ -145,23 +138,26 @@ impl Progress {
     /// A step finished on `slot`: `done` units of the phase are done, the cache holds
     /// `n_past` tokens; `tokens` were evaluated, counted as `kind`.
     #[inline]
-    pub fn step_finished(&mut self, slot: usize, done: usize, n_past: usize, tokens: usize, kind: TokenKind) {
+    pub fn step_finished(
+        &mut self,
+        slot: usize,
+        done: usize,
+        n_past: usize,
+        tokens: usize,
+        kind: TokenKind,
+    ) {
         let Some(w) = self.writer.as_mut() else {
             return;
         };
         let now = clock::monotonic_ns();
         w.heartbeat(now);
         let s = &mut self.slots[slot];
-        s.last_step_ns = now.saturating_sub(s.step_start_ns);
-        s.step_start_ns = 0;
-        s.step_size = 0;
-        s.steps_done += 1;
-        s.work_done = done as u64;
-        s.last_progress_ns = now;
+        s.finish_step(done as u64, now);
         let old = s.n_past;
         s.n_past = n_past as u64;
         s.state_size = kv_state::state_size(&self.config, n_past);
-        self.counters.kv_cells_used = (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
+        self.counters.kv_cells_used =
+            (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
         match kind {
             TokenKind::Prompt => self.counters.prompt_tokens_total += tokens as u64,
             TokenKind::Generated => self.counters.generated_tokens_total += tokens as u64,
@@ -178,12 +174,7 @@ impl Progress {
         let now = clock::monotonic_ns();
         w.heartbeat(now);
         let s = &mut self.slots[slot];
-        if done > s.work_done {
-            s.last_step_ns = now.saturating_sub(s.last_progress_ns);
-            s.last_progress_ns = now;
-            s.steps_done += 1;
-        }
-        s.work_done = done;
+        s.advance(done, now);
         s.work_total = total;
         self.publish(slot);
     }
@@ -197,7 +188,8 @@ impl Progress {
         let old = s.n_past;
         s.n_past = n_past as u64;
         s.state_size = kv_state::state_size(&self.config, n_past);
-        self.counters.kv_cells_used = (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
+        self.counters.kv_cells_used =
+            (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
         self.publish(slot);
         self.publish_counters();
     }
@@ -207,12 +199,7 @@ impl Progress {
         if !self.enabled() {
             return;
         }
-        let s = &mut self.slots[slot];
-        s.phase = Phase::Idle;
-        s.finish_reason = reason;
-        s.error_code = code;
-        s.step_start_ns = 0;
-        s.step_size = 0;
+        self.slots[slot].finish(reason, code);
         self.counters.requests_running = self.counters.requests_running.saturating_sub(1);
         self.publish(slot);
         self.publish_counters();

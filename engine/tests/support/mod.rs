@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 /// the test executable's path (`target/debug/deps/<test>`).
 pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<exe>").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<exe>")
+        .to_path_buf()
 }
 
 /// The `hydra-probe` binary, built once per test process with the same cargo and target
@@ -25,8 +28,15 @@ pub fn probe_bin() -> PathBuf {
         let target = profile.parent().expect("target dir").to_path_buf();
         let release = profile.file_name().is_some_and(|n| n == "release");
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "--quiet", "-p", "hydra-probe", "--bin", "hydra-probe"])
-            .env("CARGO_TARGET_DIR", &target);
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "hydra-probe",
+            "--bin",
+            "hydra-probe",
+        ])
+        .env("CARGO_TARGET_DIR", &target);
         if release {
             cmd.arg("--release");
         }
@@ -51,13 +61,22 @@ impl Engine {
     /// Starts the engine on the embedded model and waits until it listens.
     pub fn start(dir: &Path, id: &str, extra: &[&str]) -> Engine {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-engine"));
-        cmd.args(["serve", "--builtin", "--engine-id", id, "--listen", "127.0.0.1:0", "--threads", "1"])
-            .arg("--progress-dir")
-            .arg(dir)
-            .args(extra)
-            .env("HYDRA_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args([
+            "serve",
+            "--builtin",
+            "--engine-id",
+            id,
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ])
+        .arg("--progress-dir")
+        .arg(dir)
+        .args(extra)
+        .env("HYDRA_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn hydra-engine");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -131,7 +150,9 @@ impl Drop for Engine {
 }
 
 pub fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new().timeout(Duration::from_secs(120)).build()
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(120))
+        .build()
 }
 
 /// (status, body as JSON or as a string value) of a request, whatever the status.
@@ -166,7 +187,10 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
