@@ -68,8 +68,11 @@ fn benches(c: &mut Criterion) {
             writer
         })
     };
+    // Under a writer that never pauses, a read may exhaust its retry budget (Contended, or
+    // Torn when the writer is preempted mid-update); the time of such reads is part of the
+    // cost, so the result is measured, not unwrapped.
     c.bench_function("snapshot/contended", |b| {
-        b.iter(|| black_box(reader.slot(black_box(0)).unwrap()))
+        b.iter(|| black_box(reader.slot(black_box(0)).is_ok()))
     });
     stop.store(true, Ordering::Relaxed);
     drop(hammer.join().unwrap());
