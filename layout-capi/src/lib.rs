@@ -268,9 +268,8 @@ unsafe fn opt_str<'a>(p: *const c_char, name: &str) -> Result<Option<&'a str>, F
     if p.is_null() {
         return Ok(None);
     }
-    // SAFETY:
-    // - `p` is not NULL (checked above);
-    // - the caller guarantees it is NUL-terminated and valid for `'a`.
+    // SAFETY: `p` is not NULL (checked above), and the caller guarantees it is
+    // NUL-terminated and valid for `'a`.
     let c = unsafe { CStr::from_ptr(p) };
     c.to_str()
         .map(Some)
@@ -401,10 +400,8 @@ unsafe fn copy_out(text: &str, buf: *mut c_char, cap: usize, needed: *mut usize)
     while !text.is_char_boundary(copy) {
         copy -= 1;
     }
-    // SAFETY:
-    // - `buf` is not NULL (cap > 0) and writable for `cap` bytes (caller);
-    // - `copy + 1 <= cap`, so both writes stay in bounds;
-    // - `text` is Rust-owned and cannot overlap the caller's buffer.
+    // SAFETY: `buf` is not NULL (cap > 0) and writable for `cap` bytes (caller); `copy + 1 <=
+    // cap` keeps both writes in bounds; `text` is Rust-owned and cannot overlap `buf`.
     unsafe {
         std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), copy);
         buf.add(copy).write(0);

@@ -271,11 +271,9 @@ impl SegmentReader {
             .len(map_len)
             .map_raw_read_only(&file)
             .map_err(|e| Error::io("mmap", &path, e))?;
-        // SAFETY:
-        // - `map` is a fresh read-only mapping of `map_len` bytes, page-aligned;
-        // - it is stored in the returned reader next to every copy of `words`;
-        // - truncation by another process is guarded by the size checks described in the
-        //   module docs (SIGBUS policy).
+        // Truncation by another process is guarded by the size checks of the SIGBUS policy
+        // (module docs). SAFETY: `map` is a fresh page-aligned read-only mapping of
+        // `map_len` bytes, stored in the returned reader next to every copy of `words`.
         let words = unsafe { MappedWords::new(map.as_ptr() as *mut u8, map_len, false) };
 
         let magic = words.load(h::MAGIC_OFFSET).to_ne_bytes();

@@ -61,11 +61,9 @@ impl MappedWords {
     #[inline]
     pub(crate) fn load(&self, offset: usize) -> u64 {
         let ptr = self.word_ptr(offset);
-        // SAFETY:
-        // - `ptr` is in bounds and 8-aligned (checked in `word_ptr`; base is 8-aligned);
-        // - the memory is valid for reads for our lifetime (constructor contract);
-        // - all concurrent accesses by any process are atomic word accesses of this size;
-        // - the load is Relaxed and register-sized, which is allowed on read-only memory.
+        // All concurrent accesses by any process are atomic word accesses of this size, and a
+        // Relaxed register-sized load is allowed on read-only memory.
+        // SAFETY: `ptr` is in bounds and 8-aligned (`word_ptr`) and readable (constructor).
         unsafe { AtomicU64::from_ptr(ptr) }.load(Ordering::Relaxed)
     }
 
@@ -74,10 +72,8 @@ impl MappedWords {
     pub(crate) fn store(&self, offset: usize, value: u64, order: Ordering) {
         assert!(self.writable, "store through a read-only mapping");
         let ptr = self.word_ptr(offset);
-        // SAFETY:
-        // - `ptr` is in bounds and 8-aligned (checked in `word_ptr`);
-        // - the mapping is writable (asserted above, constructor contract);
-        // - all concurrent accesses are atomic word accesses of this size.
+        // All concurrent accesses are atomic word accesses of this size.
+        // SAFETY: `ptr` is in bounds and 8-aligned (`word_ptr`); the mapping is writable (above).
         unsafe { AtomicU64::from_ptr(ptr) }.store(value, order);
     }
 

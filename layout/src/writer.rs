@@ -288,10 +288,9 @@ impl SegmentWriter {
             .len(len)
             .map_raw(&file)
             .map_err(|e| Error::io("mmap", tmp_path, e))?;
-        // SAFETY:
-        // - `map` is a fresh read-write mapping of `len` bytes, page-aligned;
-        // - it lives in the returned `Mapping` next to every copy of `words`;
-        // - nobody truncates the file: only this writer (and the owner) may, and we never do.
+        // Nobody truncates the file: only this writer (and the owner) may, and we never do.
+        // SAFETY: `map` is a fresh page-aligned read-write mapping of `len` bytes that lives
+        // in the returned `Mapping` next to every copy of `words`.
         let words = unsafe { MappedWords::new(map.as_mut_ptr(), len, true) };
         // Touch every page so the mapping is populated before readers arrive.
         let page = rustix::param::page_size().max(8);

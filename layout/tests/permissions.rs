@@ -94,10 +94,9 @@ fn child_writes_through_reader_mapping() {
     let r = SegmentReader::open_engine(&dir, ENGINE_ID).expect("child: open");
     eprintln!("child: about to write through the read-only mapping");
     let ptr = r.mapping_ptr() as *mut u8;
-    // SAFETY: deliberately unsound-looking but memory-safe either way: the offset is inside
-    // the mapping (len checked below); the store is expected to fault (PROT_READ), and if it
-    // did not, it would only change a data byte of a test segment.
     assert!((POKE_OFFSET as u64) < r.len());
+    // The store is expected to fault (PROT_READ); had it not, it would only change a data
+    // byte of a test segment. SAFETY: the offset is inside the mapping (asserted above).
     unsafe { ptr.add(POKE_OFFSET).write_volatile(0x55) };
     eprintln!("child: THE WRITE SUCCEEDED");
 }

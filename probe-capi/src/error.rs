@@ -161,9 +161,8 @@ pub(crate) unsafe fn arg_str<'a>(p: *const c_char, name: &str) -> Result<&'a str
     if p.is_null() {
         return Err(FfiError::null(name));
     }
-    // SAFETY:
-    // - `p` is not NULL (checked above);
-    // - the caller guarantees it points to a NUL-terminated string valid for `'a`.
+    // SAFETY: `p` is not NULL (checked above), and the caller guarantees it points to a
+    // NUL-terminated string valid for `'a`.
     let c = unsafe { CStr::from_ptr(p) };
     c.to_str()
         .map_err(|_| FfiError::invalid(format!("argument `{name}` is not valid UTF-8")))
@@ -207,11 +206,8 @@ pub(crate) unsafe fn copy_out(
         0
     };
     if cap > 0 {
-        // SAFETY:
-        // - `buf` is not NULL (cap > 0 and the NULL case returned above) and valid for
-        //   `cap` bytes (caller);
-        // - `copy + 1 <= cap` (copy <= cap - 1 in every branch), so both writes are in bounds;
-        // - `text` is Rust-owned memory that cannot overlap the caller's buffer mutably.
+        // `buf` is not NULL (cap > 0; the NULL case returned above); `text` is Rust-owned.
+        // SAFETY: `buf` is valid for `cap` bytes (caller) and `copy + 1 <= cap` (every branch).
         unsafe {
             std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), copy);
             buf.add(copy).write(0);
