@@ -32,12 +32,13 @@ fn probe_meta(dir: &std::path::Path, id: &str, slot: usize) -> serde_json::Value
     serde_json::from_slice(&out.stdout).expect("meta JSON")
 }
 
-/// Starts a decode of `n` tokens on `slot` in a background thread (after a short prefill).
+/// Starts a decode of `n` tokens on `slot` in a background thread (after a short prefill);
+/// the thread returns the answer and the instant it arrived.
 fn start_decode(
     e: &Engine,
     slot: usize,
     n: usize,
-) -> std::thread::JoinHandle<(u16, serde_json::Value)> {
+) -> std::thread::JoinHandle<(u16, serde_json::Value, Instant)> {
     let (status, body) = post(
         e,
         &format!("/slots/{slot}/prefill"),
@@ -46,7 +47,10 @@ fn start_decode(
     assert_eq!(status, 200, "prefill: {body}");
     let url = e.url(&format!("/slots/{slot}/decode"));
     let body = format!(r#"{{"n_predict":{n},"ignore_eos":true}}"#);
-    std::thread::spawn(move || call(agent().post(&url), Some(&body)))
+    std::thread::spawn(move || {
+        let (status, json) = call(agent().post(&url), Some(&body));
+        (status, json, Instant::now())
+    })
 }
 
 fn wait_phase(e: &Engine, slot: usize, phase: Phase) -> SegmentReader {
@@ -95,8 +99,7 @@ fn progress_is_readable_from_other_processes_while_decoding() {
             http_answers += 1;
         }
     }
-    let (status, result) = decode.join().expect("decode thread");
-    let decode_done = Instant::now();
+    let (status, result, decode_done) = decode.join().expect("decode thread");
     assert_eq!(status, 200, "decode: {result}");
     assert_eq!(result["tokens"].as_array().map(Vec::len), Some(3500));
     assert!(
@@ -387,7 +390,7 @@ fn sigterm_cancels_the_running_task_and_removes_the_segment() {
     let reader = wait_phase(&e, 0, Phase::Decode);
     let status = e.terminate();
     assert!(status.success(), "exit status {status:?}");
-    let (code, body) = decode.join().expect("decode thread");
+    let (code, body, _) = decode.join().expect("decode thread");
     assert_eq!(code, 503, "{body}");
     assert_eq!(body["error"]["code"], "cancelled");
     assert!(!e.segment().exists(), "segment removed on clean exit");
