@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use serde_json::json;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -36,7 +36,6 @@ pub struct Outcome {
 
 /// The workload in flight.
 pub struct Running {
-    done: Arc<AtomicBool>,
     threads: Vec<JoinHandle<anyhow::Result<()>>>,
     outcome: Arc<Mutex<Outcome>>,
 }
@@ -53,7 +52,6 @@ impl Running {
             t.join()
                 .map_err(|_| anyhow::anyhow!("a workload thread panicked"))??;
         }
-        self.done.store(true, Ordering::Relaxed);
         let outcome = std::mem::take(&mut *self.outcome.lock().expect("outcome lock"));
         Ok(outcome)
     }
@@ -88,17 +86,31 @@ fn long_text(n: usize) -> String {
     base.chars().cycle().take(n.saturating_sub(1)).collect()
 }
 
+/// Counts a workload thread as finished when dropped (also on an early error return).
+struct FinishedOnDrop(Arc<AtomicUsize>);
+
+impl Drop for FinishedOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Starts the workload threads.
 pub fn start(plan: Plan) -> Running {
     let outcome = Arc::new(Mutex::new(Outcome::default()));
-    let done = Arc::new(AtomicBool::new(false));
+    // Workload threads that have finished; the meta prober stops when all have, so its
+    // figures are taken while slots are busy.
+    let finished = Arc::new(AtomicUsize::new(0));
+    let workers = plan.slots;
     let plan = Arc::new(plan);
     let mut threads = Vec::new();
 
     // Slot 0: a long prompt, prefilled chunk by chunk.
     {
         let (plan, outcome) = (plan.clone(), outcome.clone());
+        let finished = FinishedOnDrop(finished.clone());
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let _finished = finished;
             let r = post(
                 &agent(),
                 &format!("{}/slots/0/prefill", plan.base),
@@ -118,7 +130,9 @@ pub fn start(plan: Plan) -> Running {
     // last slot, which continues decoding from the restored state.
     for slot in 1..plan.slots {
         let (plan, outcome) = (plan.clone(), outcome.clone());
+        let finished = FinishedOnDrop(finished.clone());
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let _finished = finished;
             let agent = agent();
             let last = plan.slots - 1;
             if slot == last && last != 1 {
@@ -149,24 +163,30 @@ pub fn start(plan: Plan) -> Running {
     // Meta prober: while the slots are busy, ask the engine for slot metadata from the
     // segment many times, and once through the queue (with Hydra Core's 5 s timeout).
     {
-        let (plan, outcome, done) = (plan.clone(), outcome.clone(), done.clone());
+        let (plan, outcome, finished) = (plan.clone(), outcome.clone(), finished.clone());
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let fast = agent();
             std::thread::sleep(Duration::from_millis(300));
-            let slow = ureq::AgentBuilder::new()
-                .timeout(Duration::from_secs(5))
-                .build();
-            let t = Instant::now();
-            let queued = match slow
-                .get(&format!("{}/slots/1/state/meta?via=queue", plan.base))
-                .call()
-            {
-                Ok(_) => Ok(t.elapsed().as_secs_f64()),
-                Err(e) => Err(format!("{e}")),
+            // The old way, in its own thread: it waits behind whatever task is running.
+            let queue_probe = {
+                let (url, outcome) = (
+                    format!("{}/slots/1/state/meta?via=queue", plan.base),
+                    outcome.clone(),
+                );
+                std::thread::spawn(move || {
+                    let slow = ureq::AgentBuilder::new()
+                        .timeout(Duration::from_secs(5))
+                        .build();
+                    let t = Instant::now();
+                    let queued = match slow.get(&url).call() {
+                        Ok(_) => Ok(t.elapsed().as_secs_f64()),
+                        Err(e) => Err(format!("{e}")),
+                    };
+                    outcome.lock().expect("outcome lock").meta_queue = Some(queued);
+                })
             };
-            outcome.lock().expect("outcome lock").meta_queue = Some(queued);
-            for _ in 0..200 {
-                if done.load(Ordering::Relaxed) {
+            for _ in 0..1000 {
+                if finished.load(Ordering::Relaxed) >= workers {
                     break;
                 }
                 let t = Instant::now();
@@ -177,16 +197,15 @@ pub fn start(plan: Plan) -> Running {
                     .expect("outcome lock")
                     .meta_segment
                     .push(t.elapsed().as_secs_f64());
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(10));
             }
+            queue_probe
+                .join()
+                .map_err(|_| anyhow::anyhow!("the queue probe panicked"))?;
             Ok(())
         }));
     }
-    Running {
-        done,
-        threads,
-        outcome,
-    }
+    Running { threads, outcome }
 }
 
 fn restore_into(
