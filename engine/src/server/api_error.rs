@@ -97,10 +97,12 @@ impl ApiError {
         match self {
             Self::ContextOverflow(_) => C::ContextOverflow,
             Self::StateRejected(_) => C::StateRejected,
-            Self::BadRequest(_) | Self::InvalidJson(_) | Self::EmptySlot(_) => C::InvalidInput,
-            Self::UnknownSlot { .. } | Self::PayloadTooLarge { .. } | Self::NotFound(_) => {
-                C::InvalidInput
-            }
+            Self::BadRequest(_)
+            | Self::InvalidJson(_)
+            | Self::EmptySlot(_)
+            | Self::UnknownSlot { .. }
+            | Self::PayloadTooLarge { .. }
+            | Self::NotFound(_) => C::InvalidInput,
             Self::Cancelled | Self::ShuttingDown | Self::PublishingDisabled => C::None,
             Self::Internal(_) => C::Internal,
         }

@@ -61,14 +61,7 @@ pub struct Shared {
 impl Shared {
     /// The Hydra meta of `slot`, read from the segment through the probe library.
     pub fn meta_from_segment(&self, slot: usize) -> Result<HydraMeta, ApiError> {
-        let reader = self.reader.as_ref().ok_or(ApiError::PublishingDisabled)?;
-        let view = EngineView::capture(
-            reader,
-            hydra_layout::clock::monotonic_ns(),
-            &self.thresholds,
-        )
-        .map_err(|e| ApiError::Internal(format!("reading the progress segment: {e}")))?;
-        HydraMeta::from_view(&view, slot).ok_or(ApiError::UnknownSlot {
+        HydraMeta::from_view(&self.view()?, slot).ok_or(ApiError::UnknownSlot {
             slot,
             n_slots: self.n_slots,
         })

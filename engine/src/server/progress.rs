@@ -151,13 +151,8 @@ impl Progress {
         };
         let now = clock::monotonic_ns();
         w.heartbeat(now);
-        let s = &mut self.slots[slot];
-        s.finish_step(done as u64, now);
-        let old = s.n_past;
-        s.n_past = n_past as u64;
-        s.state_size = kv_state::state_size(&self.config, n_past);
-        self.counters.kv_cells_used =
-            (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
+        self.slots[slot].finish_step(done as u64, now);
+        self.record_cache(slot, n_past);
         match kind {
             TokenKind::Prompt => self.counters.prompt_tokens_total += tokens as u64,
             TokenKind::Generated => self.counters.generated_tokens_total += tokens as u64,
@@ -184,14 +179,20 @@ impl Progress {
         if !self.enabled() {
             return;
         }
+        self.record_cache(slot, n_past);
+        self.publish(slot);
+        self.publish_counters();
+    }
+
+    /// The slot's cache holds `n_past` tokens: its record, its state size and the engine's
+    /// KV usage follow (published by the caller).
+    fn record_cache(&mut self, slot: usize, n_past: usize) {
         let s = &mut self.slots[slot];
         let old = s.n_past;
         s.n_past = n_past as u64;
         s.state_size = kv_state::state_size(&self.config, n_past);
         self.counters.kv_cells_used =
             (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
-        self.publish(slot);
-        self.publish_counters();
     }
 
     /// The task on `slot` ended: back to idle with its finish reason and error code.
