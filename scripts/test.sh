@@ -9,3 +9,6 @@ cargo test --workspace
 echo "== loom model of the seqlock (cfg(loom), release)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p hydra-layout --release --lib loom_model
+
+echo "== fuzz smoke: segment open + validation + snapshot (cargo-fuzz, libFuzzer, ASan)"
+scripts/fuzz.sh smoke

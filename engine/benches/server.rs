@@ -6,10 +6,15 @@
 //! 2. decode throughput with publishing on versus off (`--no-publish`);
 //! 3. decode throughput with 0 versus 8 reader processes polling the segment at 1 kHz.
 //!
-//! `cargo bench -p hydra-engine --bench server -- [--rounds N] [--tokens N] [--threads N]`
+//! `cargo bench -p hydra-engine --bench server -- [--rounds N] [--tokens N] [--threads N] [--pin]`
 //!
-//! Runs alternate (on/off, 0/8 readers) round by round so that drift of a shared machine
-//! hits both sides alike; the table reports medians and the ratio of medians.
+//! Runs alternate (on/off, 0/8 readers) in pairs, in ABBA order, so that drift of a shared
+//! machine hits both sides alike; the tables report medians, the median of the per-pair
+//! ratios with its interquartile range, and the engine's CPU time per token beside the
+//! wall-clock rate (CPU time leaves out time the engine spent preempted, so it isolates
+//! the cost inside the engine from scheduling noise). `--pin` runs the engine on CPU 0 and
+//! the readers on CPU 1 (`taskset`), the deployment the design assumes: readers never
+//! share the compute thread's core.
 
 use hydra_layout::{clock, SegmentReader};
 use hydra_probe::{EngineView, Thresholds};
@@ -22,6 +27,7 @@ struct Opts {
     rounds: usize,
     tokens: usize,
     threads: usize,
+    pin: bool,
 }
 
 fn parse() -> Option<Opts> {
@@ -29,6 +35,7 @@ fn parse() -> Option<Opts> {
         rounds: 5,
         tokens: 512,
         threads: 1,
+        pin: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -50,6 +57,7 @@ fn parse() -> Option<Opts> {
                     .and_then(|v| v.parse().ok())
                     .expect("--tokens N")
             }
+            "--pin" => o.pin = true,
             "--threads" => {
                 o.threads = args
                     .next()
@@ -92,8 +100,20 @@ impl Drop for Engine {
     }
 }
 
-fn start_engine(dir: &Path, id: &str, threads: usize, publish: bool) -> Engine {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-engine"));
+/// `program`, run through `taskset -c CPUS` when `cpus` is set.
+fn pinned(cpus: Option<&str>, program: &Path) -> Command {
+    match cpus {
+        Some(c) => {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", c]).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
+fn start_engine(dir: &Path, id: &str, threads: usize, publish: bool, cpus: Option<&str>) -> Engine {
+    let mut cmd = pinned(cpus, Path::new(env!("CARGO_BIN_EXE_hydra-engine")));
     cmd.args([
         "serve",
         "--builtin",
@@ -114,13 +134,16 @@ fn start_engine(dir: &Path, id: &str, threads: usize, publish: bool) -> Engine {
     }
     let mut child = cmd.spawn().expect("spawn engine");
     let out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut base = None;
-    for line in out.lines().map_while(Result::ok) {
-        if let Some(a) = line.strip_prefix("listening on ") {
-            base = Some(a.to_string());
-            break;
+    // Drain stdout for the engine's whole life, so its later lines never meet a closed pipe.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            if let Some(a) = line.strip_prefix("listening on ") {
+                let _ = tx.send(a.to_string());
+            }
         }
-    }
+    });
+    let base = rx.recv_timeout(Duration::from_secs(120)).ok();
     Engine {
         child,
         base: base.expect("engine address"),
@@ -133,9 +156,16 @@ fn agent() -> ureq::Agent {
         .build()
 }
 
-/// Prefills a short prompt and decodes `n` tokens; returns decode tokens/s as the engine
-/// measured it (wall time of the generation loop only).
-fn decode_rate(e: &Engine, n: usize) -> f64 {
+/// One decode as the engine measured it: tokens/s (wall time of the generation loop) and
+/// CPU milliseconds per token.
+#[derive(Clone, Copy)]
+struct Rate {
+    per_s: f64,
+    cpu_ms_per_token: f64,
+}
+
+/// Prefills a short prompt and decodes `n` tokens.
+fn decode_rate(e: &Engine, n: usize) -> Rate {
     let a = agent();
     a.post(&format!("{}/slots/0?action=erase", e.base))
         .call()
@@ -149,7 +179,10 @@ fn decode_rate(e: &Engine, n: usize) -> f64 {
         .expect("decode")
         .into_json()
         .expect("json");
-    r["predicted_per_second"].as_f64().expect("rate")
+    Rate {
+        per_s: r["predicted_per_second"].as_f64().expect("rate"),
+        cpu_ms_per_token: r["predicted_cpu_ms"].as_f64().expect("cpu ms") / n as f64,
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -173,7 +206,7 @@ fn main() {
 
     // 1. Meta latency during a decode.
     {
-        let e = start_engine(&dir, "meta", o.threads, true);
+        let e = start_engine(&dir, "meta", o.threads, true, None);
         let seg = dir.join("meta.hps");
         let reader = SegmentReader::open(&seg).expect("open");
         let mut http_segment = Vec::new();
@@ -257,57 +290,125 @@ fn main() {
         );
     }
 
-    // 2. Publishing on vs off, and 3. 0 vs 8 readers, alternating per round.
-    let on = start_engine(&dir, "on", o.threads, true);
-    let off = start_engine(&dir, "off", o.threads, false);
+    // 2. Publishing on vs off, and 3. 0 vs 8 readers, in alternating ABBA pairs.
+    let (engine_cpu, reader_cpu) = if o.pin {
+        (Some("0"), Some("1"))
+    } else {
+        (None, None)
+    };
+    let on = start_engine(&dir, "on", o.threads, true, engine_cpu);
+    let off = start_engine(&dir, "off", o.threads, false, engine_cpu);
     let seg_on = dir.join("on.hps");
     // Warm both.
     decode_rate(&on, 64);
     decode_rate(&off, 64);
-    let (mut r_on, mut r_off, mut r_quiet, mut r_read) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let me = std::env::current_exe().expect("current_exe");
-    for _ in 0..o.rounds {
-        r_on.push(decode_rate(&on, o.tokens));
-        r_off.push(decode_rate(&off, o.tokens));
-        r_quiet.push(decode_rate(&on, o.tokens));
-        let mut readers: Vec<Child> = (0..8)
-            .map(|_| {
-                Command::new(&me)
-                    .arg("--reader")
-                    .arg(&seg_on)
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .expect("spawn reader")
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(200));
-        r_read.push(decode_rate(&on, o.tokens));
-        for r in &mut readers {
-            let _ = r.kill();
-            let _ = r.wait();
-        }
+    let mut publish = Pairs::default();
+    let mut readers = Pairs::default();
+    for round in 0..o.rounds {
+        let flip = round % 2 == 1;
+        // Publishing off (a) vs on (b).
+        let (a, b) = ab(
+            flip,
+            || decode_rate(&off, o.tokens),
+            || decode_rate(&on, o.tokens),
+        );
+        publish.push(a, b);
+        // 0 readers (a) vs 8 readers at 1 kHz (b); the readers live for side b only.
+        let (a, b) = ab(
+            flip,
+            || decode_rate(&on, o.tokens),
+            || {
+                let mut procs: Vec<Child> = (0..8)
+                    .map(|_| {
+                        pinned(reader_cpu, &me)
+                            .arg("--reader")
+                            .arg(&seg_on)
+                            .stdout(Stdio::null())
+                            .spawn()
+                            .expect("spawn reader")
+                    })
+                    .collect();
+                std::thread::sleep(Duration::from_millis(200));
+                let r = decode_rate(&on, o.tokens);
+                for p in &mut procs {
+                    let _ = p.kill();
+                    let _ = p.wait();
+                }
+                r
+            },
+        );
+        readers.push(a, b);
     }
-    let (m_on, m_off, m_quiet, m_read) = (
-        median(&mut r_on),
-        median(&mut r_off),
-        median(&mut r_quiet),
-        median(&mut r_read),
-    );
     println!();
     println!(
-        "## decode throughput ({} tokens, median of {} alternating rounds)",
-        o.tokens, o.rounds
+        "## decode throughput ({} tokens per decode, {} ABBA pairs, pinned: {})",
+        o.tokens, o.rounds, o.pin
     );
-    println!("| configuration | tokens/s | ratio |");
-    println!("|---|---:|---:|");
-    println!("| publishing off (`--no-publish`) | {m_off:.1} | 1.000 |");
-    println!("| publishing on | {m_on:.1} | {:.4} |", m_on / m_off);
-    println!("| publishing on, 0 readers | {m_quiet:.1} | 1.000 |");
-    println!(
-        "| publishing on, 8 reader processes at 1 kHz | {m_read:.1} | {:.4} |",
-        m_read / m_quiet
-    );
+    println!("| comparison | baseline tok/s | with tok/s | ratio of medians | median pair ratio [IQR] | CPU ms/token base -> with | CPU ratio |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    publish.row("publishing on vs off (`--no-publish`)");
+    readers.row("8 reader processes at 1 kHz vs none");
     println!();
-    println!("raw tokens/s per round: off {r_off:.1?}, on {r_on:.1?}, 0 readers {r_quiet:.1?}, 8 readers {r_read:.1?}");
+    publish.raw("publishing off / on");
+    readers.raw("0 readers / 8 readers");
+}
+
+/// Runs `a` then `b`, or `b` then `a` when `flip`; returns `(a, b)`.
+fn ab(flip: bool, a: impl FnOnce() -> Rate, b: impl FnOnce() -> Rate) -> (Rate, Rate) {
+    if flip {
+        let rb = b();
+        (a(), rb)
+    } else {
+        let ra = a();
+        (ra, b())
+    }
+}
+
+/// Paired measurements: baseline (a) and variant (b).
+#[derive(Default)]
+struct Pairs {
+    a: Vec<Rate>,
+    b: Vec<Rate>,
+}
+
+impl Pairs {
+    fn push(&mut self, a: Rate, b: Rate) {
+        self.a.push(a);
+        self.b.push(b);
+    }
+
+    fn row(&self, name: &str) {
+        let mut ra: Vec<f64> = self.a.iter().map(|r| r.per_s).collect();
+        let mut rb: Vec<f64> = self.b.iter().map(|r| r.per_s).collect();
+        let mut ratios: Vec<f64> = self
+            .a
+            .iter()
+            .zip(&self.b)
+            .map(|(a, b)| b.per_s / a.per_s)
+            .collect();
+        let mut ca: Vec<f64> = self.a.iter().map(|r| r.cpu_ms_per_token).collect();
+        let mut cb: Vec<f64> = self.b.iter().map(|r| r.cpu_ms_per_token).collect();
+        let (ma, mb) = (median(&mut ra), median(&mut rb));
+        let (mca, mcb) = (median(&mut ca), median(&mut cb));
+        println!(
+            "| {name} | {ma:.1} | {mb:.1} | {:.4} | {:.4} [{:.4}, {:.4}] | {mca:.3} -> {mcb:.3} | {:.4} |",
+            mb / ma,
+            pct(&mut ratios, 0.5),
+            pct(&mut ratios, 0.25),
+            pct(&mut ratios, 0.75),
+            // Throughput ratio from CPU time per token: base / with.
+            mca / mcb,
+        );
+    }
+
+    fn raw(&self, name: &str) {
+        let a: Vec<String> = self.a.iter().map(|r| format!("{:.1}", r.per_s)).collect();
+        let b: Vec<String> = self.b.iter().map(|r| format!("{:.1}", r.per_s)).collect();
+        println!(
+            "raw tokens/s, {name}: [{}] / [{}]",
+            a.join(", "),
+            b.join(", ")
+        );
+    }
 }

@@ -143,10 +143,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let server = hydra_engine::server::Server::start(config)?;
     // Print the bound address on stdout (machine-readable) for scripts and tests that
-    // listen on port 0.
-    println!("listening on http://{}", server.addr());
-    if let Some(path) = server.segment_path() {
-        println!("progress segment {}", path.display());
+    // listen on port 0. A reader that stops reading after the first line must not take the
+    // server down: write errors (EPIPE) are ignored rather than panicking as println! does.
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{}", server.addr());
+        if let Some(path) = server.segment_path() {
+            let _ = writeln!(out, "progress segment {}", path.display());
+        }
+        let _ = out.flush();
     }
     wait_for_signal()?;
     tracing::info!("signal received: shutting down");

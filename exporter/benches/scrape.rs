@@ -1,8 +1,13 @@
 //! Scrape render time for 16 engines x 64 slots, every slot decoding: reading alone
 //! (`collect`: scan, cached readers, capture + classification), encoding alone (`render`
-//! of a prepared collection) and both (`scrape`), in both formats.
+//! of a prepared collection) and both (`scrape`), in both formats; and, for comparison in
+//! the same run, the former all-prometheus-client encoding (`*_prometheus_client`, the
+//! oracle of `tests/exposition.rs`).
 //!
 //! `cargo bench -p hydra-exporter --bench scrape`
+
+#[path = "../tests/oracle/mod.rs"]
+mod oracle;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hydra_exporter::{render, Collector, Format};
@@ -60,12 +65,14 @@ fn bench(c: &mut Criterion) {
     let collector = Collector::new(&dir, Thresholds::default());
     let prepared = Arc::new(collector.collect());
     assert_eq!(prepared.views().count(), ENGINES);
-    let text = collector.scrape(Format::Text);
-    eprintln!(
-        "scrape of {ENGINES} engines x {SLOTS} slots: {} bytes, {} lines (text format)",
-        text.len(),
-        text.lines().count()
-    );
+    for format in [Format::Text, Format::OpenMetrics] {
+        let text = render(prepared.clone(), collector.stats(), format);
+        eprintln!(
+            "scrape of {ENGINES} engines x {SLOTS} slots: {} bytes, {} lines ({format:?})",
+            text.len(),
+            text.lines().count()
+        );
+    }
     let mut g = c.benchmark_group(format!("{ENGINES}x{SLOTS}"));
     g.bench_function("collect", |b| b.iter(|| black_box(collector.collect())));
     g.bench_function("render_text", |b| {
@@ -74,6 +81,24 @@ fn bench(c: &mut Criterion) {
     g.bench_function("render_openmetrics", |b| {
         b.iter(|| {
             black_box(render(
+                prepared.clone(),
+                collector.stats(),
+                Format::OpenMetrics,
+            ))
+        })
+    });
+    g.bench_function("render_text_prometheus_client", |b| {
+        b.iter(|| {
+            black_box(oracle::render_prometheus_client(
+                prepared.clone(),
+                collector.stats(),
+                Format::Text,
+            ))
+        })
+    });
+    g.bench_function("render_openmetrics_prometheus_client", |b| {
+        b.iter(|| {
+            black_box(oracle::render_prometheus_client(
                 prepared.clone(),
                 collector.stats(),
                 Format::OpenMetrics,

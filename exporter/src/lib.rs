@@ -8,8 +8,9 @@
 //!   scrapes (re-validated by inode), captures each engine with
 //!   [`hydra_probe::EngineView::capture`], and counts what it could not read
 //!   ([`stats::ExporterStats`]).
-//! - [`metrics::render`] encodes one collection with prometheus-client, in the Prometheus
-//!   text format or OpenMetrics ([`metrics::Format`]); [`metrics::METRIC_NAMES`] lists
+//! - [`metrics::render`] encodes one collection in the Prometheus text format or
+//!   OpenMetrics ([`metrics::Format`]), written by hand (module `exposition`) apart from
+//!   the exporter's own counters (prometheus-client); [`metrics::METRIC_NAMES`] lists
 //!   every metric.
 //! - [`api`] builds the JSON answers (`/engines`, Hydra meta) and the error type;
 //!   [`http`] routes them with axum.
@@ -25,6 +26,7 @@
 
 pub mod api;
 pub mod collect;
+mod exposition;
 pub mod http;
 pub mod metrics;
 pub mod stats;

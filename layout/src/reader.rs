@@ -225,7 +225,22 @@ impl SegmentReader {
         ) {
             Ok(fd) => fd,
             Err(Errno::LOOP) => return Err(Error::SymlinkFile { path }),
-            Err(e) => return Err(Error::io("open", &path, e)),
+            Err(e) => {
+                // Some special files cannot be opened at all (a Unix socket gives ENXIO, a
+                // device without a driver ENODEV): name what the entry is rather than the
+                // errno, when it can be told without following a link.
+                return Err(
+                    match rustix::fs::statat(&dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
+                            Error::NotRegularFile {
+                                kind: fsutil::kind_name(&st),
+                                path,
+                            }
+                        }
+                        _ => Error::io("open", &path, e),
+                    },
+                );
+            }
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("fstat", &path, e))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {

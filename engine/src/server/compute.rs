@@ -353,6 +353,7 @@ impl Compute {
             stop_at_eos: spec.stop_at_eos,
         };
         let start = Instant::now();
+        let cpu_start = process_cpu_ns();
         let mut observer = StepPublisher {
             progress: &mut self.progress,
             kind: TokenKind::Generated,
@@ -367,6 +368,7 @@ impl Compute {
             &mut observer,
         )?;
         let secs = start.elapsed().as_secs_f64();
+        let cpu_ms = process_cpu_ns().saturating_sub(cpu_start) as f64 / 1e6;
         let n = generation.tokens.len();
         let stop_type = match generation.finish {
             GenFinish::Eos => "eos",
@@ -398,6 +400,7 @@ impl Compute {
             n_past: self.slots.n_past(slot)?,
             predicted_ms: secs * 1e3,
             predicted_per_second: n as f64 / secs.max(1e-9),
+            predicted_cpu_ms: cpu_ms,
         })
     }
 
@@ -498,4 +501,10 @@ impl std::io::Write for ChunkSender {
             std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
         })
     }
+}
+
+/// CPU time of this process (all threads), ns.
+fn process_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }

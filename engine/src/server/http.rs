@@ -233,6 +233,7 @@ async fn completion(
             "predicted_n": d.tokens.len(),
             "predicted_ms": d.predicted_ms,
             "predicted_per_second": d.predicted_per_second,
+            "predicted_cpu_ms": d.predicted_cpu_ms,
         }
     }))
     .into_response())

@@ -67,6 +67,10 @@ pub struct DecodeResult {
     pub predicted_ms: f64,
     /// Throughput, tokens/s.
     pub predicted_per_second: f64,
+    /// CPU time the engine process spent during the generation loop, ms (all its threads:
+    /// with `--threads 1` this is the compute thread's work; it excludes time spent
+    /// preempted, so the overhead benchmarks report it beside the wall time).
+    pub predicted_cpu_ms: f64,
 }
 
 /// A streamed state save: its exact length, then the bytes.

@@ -1,0 +1,460 @@
+//! A hostile-file corpus: segment-named entries that every reader must refuse with a clear
+//! error (or, for hostile *contents* in a well-formed segment, read without harm).
+//!
+//! Files are built from the bytes of a real segment made by [`SegmentWriter`] and patched at
+//! the documented offsets ([`hydra_layout::header`], [`hydra_layout::slot`]), plus entries
+//! that are not regular files at all. Each [`Case`] names the kinds of error a reader may
+//! report for it, as the exporter's `kind` labels ([`ErrorKind`] names), so that the probe
+//! library, the probe CLI, the exporter and the C ABI are checked against one expectation.
+
+use hydra_exporter::stats::ErrorKind;
+use hydra_layout::header as h;
+use hydra_layout::slot as s;
+use hydra_layout::{
+    EngineDescription, FinishReason, Phase, SegmentConfig, SegmentWriter, SlotState, WorkUnit,
+};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+/// Slots in the corpus's template segment.
+pub const SLOTS: usize = 4;
+
+/// What a reader must do with a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Refuse it with one of these error kinds.
+    Refused(&'static [ErrorKind]),
+    /// Open and read it: the contents are hostile but the segment is well formed.
+    Readable,
+}
+
+/// One entry of the corpus: `<engine_id>.hps` in the corpus directory.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// What was done to it.
+    pub name: String,
+    /// Its engine id (the file is `<engine_id>.hps`).
+    pub engine_id: String,
+    /// What a reader must do.
+    pub expect: Expect,
+}
+
+impl Case {
+    /// The entry's path in `dir`.
+    pub fn path(&self, dir: &Path) -> PathBuf {
+        dir.join(format!("{}.hps", self.engine_id))
+    }
+}
+
+const TRUNCATED: &[ErrorKind] = &[ErrorKind::Truncated, ErrorKind::BadGeometry];
+const GEOMETRY: &[ErrorKind] = &[ErrorKind::BadGeometry, ErrorKind::Truncated];
+const VERSION: &[ErrorKind] = &[ErrorKind::UnsupportedVersion];
+const BYTE_ORDER: &[ErrorKind] = &[ErrorKind::ByteOrder];
+const MAGIC: &[ErrorKind] = &[ErrorKind::BadMagic];
+const NOT_REGULAR: &[ErrorKind] = &[ErrorKind::NotRegularFile, ErrorKind::Symlink];
+const SYMLINK: &[ErrorKind] = &[ErrorKind::Symlink, ErrorKind::NotRegularFile];
+const NOT_READY: &[ErrorKind] = &[ErrorKind::NotReady];
+const BAD_STATE: &[ErrorKind] = &[ErrorKind::BadState];
+const OWNER: &[ErrorKind] = &[ErrorKind::WrongOwner];
+
+/// A busy, fully populated slot record: decoding, half way.
+pub fn busy_state(i: u64) -> SlotState {
+    let now = hydra_layout::clock::monotonic_ns();
+    SlotState {
+        task_id: 100 + i,
+        phase: Phase::Decode,
+        finish_reason: FinishReason::None,
+        work_unit: WorkUnit::Tokens,
+        work_done: 10 * (i + 1),
+        work_total: 20 * (i + 1),
+        n_past: 40 + i,
+        n_ctx: 4096,
+        state_size: 1 << 20,
+        task_start_ns: now.saturating_sub(2_000_000_000),
+        phase_start_ns: now.saturating_sub(1_000_000_000),
+        last_progress_ns: now,
+        last_step_ns: 1_000_000,
+        steps_done: 10 * (i + 1),
+        ..SlotState::default()
+    }
+}
+
+/// The bytes of a real segment with [`SLOTS`] busy slots, written by [`SegmentWriter`] in a
+/// private directory and closed again (a copy of it reads as a dead writer's segment).
+pub fn template() -> Vec<u8> {
+    let tmp = crate::scratch("hydra-corpus-template.");
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: tmp.path().to_path_buf(),
+        engine_id: "template".into(),
+        slot_count: SLOTS,
+        description: EngineDescription {
+            model_name: "corpus-model".into(),
+            model_quant: "Q8_0".into(),
+            device: "cpu".into(),
+            ..EngineDescription::default()
+        },
+    })
+    .expect("create template segment");
+    for i in 0..SLOTS {
+        w.publish(i, &busy_state(i as u64)).expect("publish");
+    }
+    let bytes = std::fs::read(w.path()).expect("read template segment");
+    w.close().expect("close template writer");
+    bytes
+}
+
+fn set_word(bytes: &mut [u8], offset: usize, value: u64) {
+    bytes[offset..offset + 8].copy_from_slice(&value.to_ne_bytes());
+}
+
+fn word(bytes: &[u8], offset: usize) -> u64 {
+    u64::from_ne_bytes(bytes[offset..offset + 8].try_into().expect("8 bytes"))
+}
+
+fn write(dir: &Path, id: &str, bytes: &[u8]) {
+    let path = dir.join(format!("{id}.hps"));
+    std::fs::write(&path, bytes).expect("write corpus file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+}
+
+/// Whether this process runs as root (then files of another owner can be made).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Builds the corpus in `dir` (which must be empty and owned by this user) and returns its
+/// cases. `outside` is a second directory for the targets of symbolic links.
+pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
+    let t = template();
+    let total = t.len();
+    let mut cases = Vec::new();
+    let add = |cases: &mut Vec<Case>, id: String, name: String, expect: Expect| {
+        cases.push(Case {
+            name,
+            engine_id: id,
+            expect,
+        })
+    };
+
+    // 1. Truncated at every header field boundary and inside the slot table.
+    let mut cuts: Vec<usize> = vec![0, 1, 7];
+    cuts.extend((8..=h::WORDS_END).step_by(8));
+    cuts.extend([
+        h::STRINGS_OFFSET,
+        h::BOOT_ID_OFFSET,
+        h::MODEL_NAME_OFFSET,
+        h::MODEL_QUANT_OFFSET,
+        h::TOKENIZER_OFFSET,
+        h::DEVICE_OFFSET,
+        h::MODEL_ALIAS_OFFSET,
+        h::MODEL_PATH_OFFSET,
+        h::HEADER_LEN - 1,
+        h::HEADER_LEN,
+        h::HEADER_LEN + 1,
+        h::HEADER_LEN + s::SLOT_ALIGN,
+        total - s::SLOT_STRIDE,
+        total - 8,
+        total - 1,
+    ]);
+    cuts.sort_unstable();
+    cuts.dedup();
+    for cut in cuts {
+        write(dir, &format!("cut-{cut:05}"), &t[..cut]);
+        add(
+            &mut cases,
+            format!("cut-{cut:05}"),
+            format!("truncated to {cut} of {total} bytes"),
+            Expect::Refused(TRUNCATED),
+        );
+    }
+
+    // 2. Every length field set to 0, huge, all ones, misaligned, and slightly off.
+    let fields = [
+        ("header-len", h::HEADER_LEN_OFFSET),
+        ("slot-offset", h::SLOT_OFFSET_OFFSET),
+        ("slot-stride", h::SLOT_STRIDE_OFFSET),
+        ("slot-count", h::SLOT_COUNT_OFFSET),
+        ("total-len", h::TOTAL_LEN_OFFSET),
+    ];
+    for (field, offset) in fields {
+        let valid = word(&t, offset);
+        let values = [
+            ("zero", 0),
+            ("huge", 1u64 << 62),
+            ("max", u64::MAX),
+            ("plus1", valid + 1),
+            ("plus8", valid + 8),
+            ("plus128", valid + 128),
+            ("half", valid / 2 + 1),
+        ];
+        for (what, value) in values {
+            // Fewer slots than the file has room for is valid (FORMAT.md §10.2 step 9: the
+            // table must fit, trailing space is allowed); every other change is refused.
+            let expect = if field == "slot-count" && what == "half" {
+                Expect::Readable
+            } else {
+                Expect::Refused(GEOMETRY)
+            };
+            let mut b = t.clone();
+            set_word(&mut b, offset, value);
+            let id = format!("len-{field}-{what}");
+            write(dir, &id, &b);
+            add(
+                &mut cases,
+                id,
+                format!("{field} = {value:#x} (valid {valid:#x})"),
+                expect,
+            );
+        }
+    }
+
+    // 3. Slot count times stride overflowing 64 bits (and the file size).
+    for (what, count, stride) in [
+        ("wrap-zero", 1u64 << 56, 1u64 << 8),
+        ("wrap-small", (u64::MAX / 256) + 2, 256),
+        ("stride-max", 4, u64::MAX - 127),
+    ] {
+        let mut b = t.clone();
+        set_word(&mut b, h::SLOT_COUNT_OFFSET, count);
+        set_word(&mut b, h::SLOT_STRIDE_OFFSET, stride);
+        let id = format!("overflow-{what}");
+        write(dir, &id, &b);
+        add(
+            &mut cases,
+            id,
+            format!("slot count {count:#x} x stride {stride:#x} overflows"),
+            Expect::Refused(GEOMETRY),
+        );
+    }
+
+    // 4. Other format major versions are refused; a newer minor is read.
+    for major in [0u64, 2, 255, u64::MAX] {
+        let mut b = t.clone();
+        set_word(&mut b, h::VERSION_MAJOR_OFFSET, major);
+        let id = format!("major-{major:x}");
+        write(dir, &id, &b);
+        add(
+            &mut cases,
+            id,
+            format!("format major version {major}"),
+            Expect::Refused(VERSION),
+        );
+    }
+    {
+        let mut b = t.clone();
+        set_word(&mut b, h::VERSION_MINOR_OFFSET, 999);
+        write(dir, "minor-999", &b);
+        add(
+            &mut cases,
+            "minor-999".into(),
+            "format version 1.999 (a newer minor: readable)".into(),
+            Expect::Readable,
+        );
+    }
+
+    // 5. Other byte order: every word swapped, or a corrupt marker.
+    {
+        let mut b = t.clone();
+        for chunk in b.chunks_exact_mut(8) {
+            chunk.reverse();
+        }
+        // The magic is a byte string, not a word: keep it as written.
+        b[..8].copy_from_slice(&h::MAGIC);
+        write(dir, "byte-order-swapped", &b);
+        add(
+            &mut cases,
+            "byte-order-swapped".into(),
+            "written with the other byte order".into(),
+            Expect::Refused(BYTE_ORDER),
+        );
+        let mut b = t.clone();
+        set_word(&mut b, h::BYTE_ORDER_OFFSET, 0x0807_0605_0403_0201 ^ 0xff);
+        write(dir, "byte-order-corrupt", &b);
+        add(
+            &mut cases,
+            "byte-order-corrupt".into(),
+            "corrupt byte-order marker".into(),
+            Expect::Refused(BYTE_ORDER),
+        );
+    }
+
+    // 6. Not a segment at all.
+    {
+        let mut b = t.clone();
+        b[..8].copy_from_slice(b"NOTHYDRA");
+        write(dir, "magic-wrong", &b);
+        add(
+            &mut cases,
+            "magic-wrong".into(),
+            "wrong magic".into(),
+            Expect::Refused(MAGIC),
+        );
+        let text = "#!/bin/sh\necho this is a shell script, not a segment\n".repeat(64);
+        write(dir, "magic-text", text.as_bytes());
+        add(
+            &mut cases,
+            "magic-text".into(),
+            "a text file".into(),
+            Expect::Refused(MAGIC),
+        );
+        // Deterministic noise (xorshift), segment-sized.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let noise: Vec<u8> = (0..total)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        write(dir, "magic-noise", &noise);
+        add(
+            &mut cases,
+            "magic-noise".into(),
+            "random bytes".into(),
+            Expect::Refused(MAGIC),
+        );
+    }
+
+    // 7. Lifecycle: still initialising, or an unknown state.
+    for (id, state, expect) in [
+        ("state-init", 1u64, NOT_READY),
+        ("state-zero", 0, BAD_STATE),
+        ("state-unknown", 77, BAD_STATE),
+    ] {
+        let mut b = t.clone();
+        set_word(&mut b, h::STATE_OFFSET, state);
+        write(dir, id, &b);
+        add(
+            &mut cases,
+            id.into(),
+            format!("lifecycle state {state}"),
+            Expect::Refused(expect),
+        );
+    }
+
+    // 8. Entries that are not regular files.
+    {
+        let target = outside.join("elsewhere.hps");
+        std::fs::write(&target, &t).expect("write symlink target");
+        for (id, to) in [
+            ("link-to-segment", target.clone()),
+            ("link-to-passwd", PathBuf::from("/etc/passwd")),
+            ("link-to-dev-zero", PathBuf::from("/dev/zero")),
+            ("link-dangling", outside.join("nothing-here.hps")),
+        ] {
+            std::os::unix::fs::symlink(&to, dir.join(format!("{id}.hps"))).expect("symlink");
+            add(
+                &mut cases,
+                id.into(),
+                format!("symbolic link to {}", to.display()),
+                Expect::Refused(SYMLINK),
+            );
+        }
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            dir.join("fifo.hps"),
+            rustix::fs::Mode::from_raw_mode(0o640),
+        )
+        .expect("mkfifo");
+        add(
+            &mut cases,
+            "fifo".into(),
+            "a FIFO (opening it for reading must not hang)".into(),
+            Expect::Refused(NOT_REGULAR),
+        );
+        std::fs::create_dir(dir.join("directory.hps")).expect("mkdir");
+        add(
+            &mut cases,
+            "directory".into(),
+            "a directory".into(),
+            Expect::Refused(NOT_REGULAR),
+        );
+        let sock = std::os::unix::net::UnixListener::bind(dir.join("socket.hps")).expect("bind");
+        // The socket file stays after the listener is dropped.
+        drop(sock);
+        add(
+            &mut cases,
+            "socket".into(),
+            "a Unix socket".into(),
+            Expect::Refused(NOT_REGULAR),
+        );
+    }
+
+    // 9. Owned by another user (only root can make one).
+    if is_root() {
+        write(dir, "other-owner", &t);
+        let nobody = rustix::process::Uid::from_raw(65534);
+        rustix::fs::chown(dir.join("other-owner.hps"), Some(nobody), None).expect("chown");
+        add(
+            &mut cases,
+            "other-owner".into(),
+            "owned by uid 65534, not the directory's owner".into(),
+            Expect::Refused(OWNER),
+        );
+    }
+
+    // 10. Well-formed segments with hostile contents: read, never trusted.
+    {
+        let mut b = t.clone();
+        // Strings: no NUL terminator, invalid UTF-8, control characters, quotes.
+        let name = &mut b[h::MODEL_NAME_OFFSET..h::MODEL_NAME_OFFSET + h::MODEL_NAME_LEN];
+        name.fill(b'"');
+        name[0..4].copy_from_slice(&[0xff, 0xfe, b'\n', b'\\']);
+        let id = &mut b[h::ENGINE_ID_OFFSET..h::ENGINE_ID_OFFSET + h::ENGINE_ID_LEN];
+        id.fill(0xc3);
+        let dev = &mut b[h::DEVICE_OFFSET..h::DEVICE_OFFSET + h::DEVICE_LEN];
+        dev.fill(0x1b);
+        write(dir, "content-strings", &b);
+        add(
+            &mut cases,
+            "content-strings".into(),
+            "identity strings unterminated, invalid UTF-8, escapes".into(),
+            Expect::Readable,
+        );
+
+        let mut b = t.clone();
+        let slot = |i: usize, off: usize| h::HEADER_LEN + i * s::SLOT_STRIDE + off;
+        // Slot 0: unknown phase, unit and reasons; slot 1: work beyond its total and
+        // timestamps in the far future; slot 2: all ones; slot 3: torn (odd sequence).
+        set_word(&mut b, slot(0, s::PHASE_OFFSET), 999);
+        set_word(&mut b, slot(0, s::WORK_UNIT_OFFSET), 77);
+        set_word(&mut b, slot(0, s::FINISH_REASON_OFFSET), 55);
+        set_word(&mut b, slot(0, s::ERROR_CODE_OFFSET), u64::MAX);
+        set_word(&mut b, slot(1, s::WORK_DONE_OFFSET), u64::MAX);
+        set_word(&mut b, slot(1, s::WORK_TOTAL_OFFSET), 3);
+        set_word(&mut b, slot(1, s::LAST_PROGRESS_NS_OFFSET), u64::MAX);
+        set_word(&mut b, slot(1, s::PHASE_START_NS_OFFSET), u64::MAX - 1);
+        set_word(&mut b, slot(1, s::N_PAST_OFFSET), u64::MAX);
+        for off in (s::TASK_ID_OFFSET..s::GUARDED_END).step_by(8) {
+            set_word(&mut b, slot(2, off), u64::MAX);
+        }
+        let seq = word(&b, slot(3, s::SEQ_OFFSET));
+        set_word(&mut b, slot(3, s::SEQ_OFFSET), seq | 1);
+        // Engine counters at their limits.
+        for off in (h::HEARTBEAT_NS_OFFSET..h::CLOSED_NS_OFFSET).step_by(8) {
+            set_word(&mut b, off, u64::MAX);
+        }
+        write(dir, "content-slots", &b);
+        add(
+            &mut cases,
+            "content-slots".into(),
+            "slot words out of range, far-future times, a torn record".into(),
+            Expect::Readable,
+        );
+    }
+    cases
+}
+
+/// The C ABI code a reader must return for an error kind.
+pub fn c_code(kind: ErrorKind) -> i32 {
+    use hydra_probe_ffi as c;
+    match kind {
+        ErrorKind::NotRegularFile | ErrorKind::Symlink | ErrorKind::WrongOwner => {
+            c::HYDRA_PROBE_E_REFUSED
+        }
+        ErrorKind::UnsupportedVersion => c::HYDRA_PROBE_E_UNSUPPORTED_VERSION,
+        ErrorKind::Io | ErrorKind::SizeChanged => c::HYDRA_PROBE_E_IO,
+        _ => c::HYDRA_PROBE_E_NOT_A_SEGMENT,
+    }
+}

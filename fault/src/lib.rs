@@ -1,0 +1,51 @@
+//! The fault, load and hostile-input suite of hydra-progress.
+//!
+//! What an operator must be able to believe — "stalled" means stalled, "dead" means dead,
+//! and no reader or bad input ever hurts the engine — is shown here with the real binaries
+//! running as separate processes:
+//!
+//! - [`corpus`]: hostile segment files (truncated, bad lengths, foreign versions and byte
+//!   order, symlinks, FIFOs, directories, sockets, other owners) that every reader surface
+//!   (probe library and CLI, exporter, C ABI) must refuse with a clear error;
+//! - [`bins`]: the `hydra-engine`, `hydra-probe` and `hydra-exporter` binaries, built once
+//!   per test process with the same cargo and target directory;
+//! - [`process`]: an engine or exporter child process, killed and reaped on drop, with its
+//!   resident memory;
+//! - [`http`]: a small blocking client for the engine's and exporter's JSON APIs;
+//! - [`stats`]: percentiles and medians for the figures the suite prints.
+//!
+//! The tests live in `tests/` (`hostile_corpus`, `crash_loop`, `load`, `api_abuse`); the
+//! `hydra-fault-reader` binary is the library-loop reader process of the load test.
+//! Everything runs in private temporary directories (never `/dev/shm/hydra-progress`) and
+//! binds only to 127.0.0.1; every loop is bounded by a count or a deadline.
+
+pub mod bins;
+pub mod corpus;
+pub mod http;
+pub mod process;
+pub mod stats;
+
+use std::time::{Duration, Instant};
+
+/// A private scratch directory for segments, removed on drop.
+pub fn scratch(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("create scratch directory")
+}
+
+/// Polls `f` every 5 ms until it returns `Some`, or panics after `limit`.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

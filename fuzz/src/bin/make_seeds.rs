@@ -1,0 +1,543 @@
+//! Writes the committed seed corpus of the `segment_open` fuzz target.
+//!
+//! ```text
+//! cargo run --manifest-path fuzz/Cargo.toml --bin make_seeds [OUT_DIR]
+//! ```
+//! (default `OUT_DIR`: `fuzz/seeds/segment_open`). Valid segments are produced by
+//! `hydra_layout::SegmentWriter` itself in a scratch directory, then the words that differ at
+//! every creation (pid, process start, instance id, clock anchors, boot id, close time) are
+//! replaced by fixed values, so that running the generator again writes byte-identical
+//! files. Truncated, corrupted and unusual-geometry seeds are derived from those by
+//! patching words. Each seed is `[3 control bytes][file bytes]` (see `src/lib.rs`).
+//!
+//! Files named `repro-*` in `OUT_DIR` (minimised crash reproducers) are kept; every other
+//! file is removed first.
+
+use hydra_fuzz::{control, Action, CliCmd};
+use hydra_layout::header as h;
+use hydra_layout::slot as sl;
+use hydra_layout::{
+    EngineDescription, ErrorCode, FinishReason, Phase, SegmentConfig, SegmentWriter, SlotState,
+    WorkUnit, WriterCounters,
+};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const S: u64 = 1_000_000_000;
+/// The fixed "now" of every generated segment (CLOCK_MONOTONIC ns, ~11.6 days of uptime).
+const BASE: u64 = 1_000_000 * S;
+
+fn put(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+}
+
+fn get(b: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+fn put_str(b: &mut [u8], off: usize, len: usize, s: &[u8]) {
+    b[off..off + len].fill(0);
+    b[off..off + s.len()].copy_from_slice(s);
+}
+
+/// Replaces the per-creation words with fixed values.
+fn normalise(b: &mut [u8]) {
+    put(b, h::PID_OFFSET, 4242);
+    put(b, h::PROCESS_START_NS_OFFSET, BASE - 120 * S);
+    put(b, h::INSTANCE_ID_OFFSET, 0xe25d_cab5_c016_fc8a);
+    put(b, h::CREATED_REALTIME_NS_OFFSET, 1_767_225_600 * S);
+    put(b, h::CREATED_MONOTONIC_NS_OFFSET, BASE - 100 * S);
+    put_str(
+        b,
+        h::BOOT_ID_OFFSET,
+        h::BOOT_ID_LEN,
+        b"6f1d0c2e-8a1b-4c3d-9e5f-0a1b2c3d4e5f",
+    );
+    if get(b, h::CLOSED_NS_OFFSET) != 0 {
+        put(b, h::CLOSED_NS_OFFSET, BASE - S);
+    }
+}
+
+enum End {
+    /// Writer still alive when the bytes are read (readers will find its lock free: dead).
+    Open,
+    /// Clean close: STATE = CLOSED, CLOSED_NS set.
+    Closed,
+    /// Simulated crash.
+    Crashed,
+}
+
+/// Creates a segment with `slots` slots, lets `f` publish, and returns the file's bytes.
+fn segment(scratch: &Path, slots: usize, end: End, f: impl FnOnce(&mut SegmentWriter)) -> Vec<u8> {
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: scratch.to_path_buf(),
+        engine_id: "engine-0".into(),
+        slot_count: slots,
+        description: EngineDescription {
+            model_name: "SmolLM2-135M-Instruct".into(),
+            model_quant: "Q8_0".into(),
+            model_path: "/models/SmolLM2-135M-Instruct-Q8_0.gguf".into(),
+            tokenizer: "gpt2".into(),
+            model_alias: "smollm2".into(),
+            device: "cpu".into(),
+            capabilities: h::capabilities::COMPLETION
+                | h::capabilities::STATE_SAVE_RESTORE
+                | h::capabilities::CHUNKED_PREFILL,
+        },
+    })
+    .expect("create a segment");
+    w.heartbeat(BASE - 2 * S);
+    f(&mut w);
+    let path = w.path().to_path_buf();
+    let mut bytes = match end {
+        End::Open => {
+            let b = fs::read(&path).unwrap();
+            drop(w);
+            b
+        }
+        End::Crashed => {
+            w.simulate_crash();
+            let b = fs::read(&path).unwrap();
+            fs::remove_file(&path).unwrap();
+            b
+        }
+        End::Closed => {
+            // close() unlinks the name: read through a descriptor opened before.
+            use std::io::Read;
+            let mut file = fs::File::open(&path).unwrap();
+            w.close().unwrap();
+            let mut b = Vec::new();
+            file.read_to_end(&mut b).unwrap();
+            b
+        }
+    };
+    normalise(&mut bytes);
+    bytes
+}
+
+fn decode(task: u64, done: u64, total: u64) -> SlotState {
+    SlotState {
+        task_id: task,
+        phase: Phase::Decode,
+        work_unit: WorkUnit::Tokens,
+        work_done: done,
+        work_total: total,
+        tokens_cached: 12,
+        n_past: 300 + done,
+        n_ctx: 4096,
+        state_size: 1 << 20,
+        task_start_ns: BASE - 20 * S,
+        phase_start_ns: BASE - 10 * S,
+        last_progress_ns: BASE - S / 10,
+        step_start_ns: BASE - S / 50,
+        step_size: 1,
+        last_step_ns: 25_000_000,
+        steps_done: done,
+        ..Default::default()
+    }
+}
+
+fn prefill(task: u64) -> SlotState {
+    SlotState {
+        task_id: task,
+        phase: Phase::Prefill,
+        work_unit: WorkUnit::Tokens,
+        work_done: 512,
+        work_total: 2048,
+        n_past: 512,
+        n_ctx: 4096,
+        task_start_ns: BASE - 40 * S,
+        phase_start_ns: BASE - 40 * S,
+        last_progress_ns: BASE - 35 * S,
+        step_start_ns: BASE - 35 * S,
+        step_size: 512,
+        last_step_ns: 5 * S,
+        steps_done: 1,
+        ..Default::default()
+    }
+}
+
+fn save(task: u64) -> SlotState {
+    SlotState {
+        task_id: task,
+        phase: Phase::Save,
+        work_unit: WorkUnit::Bytes,
+        work_done: 3 << 20,
+        work_total: 8 << 20,
+        state_size: 8 << 20,
+        task_start_ns: BASE - 3 * S,
+        phase_start_ns: BASE - 2 * S,
+        last_progress_ns: BASE - S,
+        ..Default::default()
+    }
+}
+
+fn finished(task: u64, reason: FinishReason, error: ErrorCode) -> SlotState {
+    SlotState {
+        task_id: task,
+        phase: Phase::Idle,
+        finish_reason: reason,
+        error_code: error,
+        n_past: 100,
+        n_ctx: 4096,
+        task_start_ns: BASE - 60 * S,
+        phase_start_ns: BASE - 30 * S,
+        last_progress_ns: BASE - 30 * S,
+        ..Default::default()
+    }
+}
+
+/// Four slots: decoding, prefilling with a long step in flight, idle with two queued tasks,
+/// saving state. Counters set.
+fn mixed4(scratch: &Path) -> Vec<u8> {
+    segment(scratch, 4, End::Open, |w| {
+        w.publish(0, &decode(7, 45, 100)).unwrap();
+        w.publish(1, &prefill(8)).unwrap();
+        w.publish(2, &finished(6, FinishReason::Completed, ErrorCode::None))
+            .unwrap();
+        let pc = w.pending_counter();
+        pc.queued(2);
+        pc.queued(2);
+        w.publish(3, &save(9)).unwrap();
+        w.set_counters(&WriterCounters {
+            prompt_tokens_total: 4096,
+            generated_tokens_total: 845,
+            requests_running: 3,
+            kv_cells_used: 1200,
+            kv_cells_total: 16384,
+        });
+    })
+}
+
+/// Moves the header and slots of a v1.0 segment into a "newer minor" layout: a longer
+/// header and a wider slot stride, both of which readers must accept and skip.
+fn widen(v1: &[u8], header_len: usize, slot_offset: usize, stride: usize) -> Vec<u8> {
+    let count = get(v1, h::SLOT_COUNT_OFFSET) as usize;
+    let total = slot_offset + count * stride;
+    let mut b = vec![0xA5u8; total];
+    b[..h::HEADER_LEN].copy_from_slice(&v1[..h::HEADER_LEN]);
+    for i in 0..count {
+        let from = h::HEADER_LEN + i * sl::SLOT_LEN;
+        let to = slot_offset + i * stride;
+        b[to..to + sl::SLOT_LEN].copy_from_slice(&v1[from..from + sl::SLOT_LEN]);
+    }
+    put(&mut b, h::VERSION_MINOR_OFFSET, 7);
+    put(&mut b, h::HEADER_LEN_OFFSET, header_len as u64);
+    put(&mut b, h::SLOT_OFFSET_OFFSET, slot_offset as u64);
+    put(&mut b, h::SLOT_STRIDE_OFFSET, stride as u64);
+    put(&mut b, h::TOTAL_LEN_OFFSET, total as u64);
+    b
+}
+
+fn patched(base: &[u8], words: &[(usize, u64)]) -> Vec<u8> {
+    let mut b = base.to_vec();
+    for &(off, v) in words {
+        put(&mut b, off, v);
+    }
+    b
+}
+
+fn main() {
+    let out = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/segment_open"));
+    let scratch = std::env::temp_dir().join(format!("hydra-fuzz-seeds-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+
+    let mut seeds: Vec<(String, [u8; 3], Vec<u8>)> = Vec::new();
+    let plain = control(Action::None, 0, 0, false, CliCmd::None, false, 0, false);
+    let mut add = |name: &str, ctl: [u8; 3], file: Vec<u8>| {
+        seeds.push((name.to_owned(), ctl, file));
+    };
+
+    // --- valid segments, straight from the writer -------------------------------------
+    let idle1 = segment(&scratch, 1, End::Open, |_| {});
+    let mixed = mixed4(&scratch);
+    let many = segment(&scratch, 24, End::Open, |w| {
+        for i in 0..24 {
+            let s = match i % 6 {
+                0 => decode(100 + i as u64, i as u64 * 10, 500),
+                1 => prefill(100 + i as u64),
+                2 => save(100 + i as u64),
+                3 => SlotState {
+                    phase: Phase::Restore,
+                    ..save(100 + i as u64)
+                },
+                4 => finished(
+                    100 + i as u64,
+                    FinishReason::Error,
+                    ErrorCode::ContextOverflow,
+                ),
+                _ => SlotState {
+                    phase: Phase::Queued,
+                    task_id: 100 + i as u64,
+                    ..Default::default()
+                },
+            };
+            w.publish(i, &s).unwrap();
+        }
+        for _ in 0..3 {
+            w.pending_counter().queued(5);
+        }
+    });
+    let closed = segment(&scratch, 2, End::Closed, |w| {
+        w.publish(0, &finished(3, FinishReason::Cancelled, ErrorCode::None))
+            .unwrap();
+        w.publish(1, &finished(4, FinishReason::Error, ErrorCode::Io))
+            .unwrap();
+    });
+    let torn = segment(&scratch, 3, End::Crashed, |w| {
+        w.publish(0, &decode(1, 10, 100)).unwrap();
+        w.publish(1, &decode(2, 20, 100)).unwrap();
+        w.abandon_update(1).unwrap();
+        w.publish(2, &prefill(3)).unwrap();
+    });
+    let stalled = segment(&scratch, 2, End::Crashed, |w| {
+        let mut d = decode(5, 50, 100);
+        d.last_progress_ns = BASE - 600 * S;
+        d.phase_start_ns = BASE - 900 * S;
+        w.publish(0, &d).unwrap();
+        w.publish(1, &prefill(6)).unwrap();
+        w.heartbeat(BASE - 600 * S);
+    });
+    let _ = fs::remove_dir_all(&scratch);
+
+    add("valid-1slot-idle", plain, idle1.clone());
+    add("valid-4slots-mixed", plain, mixed.clone());
+    add("valid-24slots", plain, many.clone());
+    add("valid-2slots-closed", plain, closed.clone());
+    add("valid-3slots-dead-torn", plain, torn.clone());
+    add("valid-2slots-dead-stalled", plain, stalled.clone());
+
+    // --- the probe's classification at other instants and thresholds ------------------
+    for now in 1..8u8 {
+        add(
+            &format!("mixed-now{now}"),
+            control(Action::None, 0, now, false, CliCmd::None, false, 0, false),
+            mixed.clone(),
+        );
+    }
+    for t in 1..4u8 {
+        add(
+            &format!("mixed-thresholds{t}"),
+            control(Action::None, 0, 3, false, CliCmd::None, false, t, true),
+            mixed.clone(),
+        );
+    }
+    add(
+        "torn-single-attempt",
+        control(Action::None, 0, 0, true, CliCmd::None, false, 0, false),
+        torn.clone(),
+    );
+
+    // --- the hydra-probe CLI's rendering ----------------------------------------------
+    let clis = [
+        ("list", CliCmd::List),
+        ("show", CliCmd::Show),
+        ("show-slot", CliCmd::ShowSlot),
+        ("check", CliCmd::Check),
+        ("meta0", CliCmd::Meta0),
+        ("meta3", CliCmd::Meta3),
+        ("check-one", CliCmd::CheckOne),
+    ];
+    for (name, cmd) in clis {
+        for json in [false, true] {
+            let j = if json { "-json" } else { "" };
+            add(
+                &format!("cli-{name}{j}"),
+                control(Action::None, 0, 0, false, cmd, json, 0, false),
+                mixed.clone(),
+            );
+        }
+    }
+    add(
+        "cli-show-torn",
+        control(Action::None, 0, 0, false, CliCmd::Show, false, 0, false),
+        torn.clone(),
+    );
+    add(
+        "cli-check-closed-json",
+        control(Action::None, 0, 0, false, CliCmd::Check, true, 0, false),
+        closed.clone(),
+    );
+
+    // --- the file changes after the reader mapped it -----------------------------------
+    for p in [0u8, 3, 4, 6, 10, 31] {
+        add(
+            &format!("after-open-truncate-p{p}"),
+            control(Action::Truncate, p, 0, false, CliCmd::None, false, 0, false),
+            mixed.clone(),
+        );
+    }
+    for p in [0u8, 3, 9] {
+        add(
+            &format!("after-open-extend-p{p}"),
+            control(Action::Extend, p, 0, false, CliCmd::None, false, 0, false),
+            mixed.clone(),
+        );
+    }
+    add(
+        "after-open-truncate-restore",
+        control(
+            Action::TruncateRestore,
+            3,
+            0,
+            false,
+            CliCmd::None,
+            false,
+            0,
+            false,
+        ),
+        mixed.clone(),
+    );
+    for p in 0..4u8 {
+        add(
+            &format!("after-open-hostile-rewrite-p{p}"),
+            control(
+                Action::HostileRewrite,
+                p,
+                0,
+                false,
+                CliCmd::Show,
+                false,
+                0,
+                false,
+            ),
+            mixed.clone(),
+        );
+    }
+    add(
+        "after-open-zero",
+        control(Action::Zero, 0, 0, false, CliCmd::None, false, 0, false),
+        mixed.clone(),
+    );
+    add(
+        "after-open-unlink",
+        control(Action::Unlink, 0, 0, false, CliCmd::List, false, 0, false),
+        mixed.clone(),
+    );
+    add(
+        "after-open-replace",
+        control(Action::Replace, 0, 0, false, CliCmd::Show, false, 0, false),
+        mixed.clone(),
+    );
+
+    // --- truncated files ------------------------------------------------------------------
+    for len in [
+        0usize, 1, 7, 8, 15, 16, 23, 24, 1016, 1023, 1024, 1025, 2047,
+    ] {
+        add(&format!("truncated-{len}"), plain, mixed[..len].to_vec());
+    }
+
+    // --- corrupted headers -----------------------------------------------------------------
+    let corrupt: &[(&str, &[(usize, u64)])] = &[
+        (
+            "bad-magic",
+            &[(h::MAGIC_OFFSET, u64::from_ne_bytes(*b"HYDRPROH"))],
+        ),
+        (
+            "byte-order-swapped",
+            &[(h::BYTE_ORDER_OFFSET, h::BYTE_ORDER_MARK_SWAPPED)],
+        ),
+        ("byte-order-bad", &[(h::BYTE_ORDER_OFFSET, 0)]),
+        ("major-2", &[(h::VERSION_MAJOR_OFFSET, 2)]),
+        ("major-0", &[(h::VERSION_MAJOR_OFFSET, 0)]),
+        ("minor-max", &[(h::VERSION_MINOR_OFFSET, u64::MAX)]),
+        ("state-init", &[(h::STATE_OFFSET, 1)]),
+        ("state-zero", &[(h::STATE_OFFSET, 0)]),
+        ("state-unknown", &[(h::STATE_OFFSET, 99)]),
+        ("total-len-lie", &[(h::TOTAL_LEN_OFFSET, 4096)]),
+        ("header-len-short", &[(h::HEADER_LEN_OFFSET, 1016)]),
+        ("header-len-unaligned", &[(h::HEADER_LEN_OFFSET, 1028)]),
+        ("header-len-past-end", &[(h::HEADER_LEN_OFFSET, 1 << 40)]),
+        ("stride-short", &[(h::SLOT_STRIDE_OFFSET, 128)]),
+        ("stride-unaligned", &[(h::SLOT_STRIDE_OFFSET, 320)]),
+        ("stride-zero", &[(h::SLOT_STRIDE_OFFSET, 0)]),
+        ("offset-inside-header", &[(h::SLOT_OFFSET_OFFSET, 896)]),
+        ("offset-unaligned", &[(h::SLOT_OFFSET_OFFSET, 1032)]),
+        ("count-zero", &[(h::SLOT_COUNT_OFFSET, 0)]),
+        ("count-4097", &[(h::SLOT_COUNT_OFFSET, 4097)]),
+        ("count-5-past-end", &[(h::SLOT_COUNT_OFFSET, 5)]),
+        (
+            "table-overflow-u64",
+            &[
+                (h::SLOT_COUNT_OFFSET, 4096),
+                (h::SLOT_STRIDE_OFFSET, 1 << 62),
+            ],
+        ),
+        ("table-offset-huge", &[(h::SLOT_OFFSET_OFFSET, !127u64)]),
+        // Valid: fewer slots than the file has room for (TOTAL_LEN still equals the size).
+        ("count-3-of-4", &[(h::SLOT_COUNT_OFFSET, 3)]),
+        // Valid: the slot table starts later, leaving a gap after the header.
+        (
+            "offset-gap",
+            &[(h::SLOT_OFFSET_OFFSET, 1152), (h::SLOT_COUNT_OFFSET, 3)],
+        ),
+    ];
+    for (name, words) in corrupt {
+        add(&format!("corrupt-{name}"), plain, patched(&mixed, words));
+    }
+
+    // --- unusual but valid content -----------------------------------------------------------
+    add("newer-minor-wide", plain, widen(&mixed, 1152, 1152, 384));
+    add(
+        "newer-minor-header-only",
+        plain,
+        widen(&mixed, 1040, 1152, 256),
+    );
+    let mut strings = mixed.clone();
+    strings[h::STRINGS_OFFSET..h::HEADER_LEN].fill(0xFF); // no NUL, invalid UTF-8
+    add("strings-unterminated-invalid-utf8", plain, strings);
+    let mut extreme = mixed.clone();
+    for i in 0..4 {
+        let base = h::HEADER_LEN + i * sl::SLOT_LEN;
+        for off in (sl::TASK_ID_OFFSET..sl::GUARDED_END).step_by(8) {
+            put(&mut extreme, base + off, u64::MAX - i as u64);
+        }
+        put(&mut extreme, base + sl::SEQ_OFFSET, u64::MAX - 1);
+        put(&mut extreme, base + sl::PENDING_OFFSET, u64::MAX);
+    }
+    for off in (h::HEARTBEAT_NS_OFFSET..h::WORDS_END).step_by(8) {
+        put(&mut extreme, off, u64::MAX);
+    }
+    add("extreme-values", plain, extreme.clone());
+    add(
+        "extreme-values-cli-show-json",
+        control(Action::None, 0, 5, false, CliCmd::Show, true, 3, false),
+        extreme,
+    );
+    let mut inverted = mixed.clone();
+    let s0 = h::HEADER_LEN;
+    put(&mut inverted, s0 + sl::WORK_DONE_OFFSET, 500); // done > total
+    put(
+        &mut inverted,
+        s0 + sl::LAST_PROGRESS_NS_OFFSET,
+        BASE + 1000 * S,
+    ); // future
+    put(&mut inverted, s0 + sl::PHASE_OFFSET, 77); // unknown phase
+    put(&mut inverted, s0 + sl::WORK_UNIT_OFFSET, 9); // unknown unit
+    add("inverted-values", plain, inverted);
+
+    // --- write ----------------------------------------------------------------------------
+    fs::create_dir_all(&out).expect("create the seed directory");
+    for entry in fs::read_dir(&out).unwrap() {
+        let entry = entry.unwrap();
+        if !entry.file_name().to_string_lossy().starts_with("repro-") {
+            fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let mut total = 0;
+    for (name, ctl, file) in &seeds {
+        let mut bytes = ctl.to_vec();
+        bytes.extend_from_slice(file);
+        total += bytes.len();
+        fs::write(out.join(name), &bytes).unwrap();
+    }
+    println!(
+        "wrote {} seeds ({} bytes) to {}",
+        seeds.len(),
+        total,
+        out.display()
+    );
+}
