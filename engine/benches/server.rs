@@ -16,11 +16,12 @@
 //! the readers on CPU 1 (`taskset`), the deployment the design assumes: readers never
 //! share the compute thread's core.
 
+use hydra_fault::process::pinned;
 use hydra_layout::{clock, SegmentReader};
 use hydra_probe::{EngineView, Thresholds};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 struct Opts {
@@ -97,18 +98,6 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// `program`, run through `taskset -c CPUS` when `cpus` is set.
-fn pinned(cpus: Option<&str>, program: &Path) -> Command {
-    match cpus {
-        Some(c) => {
-            let mut cmd = Command::new("taskset");
-            cmd.args(["-c", c]).arg(program);
-            cmd
-        }
-        None => Command::new(program),
     }
 }
 

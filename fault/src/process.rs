@@ -147,17 +147,22 @@ impl EngineOpts {
     }
 }
 
+/// A command for `program`, run through `taskset -c CPUS` when `cpus` is set (taskset
+/// execs the program, so the child's pid is the program's).
+pub fn pinned(cpus: Option<&str>, program: &Path) -> Command {
+    match cpus {
+        Some(c) => {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", c]).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
 /// Starts `hydra-engine serve --builtin` as configured.
 pub fn start_engine(o: &EngineOpts) -> Server {
-    let bin = crate::bins::engine();
-    let mut cmd = match &o.cpus {
-        Some(cpus) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpus]).arg(bin);
-            c
-        }
-        None => Command::new(bin),
-    };
+    let mut cmd = pinned(o.cpus.as_deref(), &crate::bins::engine());
     cmd.args(["serve", "--builtin", "--listen", "127.0.0.1:0"])
         .args(["--engine-id", &o.id])
         .args(["--slots", &o.slots.to_string()])

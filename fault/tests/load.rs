@@ -13,10 +13,10 @@
 //! `HYDRA_LOAD_TOKENS` (per decode, 256), `HYDRA_LOAD_PIN` (1: engine on CPU 0, readers
 //! and exporter on CPU 1).
 
-use hydra_fault::process::{start_engine, start_exporter, EngineOpts, Server};
+use hydra_fault::process::{pinned, start_engine, start_exporter, EngineOpts, Server};
 use hydra_fault::{bins, http, scratch, stats};
 use rustix::process::{kill_process, Pid, Signal};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,17 +53,6 @@ fn decode_rate(e: &Server, n: usize) -> (f64, f64) {
         body["predicted_per_second"].as_f64().expect("rate"),
         body["predicted_cpu_ms"].as_f64().expect("cpu ms") / n as f64,
     )
-}
-
-fn pinned(cpu: Option<&str>, program: &std::path::Path) -> Command {
-    match cpu {
-        Some(c) => {
-            let mut cmd = Command::new("taskset");
-            cmd.args(["-c", c]).arg(program);
-            cmd
-        }
-        None => Command::new(program),
-    }
 }
 
 #[test]

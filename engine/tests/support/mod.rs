@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 pub use hydra_fault::http::{agent, call};
-pub use hydra_fault::wait_for;
 use hydra_fault::process::Server;
+pub use hydra_fault::wait_for;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
