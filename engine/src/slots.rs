@@ -296,13 +296,23 @@ impl Slots {
         self.forward(slot, &[token])
     }
 
-    /// One forward over checked tokens; commits the cache only on success.
+    /// One forward over checked tokens. A forward that fails part way leaves some layers
+    /// holding the new positions and others not, so the slot is erased rather than left
+    /// inconsistent (the error is returned; the slot reads as empty afterwards).
     fn forward(&mut self, slot: usize, tokens: &[u32]) -> Result<Logits> {
+        let n_layer = self.model.config().n_layer;
         let s = &mut self.slots[slot];
-        let logits = self
+        let logits = match self
             .model
             .weights
-            .forward(tokens, s.n_past, &mut s.layers, &self.rope)?;
+            .forward(tokens, s.n_past, &mut s.layers, &self.rope)
+        {
+            Ok(logits) => logits,
+            Err(e) => {
+                *s = Slot::empty(n_layer);
+                return Err(e);
+            }
+        };
         s.n_past += tokens.len();
         let logits = Logits(logits.to_vec1::<f32>()?);
         s.logits = Some(logits.clone());
