@@ -123,7 +123,8 @@ fn load_reference(path: &Path) -> ModelWeights {
 fn bench_reference(m: &mut ModelWeights, prompt: &[u32], n_decode: usize) -> (f64, f64) {
     let dev = Device::Cpu;
     m.clear_kv_cache();
-    let argmax = |l: &Tensor| Logits(l.squeeze(0).unwrap().to_vec1().unwrap()).argmax();
+    let argmax =
+        |l: &Tensor| Logits::from(l.squeeze(0).unwrap().to_vec1::<f32>().unwrap()).argmax();
     let warm = Tensor::new(&prompt[..8.min(prompt.len())], &dev)
         .unwrap()
         .unsqueeze(0)

@@ -16,10 +16,11 @@
 //! the readers on CPU 1 (`taskset`), the deployment the design assumes: readers never
 //! share the compute thread's core.
 
-use hydra_fault::process::pinned;
+use hydra_fault::process::{pinned, start_engine as start_engine_process, EngineOpts, Server};
+use hydra_fault::workload::{self, decode_rate, DecodeRate as Rate};
+use hydra_fault::{http, stats};
 use hydra_layout::{clock, SegmentReader};
 use hydra_probe::{EngineView, Thresholds};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -89,99 +90,24 @@ fn run_reader(segment: &Path) {
     }
 }
 
-struct Engine {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_engine(dir: &Path, id: &str, threads: usize, publish: bool, cpus: Option<&str>) -> Engine {
-    let mut cmd = pinned(cpus, Path::new(env!("CARGO_BIN_EXE_hydra-engine")));
-    cmd.args([
-        "serve",
-        "--builtin",
-        "--slots",
-        "2",
-        "--ctx",
-        "4096",
-        "--listen",
-        "127.0.0.1:0",
-    ])
-    .args(["--engine-id", id, "--threads", &threads.to_string()])
-    .arg("--progress-dir")
-    .arg(dir)
-    .env("HYDRA_LOG", "warn")
-    .stdout(Stdio::piped());
+/// `hydra-engine serve --builtin` with 2 slots of 4096 tokens, this bench's own binary.
+fn start_engine(dir: &Path, id: &str, threads: usize, publish: bool, cpus: Option<&str>) -> Server {
+    let mut o = EngineOpts::new(dir, id);
+    o.threads = threads;
+    o.cpus = cpus.map(str::to_string);
+    o.bin = Some(env!("CARGO_BIN_EXE_hydra-engine").into());
     if !publish {
-        cmd.arg("--no-publish");
+        o.extra.push("--no-publish".into());
     }
-    let mut child = cmd.spawn().expect("spawn engine");
-    let out = BufReader::new(child.stdout.take().expect("stdout"));
-    // Drain stdout for the engine's whole life, so its later lines never meet a closed pipe.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in out.lines().map_while(Result::ok) {
-            if let Some(a) = line.strip_prefix("listening on ") {
-                let _ = tx.send(a.to_string());
-            }
-        }
-    });
-    let base = rx.recv_timeout(Duration::from_secs(120)).ok();
-    Engine {
-        child,
-        base: base.expect("engine address"),
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(600))
-        .build()
-}
-
-/// One decode as the engine measured it: tokens/s (wall time of the generation loop) and
-/// CPU milliseconds per token.
-#[derive(Clone, Copy)]
-struct Rate {
-    per_s: f64,
-    cpu_ms_per_token: f64,
-}
-
-/// Prefills a short prompt and decodes `n` tokens.
-fn decode_rate(e: &Engine, n: usize) -> Rate {
-    let a = agent();
-    a.post(&format!("{}/slots/0?action=erase", e.base))
-        .call()
-        .expect("erase");
-    a.post(&format!("{}/slots/0/prefill", e.base))
-        .send_json(serde_json::json!({"prompt": "Benchmark: "}))
-        .expect("prefill");
-    let r: serde_json::Value = a
-        .post(&format!("{}/slots/0/decode", e.base))
-        .send_json(serde_json::json!({"n_predict": n, "ignore_eos": true}))
-        .expect("decode")
-        .into_json()
-        .expect("json");
-    Rate {
-        per_s: r["predicted_per_second"].as_f64().expect("rate"),
-        cpu_ms_per_token: r["predicted_cpu_ms"].as_f64().expect("cpu ms") / n as f64,
-    }
+    start_engine_process(&o)
 }
 
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    stats::median(v).expect("samples")
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * p).round() as usize]
+    stats::percentile(v, p).expect("samples")
 }
 
 fn main() {
@@ -202,56 +128,46 @@ fn main() {
         let mut lib = Vec::new();
         let mut queue = Vec::new();
         for _ in 0..o.rounds {
-            let a = agent();
-            a.post(&format!("{}/slots/0?action=erase", e.base))
-                .call()
-                .expect("erase");
-            a.post(&format!("{}/slots/0/prefill", e.base))
-                .send_json(serde_json::json!({"prompt": "Benchmark: "}))
-                .expect("prefill");
-            let url = format!("{}/slots/0/decode", e.base);
-            let n = o.tokens;
-            let decode = std::thread::spawn(move || {
-                agent()
-                    .post(&url)
-                    .send_json(serde_json::json!({"n_predict": n, "ignore_eos": true}))
-                    .map(drop)
-                    .map_err(|e| e.to_string())
+            workload::fresh_prefill(&e, 0, "Benchmark: ");
+            std::thread::scope(|scope| {
+                let decode = scope.spawn(|| workload::decode(&e, 0, o.tokens));
+                // Wait until the decode runs, then ask through the queue and from the segment.
+                let t0 = Instant::now();
+                while reader
+                    .slot(0)
+                    .map(|s| s.state.phase.as_str() != "decode")
+                    .unwrap_or(true)
+                {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(30),
+                        "decode did not start"
+                    );
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let q = scope.spawn(|| {
+                    let t = Instant::now();
+                    let (code, body) = http::get(&e.url("/slots/0/state/meta?via=queue"));
+                    assert_eq!(code, 200, "queue meta: {body}");
+                    t.elapsed().as_secs_f64()
+                });
+                let meta_url = e.url("/slots/0/state/meta");
+                let agent = http::agent();
+                while !decode.is_finished() {
+                    let t = Instant::now();
+                    let (code, body) = http::call(agent.get(&meta_url), None);
+                    assert_eq!(code, 200, "segment meta: {body}");
+                    http_segment.push(t.elapsed().as_secs_f64());
+                    let t = Instant::now();
+                    let v =
+                        EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())
+                            .expect("capture");
+                    std::hint::black_box(hydra_probe::HydraMeta::from_view(&v, 0));
+                    lib.push(t.elapsed().as_secs_f64());
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                decode.join().expect("decode thread");
+                queue.push(q.join().expect("queue thread"));
             });
-            // Wait until the decode runs, then ask through the queue and from the segment.
-            let t0 = Instant::now();
-            while reader
-                .slot(0)
-                .map(|s| s.state.phase.as_str() != "decode")
-                .unwrap_or(true)
-            {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(30),
-                    "decode did not start"
-                );
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            let qurl = format!("{}/slots/0/state/meta?via=queue", e.base);
-            let q = std::thread::spawn(move || {
-                let t = Instant::now();
-                agent().get(&qurl).call().expect("queue meta");
-                t.elapsed().as_secs_f64()
-            });
-            while !decode.is_finished() {
-                let t = Instant::now();
-                a.get(&format!("{}/slots/0/state/meta", e.base))
-                    .call()
-                    .expect("segment meta");
-                http_segment.push(t.elapsed().as_secs_f64());
-                let t = Instant::now();
-                let v = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())
-                    .expect("capture");
-                std::hint::black_box(hydra_probe::HydraMeta::from_view(&v, 0));
-                lib.push(t.elapsed().as_secs_f64());
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            decode.join().expect("decode thread").expect("decode");
-            queue.push(q.join().expect("queue thread"));
         }
         println!();
         println!("## meta latency while slot 0 decodes {} tokens", o.tokens);

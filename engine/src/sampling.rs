@@ -272,7 +272,7 @@ mod tests {
 
     #[test]
     fn greedy_and_seeded_sampling() {
-        let l = Logits(vec![0.0, 3.0, 1.0, 3.0, -1.0]);
+        let l = Logits::from(vec![0.0, 3.0, 1.0, 3.0, -1.0]);
         assert_eq!(Sampler::greedy().sample(&l), 1);
         let cfg = SamplerConfig {
             temperature: 1.0,

@@ -16,8 +16,18 @@ use crate::model::llama::{LayerKv, Rope};
 use crate::model::Model;
 
 /// Next-token scores over the vocabulary (f32, unnormalised).
+///
+/// The buffer is shared: the slot keeps the scores of its last step (they are part of its
+/// saved state) and hands the same buffer to the caller, so a decode step copies the
+/// vocabulary-sized vector once (out of the tensor), not twice. Cloning is a refcount.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Logits(pub Vec<f32>);
+pub struct Logits(std::sync::Arc<[f32]>);
+
+impl From<Vec<f32>> for Logits {
+    fn from(v: Vec<f32>) -> Self {
+        Self(v.into())
+    }
+}
 
 impl Logits {
     /// The scores, indexed by token id.
@@ -25,9 +35,9 @@ impl Logits {
         &self.0
     }
 
-    /// The scores as a vector.
-    pub fn into_vec(self) -> Vec<f32> {
-        self.0
+    /// The scores as a vector (a copy).
+    pub fn to_vec(&self) -> Vec<f32> {
+        self.0.to_vec()
     }
 
     /// The highest-scoring token (lowest id among ties; NaN never wins).
@@ -314,7 +324,7 @@ impl Slots {
             }
         };
         s.n_past += tokens.len();
-        let logits = Logits(logits.to_vec1::<f32>()?);
+        let logits = Logits::from(logits.to_vec1::<f32>()?);
         s.logits = Some(logits.clone());
         Ok(logits)
     }
@@ -378,7 +388,7 @@ impl Slots {
         self.slots[slot] = Slot {
             layers,
             n_past,
-            logits: logits.map(Logits),
+            logits: logits.map(Logits::from),
         };
         Ok(())
     }

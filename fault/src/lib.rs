@@ -12,7 +12,9 @@
 //! - [`process`]: an engine or exporter child process, killed and reaped on drop, with its
 //!   resident memory;
 //! - [`http`]: a small blocking client for the engine's and exporter's JSON APIs;
-//! - [`stats`]: percentiles and medians for the figures the suite prints.
+//! - [`stats`]: percentiles and medians for the figures the suite prints;
+//! - [`workload`]: a fresh prefill and a timed decode, as the engine measured it (shared
+//!   with the engine's server benchmark).
 //!
 //! The tests live in `tests/` (`hostile_corpus`, `crash_loop`, `load`, `api_abuse`); the
 //! `hydra-fault-reader` binary is the library-loop reader process of the load test.
@@ -24,6 +26,7 @@ pub mod corpus;
 pub mod http;
 pub mod process;
 pub mod stats;
+pub mod workload;
 
 use std::time::{Duration, Instant};
 

@@ -125,6 +125,9 @@ pub struct EngineOpts {
     pub cpus: Option<String>,
     /// Extra `serve` arguments.
     pub extra: Vec<String>,
+    /// The engine binary; [`crate::bins::engine`] when unset (a bench passes its own
+    /// `CARGO_BIN_EXE_hydra-engine`, already built in its profile).
+    pub bin: Option<PathBuf>,
 }
 
 impl EngineOpts {
@@ -138,6 +141,7 @@ impl EngineOpts {
             threads: 1,
             cpus: None,
             extra: Vec::new(),
+            bin: None,
         }
     }
 
@@ -162,7 +166,8 @@ pub fn pinned(cpus: Option<&str>, program: &Path) -> Command {
 
 /// Starts `hydra-engine serve --builtin` as configured.
 pub fn start_engine(o: &EngineOpts) -> Server {
-    let mut cmd = pinned(o.cpus.as_deref(), &crate::bins::engine());
+    let bin = o.bin.clone().unwrap_or_else(crate::bins::engine);
+    let mut cmd = pinned(o.cpus.as_deref(), &bin);
     cmd.args(["serve", "--builtin", "--listen", "127.0.0.1:0"])
         .args(["--engine-id", &o.id])
         .args(["--slots", &o.slots.to_string()])

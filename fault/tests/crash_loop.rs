@@ -83,7 +83,7 @@ fn killed_mid_decode_then_restarted_round_after_round() {
             v.health
         );
         let slot = &v.slots[0];
-        assert_eq!(slot.class, SlotClass::Orphaned, "round {round}");
+        assert_eq!(slot.class, SlotClass::Orphaned, "round {round}: {slot:?}");
         assert_eq!(slot.state.phase, Phase::Decode, "round {round}: phase kept");
         assert_eq!(
             slot.state.task_id, before.task_id,

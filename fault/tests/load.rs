@@ -13,7 +13,8 @@
 //! `HYDRA_LOAD_TOKENS` (per decode, 256), `HYDRA_LOAD_PIN` (1: engine on CPU 0, readers
 //! and exporter on CPU 1).
 
-use hydra_fault::process::{pinned, start_engine, start_exporter, EngineOpts, Server};
+use hydra_fault::process::{pinned, start_engine, start_exporter, EngineOpts};
+use hydra_fault::workload::decode_rate;
 use hydra_fault::{bins, http, scratch, stats};
 use rustix::process::{kill_process, Pid, Signal};
 use std::process::{Child, Stdio};
@@ -35,24 +36,6 @@ fn signal_all(children: &[Child], sig: Signal) {
         let pid = Pid::from_raw(c.id() as i32).expect("pid");
         kill_process(pid, sig).expect("signal reader");
     }
-}
-
-/// One decode of `n` tokens on slot 0 after a short prefill: tokens/s as the engine measured
-/// it (wall time of its generation loop), and the engine's CPU ms per token.
-fn decode_rate(e: &Server, n: usize) -> (f64, f64) {
-    let (code, body) = http::post(&e.url("/slots/0?action=erase"), "");
-    assert_eq!(code, 200, "erase: {body}");
-    let (code, body) = http::post(&e.url("/slots/0/prefill"), r#"{"prompt":"Load test: "}"#);
-    assert_eq!(code, 200, "prefill: {body}");
-    let (code, body) = http::post(
-        &e.url("/slots/0/decode"),
-        &format!(r#"{{"n_predict":{n},"ignore_eos":true}}"#),
-    );
-    assert_eq!(code, 200, "decode: {body}");
-    (
-        body["predicted_per_second"].as_f64().expect("rate"),
-        body["predicted_cpu_ms"].as_f64().expect("cpu ms") / n as f64,
-    )
 }
 
 #[test]
@@ -169,7 +152,8 @@ fn a_hundred_readers_and_scrapes_never_see_torn_data_nor_stop_the_engine() {
             set_readers(with_readers);
             scraping.store(with_readers, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(100));
-            let (rate, cpu) = decode_rate(&engine, tokens);
+            let r = decode_rate(&engine, tokens);
+            let (rate, cpu) = (r.per_s, r.cpu_ms_per_token);
             pair[usize::from(with_readers)] = rate;
             if with_readers {
                 loaded.push(rate);

@@ -144,7 +144,7 @@ pub fn reference_greedy(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut m = ModelWeights::from_gguf(ct, &mut f, &dev).unwrap();
     let argmax = |l: &Tensor| -> u32 {
         let v: Vec<f32> = l.squeeze(0).unwrap().to_vec1().unwrap();
-        hydra_engine::Logits(v).argmax()
+        hydra_engine::Logits::from(v).argmax()
     };
     let input = Tensor::new(prompt, &dev).unwrap().unsqueeze(0).unwrap();
     let mut next = argmax(&m.forward(&input, 0).unwrap());
