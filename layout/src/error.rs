@@ -209,7 +209,117 @@ pub enum Error {
     },
 }
 
+/// What kind of failure an [`Error`] is: the one classification every surface (the C ABIs'
+/// return codes, the exporter's error labels, the probe's exit paths) maps from.
+///
+/// Deliberately exhaustive: a new kind fails to compile in every `match` that maps kinds
+/// until it is classified there, and [`Error::kind`] matches every [`Error`] variant, so a
+/// new variant fails to compile until it is given a kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A system call failed with "no such file or directory".
+    NotFound,
+    /// Any other failed system call.
+    Io,
+    /// An argument that cannot be used: an engine id that cannot name a segment, a slot
+    /// count out of range.
+    InvalidArgument,
+    /// A live engine already publishes under this engine id.
+    EngineIdInUse,
+    /// The segment directory is not safe to create segments in.
+    UnsafeDirectory,
+    /// A symbolic link (file or directory) was refused.
+    Symlink,
+    /// A FIFO, socket, device or directory where a segment file was expected.
+    NotRegularFile,
+    /// A file owned by an unexpected user.
+    WrongOwner,
+    /// The file is shorter than what must be read next.
+    Truncated,
+    /// Not a hydra-progress segment (magic mismatch).
+    BadMagic,
+    /// Written with the other byte order, or a corrupt byte-order marker.
+    ByteOrder,
+    /// A format major version this reader does not read.
+    UnsupportedVersion,
+    /// Inconsistent header geometry: lengths, offsets, the slot table, the file size.
+    BadGeometry,
+    /// The file changed size while mapped.
+    SizeChanged,
+    /// The writer has not finished creating the segment.
+    NotReady,
+    /// An unknown lifecycle state.
+    BadState,
+    /// A slot index past the slot count.
+    SlotOutOfRange,
+    /// No consistent copy of a slot could be read (torn by a dead writer, or contended).
+    Torn,
+}
+
+impl ErrorKind {
+    /// The kind of an I/O failure: [`ErrorKind::NotFound`] or [`ErrorKind::Io`].
+    pub fn of_io(e: &std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Self::NotFound
+        } else {
+            Self::Io
+        }
+    }
+
+    /// Whether the kind says the file is not a readable hydra-progress segment (as opposed
+    /// to a refused, missing or unreadable one).
+    pub fn is_not_a_segment(self) -> bool {
+        match self {
+            Self::Truncated
+            | Self::BadMagic
+            | Self::ByteOrder
+            | Self::BadGeometry
+            | Self::NotReady
+            | Self::BadState
+            | Self::Torn => true,
+            Self::NotFound
+            | Self::Io
+            | Self::InvalidArgument
+            | Self::EngineIdInUse
+            | Self::UnsafeDirectory
+            | Self::Symlink
+            | Self::NotRegularFile
+            | Self::WrongOwner
+            | Self::UnsupportedVersion
+            | Self::SizeChanged
+            | Self::SlotOutOfRange => false,
+        }
+    }
+}
+
 impl Error {
+    /// The kind of this error (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Io { source, .. } => ErrorKind::of_io(source),
+            Self::InvalidEngineId { .. } | Self::SlotCountOutOfRange { .. } => {
+                ErrorKind::InvalidArgument
+            }
+            Self::UnsafeDirectory { .. } => ErrorKind::UnsafeDirectory,
+            Self::EngineIdInUse { .. } => ErrorKind::EngineIdInUse,
+            Self::SymlinkFile { .. } | Self::SymlinkDirectory { .. } => ErrorKind::Symlink,
+            Self::NotRegularFile { .. } => ErrorKind::NotRegularFile,
+            Self::WrongOwner { .. } => ErrorKind::WrongOwner,
+            Self::Truncated { .. } => ErrorKind::Truncated,
+            Self::BadMagic { .. } => ErrorKind::BadMagic,
+            Self::ForeignByteOrder { .. } | Self::BadByteOrderMark { .. } => ErrorKind::ByteOrder,
+            Self::UnsupportedMajor { .. } => ErrorKind::UnsupportedVersion,
+            Self::BadGeometry { .. }
+            | Self::SlotTableOutOfBounds { .. }
+            | Self::SizeMismatch { .. } => ErrorKind::BadGeometry,
+            Self::SizeChanged { .. } => ErrorKind::SizeChanged,
+            Self::NotReady { .. } => ErrorKind::NotReady,
+            Self::BadState { .. } => ErrorKind::BadState,
+            Self::SlotOutOfRange { .. } => ErrorKind::SlotOutOfRange,
+            Self::Torn { .. } | Self::Contended { .. } => ErrorKind::Torn,
+        }
+    }
+
     pub(crate) fn io(
         op: &'static str,
         path: impl Into<PathBuf>,

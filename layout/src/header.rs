@@ -55,58 +55,61 @@ pub const VERSION_MAJOR: u64 = 1;
 /// Format minor version this crate writes. Readers accept any minor.
 pub const VERSION_MINOR: u64 = 0;
 
+/// Bytes of one header or slot word: every numeric field is a `u64`.
+pub const WORD_LEN: usize = 8;
+
 /// Offset of the magic bytes.
 pub const MAGIC_OFFSET: usize = 0;
 /// Offset of the byte-order marker.
-pub const BYTE_ORDER_OFFSET: usize = MAGIC_OFFSET + 8;
+pub const BYTE_ORDER_OFFSET: usize = MAGIC_OFFSET + WORD_LEN;
 /// Offset of the major version.
-pub const VERSION_MAJOR_OFFSET: usize = BYTE_ORDER_OFFSET + 8;
+pub const VERSION_MAJOR_OFFSET: usize = BYTE_ORDER_OFFSET + WORD_LEN;
 /// Offset of the minor version.
-pub const VERSION_MINOR_OFFSET: usize = VERSION_MAJOR_OFFSET + 8;
+pub const VERSION_MINOR_OFFSET: usize = VERSION_MAJOR_OFFSET + WORD_LEN;
 /// Offset of the header length in bytes.
-pub const HEADER_LEN_OFFSET: usize = VERSION_MINOR_OFFSET + 8;
+pub const HEADER_LEN_OFFSET: usize = VERSION_MINOR_OFFSET + WORD_LEN;
 /// Offset of the byte offset of slot record 0.
-pub const SLOT_OFFSET_OFFSET: usize = HEADER_LEN_OFFSET + 8;
+pub const SLOT_OFFSET_OFFSET: usize = HEADER_LEN_OFFSET + WORD_LEN;
 /// Offset of the slot stride in bytes.
-pub const SLOT_STRIDE_OFFSET: usize = SLOT_OFFSET_OFFSET + 8;
+pub const SLOT_STRIDE_OFFSET: usize = SLOT_OFFSET_OFFSET + WORD_LEN;
 /// Offset of the slot count.
-pub const SLOT_COUNT_OFFSET: usize = SLOT_STRIDE_OFFSET + 8;
+pub const SLOT_COUNT_OFFSET: usize = SLOT_STRIDE_OFFSET + WORD_LEN;
 /// Offset of the total segment length in bytes.
-pub const TOTAL_LEN_OFFSET: usize = SLOT_COUNT_OFFSET + 8;
+pub const TOTAL_LEN_OFFSET: usize = SLOT_COUNT_OFFSET + WORD_LEN;
 /// Offset of the lifecycle state ([`Lifecycle`]).
-pub const STATE_OFFSET: usize = TOTAL_LEN_OFFSET + 8;
+pub const STATE_OFFSET: usize = TOTAL_LEN_OFFSET + WORD_LEN;
 /// Offset of the writer's process id.
-pub const PID_OFFSET: usize = STATE_OFFSET + 8;
+pub const PID_OFFSET: usize = STATE_OFFSET + WORD_LEN;
 /// Offset of the writer's process start time, ns since boot.
-pub const PROCESS_START_NS_OFFSET: usize = PID_OFFSET + 8;
+pub const PROCESS_START_NS_OFFSET: usize = PID_OFFSET + WORD_LEN;
 /// Offset of the random instance id.
-pub const INSTANCE_ID_OFFSET: usize = PROCESS_START_NS_OFFSET + 8;
+pub const INSTANCE_ID_OFFSET: usize = PROCESS_START_NS_OFFSET + WORD_LEN;
 /// Offset of the CLOCK_REALTIME anchor taken at creation.
-pub const CREATED_REALTIME_NS_OFFSET: usize = INSTANCE_ID_OFFSET + 8;
+pub const CREATED_REALTIME_NS_OFFSET: usize = INSTANCE_ID_OFFSET + WORD_LEN;
 /// Offset of the CLOCK_MONOTONIC anchor taken at creation (same instant as the realtime anchor).
-pub const CREATED_MONOTONIC_NS_OFFSET: usize = CREATED_REALTIME_NS_OFFSET + 8;
+pub const CREATED_MONOTONIC_NS_OFFSET: usize = CREATED_REALTIME_NS_OFFSET + WORD_LEN;
 /// Offset of the compute loop heartbeat (CLOCK_MONOTONIC ns).
-pub const HEARTBEAT_NS_OFFSET: usize = CREATED_MONOTONIC_NS_OFFSET + 8;
+pub const HEARTBEAT_NS_OFFSET: usize = CREATED_MONOTONIC_NS_OFFSET + WORD_LEN;
 /// Offset of the compute loop iteration counter.
-pub const LOOP_ITERATIONS_OFFSET: usize = HEARTBEAT_NS_OFFSET + 8;
+pub const LOOP_ITERATIONS_OFFSET: usize = HEARTBEAT_NS_OFFSET + WORD_LEN;
 /// Offset of the prompt tokens counter.
-pub const PROMPT_TOKENS_TOTAL_OFFSET: usize = LOOP_ITERATIONS_OFFSET + 8;
+pub const PROMPT_TOKENS_TOTAL_OFFSET: usize = LOOP_ITERATIONS_OFFSET + WORD_LEN;
 /// Offset of the generated tokens counter.
-pub const GENERATED_TOKENS_TOTAL_OFFSET: usize = PROMPT_TOKENS_TOTAL_OFFSET + 8;
+pub const GENERATED_TOKENS_TOTAL_OFFSET: usize = PROMPT_TOKENS_TOTAL_OFFSET + WORD_LEN;
 /// Offset of the running requests gauge.
-pub const REQUESTS_RUNNING_OFFSET: usize = GENERATED_TOKENS_TOTAL_OFFSET + 8;
+pub const REQUESTS_RUNNING_OFFSET: usize = GENERATED_TOKENS_TOTAL_OFFSET + WORD_LEN;
 /// Offset of the waiting requests gauge.
-pub const REQUESTS_WAITING_OFFSET: usize = REQUESTS_RUNNING_OFFSET + 8;
+pub const REQUESTS_WAITING_OFFSET: usize = REQUESTS_RUNNING_OFFSET + WORD_LEN;
 /// Offset of the KV cells used gauge.
-pub const KV_CELLS_USED_OFFSET: usize = REQUESTS_WAITING_OFFSET + 8;
+pub const KV_CELLS_USED_OFFSET: usize = REQUESTS_WAITING_OFFSET + WORD_LEN;
 /// Offset of the KV cells total gauge.
-pub const KV_CELLS_TOTAL_OFFSET: usize = KV_CELLS_USED_OFFSET + 8;
+pub const KV_CELLS_TOTAL_OFFSET: usize = KV_CELLS_USED_OFFSET + WORD_LEN;
 /// Offset of the model capability bits.
-pub const MODEL_CAPABILITIES_OFFSET: usize = KV_CELLS_TOTAL_OFFSET + 8;
+pub const MODEL_CAPABILITIES_OFFSET: usize = KV_CELLS_TOTAL_OFFSET + WORD_LEN;
 /// Offset of the clean-close timestamp (CLOCK_MONOTONIC ns, 0 while open).
-pub const CLOSED_NS_OFFSET: usize = MODEL_CAPABILITIES_OFFSET + 8;
+pub const CLOSED_NS_OFFSET: usize = MODEL_CAPABILITIES_OFFSET + WORD_LEN;
 /// End of the word area; the bytes up to [`STRINGS_OFFSET`] are reserved and zero.
-pub const WORDS_END: usize = CLOSED_NS_OFFSET + 8;
+pub const WORDS_END: usize = CLOSED_NS_OFFSET + WORD_LEN;
 
 /// Start of the string area.
 pub const STRINGS_OFFSET: usize = 256;

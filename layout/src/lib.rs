@@ -47,7 +47,7 @@ pub mod slot;
 mod words;
 mod writer;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use header::Lifecycle;
 pub use reader::{
     EngineCounters, HeaderSnapshot, Identity, Liveness, OpenOptions, OwnerPolicy, SegmentReader,

@@ -268,15 +268,20 @@ impl SegmentReader {
             }
         }
         let len = st.st_size.max(0) as u64;
-        let needed = h::HEADER_LEN as u64;
-        if len < 8 {
-            return Err(Error::Truncated {
-                path,
-                len,
-                needed: 8,
-                what: "magic",
-            });
-        }
+        // Each check reads one more header word: the file must reach that word's end.
+        let reaches = |offset: usize, what: &'static str| -> Result<()> {
+            let needed = (offset + h::WORD_LEN) as u64;
+            if len < needed {
+                return Err(Error::Truncated {
+                    path: path.clone(),
+                    len,
+                    needed,
+                    what,
+                });
+            }
+            Ok(())
+        };
+        reaches(h::MAGIC_OFFSET, "magic")?;
         let file = File::from(fd);
         let map_len = usize::try_from(len).map_err(|_| Error::BadGeometry {
             path: path.clone(),
@@ -295,27 +300,13 @@ impl SegmentReader {
         if magic != h::MAGIC {
             return Err(Error::BadMagic { path, found: magic });
         }
-        if len < 16 {
-            return Err(Error::Truncated {
-                path,
-                len,
-                needed: 16,
-                what: "byte-order marker",
-            });
-        }
+        reaches(h::BYTE_ORDER_OFFSET, "byte-order marker")?;
         match words.load(h::BYTE_ORDER_OFFSET) {
             h::BYTE_ORDER_MARK => {}
             h::BYTE_ORDER_MARK_SWAPPED => return Err(Error::ForeignByteOrder { path }),
             found => return Err(Error::BadByteOrderMark { path, found }),
         }
-        if len < 24 {
-            return Err(Error::Truncated {
-                path,
-                len,
-                needed: 24,
-                what: "major version",
-            });
-        }
+        reaches(h::VERSION_MAJOR_OFFSET, "major version")?;
         let major = words.load(h::VERSION_MAJOR_OFFSET);
         if major != h::VERSION_MAJOR {
             return Err(Error::UnsupportedMajor {
@@ -324,6 +315,7 @@ impl SegmentReader {
                 supported: h::VERSION_MAJOR,
             });
         }
+        let needed = h::HEADER_LEN as u64;
         if len < needed {
             return Err(Error::Truncated {
                 path,

@@ -33,6 +33,8 @@
 //!    256       end of the v1.0 record
 //! ```
 
+use crate::header::WORD_LEN;
+
 /// Bytes of one v1.0 slot record, and the minimum stride a v1.0 reader accepts.
 pub const SLOT_LEN: usize = 256;
 /// Stride written by this version.
@@ -43,53 +45,58 @@ pub const SLOT_ALIGN: usize = 128;
 /// Sequence counter.
 pub const SEQ_OFFSET: usize = 0;
 /// Task id.
-pub const TASK_ID_OFFSET: usize = SEQ_OFFSET + 8;
+pub const TASK_ID_OFFSET: usize = SEQ_OFFSET + WORD_LEN;
 /// [`Phase`].
-pub const PHASE_OFFSET: usize = TASK_ID_OFFSET + 8;
+pub const PHASE_OFFSET: usize = TASK_ID_OFFSET + WORD_LEN;
 /// [`FinishReason`].
-pub const FINISH_REASON_OFFSET: usize = PHASE_OFFSET + 8;
+pub const FINISH_REASON_OFFSET: usize = PHASE_OFFSET + WORD_LEN;
 /// [`ErrorCode`].
-pub const ERROR_CODE_OFFSET: usize = FINISH_REASON_OFFSET + 8;
+pub const ERROR_CODE_OFFSET: usize = FINISH_REASON_OFFSET + WORD_LEN;
 /// [`WorkUnit`].
-pub const WORK_UNIT_OFFSET: usize = ERROR_CODE_OFFSET + 8;
+pub const WORK_UNIT_OFFSET: usize = ERROR_CODE_OFFSET + WORD_LEN;
 /// Work done in the current phase.
-pub const WORK_DONE_OFFSET: usize = WORK_UNIT_OFFSET + 8;
+pub const WORK_DONE_OFFSET: usize = WORK_UNIT_OFFSET + WORD_LEN;
 /// Work total of the current phase.
-pub const WORK_TOTAL_OFFSET: usize = WORK_DONE_OFFSET + 8;
+pub const WORK_TOTAL_OFFSET: usize = WORK_DONE_OFFSET + WORD_LEN;
 /// Prompt tokens reused from the cache.
-pub const TOKENS_CACHED_OFFSET: usize = WORK_TOTAL_OFFSET + 8;
+pub const TOKENS_CACHED_OFFSET: usize = WORK_TOTAL_OFFSET + WORD_LEN;
 /// Tokens in the KV cache.
-pub const N_PAST_OFFSET: usize = TOKENS_CACHED_OFFSET + 8;
+pub const N_PAST_OFFSET: usize = TOKENS_CACHED_OFFSET + WORD_LEN;
 /// Slot context size.
-pub const N_CTX_OFFSET: usize = N_PAST_OFFSET + 8;
+pub const N_CTX_OFFSET: usize = N_PAST_OFFSET + WORD_LEN;
 /// State size in bytes.
-pub const STATE_SIZE_OFFSET: usize = N_CTX_OFFSET + 8;
+pub const STATE_SIZE_OFFSET: usize = N_CTX_OFFSET + WORD_LEN;
 /// Task start.
-pub const TASK_START_NS_OFFSET: usize = STATE_SIZE_OFFSET + 8;
+pub const TASK_START_NS_OFFSET: usize = STATE_SIZE_OFFSET + WORD_LEN;
 /// Phase start.
-pub const PHASE_START_NS_OFFSET: usize = TASK_START_NS_OFFSET + 8;
+pub const PHASE_START_NS_OFFSET: usize = TASK_START_NS_OFFSET + WORD_LEN;
 /// Last progress.
-pub const LAST_PROGRESS_NS_OFFSET: usize = PHASE_START_NS_OFFSET + 8;
+pub const LAST_PROGRESS_NS_OFFSET: usize = PHASE_START_NS_OFFSET + WORD_LEN;
 /// Start of the step in flight.
-pub const STEP_START_NS_OFFSET: usize = LAST_PROGRESS_NS_OFFSET + 8;
+pub const STEP_START_NS_OFFSET: usize = LAST_PROGRESS_NS_OFFSET + WORD_LEN;
 /// Size of the step in flight.
-pub const STEP_SIZE_OFFSET: usize = STEP_START_NS_OFFSET + 8;
+pub const STEP_SIZE_OFFSET: usize = STEP_START_NS_OFFSET + WORD_LEN;
 /// Duration of the last finished step.
-pub const LAST_STEP_NS_OFFSET: usize = STEP_SIZE_OFFSET + 8;
+pub const LAST_STEP_NS_OFFSET: usize = STEP_SIZE_OFFSET + WORD_LEN;
 /// Steps finished in the current phase.
-pub const STEPS_DONE_OFFSET: usize = LAST_STEP_NS_OFFSET + 8;
+pub const STEPS_DONE_OFFSET: usize = LAST_STEP_NS_OFFSET + WORD_LEN;
 /// End of the seqlock-guarded fields written by v1.0.
-pub const GUARDED_END: usize = STEPS_DONE_OFFSET + 8;
-/// Pending task count (outside the seqlock, in its own cache line).
-pub const PENDING_OFFSET: usize = 192;
+pub const GUARDED_END: usize = STEPS_DONE_OFFSET + WORD_LEN;
+/// Bytes of a cache line, the unit `PENDING` is aligned to so that the front end's
+/// increments do not share a line with the seqlock-guarded words.
+pub const CACHE_LINE: usize = 64;
+/// Pending task count (outside the seqlock, in its own cache line: the first one after the
+/// guarded words).
+pub const PENDING_OFFSET: usize = GUARDED_END.next_multiple_of(CACHE_LINE);
 
 /// Number of seqlock-guarded data words after `SEQ` (what [`SlotState`] round-trips through).
-pub const DATA_WORDS: usize = (GUARDED_END - TASK_ID_OFFSET) / 8;
+pub const DATA_WORDS: usize = data_index(GUARDED_END);
 
 const _: () = assert!(GUARDED_END == 152);
+const _: () = assert!(PENDING_OFFSET == 192);
 const _: () = assert!(GUARDED_END <= PENDING_OFFSET);
-const _: () = assert!(PENDING_OFFSET % 64 == 0);
-const _: () = assert!(PENDING_OFFSET + 8 <= SLOT_LEN);
+const _: () = assert!(PENDING_OFFSET % CACHE_LINE == 0);
+const _: () = assert!(PENDING_OFFSET + WORD_LEN <= SLOT_LEN);
 const _: () = assert!(SLOT_LEN % SLOT_ALIGN == 0);
 const _: () = assert!(DATA_WORDS == 18);
 
@@ -266,49 +273,50 @@ pub struct SlotState {
 impl SlotState {
     /// Encodes the value as the record's data words (offsets `TASK_ID` .. `GUARDED_END`).
     pub fn to_words(&self) -> [u64; DATA_WORDS] {
-        [
-            self.task_id,
-            self.phase.to_raw(),
-            self.finish_reason.to_raw(),
-            self.error_code.to_raw(),
-            self.work_unit.to_raw(),
-            self.work_done,
-            self.work_total,
-            self.tokens_cached,
-            self.n_past,
-            self.n_ctx,
-            self.state_size,
-            self.task_start_ns,
-            self.phase_start_ns,
-            self.last_progress_ns,
-            self.step_start_ns,
-            self.step_size,
-            self.last_step_ns,
-            self.steps_done,
-        ]
+        let mut w = [0; DATA_WORDS];
+        w[data_index(TASK_ID_OFFSET)] = self.task_id;
+        w[data_index(PHASE_OFFSET)] = self.phase.to_raw();
+        w[data_index(FINISH_REASON_OFFSET)] = self.finish_reason.to_raw();
+        w[data_index(ERROR_CODE_OFFSET)] = self.error_code.to_raw();
+        w[data_index(WORK_UNIT_OFFSET)] = self.work_unit.to_raw();
+        w[data_index(WORK_DONE_OFFSET)] = self.work_done;
+        w[data_index(WORK_TOTAL_OFFSET)] = self.work_total;
+        w[data_index(TOKENS_CACHED_OFFSET)] = self.tokens_cached;
+        w[data_index(N_PAST_OFFSET)] = self.n_past;
+        w[data_index(N_CTX_OFFSET)] = self.n_ctx;
+        w[data_index(STATE_SIZE_OFFSET)] = self.state_size;
+        w[data_index(TASK_START_NS_OFFSET)] = self.task_start_ns;
+        w[data_index(PHASE_START_NS_OFFSET)] = self.phase_start_ns;
+        w[data_index(LAST_PROGRESS_NS_OFFSET)] = self.last_progress_ns;
+        w[data_index(STEP_START_NS_OFFSET)] = self.step_start_ns;
+        w[data_index(STEP_SIZE_OFFSET)] = self.step_size;
+        w[data_index(LAST_STEP_NS_OFFSET)] = self.last_step_ns;
+        w[data_index(STEPS_DONE_OFFSET)] = self.steps_done;
+        w
     }
 
     /// Decodes the record's data words. Never fails: unknown enum values are kept as `Unknown`.
     pub fn from_words(w: &[u64; DATA_WORDS]) -> Self {
+        let at = |offset: usize| w[data_index(offset)];
         Self {
-            task_id: w[0],
-            phase: Phase::from_raw(w[1]),
-            finish_reason: FinishReason::from_raw(w[2]),
-            error_code: ErrorCode::from_raw(w[3]),
-            work_unit: WorkUnit::from_raw(w[4]),
-            work_done: w[5],
-            work_total: w[6],
-            tokens_cached: w[7],
-            n_past: w[8],
-            n_ctx: w[9],
-            state_size: w[10],
-            task_start_ns: w[11],
-            phase_start_ns: w[12],
-            last_progress_ns: w[13],
-            step_start_ns: w[14],
-            step_size: w[15],
-            last_step_ns: w[16],
-            steps_done: w[17],
+            task_id: at(TASK_ID_OFFSET),
+            phase: Phase::from_raw(at(PHASE_OFFSET)),
+            finish_reason: FinishReason::from_raw(at(FINISH_REASON_OFFSET)),
+            error_code: ErrorCode::from_raw(at(ERROR_CODE_OFFSET)),
+            work_unit: WorkUnit::from_raw(at(WORK_UNIT_OFFSET)),
+            work_done: at(WORK_DONE_OFFSET),
+            work_total: at(WORK_TOTAL_OFFSET),
+            tokens_cached: at(TOKENS_CACHED_OFFSET),
+            n_past: at(N_PAST_OFFSET),
+            n_ctx: at(N_CTX_OFFSET),
+            state_size: at(STATE_SIZE_OFFSET),
+            task_start_ns: at(TASK_START_NS_OFFSET),
+            phase_start_ns: at(PHASE_START_NS_OFFSET),
+            last_progress_ns: at(LAST_PROGRESS_NS_OFFSET),
+            step_start_ns: at(STEP_START_NS_OFFSET),
+            step_size: at(STEP_SIZE_OFFSET),
+            last_step_ns: at(LAST_STEP_NS_OFFSET),
+            steps_done: at(STEPS_DONE_OFFSET),
         }
     }
 }
@@ -387,7 +395,7 @@ impl SlotState {
 
 /// Index of the word at `offset` within [`SlotState::to_words`]'s array.
 pub const fn data_index(offset: usize) -> usize {
-    (offset - TASK_ID_OFFSET) / 8
+    (offset - TASK_ID_OFFSET) / WORD_LEN
 }
 
 const _: () = assert!(data_index(STEPS_DONE_OFFSET) == DATA_WORDS - 1);

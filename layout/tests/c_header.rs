@@ -28,11 +28,12 @@ const CFLAGS: &[&str] = &["-std=c11", "-Wall", "-Wextra", "-Werror"];
 /// The directory mode `fsutil::open_writer_dir` creates (not exported by the crate).
 const DIR_MODE: u64 = 0o750;
 
-/// Compiles `tests/c/<name>.c` against `include/` into `out_dir` and returns the binary.
+/// Compiles `tests/c/<name>.c` against the workspace's `include/` (where every C header of
+/// the project lives) into `out_dir` and returns the binary.
 fn compile(name: &str, out_dir: &Path) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let source = manifest.join("tests").join("c").join(format!("{name}.c"));
-    let include = manifest.join("include");
+    let include = manifest.join("../include");
     let binary = out_dir.join(name);
     let cc = std::env::var("CC").unwrap_or_default();
     let mut words = cc.split_whitespace();
