@@ -18,7 +18,7 @@
 //! cached reader is reported one last time with health `closed`, so a clean exit shows up
 //! in the metrics as such instead of as a silent disappearance.
 
-use crate::stats::{ErrorKind, ExporterStats};
+use crate::stats::{DirState, ErrorKind, ExporterStats};
 use hydra_layout::{clock, Lifecycle, SegmentReader};
 use hydra_probe::{scan, EngineView, ProbeError, Thresholds};
 use std::collections::HashMap;
@@ -48,6 +48,24 @@ impl ReadError {
 impl std::fmt::Display for ReadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
+    }
+}
+
+/// One log line per change of the directory's state (never one per scrape).
+fn log_dir_change(dir: &Path, before: DirState, now: DirState, error: Option<&std::io::Error>) {
+    match (now, error) {
+        (DirState::Down(reason), Some(e)) => tracing::error!(
+            dir = %dir.display(),
+            reason,
+            "cannot read the segment directory {}: {e}; no engine on this host is visible until it can be read",
+            dir.display()
+        ),
+        _ => tracing::info!(
+            dir = %dir.display(),
+            was = before.reason(),
+            "the segment directory {} can be read again",
+            dir.display()
+        ),
     }
 }
 
@@ -136,7 +154,15 @@ impl Collector {
     pub fn collect(&self) -> Collection {
         let started = Instant::now();
         let mut out = Collection::default();
-        let found = match scan(&self.dir) {
+        let scanned = scan(&self.dir);
+        let state = match &scanned {
+            Ok(_) => DirState::Up,
+            Err(e) => DirState::of_error(e),
+        };
+        if let Some(before) = self.stats.dir_observed(state) {
+            log_dir_change(&self.dir, before, state, scanned.as_ref().err());
+        }
+        let found = match scanned {
             Ok(found) => found,
             Err(e) => {
                 let err = ReadError {

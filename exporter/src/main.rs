@@ -7,7 +7,7 @@
 use anyhow::Context as _;
 use clap::Parser;
 use hydra_exporter::{AppState, Collector};
-use hydra_probe::cli::ThresholdArgs;
+use hydra_probe::ThresholdArgs;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -118,6 +118,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_slot_pending_tasks",
     "hydra_exporter_engines",
     "hydra_exporter_scrape_duration_seconds",
+    "hydra_dir_up",
     "hydra_exporter_read_errors_total",
     "hydra_exporter_torn_reads_total",
     "hydra_exporter_seqlock_retries_total",
@@ -165,9 +166,21 @@ pub fn render(collection: Arc<Collection>, stats: &ExporterStats, format: Format
     x.finish()
 }
 
-/// The exporter's own counters, in a registry of their own (cheap: four `Arc` clones).
+/// The exporter's own metrics, in a registry of their own (cheap: `Arc` clones).
 fn stats_registry(stats: &ExporterStats) -> Registry {
     let mut registry = Registry::default();
+    register_stats(&mut registry, stats);
+    registry
+}
+
+/// Registers the exporter's own metrics (`hydra_dir_up` and the `hydra_exporter_*`
+/// counters) in `registry`.
+pub fn register_stats(registry: &mut Registry, stats: &ExporterStats) {
+    registry.register(
+        "hydra_dir_up",
+        "1 while the segment directory can be listed (even empty), 0 with the reason when it cannot",
+        stats.dir_up.clone(),
+    );
     registry.register(
         "hydra_exporter_read_errors",
         "Segments (or the directory) that could not be read, by kind of error",
@@ -188,7 +201,6 @@ fn stats_registry(stats: &ExporterStats) -> Registry {
         "Collections of the segment directory",
         stats.scrapes.clone(),
     );
-    registry
 }
 
 /// The readable engines and their slots, in output order (engine by engine, slot by

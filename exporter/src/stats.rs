@@ -5,11 +5,12 @@ use hydra_probe::ProbeError;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::{Arc, Mutex};
 
 /// Kinds of read error, the `kind` label of `hydra_exporter_read_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-#[non_exhaustive]
 pub enum ErrorKind {
     /// The segment directory could not be listed.
     Directory,
@@ -84,30 +85,33 @@ impl ErrorKind {
         }
     }
 
-    /// The kind of a probe error.
+    /// The kind of a probe error: its [`hydra_layout::ErrorKind`] as a label.
     pub fn of_probe(e: &ProbeError) -> Self {
-        use hydra_layout::Error as L;
-        match e {
-            ProbeError::Layout(l) => match l {
-                L::Io { .. } => Self::Io,
-                L::NotRegularFile { .. } => Self::NotRegularFile,
-                L::SymlinkFile { .. } | L::SymlinkDirectory { .. } => Self::Symlink,
-                L::WrongOwner { .. } => Self::WrongOwner,
-                L::Truncated { .. } => Self::Truncated,
-                L::BadMagic { .. } => Self::BadMagic,
-                L::ForeignByteOrder { .. } | L::BadByteOrderMark { .. } => Self::ByteOrder,
-                L::UnsupportedMajor { .. } => Self::UnsupportedVersion,
-                L::BadGeometry { .. } | L::SlotTableOutOfBounds { .. } | L::SizeMismatch { .. } => {
-                    Self::BadGeometry
-                }
-                L::SizeChanged { .. } => Self::SizeChanged,
-                L::NotReady { .. } => Self::NotReady,
-                L::BadState { .. } => Self::BadState,
-                L::Torn { .. } | L::Contended { .. } => Self::Torn,
-                _ => Self::Other,
-            },
-            ProbeError::Io { .. } => Self::Io,
-            _ => Self::Other,
+        Self::of_layout(e.kind())
+    }
+
+    /// The label of a layout error kind. Kinds only a writer meets (an id in use, an unsafe
+    /// directory to create in, an invalid argument) and an index past the slots are `other`;
+    /// a missing file is `io`, as every other failed system call on a segment.
+    pub fn of_layout(kind: hydra_layout::ErrorKind) -> Self {
+        use hydra_layout::ErrorKind as L;
+        match kind {
+            L::NotFound | L::Io => Self::Io,
+            L::NotRegularFile => Self::NotRegularFile,
+            L::Symlink => Self::Symlink,
+            L::WrongOwner => Self::WrongOwner,
+            L::Truncated => Self::Truncated,
+            L::BadMagic => Self::BadMagic,
+            L::ByteOrder => Self::ByteOrder,
+            L::UnsupportedVersion => Self::UnsupportedVersion,
+            L::BadGeometry => Self::BadGeometry,
+            L::SizeChanged => Self::SizeChanged,
+            L::NotReady => Self::NotReady,
+            L::BadState => Self::BadState,
+            L::Torn => Self::Torn,
+            L::InvalidArgument | L::EngineIdInUse | L::UnsafeDirectory | L::SlotOutOfRange => {
+                Self::Other
+            }
         }
     }
 }
@@ -125,10 +129,52 @@ pub struct KindLabel {
     pub kind: &'static str,
 }
 
+/// Label set of `hydra_dir_up`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why the directory cannot be read ([`DirState::reason`]); "" while it can.
+    pub reason: &'static str,
+}
+
+/// Whether the segment directory could be listed at the last scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirState {
+    /// It could: `hydra_dir_up 1`, even when it holds no engine.
+    Up,
+    /// It could not (missing, not a directory, permission denied...): `hydra_dir_up 0`.
+    Down(&'static str),
+}
+
+impl DirState {
+    /// The state after listing the directory failed with `e`.
+    pub fn of_error(e: &std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        Self::Down(match e.kind() {
+            K::NotFound => "not_found",
+            K::PermissionDenied => "permission_denied",
+            K::NotADirectory => "not_a_directory",
+            _ => "io",
+        })
+    }
+
+    /// The `reason` label: "" when up.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Up => "",
+            Self::Down(reason) => reason,
+        }
+    }
+}
+
 /// Counters of the exporter itself. prometheus-client metrics are `Arc`s inside, so the
 /// same counters are registered (cloned) into every scrape's fresh registry.
 #[derive(Debug, Clone)]
 pub struct ExporterStats {
+    /// `hydra_dir_up{reason}`: 1 while the segment directory can be listed, else 0 with the
+    /// reason; one series at a time.
+    pub dir_up: Family<ReasonLabel, Gauge>,
+    /// The state `dir_up` shows; `None` before the first scrape.
+    dir_state: Arc<Mutex<Option<DirState>>>,
     /// `hydra_exporter_read_errors_total{kind}`.
     pub read_errors: Family<KindLabel, Counter>,
     /// `hydra_exporter_torn_reads_total`: slots read as torn.
@@ -149,6 +195,8 @@ impl ExporterStats {
             });
         }
         Self {
+            dir_up: Family::default(),
+            dir_state: Arc::new(Mutex::new(None)),
             read_errors,
             torn_reads: Counter::default(),
             seqlock_retries: Counter::default(),
@@ -162,6 +210,28 @@ impl ExporterStats {
                 kind: kind.as_str(),
             })
             .inc();
+    }
+
+    /// Records the directory's state at this scrape and returns the previous one when it
+    /// changed (the caller logs each change once); the first scrape counts as a change
+    /// from "up" (so a directory missing from the start is reported, a readable one not).
+    pub fn dir_observed(&self, now: DirState) -> Option<DirState> {
+        let mut state = self.dir_state.lock().unwrap_or_else(|p| p.into_inner());
+        let before = state.replace(now);
+        if before != Some(now) {
+            self.dir_up.clear();
+            let up = i64::from(now == DirState::Up);
+            self.dir_up
+                .get_or_create(&ReasonLabel {
+                    reason: now.reason(),
+                })
+                .set(up);
+        }
+        match before {
+            Some(b) if b != now => Some(b),
+            None if now != DirState::Up => Some(DirState::Up),
+            _ => None,
+        }
     }
 
     pub(crate) fn slot_reads(&self, torn: u64, retries: u64) {
@@ -190,5 +260,41 @@ impl ExporterStats {
 impl Default for ExporterStats {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up_series(stats: &ExporterStats, reason: &'static str) -> i64 {
+        stats.dir_up.get_or_create(&ReasonLabel { reason }).get()
+    }
+
+    #[test]
+    fn dir_state_changes_are_reported_once() {
+        let stats = ExporterStats::new();
+        assert_eq!(stats.dir_observed(DirState::Up), None);
+        assert_eq!(up_series(&stats, ""), 1);
+        assert_eq!(stats.dir_observed(DirState::Up), None);
+        let gone = DirState::Down("not_found");
+        assert_eq!(stats.dir_observed(gone), Some(DirState::Up));
+        assert_eq!(stats.dir_observed(gone), None);
+        assert_eq!(stats.dir_observed(gone), None);
+        assert_eq!(up_series(&stats, "not_found"), 0);
+        assert_eq!(stats.dir_observed(DirState::Up), Some(gone));
+        assert_eq!(up_series(&stats, ""), 1);
+
+        let missing_from_start = ExporterStats::new();
+        assert_eq!(missing_from_start.dir_observed(gone), Some(DirState::Up));
+        assert_eq!(missing_from_start.dir_observed(gone), None);
+    }
+
+    #[test]
+    fn io_errors_name_their_reason() {
+        let e = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(DirState::of_error(&e).reason(), "not_found");
+        let e = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert_eq!(DirState::of_error(&e), DirState::Down("permission_denied"));
     }
 }

@@ -57,7 +57,7 @@ fn alert_rules_pass_promtool_and_use_emitted_metrics() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("expr:"))
         .collect();
-    assert_eq!(exprs.len(), 4, "{text}");
+    assert_eq!(exprs.len(), 5, "{text}");
     for e in &exprs {
         let names = metric_names(e);
         assert!(!names.is_empty(), "{e}");
@@ -68,6 +68,7 @@ fn alert_rules_pass_promtool_and_use_emitted_metrics() {
         "HydraEngineDead",
         "HydraEngineHung",
         "HydraExporterReadErrors",
+        "HydraProgressDirectoryDown",
     ] {
         assert!(text.contains(&format!("alert: {alert}")), "{alert} missing");
     }

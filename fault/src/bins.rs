@@ -33,7 +33,7 @@ fn build_all() -> PathBuf {
                     "-p",
                     "hydra-engine",
                     "-p",
-                    "hydra-probe",
+                    "hydra-probe-cli",
                     "-p",
                     "hydra-exporter",
                 ])

@@ -454,7 +454,14 @@ pub fn c_code(kind: ErrorKind) -> i32 {
             c::HYDRA_PROBE_E_REFUSED
         }
         ErrorKind::UnsupportedVersion => c::HYDRA_PROBE_E_UNSUPPORTED_VERSION,
-        ErrorKind::Io | ErrorKind::SizeChanged => c::HYDRA_PROBE_E_IO,
-        _ => c::HYDRA_PROBE_E_NOT_A_SEGMENT,
+        ErrorKind::Io | ErrorKind::SizeChanged | ErrorKind::Directory => c::HYDRA_PROBE_E_IO,
+        ErrorKind::Truncated
+        | ErrorKind::BadMagic
+        | ErrorKind::ByteOrder
+        | ErrorKind::BadGeometry
+        | ErrorKind::NotReady
+        | ErrorKind::BadState
+        | ErrorKind::Torn => c::HYDRA_PROBE_E_NOT_A_SEGMENT,
+        ErrorKind::Other => c::HYDRA_PROBE_E_INTERNAL,
     }
 }

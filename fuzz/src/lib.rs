@@ -34,7 +34,7 @@ use hydra_layout::header as h;
 use hydra_layout::{
     Error, Lifecycle, Liveness, OpenOptions, OwnerPolicy, ReadPolicy, SegmentReader,
 };
-use hydra_probe::cli::Cli;
+use hydra_probe_cli::Cli;
 use hydra_probe::{EngineView, HydraMeta, Thresholds};
 use std::fs;
 use std::io::Write;
@@ -315,7 +315,7 @@ pub fn segment_open(data: &[u8]) {
     if let Some(cli) = &ctx.clis[idx] {
         if odd_seqs(body) <= 2 {
             let mut out = Vec::new();
-            if let Ok(code) = hydra_probe::cli::run(cli, &mut out) {
+            if let Ok(code) = hydra_probe_cli::run(cli, &mut out) {
                 assert!(code <= 3, "exit code {code}");
             }
             if c1 & 0x80 != 0 {

@@ -37,18 +37,22 @@
 
 #![deny(missing_docs)]
 
+use hydra_ffi_support::{arg_str, copy_out, opt_str, out_ptr, Abi, ErrorKind, FfiError, Overflow};
 use hydra_layout::{
     clock, naming, EngineDescription, ErrorCode, FinishReason, PendingCounter, Phase,
     SegmentConfig, SegmentWriter, SlotState, WorkUnit, WriterCounters,
 };
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::c_char;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::thread::LocalKey;
 
 /// Version of this ABI. Bumped on any incompatible change (a struct layout, a signature).
-pub const HYDRA_WRITER_ABI_VERSION: u32 = 1;
+/// Version 2: phases, work units, finish reasons and task error codes are `uint64_t`, as
+/// the segment's words and the reader ABI's `HydraProbeSlot` fields are (version 1 took
+/// them as `int32_t`).
+pub const HYDRA_WRITER_ABI_VERSION: u32 = 2;
 
 /// Success.
 pub const HYDRA_WRITER_OK: i32 = 0;
@@ -72,48 +76,48 @@ pub const HYDRA_WRITER_E_IO: i32 = -7;
 pub const HYDRA_WRITER_E_INTERNAL: i32 = -8;
 
 /// Phase: no task.
-pub const HYDRA_WRITER_PHASE_IDLE: i32 = 0;
+pub const HYDRA_WRITER_PHASE_IDLE: u64 = 0;
 /// Phase: a task is posted for the slot and waits in the engine's queue.
-pub const HYDRA_WRITER_PHASE_QUEUED: i32 = 1;
+pub const HYDRA_WRITER_PHASE_QUEUED: u64 = 1;
 /// Phase: evaluating prompt tokens (work in tokens).
-pub const HYDRA_WRITER_PHASE_PREFILL: i32 = 2;
+pub const HYDRA_WRITER_PHASE_PREFILL: u64 = 2;
 /// Phase: generating tokens (work in tokens).
-pub const HYDRA_WRITER_PHASE_DECODE: i32 = 3;
+pub const HYDRA_WRITER_PHASE_DECODE: u64 = 3;
 /// Phase: saving the KV state (work in bytes).
-pub const HYDRA_WRITER_PHASE_SAVE: i32 = 4;
+pub const HYDRA_WRITER_PHASE_SAVE: u64 = 4;
 /// Phase: restoring the KV state (work in bytes).
-pub const HYDRA_WRITER_PHASE_RESTORE: i32 = 5;
+pub const HYDRA_WRITER_PHASE_RESTORE: u64 = 5;
 
 /// Work unit: none.
-pub const HYDRA_WRITER_UNIT_NONE: i32 = 0;
+pub const HYDRA_WRITER_UNIT_NONE: u64 = 0;
 /// Work unit: tokens (prefill, decode).
-pub const HYDRA_WRITER_UNIT_TOKENS: i32 = 1;
+pub const HYDRA_WRITER_UNIT_TOKENS: u64 = 1;
 /// Work unit: bytes (state save, restore).
-pub const HYDRA_WRITER_UNIT_BYTES: i32 = 2;
+pub const HYDRA_WRITER_UNIT_BYTES: u64 = 2;
 
 /// Finish reason: none.
-pub const HYDRA_WRITER_FINISH_NONE: i32 = 0;
+pub const HYDRA_WRITER_FINISH_NONE: u64 = 0;
 /// Finish reason: ran to completion.
-pub const HYDRA_WRITER_FINISH_COMPLETED: i32 = 1;
+pub const HYDRA_WRITER_FINISH_COMPLETED: u64 = 1;
 /// Finish reason: cancelled.
-pub const HYDRA_WRITER_FINISH_CANCELLED: i32 = 2;
+pub const HYDRA_WRITER_FINISH_CANCELLED: u64 = 2;
 /// Finish reason: failed (see the error code).
-pub const HYDRA_WRITER_FINISH_ERROR: i32 = 3;
+pub const HYDRA_WRITER_FINISH_ERROR: u64 = 3;
 
 /// Task error code: none.
-pub const HYDRA_WRITER_ERROR_NONE: i32 = 0;
+pub const HYDRA_WRITER_ERROR_NONE: u64 = 0;
 /// Task error code: the prompt or generation did not fit the context.
-pub const HYDRA_WRITER_ERROR_CONTEXT_OVERFLOW: i32 = 1;
+pub const HYDRA_WRITER_ERROR_CONTEXT_OVERFLOW: u64 = 1;
 /// Task error code: invalid request.
-pub const HYDRA_WRITER_ERROR_INVALID_INPUT: i32 = 2;
+pub const HYDRA_WRITER_ERROR_INVALID_INPUT: u64 = 2;
 /// Task error code: a state to restore was refused.
-pub const HYDRA_WRITER_ERROR_STATE_REJECTED: i32 = 3;
+pub const HYDRA_WRITER_ERROR_STATE_REJECTED: u64 = 3;
 /// Task error code: I/O error while streaming state.
-pub const HYDRA_WRITER_ERROR_IO: i32 = 4;
+pub const HYDRA_WRITER_ERROR_IO: u64 = 4;
 /// Task error code: the forward pass failed.
-pub const HYDRA_WRITER_ERROR_COMPUTE: i32 = 5;
+pub const HYDRA_WRITER_ERROR_COMPUTE: u64 = 5;
 /// Task error code: any other internal error.
-pub const HYDRA_WRITER_ERROR_INTERNAL: i32 = 6;
+pub const HYDRA_WRITER_ERROR_INTERNAL: u64 = 6;
 
 /// Capability bit: text completion.
 pub const HYDRA_WRITER_CAP_COMPLETION: u64 = 1 << 0;
@@ -122,14 +126,38 @@ pub const HYDRA_WRITER_CAP_STATE_SAVE_RESTORE: u64 = 1 << 1;
 /// Capability bit: chunked prefill with per-chunk progress.
 pub const HYDRA_WRITER_CAP_CHUNKED_PREFILL: u64 = 1 << 2;
 
-const _: () =
-    assert!(HYDRA_WRITER_CAP_COMPLETION == hydra_layout::header::capabilities::COMPLETION);
-const _: () = assert!(
-    HYDRA_WRITER_CAP_STATE_SAVE_RESTORE == hydra_layout::header::capabilities::STATE_SAVE_RESTORE
-);
-const _: () = assert!(
-    HYDRA_WRITER_CAP_CHUNKED_PREFILL == hydra_layout::header::capabilities::CHUNKED_PREFILL
-);
+// Every wire constant is the value the Rust format code writes (the reader ABI asserts the
+// same of its phase constants, so the two ABIs agree).
+const _: () = {
+    use hydra_layout::header::capabilities as cap;
+    assert!(HYDRA_WRITER_CAP_COMPLETION == cap::COMPLETION);
+    assert!(HYDRA_WRITER_CAP_STATE_SAVE_RESTORE == cap::STATE_SAVE_RESTORE);
+    assert!(HYDRA_WRITER_CAP_CHUNKED_PREFILL == cap::CHUNKED_PREFILL);
+
+    assert!(HYDRA_WRITER_PHASE_IDLE == Phase::Idle.to_raw());
+    assert!(HYDRA_WRITER_PHASE_QUEUED == Phase::Queued.to_raw());
+    assert!(HYDRA_WRITER_PHASE_PREFILL == Phase::Prefill.to_raw());
+    assert!(HYDRA_WRITER_PHASE_DECODE == Phase::Decode.to_raw());
+    assert!(HYDRA_WRITER_PHASE_SAVE == Phase::Save.to_raw());
+    assert!(HYDRA_WRITER_PHASE_RESTORE == Phase::Restore.to_raw());
+
+    assert!(HYDRA_WRITER_UNIT_NONE == WorkUnit::None.to_raw());
+    assert!(HYDRA_WRITER_UNIT_TOKENS == WorkUnit::Tokens.to_raw());
+    assert!(HYDRA_WRITER_UNIT_BYTES == WorkUnit::Bytes.to_raw());
+
+    assert!(HYDRA_WRITER_FINISH_NONE == FinishReason::None.to_raw());
+    assert!(HYDRA_WRITER_FINISH_COMPLETED == FinishReason::Completed.to_raw());
+    assert!(HYDRA_WRITER_FINISH_CANCELLED == FinishReason::Cancelled.to_raw());
+    assert!(HYDRA_WRITER_FINISH_ERROR == FinishReason::Error.to_raw());
+
+    assert!(HYDRA_WRITER_ERROR_NONE == ErrorCode::None.to_raw());
+    assert!(HYDRA_WRITER_ERROR_CONTEXT_OVERFLOW == ErrorCode::ContextOverflow.to_raw());
+    assert!(HYDRA_WRITER_ERROR_INVALID_INPUT == ErrorCode::InvalidInput.to_raw());
+    assert!(HYDRA_WRITER_ERROR_STATE_REJECTED == ErrorCode::StateRejected.to_raw());
+    assert!(HYDRA_WRITER_ERROR_IO == ErrorCode::Io.to_raw());
+    assert!(HYDRA_WRITER_ERROR_COMPUTE == ErrorCode::Compute.to_raw());
+    assert!(HYDRA_WRITER_ERROR_INTERNAL == ErrorCode::Internal.to_raw());
+};
 
 /// What the engine says about itself, written once at creation. Each string may be NULL
 /// (empty); longer strings are cut to their header field (at a UTF-8 boundary).
@@ -181,108 +209,54 @@ pub struct HydraWriter {
     path: String,
 }
 
-// ---- errors -------------------------------------------------------------------------
+// ---- errors and arguments -------------------------------------------------------------
 
-struct FfiError {
-    code: i32,
-    message: String,
-}
-
-impl FfiError {
-    fn new(code: i32, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-
-    fn null(arg: &str) -> Self {
-        Self::new(HYDRA_WRITER_E_NULL, format!("argument `{arg}` is NULL"))
-    }
-
-    fn invalid(message: impl Into<String>) -> Self {
-        Self::new(HYDRA_WRITER_E_INVALID_ARGUMENT, message)
-    }
-}
-
-impl From<hydra_layout::Error> for FfiError {
-    fn from(e: hydra_layout::Error) -> Self {
-        use hydra_layout::Error as E;
-        let code = match &e {
-            E::InvalidEngineId { .. } | E::SlotCountOutOfRange { .. } => {
-                HYDRA_WRITER_E_INVALID_ARGUMENT
-            }
-            E::EngineIdInUse { .. } => HYDRA_WRITER_E_ENGINE_ID_IN_USE,
-            E::UnsafeDirectory { .. }
-            | E::SymlinkDirectory { .. }
-            | E::SymlinkFile { .. }
-            | E::NotRegularFile { .. }
-            | E::WrongOwner { .. } => HYDRA_WRITER_E_REFUSED,
-            E::SlotOutOfRange { .. } => HYDRA_WRITER_E_SLOT_OUT_OF_RANGE,
-            E::Io { .. } => HYDRA_WRITER_E_IO,
-            _ => HYDRA_WRITER_E_INTERNAL,
-        };
-        Self::new(code, e.to_string())
-    }
-}
+/// The writer ABI for the shared FFI plumbing (`hydra-ffi-support`).
+struct WriterAbi;
 
 thread_local! {
+    /// Message of the last failed call on this thread ("" after a successful one).
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-fn set_last_error(message: String) {
-    LAST_ERROR.with(|m| *m.borrow_mut() = message);
+impl Abi for WriterAbi {
+    const LIBRARY: &'static str = "libhydra_writer";
+    const OK: i32 = HYDRA_WRITER_OK;
+    const E_NULL: i32 = HYDRA_WRITER_E_NULL;
+    const E_BUFFER_TOO_SMALL: i32 = HYDRA_WRITER_E_BUFFER_TOO_SMALL;
+    const E_INTERNAL: i32 = HYDRA_WRITER_E_INTERNAL;
+
+    fn code_of(kind: ErrorKind) -> i32 {
+        match kind {
+            ErrorKind::InvalidArgument => HYDRA_WRITER_E_INVALID_ARGUMENT,
+            ErrorKind::EngineIdInUse => HYDRA_WRITER_E_ENGINE_ID_IN_USE,
+            ErrorKind::UnsafeDirectory
+            | ErrorKind::Symlink
+            | ErrorKind::NotRegularFile
+            | ErrorKind::WrongOwner => HYDRA_WRITER_E_REFUSED,
+            ErrorKind::SlotOutOfRange => HYDRA_WRITER_E_SLOT_OUT_OF_RANGE,
+            ErrorKind::NotFound | ErrorKind::Io => HYDRA_WRITER_E_IO,
+            // Reading a segment fails in these ways; creating and publishing never does.
+            ErrorKind::Truncated
+            | ErrorKind::BadMagic
+            | ErrorKind::ByteOrder
+            | ErrorKind::UnsupportedVersion
+            | ErrorKind::BadGeometry
+            | ErrorKind::SizeChanged
+            | ErrorKind::NotReady
+            | ErrorKind::BadState
+            | ErrorKind::Torn => HYDRA_WRITER_E_INTERNAL,
+        }
+    }
+
+    fn last_error() -> &'static LocalKey<RefCell<String>> {
+        &LAST_ERROR
+    }
 }
 
-/// Runs an exported function's body: clears the last error, catches any panic, and turns
-/// the outcome into a return code (storing the message of a failure).
+/// Runs an exported function's body under the shared guard with this ABI's codes.
 fn guard(body: impl FnOnce() -> Result<(), FfiError>) -> i32 {
-    set_last_error(String::new());
-    // AssertUnwindSafe: after a panic the handle's mutex is recovered with `into_inner`
-    // (the mirror is plain data, valid in every state) and the message is rewritten.
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => HYDRA_WRITER_OK,
-        Ok(Err(e)) => {
-            set_last_error(e.message);
-            e.code
-        }
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_owned());
-            set_last_error(format!("internal error in libhydra_writer (a bug): {what}"));
-            HYDRA_WRITER_E_INTERNAL
-        }
-    }
-}
-
-// ---- argument helpers -----------------------------------------------------------------
-
-/// A NUL-terminated UTF-8 string argument; `None` when `p` is NULL.
-///
-/// # Safety
-/// `p` is NULL or points to a NUL-terminated string valid and unchanged for `'a`.
-unsafe fn opt_str<'a>(p: *const c_char, name: &str) -> Result<Option<&'a str>, FfiError> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: `p` is not NULL (checked above), and the caller guarantees it is
-    // NUL-terminated and valid for `'a`.
-    let c = unsafe { CStr::from_ptr(p) };
-    c.to_str()
-        .map(Some)
-        .map_err(|_| FfiError::invalid(format!("argument `{name}` is not valid UTF-8")))
-}
-
-/// A required NUL-terminated UTF-8 string argument.
-///
-/// # Safety
-/// As [`opt_str`].
-unsafe fn req_str<'a>(p: *const c_char, name: &str) -> Result<&'a str, FfiError> {
-    // SAFETY: the caller's guarantee on `p` is opt_str's.
-    unsafe { opt_str(p, name) }?.ok_or_else(|| FfiError::null(name))
+    hydra_ffi_support::guard::<WriterAbi>(body)
 }
 
 /// A handle argument.
@@ -292,35 +266,41 @@ unsafe fn req_str<'a>(p: *const c_char, name: &str) -> Result<&'a str, FfiError>
 unsafe fn handle<'a>(w: *const HydraWriter) -> Result<&'a HydraWriter, FfiError> {
     // SAFETY: the caller guarantees `w` is NULL or a live handle (a leaked
     // `Box<HydraWriter>`), only accessed through shared references (state behind a mutex).
-    unsafe { w.as_ref() }.ok_or_else(|| FfiError::null("writer"))
+    unsafe { hydra_ffi_support::handle(w, "writer") }
 }
 
-fn phase(raw: i32) -> Result<Phase, FfiError> {
-    match Phase::from_raw(u64::try_from(raw).unwrap_or(u64::MAX)) {
-        Phase::Unknown(_) => Err(FfiError::invalid(format!("unknown phase {raw}"))),
-        p => Ok(p),
+/// A wire value of one of the format's enums, refused when this version does not know it.
+fn known<T>(raw: u64, decoded: T, unknown: bool, what: &str) -> Result<T, FfiError> {
+    if unknown {
+        Err(FfiError::invalid(format!("unknown {what} {raw}")))
+    } else {
+        Ok(decoded)
     }
 }
 
-fn unit(raw: i32) -> Result<WorkUnit, FfiError> {
-    match WorkUnit::from_raw(u64::try_from(raw).unwrap_or(u64::MAX)) {
-        WorkUnit::Unknown(_) => Err(FfiError::invalid(format!("unknown work unit {raw}"))),
-        u => Ok(u),
-    }
+fn phase(raw: u64) -> Result<Phase, FfiError> {
+    let p = Phase::from_raw(raw);
+    known(raw, p, matches!(p, Phase::Unknown(_)), "phase")
 }
 
-fn finish_reason(raw: i32) -> Result<FinishReason, FfiError> {
-    match FinishReason::from_raw(u64::try_from(raw).unwrap_or(u64::MAX)) {
-        FinishReason::Unknown(_) => Err(FfiError::invalid(format!("unknown finish reason {raw}"))),
-        r => Ok(r),
-    }
+fn unit(raw: u64) -> Result<WorkUnit, FfiError> {
+    let u = WorkUnit::from_raw(raw);
+    known(raw, u, matches!(u, WorkUnit::Unknown(_)), "work unit")
 }
 
-fn error_code(raw: i32) -> Result<ErrorCode, FfiError> {
-    match ErrorCode::from_raw(u64::try_from(raw).unwrap_or(u64::MAX)) {
-        ErrorCode::Unknown(_) => Err(FfiError::invalid(format!("unknown error code {raw}"))),
-        c => Ok(c),
-    }
+fn finish_reason(raw: u64) -> Result<FinishReason, FfiError> {
+    let r = FinishReason::from_raw(raw);
+    known(
+        raw,
+        r,
+        matches!(r, FinishReason::Unknown(_)),
+        "finish reason",
+    )
+}
+
+fn error_code(raw: u64) -> Result<ErrorCode, FfiError> {
+    let c = ErrorCode::from_raw(raw);
+    known(raw, c, matches!(c, ErrorCode::Unknown(_)), "error code")
 }
 
 impl HydraWriter {
@@ -337,7 +317,7 @@ impl HydraWriter {
         let count = inner.slots.len();
         let s = inner.slots.get_mut(slot as usize).ok_or_else(|| {
             FfiError::new(
-                HYDRA_WRITER_E_SLOT_OUT_OF_RANGE,
+                ErrorKind::SlotOutOfRange,
                 format!("slot {slot} out of range: the segment has {count} slots"),
             )
         })?;
@@ -349,6 +329,26 @@ impl HydraWriter {
         }
         Ok(())
     }
+}
+
+/// The body of every per-slot update: checks the handle, then the other arguments (`args`),
+/// and publishes slot `slot`'s record changed by `f` (see [`HydraWriter::update`]).
+///
+/// # Safety
+/// `writer` is NULL or an open handle.
+unsafe fn update_slot<A>(
+    writer: *const HydraWriter,
+    slot: u32,
+    beat: bool,
+    args: impl FnOnce() -> Result<A, FfiError>,
+    f: impl FnOnce(&mut SlotState, u64, A),
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+        let w = unsafe { handle(writer) }?;
+        let args = args()?;
+        w.update(slot, beat, |s, now| f(s, now, args))
+    })
 }
 
 // ---- exported functions -----------------------------------------------------------------
@@ -372,45 +372,8 @@ pub unsafe extern "C" fn hydra_writer_last_error(
     cap: usize,
     needed: *mut usize,
 ) -> i32 {
-    let message = LAST_ERROR.with(|m| m.borrow().clone());
-    // SAFETY: the caller's guarantees on `buf`, `cap` and `needed` are copy_out's.
-    match catch_unwind(|| unsafe { copy_out(&message, buf, cap, needed) }) {
-        Ok(code) => code,
-        Err(_) => HYDRA_WRITER_E_INTERNAL,
-    }
-}
-
-/// Copies `text` (truncated to fit) and a NUL into `buf`; returns OK or BUFFER_TOO_SMALL.
-///
-/// # Safety
-/// `buf` is NULL or writable for `cap` bytes; `needed` is NULL or writable.
-unsafe fn copy_out(text: &str, buf: *mut c_char, cap: usize, needed: *mut usize) -> i32 {
-    if buf.is_null() && cap > 0 {
-        return HYDRA_WRITER_E_NULL;
-    }
-    let need = text.len() + 1;
-    if !needed.is_null() {
-        // SAFETY: `needed` is not NULL and the caller guarantees it is writable.
-        unsafe { needed.write(need) };
-    }
-    if cap == 0 {
-        return HYDRA_WRITER_E_BUFFER_TOO_SMALL;
-    }
-    let mut copy = text.len().min(cap - 1);
-    while !text.is_char_boundary(copy) {
-        copy -= 1;
-    }
-    // SAFETY: `buf` is not NULL (cap > 0) and writable for `cap` bytes (caller); `copy + 1 <=
-    // cap` keeps both writes in bounds; `text` is Rust-owned and cannot overlap `buf`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), copy);
-        buf.add(copy).write(0);
-    }
-    if need <= cap {
-        HYDRA_WRITER_OK
-    } else {
-        HYDRA_WRITER_E_BUFFER_TOO_SMALL
-    }
+    // SAFETY: the caller's guarantees on `buf`, `cap` and `needed` are copy_last_error's.
+    unsafe { hydra_ffi_support::copy_last_error::<WriterAbi>(buf, cap, needed) }
 }
 
 /// Creates the segment `<dir>/<engine_id>.hps` and stores its writer in `*out` (NULL on
@@ -435,13 +398,11 @@ pub unsafe extern "C" fn hydra_writer_create(
     out: *mut *mut HydraWriter,
 ) -> i32 {
     guard(|| {
-        if out.is_null() {
-            return Err(FfiError::null("out"));
-        }
+        let out = out_ptr(out, "out")?;
         // SAFETY: `out` is not NULL and the caller guarantees it is writable.
         unsafe { out.write(std::ptr::null_mut()) };
         // SAFETY: the caller guarantees `dir` and `engine_id` are NULL or NUL-terminated.
-        let (dir, engine_id) = unsafe { (req_str(dir, "dir")?, req_str(engine_id, "engine_id")?) };
+        let (dir, engine_id) = unsafe { (arg_str(dir, "dir")?, arg_str(engine_id, "engine_id")?) };
         // SAFETY: the caller guarantees `description` is NULL or readable.
         let d = unsafe { description.as_ref() }.ok_or_else(|| FfiError::null("description"))?;
         let text = |p: *const c_char, name: &str| -> Result<String, FfiError> {
@@ -495,9 +456,7 @@ pub unsafe extern "C" fn hydra_writer_create(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hydra_writer_close(writer: *mut HydraWriter) -> i32 {
     guard(|| {
-        if writer.is_null() {
-            return Err(FfiError::null("writer"));
-        }
+        let writer = out_ptr(writer, "writer")?;
         // SAFETY: `writer` came from `Box::into_raw` in `hydra_writer_create`; the caller
         // guarantees it is not closed yet and unused elsewhere: we own it again.
         let w = unsafe { Box::from_raw(writer) };
@@ -519,9 +478,7 @@ pub unsafe extern "C" fn hydra_writer_slot_count(
     guard(|| {
         // SAFETY: the caller guarantees `writer` is NULL or an open handle.
         let w = unsafe { handle(writer) }?;
-        if count.is_null() {
-            return Err(FfiError::null("count"));
-        }
+        let count = out_ptr(count, "count")?;
         let n = w
             .inner
             .lock()
@@ -552,17 +509,7 @@ pub unsafe extern "C" fn hydra_writer_path(
         // SAFETY: the caller guarantees `writer` is NULL or an open handle.
         let w = unsafe { handle(writer) }?;
         // SAFETY: the caller's guarantees on `buf`, `cap`, `needed` are copy_out's.
-        match unsafe { copy_out(&w.path, buf, cap, needed) } {
-            HYDRA_WRITER_OK => Ok(()),
-            HYDRA_WRITER_E_NULL => Err(FfiError::null("buf")),
-            code => Err(FfiError::new(
-                code,
-                format!(
-                    "buffer of {cap} bytes is too small: {} needed",
-                    w.path.len() + 1
-                ),
-            )),
-        }
+        unsafe { copy_out(&w.path, buf, cap, needed, Overflow::Truncate) }
     })
 }
 
@@ -578,18 +525,20 @@ pub unsafe extern "C" fn hydra_writer_begin_task(
     writer: *mut HydraWriter,
     slot: u32,
     task_id: u64,
-    phase: i32,
-    work_unit: i32,
+    phase: u64,
+    work_unit: u64,
     work_total: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        let (phase, unit) = (self::phase(phase)?, self::unit(work_unit)?);
-        w.update(slot, false, |s, now| {
-            s.begin_task(task_id, phase, unit, work_total, now)
-        })
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            false,
+            || Ok((self::phase(phase)?, self::unit(work_unit)?)),
+            |s, now, (phase, unit)| s.begin_task(task_id, phase, unit, work_total, now),
+        )
+    }
 }
 
 /// The running task on `slot` moves to another phase (queued -> prefill -> decode): resets
@@ -601,18 +550,20 @@ pub unsafe extern "C" fn hydra_writer_begin_task(
 pub unsafe extern "C" fn hydra_writer_begin_phase(
     writer: *mut HydraWriter,
     slot: u32,
-    phase: i32,
-    work_unit: i32,
+    phase: u64,
+    work_unit: u64,
     work_total: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        let (phase, unit) = (self::phase(phase)?, self::unit(work_unit)?);
-        w.update(slot, false, |s, now| {
-            s.enter_phase(phase, unit, work_total, now)
-        })
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            false,
+            || Ok((self::phase(phase)?, self::unit(work_unit)?)),
+            |s, now, (phase, unit)| s.enter_phase(phase, unit, work_total, now),
+        )
+    }
 }
 
 /// A step (one forward pass, one prefill chunk, one block of bytes) carrying `step_size`
@@ -627,11 +578,16 @@ pub unsafe extern "C" fn hydra_writer_step_start(
     slot: u32,
     step_size: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        w.update(slot, true, |s, now| s.start_step(step_size, now))
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            true,
+            || Ok(()),
+            |s, now, ()| s.start_step(step_size, now),
+        )
+    }
 }
 
 /// The step in flight on `slot` finished now, and `work_done` units of the phase are done
@@ -647,11 +603,16 @@ pub unsafe extern "C" fn hydra_writer_step_finish(
     slot: u32,
     work_done: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        w.update(slot, true, |s, now| s.finish_step(work_done, now))
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            true,
+            || Ok(()),
+            |s, now, ()| s.finish_step(work_done, now),
+        )
+    }
 }
 
 /// `work_done` units of `slot`'s phase are done in all (absolute), for work that is not
@@ -667,11 +628,16 @@ pub unsafe extern "C" fn hydra_writer_set_work_done(
     slot: u32,
     work_done: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        w.update(slot, false, |s, now| s.advance(work_done, now))
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            false,
+            || Ok(()),
+            |s, now, ()| s.advance(work_done, now),
+        )
+    }
 }
 
 /// Changes the work total of `slot`'s phase (0 = unknown). Publishes the record.
@@ -684,11 +650,16 @@ pub unsafe extern "C" fn hydra_writer_set_work_total(
     slot: u32,
     work_total: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        w.update(slot, false, |s, _| s.work_total = work_total)
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            false,
+            || Ok(()),
+            |s, _, ()| s.work_total = work_total,
+        )
+    }
 }
 
 /// `slot`'s KV cache now holds `n_past` tokens. Publishes the record.
@@ -701,11 +672,8 @@ pub unsafe extern "C" fn hydra_writer_set_n_past(
     slot: u32,
     n_past: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        w.update(slot, false, |s, _| s.n_past = n_past)
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe { update_slot(writer, slot, false, || Ok(()), |s, _, ()| s.n_past = n_past) }
 }
 
 /// Sets `slot`'s context size (tokens), the prompt tokens its current task reused from
@@ -721,15 +689,20 @@ pub unsafe extern "C" fn hydra_writer_set_slot_info(
     tokens_cached: u64,
     state_size: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        w.update(slot, false, |s, _| {
-            s.n_ctx = n_ctx;
-            s.tokens_cached = tokens_cached;
-            s.state_size = state_size;
-        })
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            false,
+            || Ok(()),
+            |s, _, ()| {
+                s.n_ctx = n_ctx;
+                s.tokens_cached = tokens_cached;
+                s.state_size = state_size;
+            },
+        )
+    }
 }
 
 /// The task on `slot` ended: the slot goes back to idle with `reason`
@@ -743,15 +716,19 @@ pub unsafe extern "C" fn hydra_writer_set_slot_info(
 pub unsafe extern "C" fn hydra_writer_finish(
     writer: *mut HydraWriter,
     slot: u32,
-    reason: i32,
-    error_code: i32,
+    reason: u64,
+    error_code: u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-        let w = unsafe { handle(writer) }?;
-        let (reason, code) = (finish_reason(reason)?, self::error_code(error_code)?);
-        w.update(slot, false, |s, _| s.finish(reason, code))
-    })
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            false,
+            || Ok((finish_reason(reason)?, self::error_code(error_code)?)),
+            |s, _, (reason, code)| s.finish(reason, code),
+        )
+    }
 }
 
 /// One pass of the compute loop: stores the heartbeat (now) and counts the iteration.
@@ -834,7 +811,7 @@ fn pending_result(in_range: bool, slot: u32) -> Result<(), FfiError> {
         Ok(())
     } else {
         Err(FfiError::new(
-            HYDRA_WRITER_E_SLOT_OUT_OF_RANGE,
+            ErrorKind::SlotOutOfRange,
             format!("slot {slot} out of range"),
         ))
     }

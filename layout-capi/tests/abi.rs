@@ -103,7 +103,7 @@ fn misuse_gives_error_codes() {
             HYDRA_WRITER_E_INVALID_ARGUMENT
         );
         assert_eq!(
-            hydra_writer_begin_task(w, 0, 1, -1, 1, 10),
+            hydra_writer_begin_task(w, 0, 1, u64::MAX, 1, 10),
             HYDRA_WRITER_E_INVALID_ARGUMENT
         );
         assert_eq!(

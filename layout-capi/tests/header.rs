@@ -7,35 +7,9 @@ use std::path::Path;
 #[test]
 fn committed_header_is_current() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let path = crate_dir.join("../include/hydra_writer.h");
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
-        .expect("read layout-capi/cbindgen.toml");
-    let mut out = Vec::new();
-    cbindgen::Builder::new()
-        .with_config(config)
-        .with_src(crate_dir.join("src/lib.rs"))
-        .generate()
-        .expect("cbindgen failed on src/lib.rs")
-        .write(&mut out);
-    let generated = String::from_utf8(out).expect("cbindgen writes UTF-8");
-    if std::env::var_os("HYDRA_BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(&path, &generated).expect("write header");
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    if committed != generated {
-        let first = committed
-            .lines()
-            .zip(generated.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(committed.lines().count().min(generated.lines().count()));
-        panic!(
-            "{} is stale (first difference at line {}: committed {:?}, generated {:?}).\n\
-             Regenerate it with:  HYDRA_BLESS=1 cargo test -p hydra-layout-capi --test header",
-            path.display(),
-            first + 1,
-            committed.lines().nth(first),
-            generated.lines().nth(first),
-        );
-    }
+    hydra_ffi_support::header::assert_current(
+        crate_dir,
+        &crate_dir.join("../include/hydra_writer.h"),
+        "cargo test -p hydra-layout-capi --test header",
+    );
 }

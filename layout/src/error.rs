@@ -217,42 +217,41 @@ pub enum Error {
 /// new variant fails to compile until it is given a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
-    /// A system call failed with "no such file or directory".
+    /// ENOENT: the file or directory is not there.
     NotFound,
     /// Any other failed system call.
     Io,
-    /// An argument that cannot be used: an engine id that cannot name a segment, a slot
-    /// count out of range.
+    /// An argument that cannot be used (engine id, slot count).
     InvalidArgument,
-    /// A live engine already publishes under this engine id.
+    /// Creation found a live writer under the engine id.
     EngineIdInUse,
-    /// The segment directory is not safe to create segments in.
+    /// A directory unfit to create segments in (owner, mode).
     UnsafeDirectory,
-    /// A symbolic link (file or directory) was refused.
+    /// A symbolic link where a segment or its directory belongs.
     Symlink,
-    /// A FIFO, socket, device or directory where a segment file was expected.
+    /// Something other than a regular file under a segment's name.
     NotRegularFile,
-    /// A file owned by an unexpected user.
+    /// An owner other than the expected user.
     WrongOwner,
-    /// The file is shorter than what must be read next.
+    /// Too short for the next thing to read.
     Truncated,
-    /// Not a hydra-progress segment (magic mismatch).
+    /// Magic bytes other than "HYDRPROG".
     BadMagic,
-    /// Written with the other byte order, or a corrupt byte-order marker.
+    /// The byte-order marker is swapped or corrupt.
     ByteOrder,
-    /// A format major version this reader does not read.
+    /// A format major version other than this crate's.
     UnsupportedVersion,
-    /// Inconsistent header geometry: lengths, offsets, the slot table, the file size.
+    /// Header sizes and offsets that contradict each other or the file.
     BadGeometry,
-    /// The file changed size while mapped.
+    /// A mapped file whose size changed.
     SizeChanged,
-    /// The writer has not finished creating the segment.
+    /// The lifecycle word still says INIT.
     NotReady,
-    /// An unknown lifecycle state.
+    /// The lifecycle word holds a value this version does not know.
     BadState,
-    /// A slot index past the slot count.
+    /// A slot index at or past the slot count.
     SlotOutOfRange,
-    /// No consistent copy of a slot could be read (torn by a dead writer, or contended).
+    /// No consistent copy of a slot (torn by a dead writer, or contended).
     Torn,
 }
 

@@ -36,6 +36,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod directory;
 mod error;
 mod fsutil;
 pub mod header;

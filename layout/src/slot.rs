@@ -115,7 +115,7 @@ macro_rules! wire_enum {
 
         impl $name {
             /// Decodes a raw word; unknown values are kept, never rejected.
-            pub fn from_raw(raw: u64) -> Self {
+            pub const fn from_raw(raw: u64) -> Self {
                 match raw {
                     $( $value => Self::$variant, )*
                     other => Self::Unknown(other),
@@ -123,7 +123,7 @@ macro_rules! wire_enum {
             }
 
             /// The raw word.
-            pub fn to_raw(self) -> u64 {
+            pub const fn to_raw(self) -> u64 {
                 match self {
                     $( Self::$variant => $value, )*
                     Self::Unknown(raw) => raw,

@@ -6,8 +6,8 @@
 //! through a [`PendingCounter`] (atomic read-modify-write, any thread).
 
 use crate::clock;
+use crate::directory::{self, SegmentDir};
 use crate::error::{Error, Result};
-use crate::fsutil::{self, LockProbe};
 use crate::header as h;
 use crate::naming;
 use crate::primitive::Ordering;
@@ -21,7 +21,6 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Largest slot count a segment may have (readers refuse more, so a hostile count cannot
 /// make them allocate without bound).
@@ -29,10 +28,6 @@ pub const MAX_SLOTS: usize = 4096;
 
 /// File mode of a segment: owner read-write, group read (e.g. the exporter), others nothing.
 pub const SEGMENT_MODE: u32 = 0o640;
-
-/// How long creation waits for a lock held by a momentary reader probe before deciding a
-/// live engine holds the id. Readers hold `LOCK_SH` for microseconds; a live writer forever.
-const TAKEOVER_WAIT: Duration = Duration::from_millis(200);
 
 /// What the engine says about itself in the header (immutable after creation).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -153,7 +148,7 @@ impl std::fmt::Debug for PendingCounter {
 /// marks it CLOSED and unlinks it on [`close`](Self::close) or drop.
 pub struct SegmentWriter {
     mapping: Arc<Mapping>,
-    dir: OwnedFd,
+    dir: SegmentDir,
     file_name: String,
     path: PathBuf,
     seqs: Vec<u64>,
@@ -197,32 +192,28 @@ impl SegmentWriter {
                 max: MAX_SLOTS,
             });
         }
-        let dir_path = config.dir.clone();
-        let dir = fsutil::open_writer_dir(&dir_path)?;
+        let dir = SegmentDir::open_for_writer(&config.dir)?;
         // Serialise creators in this directory so two engines starting with the same id
-        // cannot both decide the old segment is dead and both rename over it. Readers never
-        // take this lock; creators hold it for milliseconds.
-        rustix::fs::flock(&dir, FlockOperation::LockExclusive)
-            .map_err(|e| Error::io("lock directory", &dir_path, e))?;
-        let result = Self::create_locked(config, dir, &dir_path);
-        // The directory lock is released when `dir` closes, or explicitly below on success.
-        if let Ok(writer) = &result {
-            let _ = rustix::fs::flock(&writer.dir, FlockOperation::Unlock);
-        }
-        result
+        // cannot both decide the old segment is dead and both rename over it (the
+        // directory protocol, `crate::directory`). Released when `dir` closes on failure,
+        // or explicitly once the writer exists.
+        dir.lock()?;
+        let writer = Self::create_locked(config, dir)?;
+        writer.dir.unlock();
+        Ok(writer)
     }
 
-    fn create_locked(config: &SegmentConfig, dir: OwnedFd, dir_path: &Path) -> Result<Self> {
+    fn create_locked(config: &SegmentConfig, dir: SegmentDir) -> Result<Self> {
         let file_name = naming::file_name(&config.engine_id);
-        let path = dir_path.join(&file_name);
-        refuse_if_live(&dir, &file_name, &path, &config.engine_id)?;
+        let path = dir.path().join(&file_name);
+        dir.refuse_if_live(&config.engine_id)?;
 
         let pid = std::process::id();
         let instance_id = clock::random_u64();
-        let tmp_name = format!(".{}.{pid}.{instance_id:016x}.tmp", config.engine_id);
-        let tmp_path = dir_path.join(&tmp_name);
+        let tmp_name = directory::temporary_name(&config.engine_id, pid, instance_id);
+        let tmp_path = dir.path().join(&tmp_name);
         let fd = rustix::fs::openat(
-            &dir,
+            dir.fd(),
             tmp_name.as_str(),
             OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC,
             Mode::from_raw_mode(SEGMENT_MODE),
@@ -232,7 +223,7 @@ impl SegmentWriter {
         let mapping = match built {
             Ok(m) => m,
             Err(e) => {
-                let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+                let _ = rustix::fs::unlinkat(dir.fd(), tmp_name.as_str(), AtFlags::empty());
                 return Err(e);
             }
         };
@@ -244,8 +235,10 @@ impl SegmentWriter {
         mapping
             .words
             .store(h::STATE_OFFSET, h::Lifecycle::READY, Ordering::Release);
-        if let Err(e) = rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, file_name.as_str()) {
-            let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+        if let Err(e) =
+            rustix::fs::renameat(dir.fd(), tmp_name.as_str(), dir.fd(), file_name.as_str())
+        {
+            let _ = rustix::fs::unlinkat(dir.fd(), tmp_name.as_str(), AtFlags::empty());
             return Err(Error::io("rename into place", &path, e));
         }
         let slot_count = config.slot_count;
@@ -424,23 +417,7 @@ impl SegmentWriter {
         // Pairs with the reader's Acquire read of STATE: CLOSED_NS is visible with CLOSED.
         w.store(h::STATE_OFFSET, h::Lifecycle::CLOSED, Ordering::Release);
         // Unlink under the directory lock, and only if the name is still ours.
-        let _ = rustix::fs::flock(&self.dir, FlockOperation::LockExclusive);
-        let result = (|| {
-            let ours = rustix::fs::fstat(&self.mapping.file)
-                .map_err(|e| Error::io("fstat", &self.path, e))?;
-            match rustix::fs::statat(
-                &self.dir,
-                self.file_name.as_str(),
-                AtFlags::SYMLINK_NOFOLLOW,
-            ) {
-                Ok(st) if st.st_dev == ours.st_dev && st.st_ino == ours.st_ino => {
-                    rustix::fs::unlinkat(&self.dir, self.file_name.as_str(), AtFlags::empty())
-                        .map_err(|e| Error::io("unlink", &self.path, e))
-                }
-                _ => Ok(()),
-            }
-        })();
-        let _ = rustix::fs::flock(&self.dir, FlockOperation::Unlock);
+        let result = self.dir.unlink_own(&self.file_name, &self.mapping.file);
         let _ = rustix::fs::flock(&self.mapping.file, FlockOperation::Unlock);
         result
     }
@@ -449,53 +426,6 @@ impl SegmentWriter {
 impl Drop for SegmentWriter {
     fn drop(&mut self) {
         let _ = self.close_inner();
-    }
-}
-
-/// Fails with [`Error::EngineIdInUse`] if the segment at `file_name` has a live writer.
-/// A missing, dead or closed segment is fine (it will be replaced by the rename).
-fn refuse_if_live(dir: &OwnedFd, file_name: &str, path: &Path, id: &str) -> Result<()> {
-    let fd = match rustix::fs::openat(
-        dir,
-        file_name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(Errno::LOOP) => {
-            return Err(Error::SymlinkFile {
-                path: path.to_path_buf(),
-            })
-        }
-        Err(e) => return Err(Error::io("open existing segment", path, e)),
-    };
-    let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("fstat", path, e))?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-        return Err(Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind: fsutil::kind_name(&st),
-        });
-    }
-    // A reader's momentary LOCK_SH probe also blocks us: retry for a short while.
-    let deadline = std::time::Instant::now() + TAKEOVER_WAIT;
-    loop {
-        match fsutil::try_flock(&fd, FlockOperation::NonBlockingLockExclusive, path)? {
-            LockProbe::Acquired => return Ok(()),
-            LockProbe::Held if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            LockProbe::Held => {
-                let pid = crate::reader::SegmentReader::open(path)
-                    .ok()
-                    .map(|r| r.identity().pid);
-                return Err(Error::EngineIdInUse {
-                    id: id.to_owned(),
-                    path: path.to_path_buf(),
-                    pid,
-                });
-            }
-        }
     }
 }
 

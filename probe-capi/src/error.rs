@@ -1,10 +1,12 @@
-//! Error codes, the thread-local last-error message, and the guard every exported function
-//! runs its body in (argument checks, `catch_unwind`, error-to-code mapping).
+//! The reader ABI's error codes, the mapping of every error kind to one of them, and its
+//! thread-local last-error message; the guard, argument and buffer plumbing itself is
+//! `hydra-ffi-support`'s, shared with the writer ABI.
 
+use hydra_ffi_support::{Abi, ErrorKind, FfiError};
 use hydra_probe::ProbeError;
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::CStr;
+use std::thread::LocalKey;
 
 /// Success.
 pub const HYDRA_PROBE_OK: i32 = 0;
@@ -32,195 +34,57 @@ pub const HYDRA_PROBE_E_IO: i32 = -9;
 /// A bug in this library (a Rust panic, caught before it reached the caller).
 pub const HYDRA_PROBE_E_INTERNAL: i32 = -10;
 
-/// A failure on its way to the C caller: a code and the message for `hydra_probe_last_error`.
-#[derive(Debug)]
-pub(crate) struct FfiError {
-    pub(crate) code: i32,
-    pub(crate) message: String,
-}
-
-impl FfiError {
-    pub(crate) fn new(code: i32, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn null(arg: &str) -> Self {
-        Self::new(HYDRA_PROBE_E_NULL, format!("argument `{arg}` is NULL"))
-    }
-
-    pub(crate) fn invalid(message: impl Into<String>) -> Self {
-        Self::new(HYDRA_PROBE_E_INVALID_ARGUMENT, message)
-    }
-}
-
-/// The code of a layout error.
-fn layout_code(e: &hydra_layout::Error) -> i32 {
-    use hydra_layout::Error as E;
-    match e {
-        E::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            HYDRA_PROBE_E_NOT_FOUND
-        }
-        E::Io { .. } | E::SizeChanged { .. } => HYDRA_PROBE_E_IO,
-        E::InvalidEngineId { .. } => HYDRA_PROBE_E_INVALID_ARGUMENT,
-        E::SymlinkFile { .. }
-        | E::SymlinkDirectory { .. }
-        | E::NotRegularFile { .. }
-        | E::WrongOwner { .. }
-        | E::UnsafeDirectory { .. } => HYDRA_PROBE_E_REFUSED,
-        E::UnsupportedMajor { .. } => HYDRA_PROBE_E_UNSUPPORTED_VERSION,
-        E::SlotOutOfRange { .. } => HYDRA_PROBE_E_SLOT_OUT_OF_RANGE,
-        E::Truncated { .. }
-        | E::BadMagic { .. }
-        | E::ForeignByteOrder { .. }
-        | E::BadByteOrderMark { .. }
-        | E::BadGeometry { .. }
-        | E::SlotTableOutOfBounds { .. }
-        | E::SizeMismatch { .. }
-        | E::NotReady { .. }
-        | E::BadState { .. }
-        | E::Torn { .. }
-        | E::Contended { .. } => HYDRA_PROBE_E_NOT_A_SEGMENT,
-        // Writer-side errors (and variants added later) never come out of a reader.
-        _ => HYDRA_PROBE_E_INTERNAL,
-    }
-}
-
-impl From<hydra_layout::Error> for FfiError {
-    fn from(e: hydra_layout::Error) -> Self {
-        Self::new(layout_code(&e), e.to_string())
-    }
-}
-
-impl From<ProbeError> for FfiError {
-    fn from(e: ProbeError) -> Self {
-        let code = match &e {
-            ProbeError::Layout(inner) => layout_code(inner),
-            ProbeError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                HYDRA_PROBE_E_NOT_FOUND
-            }
-            ProbeError::Io { .. } => HYDRA_PROBE_E_IO,
-            ProbeError::NoEngines { .. } | ProbeError::UnknownEngine { .. } => {
-                HYDRA_PROBE_E_NOT_FOUND
-            }
-            ProbeError::AmbiguousEngine { .. } => HYDRA_PROBE_E_INVALID_ARGUMENT,
-            ProbeError::SlotOutOfRange { .. } => HYDRA_PROBE_E_SLOT_OUT_OF_RANGE,
-            // `ProbeError` is non-exhaustive: a variant added later is a bug until mapped.
-            _ => HYDRA_PROBE_E_INTERNAL,
-        };
-        Self::new(code, e.to_string())
-    }
-}
+/// The reader ABI for the shared FFI plumbing (`hydra-ffi-support`).
+pub(crate) struct ProbeAbi;
 
 thread_local! {
     /// Message of the last failed call on this thread ("" after a successful one).
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-pub(crate) fn set_last_error(message: String) {
-    LAST_ERROR.with(|m| *m.borrow_mut() = message);
+impl Abi for ProbeAbi {
+    const LIBRARY: &'static str = "libhydra_probe_ffi";
+    const OK: i32 = HYDRA_PROBE_OK;
+    const E_NULL: i32 = HYDRA_PROBE_E_NULL;
+    const E_BUFFER_TOO_SMALL: i32 = HYDRA_PROBE_E_BUFFER_TOO_SMALL;
+    const E_INTERNAL: i32 = HYDRA_PROBE_E_INTERNAL;
+
+    fn code_of(kind: ErrorKind) -> i32 {
+        match kind {
+            ErrorKind::NotFound => HYDRA_PROBE_E_NOT_FOUND,
+            ErrorKind::Io | ErrorKind::SizeChanged => HYDRA_PROBE_E_IO,
+            ErrorKind::InvalidArgument => HYDRA_PROBE_E_INVALID_ARGUMENT,
+            ErrorKind::Symlink
+            | ErrorKind::NotRegularFile
+            | ErrorKind::WrongOwner
+            | ErrorKind::UnsafeDirectory => HYDRA_PROBE_E_REFUSED,
+            ErrorKind::UnsupportedVersion => HYDRA_PROBE_E_UNSUPPORTED_VERSION,
+            ErrorKind::SlotOutOfRange => HYDRA_PROBE_E_SLOT_OUT_OF_RANGE,
+            ErrorKind::Truncated
+            | ErrorKind::BadMagic
+            | ErrorKind::ByteOrder
+            | ErrorKind::BadGeometry
+            | ErrorKind::NotReady
+            | ErrorKind::BadState
+            | ErrorKind::Torn => HYDRA_PROBE_E_NOT_A_SEGMENT,
+            // Only creating a segment can find its id in use: never a reader's failure.
+            ErrorKind::EngineIdInUse => HYDRA_PROBE_E_INTERNAL,
+        }
+    }
+
+    fn last_error() -> &'static LocalKey<RefCell<String>> {
+        &LAST_ERROR
+    }
 }
 
-pub(crate) fn last_error() -> String {
-    LAST_ERROR.with(|m| m.borrow().clone())
+/// A probe error on its way to the C caller.
+pub(crate) fn probe_error(e: ProbeError) -> FfiError {
+    FfiError::new(e.kind(), e.to_string())
 }
 
-/// Runs an exported function's body: clears the last error, catches any panic, and turns
-/// the outcome into a return code (storing the message of a failure).
+/// Runs an exported function's body under the shared guard with this ABI's codes.
 pub(crate) fn guard(body: impl FnOnce() -> Result<(), FfiError>) -> i32 {
-    set_last_error(String::new());
-    // AssertUnwindSafe: after a panic the only state we touch again is the thread-local
-    // message (rewritten below); handles are only read by the bodies.
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => HYDRA_PROBE_OK,
-        Ok(Err(e)) => {
-            set_last_error(e.message);
-            e.code
-        }
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_owned());
-            set_last_error(format!(
-                "internal error in libhydra_probe_ffi (a bug): {what}"
-            ));
-            HYDRA_PROBE_E_INTERNAL
-        }
-    }
-}
-
-/// Reads a required NUL-terminated UTF-8 string argument.
-///
-/// # Safety
-/// `p` is NULL or points to a NUL-terminated string that stays valid and unchanged for `'a`.
-pub(crate) unsafe fn arg_str<'a>(p: *const c_char, name: &str) -> Result<&'a str, FfiError> {
-    if p.is_null() {
-        return Err(FfiError::null(name));
-    }
-    // SAFETY: `p` is not NULL (checked above), and the caller guarantees it points to a
-    // NUL-terminated string valid for `'a`.
-    let c = unsafe { CStr::from_ptr(p) };
-    c.to_str()
-        .map_err(|_| FfiError::invalid(format!("argument `{name}` is not valid UTF-8")))
-}
-
-/// Copies `text` and a NUL into the caller's buffer `buf` of `cap` bytes, storing the
-/// needed size (`text.len() + 1`) in `needed` when that is not NULL.
-///
-/// When the buffer is too small: with `truncate`, the longest prefix that fits (cut at a
-/// UTF-8 boundary) is copied, NUL-terminated; without, an empty string is stored (if
-/// `cap > 0`). Either way the result is [`HYDRA_PROBE_E_BUFFER_TOO_SMALL`].
-///
-/// # Safety
-/// - `buf` is NULL or valid for writes of `cap` bytes;
-/// - `needed` is NULL or valid for a write of one `usize`.
-pub(crate) unsafe fn copy_out(
-    text: &str,
-    buf: *mut c_char,
-    cap: usize,
-    needed: *mut usize,
-    truncate: bool,
-) -> Result<(), FfiError> {
-    if buf.is_null() && cap > 0 {
-        return Err(FfiError::null("buf"));
-    }
-    let need = text.len() + 1;
-    if !needed.is_null() {
-        // SAFETY: `needed` is not NULL and the caller guarantees it is valid for a write.
-        unsafe { needed.write(need) };
-    }
-    let fits = need <= cap;
-    let copy = if fits {
-        text.len()
-    } else if truncate && cap > 0 {
-        let mut end = cap - 1;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        end
-    } else {
-        0
-    };
-    if cap > 0 {
-        // `buf` is not NULL (cap > 0; the NULL case returned above); `text` is Rust-owned.
-        // SAFETY: `buf` is valid for `cap` bytes (caller) and `copy + 1 <= cap` (every branch).
-        unsafe {
-            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), copy);
-            buf.add(copy).write(0);
-        }
-    }
-    if fits {
-        Ok(())
-    } else {
-        Err(FfiError::new(
-            HYDRA_PROBE_E_BUFFER_TOO_SMALL,
-            format!("buffer of {cap} bytes is too small: {need} needed"),
-        ))
-    }
+    hydra_ffi_support::guard::<ProbeAbi>(body)
 }
 
 /// Static, NUL-terminated name of an error code (for logs).

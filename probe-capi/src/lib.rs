@@ -34,8 +34,9 @@ pub use error::{
     HYDRA_PROBE_OK,
 };
 
-use error::{arg_str, copy_out, guard, FfiError};
-use hydra_layout::{clock, naming, SegmentReader};
+use error::{guard, probe_error, ProbeAbi};
+use hydra_ffi_support::{arg_str, copy_out, out_ptr, ErrorKind, FfiError, Overflow};
+use hydra_layout::{clock, naming, Phase, SegmentReader};
 use hydra_probe::{
     EngineHealth, EngineView, HydraMeta, ProbeError, SlotClass, SlotView, Thresholds,
 };
@@ -62,6 +63,17 @@ pub const HYDRA_PROBE_PHASE_DECODE: u64 = 3;
 pub const HYDRA_PROBE_PHASE_SAVE: u64 = 4;
 /// Raw phase value: restoring the KV state (work in bytes).
 pub const HYDRA_PROBE_PHASE_RESTORE: u64 = 5;
+
+// Every raw phase constant is the wire value of its `Phase` (the writer ABI asserts the
+// same of its constants, so the two ABIs agree).
+const _: () = {
+    assert!(HYDRA_PROBE_PHASE_IDLE == Phase::Idle.to_raw());
+    assert!(HYDRA_PROBE_PHASE_QUEUED == Phase::Queued.to_raw());
+    assert!(HYDRA_PROBE_PHASE_PREFILL == Phase::Prefill.to_raw());
+    assert!(HYDRA_PROBE_PHASE_DECODE == Phase::Decode.to_raw());
+    assert!(HYDRA_PROBE_PHASE_SAVE == Phase::Save.to_raw());
+    assert!(HYDRA_PROBE_PHASE_RESTORE == Phase::Restore.to_raw());
+};
 
 /// Classification of a slot (see the probe's `classify` module for the rules).
 #[repr(i32)]
@@ -97,6 +109,18 @@ impl From<SlotClass> for HydraProbeSlotClass {
     }
 }
 
+// Each C class value is the position of the same class in `SlotClass::ALL` (severity
+// order), and there are as many C values as Rust classes.
+const _: () = {
+    macro_rules! same {
+        ($($c:ident),*) => {$(
+            assert!(SlotClass::ALL[HydraProbeSlotClass::$c as usize] as u8 == SlotClass::$c as u8);
+        )*};
+    }
+    same!(Idle, Queued, Progressing, Slow, Stalled, Orphaned, Torn);
+    assert!(SlotClass::ALL.len() == HydraProbeSlotClass::Torn as usize + 1);
+};
+
 /// Health of an engine.
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +134,15 @@ pub enum HydraProbeEngineHealth {
     /// The writer died (lock free, segment never closed).
     Dead = 3,
 }
+
+const _: () = {
+    macro_rules! same {
+        ($($h:ident),*) => {$(
+            assert!(HydraProbeEngineHealth::$h as i32 == EngineHealth::$h as i32);
+        )*};
+    }
+    same!(Live, Hung, Closed, Dead);
+};
 
 impl From<EngineHealth> for HydraProbeEngineHealth {
     fn from(h: EngineHealth) -> Self {
@@ -323,11 +356,7 @@ pub struct HydraProbe {
 impl HydraProbe {
     fn capture(&self) -> Result<EngineView, FfiError> {
         let t = *self.thresholds.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(EngineView::capture(
-            &self.reader,
-            clock::monotonic_ns(),
-            &t,
-        )?)
+        EngineView::capture(&self.reader, clock::monotonic_ns(), &t).map_err(probe_error)
     }
 }
 
@@ -347,16 +376,7 @@ fn dir_arg(dir: &str) -> PathBuf {
 unsafe fn handle<'a>(h: *const HydraProbe) -> Result<&'a HydraProbe, FfiError> {
     // SAFETY: the caller guarantees `h` is NULL or a live handle (a `Box<HydraProbe>`
     // leaked by `hydra_probe_open`), only read through shared references.
-    unsafe { h.as_ref() }.ok_or_else(|| FfiError::null("probe"))
-}
-
-/// Checks a required out-pointer argument.
-fn out_ptr<T>(p: *mut T, name: &str) -> Result<*mut T, FfiError> {
-    if p.is_null() {
-        Err(FfiError::null(name))
-    } else {
-        Ok(p)
-    }
+    unsafe { hydra_ffi_support::handle(h, "probe") }
 }
 
 /// The ABI version, [`HYDRA_PROBE_ABI_VERSION`]. Check it at start-up against the header
@@ -387,16 +407,8 @@ pub unsafe extern "C" fn hydra_probe_last_error(
     cap: usize,
     needed: *mut usize,
 ) -> i32 {
-    let message = error::last_error();
-    let result = std::panic::catch_unwind(|| {
-        // SAFETY: the caller's guarantees on `buf`, `cap` and `needed` are copy_out's.
-        unsafe { copy_out(&message, buf, cap, needed, true) }
-    });
-    match result {
-        Ok(Ok(())) => HYDRA_PROBE_OK,
-        Ok(Err(e)) => e.code,
-        Err(_) => HYDRA_PROBE_E_INTERNAL,
-    }
+    // SAFETY: the caller's guarantees on `buf`, `cap` and `needed` are copy_last_error's.
+    unsafe { hydra_ffi_support::copy_last_error::<ProbeAbi>(buf, cap, needed) }
 }
 
 /// Fills `out` with the default thresholds: stall floor 30 s, stall factor 10, no budget
@@ -437,13 +449,19 @@ pub unsafe extern "C" fn hydra_probe_list(
         if ids.is_null() && capacity > 0 {
             return Err(FfiError::null("ids"));
         }
-        let found = hydra_probe::discover(&dir).map_err(|e| {
-            FfiError::from(ProbeError::Io {
-                op: "read directory",
-                path: dir.clone(),
-                source: e,
-            })
-        })?;
+        let found = match hydra_probe::discover(&dir) {
+            Ok(found) => found,
+            // Kept from ABI version 1: a missing directory lists as empty (engines create
+            // it when they start); the CLI and the exporter report it instead.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                return Err(probe_error(ProbeError::Io {
+                    op: "read directory",
+                    path: dir.clone(),
+                    source: e,
+                }))
+            }
+        };
         // SAFETY: `count` is not NULL and the caller guarantees it is writable.
         unsafe { count.write(found.len()) };
         for (i, d) in found.iter().take(capacity).enumerate() {
@@ -463,14 +481,11 @@ pub unsafe extern "C" fn hydra_probe_list(
             unsafe { ids.add(i).write(entry) };
         }
         if found.len() > capacity {
-            return Err(FfiError::new(
-                HYDRA_PROBE_E_BUFFER_TOO_SMALL,
-                format!(
-                    "{} engines in {}, room for {capacity}",
-                    found.len(),
-                    dir.display()
-                ),
-            ));
+            return Err(FfiError::buffer_too_small(format!(
+                "{} engines in {}, room for {capacity}",
+                found.len(),
+                dir.display()
+            )));
         }
         Ok(())
     })
@@ -503,7 +518,7 @@ pub unsafe extern "C" fn hydra_probe_open(
         if engine.is_empty() {
             return Err(FfiError::invalid("argument `engine` is empty"));
         }
-        let reader = hydra_probe::open(&dir_arg(dir), Some(engine))?;
+        let reader = hydra_probe::open(&dir_arg(dir), Some(engine)).map_err(probe_error)?;
         let handle = Box::new(HydraProbe {
             reader,
             thresholds: Mutex::new(Thresholds::default()),
@@ -588,7 +603,7 @@ pub unsafe extern "C" fn hydra_probe_read_slot(
         let probe = unsafe { handle(probe) }?;
         let out = out_ptr(out, "out")?;
         let view = probe.capture()?;
-        let v = view.slot(slot as usize)?;
+        let v = view.slot(slot as usize).map_err(probe_error)?;
         let value = HydraProbeSlot::from_view(&view, v);
         // SAFETY: `out` is not NULL and the caller guarantees it is writable.
         unsafe { out.write(value) };
@@ -621,11 +636,11 @@ pub unsafe extern "C" fn hydra_probe_meta_json(
             return Err(FfiError::null("buf"));
         }
         let view = probe.capture()?;
-        view.slot(slot as usize)?;
+        view.slot(slot as usize).map_err(probe_error)?;
         let meta = HydraMeta::from_view(&view, slot as usize)
-            .ok_or_else(|| FfiError::new(HYDRA_PROBE_E_SLOT_OUT_OF_RANGE, "no such slot"))?;
+            .ok_or_else(|| FfiError::new(ErrorKind::SlotOutOfRange, "no such slot"))?;
         // SAFETY: the caller's guarantees on `buf`, `cap` and `needed` are copy_out's.
-        unsafe { copy_out(&meta.to_json(), buf, cap, needed, false) }
+        unsafe { copy_out(&meta.to_json(), buf, cap, needed, Overflow::Empty) }
     })
 }
 

@@ -18,8 +18,8 @@ use hydra_layout::{
     clock, header as h, EngineDescription, Phase, SegmentConfig, SegmentReader, SegmentWriter,
     SlotState, WorkUnit,
 };
-use hydra_probe::cli::{self, Cli};
 use hydra_probe::{EngineView, Thresholds};
+use hydra_probe_cli::{self as cli, Cli};
 use hydra_probe_ffi::{self as ffi, HydraProbeEngineHealth, HydraProbeSlotClass};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -130,7 +130,7 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
-/// What `hydra-probe <args>` prints: the CLI's own code (`hydra_probe::cli::run`, all that
+/// What `hydra-probe <args>` prints: the CLI's own code (`hydra_probe_cli::run`, all that
 /// the binary's `main` calls), run in-process since the binary belongs to another crate.
 fn cli_output(args: &[&str]) -> String {
     let parsed = Cli::try_parse_from(std::iter::once("hydra-probe").chain(args.iter().copied()))

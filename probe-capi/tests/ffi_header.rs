@@ -13,44 +13,13 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-fn generate() -> String {
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
-        .expect("read probe-capi/cbindgen.toml");
-    let mut out = Vec::new();
-    cbindgen::Builder::new()
-        .with_config(config)
-        .with_src(crate_dir.join("src/lib.rs"))
-        .generate()
-        .expect("cbindgen failed on src/lib.rs")
-        .write(&mut out);
-    String::from_utf8(out).expect("cbindgen writes UTF-8")
-}
-
 #[test]
 fn committed_header_is_current() {
-    let path = workspace().join("include/hydra_probe.h");
-    let generated = generate();
-    if std::env::var_os("HYDRA_BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(&path, &generated).expect("write header");
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    if committed != generated {
-        let first = committed
-            .lines()
-            .zip(generated.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(committed.lines().count().min(generated.lines().count()));
-        panic!(
-            "{} is stale (first difference at line {}: committed {:?}, generated {:?}).\n\
-             Regenerate it with:  HYDRA_BLESS=1 cargo test -p hydra-probe-capi --test ffi_header",
-            path.display(),
-            first + 1,
-            committed.lines().nth(first),
-            generated.lines().nth(first),
-        );
-    }
+    hydra_ffi_support::header::assert_current(
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        &workspace().join("include/hydra_probe.h"),
+        "cargo test -p hydra-probe-capi --test ffi_header",
+    );
 }
 
 /// `(type, name)` of each field of `typedef struct <name> { ... } <name>;` in C.

@@ -58,14 +58,11 @@ fn kind_name(t: FileType) -> &'static str {
 }
 
 /// Lists `dir`: segments (regular files named `<valid id>.hps`) and strays. File types come
-/// from the directory entry (symbolic links are not followed). A missing directory is an
-/// empty scan: engines create it when they start.
+/// from the directory entry (symbolic links are not followed). A directory that does not
+/// exist or cannot be read is an error (never an empty scan: a wrong `--dir` must not look
+/// like a host without engines); an empty one is an empty scan.
 pub fn scan(dir: &Path) -> std::io::Result<Scan> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Scan::default()),
-        Err(e) => return Err(e),
-    };
+    let entries = std::fs::read_dir(dir)?;
     let mut scan = Scan::default();
     for entry in entries {
         let entry = entry?;
@@ -93,7 +90,7 @@ pub fn scan(dir: &Path) -> std::io::Result<Scan> {
 
 /// Every segment in `dir`: regular files named `<valid id>.hps`, sorted by engine id.
 /// Temporaries (`.<id>.<pid>.<hex>.tmp`), other names and non-regular entries are skipped;
-/// a missing directory gives an empty list.
+/// a missing or unreadable directory is an error (see [`scan`]).
 pub fn discover(dir: &Path) -> std::io::Result<Vec<Discovered>> {
     scan(dir).map(|s| s.segments)
 }
@@ -133,14 +130,11 @@ pub fn resolve(dir: &Path, engine: Option<&str>) -> Result<PathBuf, ProbeError> 
     if !name.is_empty() && Path::new(name).symlink_metadata().is_ok() {
         return Ok(PathBuf::from(name));
     }
+    // A directory that cannot be listed is the error to report, not "no such engine".
     Err(ProbeError::UnknownEngine {
         engine: name.to_owned(),
         dir: dir.to_path_buf(),
-        found: listing()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|d| d.engine_id)
-            .collect(),
+        found: listing()?.into_iter().map(|d| d.engine_id).collect(),
     })
 }
 
@@ -153,16 +147,10 @@ pub fn open(dir: &Path, engine: Option<&str>) -> Result<SegmentReader, ProbeErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hydra_layout::{SegmentConfig, SegmentWriter};
+    use hydra_layout::SegmentWriter;
 
     fn writer(dir: &Path, id: &str) -> SegmentWriter {
-        SegmentWriter::create(&SegmentConfig {
-            dir: dir.to_path_buf(),
-            engine_id: id.into(),
-            slot_count: 2,
-            description: Default::default(),
-        })
-        .unwrap()
+        crate::test_support::writer(dir, id, 2)
     }
 
     #[test]
@@ -183,13 +171,25 @@ mod tests {
             ("d", "directory")
         );
         assert_eq!(discover(&dir).unwrap(), s.segments);
-        assert!(discover(&tmp.path().join("missing")).unwrap().is_empty());
+        let missing = discover(&tmp.path().join("missing")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        std::fs::create_dir(tmp.path().join("empty")).unwrap();
+        assert!(discover(&tmp.path().join("empty")).unwrap().is_empty());
     }
 
     #[test]
     fn resolves_names() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("segs");
+        for engine in [None, Some("zz")] {
+            match resolve(&dir, engine) {
+                Err(e @ ProbeError::Io { .. }) => {
+                    assert!(e.to_string().contains(&*dir.to_string_lossy()), "{e}")
+                }
+                other => panic!("missing directory, {engine:?}: {other:?}"),
+            }
+        }
+        std::fs::create_dir(&dir).unwrap();
         assert!(matches!(
             resolve(&dir, None),
             Err(ProbeError::NoEngines { .. })

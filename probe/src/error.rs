@@ -66,7 +66,22 @@ fn found_list(found: &[String]) -> String {
 }
 
 impl ProbeError {
-    pub(crate) fn io(
+    /// The kind of this error, in the classification every surface maps from
+    /// ([`hydra_layout::ErrorKind`]): a layout error keeps its own kind; a directory or
+    /// engine that is not there is [`ErrorKind::NotFound`](hydra_layout::ErrorKind::NotFound).
+    pub fn kind(&self) -> hydra_layout::ErrorKind {
+        use hydra_layout::ErrorKind;
+        match self {
+            Self::Layout(e) => e.kind(),
+            Self::Io { source, .. } => ErrorKind::of_io(source),
+            Self::NoEngines { .. } | Self::UnknownEngine { .. } => ErrorKind::NotFound,
+            Self::AmbiguousEngine { .. } => ErrorKind::InvalidArgument,
+            Self::SlotOutOfRange { .. } => ErrorKind::SlotOutOfRange,
+        }
+    }
+
+    /// An [`ProbeError::Io`]: `op` ("read directory", ...) failed on `path`.
+    pub fn io(
         op: &'static str,
         path: impl Into<PathBuf>,
         source: impl Into<std::io::Error>,

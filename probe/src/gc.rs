@@ -13,25 +13,22 @@
 //! while they create and rename (so no new segment can appear under the name meanwhile):
 //! the file is reopened without following symlinks, its liveness re-read, `LOCK_EX|LOCK_NB`
 //! taken on it (a live writer holds `LOCK_EX`, so getting it proves there is none), and the
-//! name is checked to still refer to the very inode that was locked.
+//! name is checked to still refer to the very inode that was locked. Those steps, the
+//! temporary names and the directory lock are the segment-directory protocol of
+//! [`hydra_layout::directory`], which the writer follows too; this module only decides
+//! what is removable.
 
 use crate::error::ProbeError;
-use hydra_layout::naming::{engine_id_of, validate_engine_id};
+use hydra_layout::directory::{EntryName, Removal, SegmentDir};
 use hydra_layout::{Liveness, SegmentReader};
-use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
-use rustix::io::Errno;
 use serde::Serialize;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
+
+pub use hydra_layout::directory::temporary_engine_id;
 
 /// How long gc waits for the directory lock (creators hold it for milliseconds).
 const DIR_LOCK_WAIT: Duration = Duration::from_secs(2);
-/// How long gc retries a file lock held by a momentary reader probe (microseconds in
-/// practice); a live writer holds it forever.
-const FILE_LOCK_WAIT: Duration = Duration::from_millis(200);
-/// Pause between lock attempts.
-const LOCK_RETRY: Duration = Duration::from_millis(2);
 
 /// What gc does.
 #[derive(Debug, Clone, Copy)]
@@ -91,61 +88,24 @@ pub struct GcEntry {
     pub reason: String,
 }
 
-enum Kind {
-    Segment,
-    Temporary,
-}
-
-/// The engine id of a creation temporary name `.<id>.<pid>.<hex>.tmp`.
-pub fn temporary_engine_id(name: &str) -> Option<&str> {
-    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
-    let mut parts = inner.rsplitn(3, '.');
-    let hex = parts.next()?;
-    let pid = parts.next()?;
-    let id = parts.next()?;
-    let ok = !hex.is_empty()
-        && hex.bytes().all(|b| b.is_ascii_hexdigit())
-        && !pid.is_empty()
-        && pid.bytes().all(|b| b.is_ascii_digit())
-        && validate_engine_id(id).is_ok();
-    ok.then_some(id)
-}
-
 /// Runs gc over `dir` (see the module docs). Entries that are neither segments nor
-/// temporaries are not reported. A missing directory is an empty result.
+/// temporaries are not reported. A directory that does not exist or cannot be read is an
+/// error.
 pub fn gc(dir: &Path, opts: &GcOptions) -> Result<Vec<GcEntry>, ProbeError> {
-    let dir_fd = match rustix::fs::open(
-        dir,
-        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(Vec::new()),
-        Err(e) => return Err(ProbeError::io("open directory", dir, e)),
-    };
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| ProbeError::io("read directory", dir, e))? {
-        let entry = entry.map_err(|e| ProbeError::io("read directory", dir, e))?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+    let segment_dir = SegmentDir::open(dir)?;
+    let mut out = Vec::new();
+    for name in segment_dir.entries()? {
+        let Some(entry) = EntryName::of(&name) else {
             continue;
         };
-        if let Some(id) = engine_id_of(&name) {
-            names.push((name.clone(), id.to_owned(), Kind::Segment));
-        } else if let Some(id) = temporary_engine_id(&name) {
-            names.push((name.clone(), id.to_owned(), Kind::Temporary));
-        }
-    }
-    names.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out = Vec::with_capacity(names.len());
-    for (name, engine_id, kind) in names {
         let path = dir.join(&name);
-        let (action, reason) = match kind {
-            Kind::Segment => gc_segment(&dir_fd, dir, &name, &path, opts),
-            Kind::Temporary => gc_temporary(&dir_fd, dir, &name, &path, opts),
+        let (action, reason) = match entry {
+            EntryName::Segment(_) => gc_segment(&segment_dir, &name, &path, opts),
+            EntryName::Temporary(_) => gc_temporary(&segment_dir, &name, opts),
         };
         out.push(GcEntry {
+            engine_id: entry.engine_id().to_owned(),
             path,
-            engine_id,
             action,
             reason,
         });
@@ -169,13 +129,7 @@ fn removable_segment(path: &Path) -> Result<(String, u64), String> {
     }
 }
 
-fn gc_segment(
-    dir_fd: &OwnedFd,
-    dir: &Path,
-    name: &str,
-    path: &Path,
-    opts: &GcOptions,
-) -> (GcAction, String) {
+fn gc_segment(dir: &SegmentDir, name: &str, path: &Path, opts: &GcOptions) -> (GcAction, String) {
     let (why, instance) = match removable_segment(path) {
         Ok(v) => v,
         Err(keep) => return (GcAction::Kept, keep),
@@ -183,177 +137,66 @@ fn gc_segment(
     if opts.dry_run {
         return (GcAction::WouldRemove, why);
     }
-    with_dir_lock(dir_fd, dir, || {
+    with_dir_lock(dir, || {
         // Re-check under the directory lock: same segment, still not live.
         match removable_segment(path) {
             Ok((_, again)) if again == instance => {}
             Ok(_) => return (GcAction::Kept, "replaced by a new segment meanwhile".into()),
             Err(keep) => return (GcAction::Kept, keep),
         }
-        remove_locked(dir_fd, name, path, why)
+        removal(dir.remove(name), why)
     })
 }
 
-fn gc_temporary(
-    dir_fd: &OwnedFd,
-    dir: &Path,
-    name: &str,
-    path: &Path,
-    opts: &GcOptions,
-) -> (GcAction, String) {
-    let check = || -> Result<String, String> {
-        let fd = open_nofollow(dir_fd, name).map_err(|e| format!("cannot open: {e}"))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| format!("cannot stat: {e}"))?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err("not a regular file".into());
-        }
-        let mtime = SystemTime::UNIX_EPOCH
-            + Duration::new(
-                st.st_mtime.max(0) as u64,
-                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
-            );
-        let age = SystemTime::now().duration_since(mtime).unwrap_or_default();
-        if age <= opts.tmp_min_age {
-            return Err(format!(
-                "creation temporary only {}s old (minimum {}s)",
-                age.as_secs(),
-                opts.tmp_min_age.as_secs()
-            ));
-        }
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(format!(
-                "stale creation temporary, {}s old, lock free",
-                age.as_secs()
-            )),
-            Err(Errno::WOULDBLOCK) => Err("creation temporary locked by its creator".into()),
-            Err(e) => Err(format!("cannot lock: {e}")),
-        }
-    };
-    let why = match check() {
+fn gc_temporary(dir: &SegmentDir, name: &str, opts: &GcOptions) -> (GcAction, String) {
+    let why = match dir.stale_temporary(name, opts.tmp_min_age) {
         Ok(why) => why,
         Err(keep) => return (GcAction::Kept, keep),
     };
     if opts.dry_run {
         return (GcAction::WouldRemove, why);
     }
-    with_dir_lock(dir_fd, dir, || match check() {
-        Ok(_) => remove_locked(dir_fd, name, path, why),
+    with_dir_lock(dir, || match dir.stale_temporary(name, opts.tmp_min_age) {
+        Ok(_) => removal(dir.remove(name), why),
         Err(keep) => (GcAction::Kept, keep),
     })
 }
 
-fn open_nofollow(dir_fd: &OwnedFd, name: &str) -> rustix::io::Result<OwnedFd> {
-    rustix::fs::openat(
-        dir_fd,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-}
-
-/// Takes `LOCK_EX` on the file (proof that no writer holds it), checks the name still
-/// refers to the locked inode, and unlinks it. Called under the directory lock.
-fn remove_locked(dir_fd: &OwnedFd, name: &str, path: &Path, why: String) -> (GcAction, String) {
-    let fd = match open_nofollow(dir_fd, name) {
-        Ok(fd) => fd,
-        Err(e) => return (GcAction::Failed, format!("reopen {}: {e}", path.display())),
-    };
-    match lock_with_deadline(&fd, FILE_LOCK_WAIT) {
-        Ok(true) => {}
-        Ok(false) => {
-            return (
-                GcAction::Kept,
-                "its lock is held (a writer appeared)".into(),
-            )
-        }
-        Err(e) => return (GcAction::Failed, format!("lock {}: {e}", path.display())),
-    }
-    let same = match (
-        rustix::fs::fstat(&fd),
-        rustix::fs::statat(dir_fd, name, AtFlags::SYMLINK_NOFOLLOW),
-    ) {
-        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
-        _ => false,
-    };
-    if !same {
-        return (GcAction::Kept, "the name changed while checking".into());
-    }
-    match rustix::fs::unlinkat(dir_fd, name, AtFlags::empty()) {
-        Ok(()) => (GcAction::Removed, why),
-        Err(e) => (GcAction::Failed, format!("unlink {}: {e}", path.display())),
+fn removal(r: Removal, why: String) -> (GcAction, String) {
+    match r {
+        Removal::Removed => (GcAction::Removed, why),
+        Removal::Kept(reason) => (GcAction::Kept, reason),
+        Removal::Failed(reason) => (GcAction::Failed, reason),
     }
 }
 
-/// `LOCK_EX|LOCK_NB` retried until `wait` passes; Ok(false) if still held.
-fn lock_with_deadline(fd: impl AsFd, wait: Duration) -> rustix::io::Result<bool> {
-    let deadline = Instant::now() + wait;
-    loop {
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(true),
-            Err(Errno::WOULDBLOCK) if Instant::now() < deadline => std::thread::sleep(LOCK_RETRY),
-            Err(Errno::WOULDBLOCK) => return Ok(false),
-            Err(e) => return Err(e),
-        }
+fn with_dir_lock(dir: &SegmentDir, f: impl FnOnce() -> (GcAction, String)) -> (GcAction, String) {
+    match dir.with_lock(DIR_LOCK_WAIT, f) {
+        Ok(Some(result)) => result,
+        Ok(None) => (
+            GcAction::Failed,
+            format!(
+                "directory {} stayed locked by a creator",
+                dir.path().display()
+            ),
+        ),
+        Err(e) => (GcAction::Failed, e.to_string()),
     }
-}
-
-fn with_dir_lock(
-    dir_fd: &OwnedFd,
-    dir: &Path,
-    f: impl FnOnce() -> (GcAction, String),
-) -> (GcAction, String) {
-    match lock_with_deadline(dir_fd, DIR_LOCK_WAIT) {
-        Ok(true) => {}
-        Ok(false) => {
-            return (
-                GcAction::Failed,
-                format!("directory {} stayed locked by a creator", dir.display()),
-            )
-        }
-        Err(e) => {
-            return (
-                GcAction::Failed,
-                format!("lock directory {}: {e}", dir.display()),
-            )
-        }
-    }
-    let result = f();
-    let _ = rustix::fs::flock(dir_fd, FlockOperation::Unlock);
-    result
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hydra_layout::{SegmentConfig, SegmentWriter};
+    use hydra_layout::SegmentWriter;
+    use rustix::fs::FlockOperation;
+    use std::time::SystemTime;
 
     fn writer(dir: &Path, id: &str) -> SegmentWriter {
-        SegmentWriter::create(&SegmentConfig {
-            dir: dir.to_path_buf(),
-            engine_id: id.into(),
-            slot_count: 1,
-            description: Default::default(),
-        })
-        .unwrap()
+        crate::test_support::writer(dir, id, 1)
     }
 
     fn action_of<'a>(entries: &'a [GcEntry], id: &str) -> &'a GcEntry {
         entries.iter().find(|e| e.engine_id == id).unwrap()
-    }
-
-    #[test]
-    fn temporary_names() {
-        assert_eq!(temporary_engine_id(".e1.123.00ff.tmp"), Some("e1"));
-        assert_eq!(temporary_engine_id(".a.b.123.00ff.tmp"), Some("a.b"));
-        for bad in [
-            ".e1.x.00ff.tmp",
-            ".e1.123.zz.tmp",
-            "e1.123.ff.tmp",
-            ".e1.123.ff",
-            "..1.f.tmp",
-        ] {
-            assert_eq!(temporary_engine_id(bad), None, "{bad}");
-        }
     }
 
     #[test]
@@ -398,9 +241,10 @@ mod tests {
             dir.join("live.hps").exists() && dir.join("junk.hps").exists() && fresh_tmp.exists()
         );
         drop(live);
-        assert!(gc(&tmp.path().join("missing"), &GcOptions::default())
-            .unwrap()
-            .is_empty());
+        let missing = tmp.path().join("missing");
+        let e = gc(&missing, &GcOptions::default()).unwrap_err();
+        assert_eq!(e.kind(), hydra_layout::ErrorKind::NotFound);
+        assert!(e.to_string().contains(&*missing.to_string_lossy()), "{e}");
     }
 
     #[test]

@@ -14,17 +14,19 @@
 //! - The C ABI over all of this is the separate crate `hydra-probe-capi`
 //!   (`libhydra_probe_ffi`, `include/hydra_probe.h`).
 //! - [`findings`] turns a view into Nagios-style findings; [`gc()`] removes what dead
-//!   engines left behind.
-//! - With the default `cli` feature: the `hydra-probe` binary's logic in [`cli`], including
-//!   [`cli::ThresholdArgs`], the clap flags other tools reuse.
+//!   engines left behind, following the directory protocol of [`hydra_layout::directory`].
+//! - With the `clap` feature: `ThresholdArgs`, the classification flags as clap
+//!   arguments that the `hydra-probe` CLI (crate `hydra-probe-cli`) and the exporter share.
+//!   Without it this library links no command-line crate.
 //!
 //! ```no_run
 //! use hydra_probe::{EngineView, HydraMeta, Thresholds};
 //! use hydra_layout::{clock, naming};
 //! # fn main() -> Result<(), hydra_probe::ProbeError> {
 //! let dir = naming::resolve_dir(None);
-//! for found in hydra_probe::discover(&dir).map_err(|e| hydra_probe::ProbeError::Io {
-//!     op: "read directory", path: dir.clone(), source: e })? {
+//! for found in hydra_probe::discover(&dir)
+//!     .map_err(|e| hydra_probe::ProbeError::io("read directory", &dir, e))?
+//! {
 //!     let reader = hydra_layout::SegmentReader::open(&found.path)?;
 //!     let view = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())?;
 //!     println!("{}: {}", view.engine_id, view.health.as_str());
@@ -39,9 +41,9 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "clap")]
+mod args;
 pub mod classify;
-#[cfg(feature = "cli")]
-pub mod cli;
 mod discover;
 mod error;
 mod findings;
@@ -49,9 +51,13 @@ mod gc;
 pub mod human;
 mod meta;
 mod ser;
+#[cfg(test)]
+mod test_support;
 mod thresholds;
 mod view;
 
+#[cfg(feature = "clap")]
+pub use args::ThresholdArgs;
 pub use classify::{EngineHealth, Severity, SlotClass};
 pub use discover::{discover, open, resolve, scan, Discovered, Scan, Stray};
 pub use error::ProbeError;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// One second in ns.
 pub const S: u64 = 1_000_000_000;
 
-/// A temporary directory; segments live in `dir` (created by the first writer, 0750).
+/// A temporary directory; segments live in `dir` (0750, empty at first).
 pub struct Scratch {
     pub tmp: tempfile::TempDir,
     pub dir: PathBuf,
@@ -29,6 +29,9 @@ impl Scratch {
     pub fn new() -> Self {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().join("segs");
+        std::fs::create_dir(&dir).expect("mkdir segs");
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o750))
+            .expect("chmod segs");
         Self { tmp, dir }
     }
 
@@ -330,9 +333,14 @@ impl Exporter {
         http_get(&self.url(path), Some(accept))
     }
 
+    /// The exporter's log (stderr) so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
     /// The command line and the exporter's log so far.
     pub fn diagnostics(&self) -> String {
-        let log = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+        let log = self.log();
         let tail: String = log
             .lines()
             .rev()

@@ -32,26 +32,8 @@ pub fn render_prometheus_client(
 ) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(EngineMetrics(collection)));
-    registry.register(
-        "hydra_exporter_read_errors",
-        "Segments (or the directory) that could not be read, by kind of error",
-        stats.read_errors.clone(),
-    );
-    registry.register(
-        "hydra_exporter_torn_reads",
-        "Slot records read as torn (writer stopped mid-update) or always changing",
-        stats.torn_reads.clone(),
-    );
-    registry.register(
-        "hydra_exporter_seqlock_retries",
-        "Failed seqlock read attempts before a consistent slot copy",
-        stats.seqlock_retries.clone(),
-    );
-    registry.register(
-        "hydra_exporter_scrapes",
-        "Collections of the segment directory",
-        stats.scrapes.clone(),
-    );
+    // The exporter's own metrics were always registered from its `ExporterStats`.
+    hydra_exporter::metrics::register_stats(&mut registry, stats);
     let mut out = String::with_capacity(64 * 1024);
     // Writing into a String cannot fail; an encoder error would be a bug in a label set.
     let res = match format {

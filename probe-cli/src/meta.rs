@@ -2,8 +2,8 @@
 
 use super::output::json_line;
 use super::{Context, EXIT_OK};
-use crate::{EngineView, HydraMeta};
 use hydra_layout::clock;
+use hydra_probe::{EngineView, HydraMeta};
 use std::io::Write;
 
 pub(super) fn run(
@@ -12,15 +12,16 @@ pub(super) fn run(
     slot: usize,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let reader = crate::open(&ctx.dir, Some(engine))?;
+    let reader = hydra_probe::open(&ctx.dir, Some(engine))?;
     let view = EngineView::capture(&reader, clock::monotonic_ns(), &ctx.thresholds)?;
     view.slot(slot)?;
-    let meta =
-        HydraMeta::from_view(&view, slot).ok_or_else(|| crate::ProbeError::SlotOutOfRange {
+    let meta = HydraMeta::from_view(&view, slot).ok_or_else(|| {
+        hydra_probe::ProbeError::SlotOutOfRange {
             engine: view.engine_id.clone(),
             slot,
             count: view.slots.len(),
-        })?;
+        }
+    })?;
     json_line(out, &meta)?;
     Ok(EXIT_OK)
 }

@@ -2,11 +2,11 @@
 
 use super::output::json_line;
 use super::{Context, EXIT_OK, EXIT_UNKNOWN};
-use crate::{GcAction, GcOptions};
+use hydra_probe::{GcAction, GcOptions};
 use std::io::Write;
 
 pub(super) fn run(ctx: &Context, dry_run: bool, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let entries = crate::gc(
+    let entries = hydra_probe::gc(
         &ctx.dir,
         &GcOptions {
             dry_run,

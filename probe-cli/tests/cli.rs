@@ -99,11 +99,59 @@ fn no_engines() {
         .code_is(3)
         .error_is("no engines found in");
     s.probe(&["gc"]).code_is(0);
-    // A directory that does not exist yet is the same as an empty one.
+}
+
+/// Every subcommand that scans a directory, with and without an engine named.
+const SCANNING: &[&[&str]] = &[
+    &["list"],
+    &["--json", "list"],
+    &["show"],
+    &["show", "e1"],
+    &["meta", "e1", "0"],
+    &["watch", "--count", "1"],
+    &["check"],
+    &["check", "e1"],
+    &["gc"],
+    &["gc", "--dry-run"],
+];
+
+#[test]
+fn a_wrong_directory_is_an_error_never_an_empty_success() {
+    let s = Scratch::new();
     let missing = s.tmp.path().join("nope");
+    let not_a_dir = s.tmp.path().join("file");
+    std::fs::write(&not_a_dir, b"x").unwrap();
+    for dir in [&missing, &not_a_dir] {
+        let dir = dir.to_str().unwrap();
+        for args in SCANNING {
+            let mut all = vec!["--dir", dir];
+            all.extend_from_slice(args);
+            s.probe_bare(&all, None).code_is(3).error_is(dir);
+        }
+    }
+    // An unreadable directory too (root reads every directory: nothing to check then).
+    if rustix::process::geteuid().as_raw() != 0 {
+        let locked = s.tmp.path().join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000))
+            .unwrap();
+        let dir = locked.to_str().unwrap();
+        for args in SCANNING {
+            let mut all = vec!["--dir", dir];
+            all.extend_from_slice(args);
+            s.probe_bare(&all, None).code_is(3).error_is(dir);
+        }
+        std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+    }
+    // The same directory, once it exists and is empty, is a host without engines.
+    std::fs::create_dir(&missing).unwrap();
     s.probe_bare(&["--dir", missing.to_str().unwrap(), "list"], None)
         .code_is(0)
         .stdout_has("no engines found");
+    s.probe_bare(&["--dir", missing.to_str().unwrap(), "gc"], None)
+        .code_is(0)
+        .stdout_has("nothing to do");
 }
 
 #[test]
@@ -115,6 +163,7 @@ fn dir_comes_from_the_environment() {
         .stdout_has("envy");
     // --dir beats the environment.
     let other = s.tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
     s.probe_bare(&["--dir", other.to_str().unwrap(), "list"], Some(&s.dir))
         .code_is(0)
         .stdout_has("no engines found");

@@ -4,8 +4,8 @@
 use super::output::json_line;
 use super::show::summary;
 use super::{Context, EXIT_OK};
-use crate::{human, EngineHealth, EngineView, SlotView};
 use hydra_layout::{clock, SegmentReader};
+use hydra_probe::{human, EngineHealth, EngineView, SlotView};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -19,7 +19,7 @@ pub(super) fn run(
     count: Option<u64>,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let path = crate::resolve(&ctx.dir, engine)?;
+    let path = hydra_probe::resolve(&ctx.dir, engine)?;
     let mut reader = SegmentReader::open(&path)?;
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     // If a handler cannot be installed, Ctrl-C keeps its default effect (exit by signal).
@@ -94,7 +94,7 @@ fn write_lines(out: &mut dyn Write, v: &EngineView) -> std::io::Result<()> {
     let shown: Vec<_> = v
         .slots
         .iter()
-        .filter(|s| s.class != crate::SlotClass::Idle)
+        .filter(|s| s.class != hydra_probe::SlotClass::Idle)
         .collect();
     if shown.is_empty() {
         writeln!(
@@ -140,7 +140,7 @@ impl Bars {
     fn update(&mut self, v: &EngineView) {
         self.header.set_message(summary(v));
         for s in &v.slots {
-            let shown = s.is_active() || s.class != crate::SlotClass::Idle;
+            let shown = s.is_active() || s.class != hydra_probe::SlotClass::Idle;
             if !shown {
                 if let Some(bar) = self.slots.remove(&s.slot) {
                     bar.finish_and_clear();

@@ -2,8 +2,8 @@
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
-use crate::{human, EngineView, SlotView};
 use hydra_layout::clock;
+use hydra_probe::{human, EngineView, SlotView};
 use std::io::Write;
 
 pub(super) fn run(
@@ -12,7 +12,7 @@ pub(super) fn run(
     slot: Option<usize>,
     out: &mut dyn Write,
 ) -> anyhow::Result<u8> {
-    let reader = crate::open(&ctx.dir, engine)?;
+    let reader = hydra_probe::open(&ctx.dir, engine)?;
     let mut view = EngineView::capture(&reader, clock::monotonic_ns(), &ctx.thresholds)?;
     if let Some(n) = slot {
         let one = view.slot(n)?.clone();

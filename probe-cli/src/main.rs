@@ -1,9 +1,9 @@
-//! `hydra-probe`: parses arguments, runs [`hydra_probe::cli::run`], maps the outcome to a
+//! `hydra-probe`: parses arguments, runs [`hydra_probe_cli::run`], maps the outcome to a
 //! Nagios-style exit status (0 ok, 1 warning, 2 critical, 3 unknown/error). Errors are one
 //! line on stderr; a closed output pipe is success.
 
 use clap::Parser;
-use hydra_probe::cli::{self, Cli};
+use hydra_probe_cli::{self as cli, Cli};
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -2,8 +2,8 @@
 
 use super::output::{json_line, table};
 use super::{Context, EXIT_OK};
-use crate::{human, scan, EngineView, ProbeError};
 use hydra_layout::{clock, SegmentReader};
+use hydra_probe::{human, scan, EngineView, ProbeError};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;

@@ -2,8 +2,8 @@
 
 use super::output::json_line;
 use super::Context;
-use crate::{findings, scan, EngineView, Finding, ProbeError, Severity};
 use hydra_layout::{clock, SegmentReader};
+use hydra_probe::{findings, scan, EngineView, Finding, ProbeError, Severity};
 use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
@@ -47,7 +47,7 @@ pub(super) fn run(ctx: &Context, engine: Option<&str>, out: &mut dyn Write) -> a
     };
     match engine {
         Some(name) => {
-            let path = crate::resolve(&ctx.dir, Some(name))?;
+            let path = hydra_probe::resolve(&ctx.dir, Some(name))?;
             check_one(name, &path, &mut all);
         }
         None => {

@@ -1,5 +1,10 @@
-//! The `hydra-probe` command line: argument types (clap derive) and one function per
-//! subcommand. `main.rs` only parses, calls [`run`] and maps the outcome to an exit status.
+//! The `hydra-probe` command line over the `hydra-probe` library: argument types (clap
+//! derive) and one function per subcommand. `main.rs` only parses, calls [`run`] and maps
+//! the outcome to an exit status. A crate of its own so that clap, indicatif, ctrlc and
+//! anyhow are linked by this binary only (`tests/dependencies.rs` checks it).
+//!
+//! A directory that does not exist or cannot be read is an error (exit 3, naming it) in
+//! every subcommand that scans one; an empty directory is a host without engines.
 //!
 //! # Exit status (Nagios style)
 //! | status | meaning |
@@ -8,6 +13,8 @@
 //! | 1 | WARNING: `check` found something slow |
 //! | 2 | CRITICAL: `check` found something stalled, dead, hung, orphaned or torn |
 //! | 3 | UNKNOWN: any error, usage errors included (unknown engine, unreadable file, ...) |
+
+#![deny(missing_docs)]
 
 mod args;
 mod check;
@@ -18,7 +25,8 @@ mod output;
 mod show;
 mod watch;
 
-pub use args::{Cli, Command, ThresholdArgs};
+pub use args::{Cli, Command};
+pub use hydra_probe::ThresholdArgs;
 pub use output::{clap_exit_code, is_broken_pipe, render_clap_error};
 
 use std::io::Write;
@@ -41,7 +49,7 @@ pub struct Context {
     /// Machine-readable output.
     pub json: bool,
     /// Classification thresholds.
-    pub thresholds: crate::Thresholds,
+    pub thresholds: hydra_probe::Thresholds,
 }
 
 /// Runs the parsed command line, writing to `out`; returns the exit status. Errors (exit 3)

@@ -1,7 +1,7 @@
 //! Command-line arguments.
 
-use crate::thresholds::{parse_duration, Thresholds};
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
+use hydra_probe::{parse_duration, ThresholdArgs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -72,46 +72,6 @@ pub enum Command {
     },
 }
 
-/// Classification threshold flags, reusable by any tool that classifies (the exporter
-/// flattens this into its own parser). Unset flags keep [`Thresholds::default`].
-#[derive(Debug, Clone, Default, Args)]
-pub struct ThresholdArgs {
-    /// Shortest silence that can make an active slot stalled [default: 30s]
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
-    pub stall_floor: Option<Duration>,
-    /// Stalled after this many expected step times of silence (if above the floor) [default: 10]
-    #[arg(long, global = true, value_name = "K", value_parser = parse_factor)]
-    pub stall_factor: Option<f64>,
-    /// A progressing slot whose ETA exceeds this is slow (e.g. 120, 90s, 5m) [default: none]
-    #[arg(long, global = true, value_name = "SECS", value_parser = parse_duration)]
-    pub budget: Option<Duration>,
-    /// Heartbeat age beyond which a live engine with no progressing slot is hung [default: 30s]
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
-    pub heartbeat_timeout: Option<Duration>,
-}
-
-impl ThresholdArgs {
-    /// The thresholds: defaults overridden by the flags given.
-    pub fn thresholds(&self) -> Thresholds {
-        let d = Thresholds::default();
-        Thresholds {
-            stall_floor: self.stall_floor.unwrap_or(d.stall_floor),
-            stall_factor: self.stall_factor.unwrap_or(d.stall_factor),
-            budget: self.budget.or(d.budget),
-            heartbeat_timeout: self.heartbeat_timeout.unwrap_or(d.heartbeat_timeout),
-        }
-    }
-}
-
-fn parse_factor(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(k) if k.is_finite() && k > 0.0 => Ok(k),
-        _ => Err(format!(
-            "invalid factor {s:?}: expected a positive number such as 10"
-        )),
-    }
-}
-
 fn parse_interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(10) {
@@ -124,6 +84,7 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use hydra_probe::Thresholds;
 
     #[test]
     fn cli_is_consistent() {
