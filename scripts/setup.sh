@@ -89,7 +89,7 @@ install_pip() {
     module=${entry#*|}
     python3 -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('$module') else 1)" \
       2>/dev/null && continue
-    say "installing $req (pip)"
+    say "installing ${req##* } (pip)"
     # Debian's Python refuses pip installs into the system environment (PEP 668) unless
     # told otherwise; the suite only needs these files, so install them there anyway.
     # shellcheck disable=SC2086 # $req holds the options and the requirement
