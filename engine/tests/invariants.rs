@@ -67,7 +67,7 @@ fn check(slot: usize, s: &SlotState, last: &mut Option<Last>, out: &mut Vec<Stri
     }
     // 4. Timestamps of a task are ordered.
     if s.task_id != 0
-        && !(s.task_start_ns <= s.phase_start_ns && s.phase_start_ns <= s.last_progress_ns)
+        && (s.task_start_ns > s.phase_start_ns || s.phase_start_ns > s.last_progress_ns)
     {
         fail("task_start <= phase_start <= last_progress does not hold");
     }
