@@ -16,8 +16,8 @@
 #   FUZZ_ARGS       extra libFuzzer flags, appended.
 #
 # The toolchain is stable; cargo-fuzz needs nightly-only rustc flags (-Zsanitizer,
-# sancov passes), which RUSTC_BOOTSTRAP=1 unlocks on stable. cargo-fuzz is installed with
-# `cargo install cargo-fuzz --locked` when missing. The target writes its input files under
+# sancov passes), which RUSTC_BOOTSTRAP=1 unlocks on stable. When cargo-fuzz is missing,
+# scripts/setup.sh installs it. The target writes its input files under
 # $TMPDIR, which this script points at a scratch directory that it removes on exit.
 set -euo pipefail
 
@@ -40,8 +40,8 @@ case "$mode" in
 esac
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
-    echo "fuzz.sh: cargo-fuzz not found, installing it (cargo install cargo-fuzz --locked)" >&2
-    cargo install cargo-fuzz --locked
+    # Installing is scripts/setup.sh's job (the one place that installs what tests need).
+    "$root/scripts/setup.sh"
 fi
 
 export RUSTC_BOOTSTRAP=1

@@ -7,6 +7,8 @@
 #   scripts/llama-cpp.sh vocab    print the directory of ggml-vocab-*.gguf{,.inp,.out}
 #   scripts/llama-cpp.sh build    build (once) and print the install prefix, which holds
 #                                 bin/llama-server, bin/llama-bench and lib/libllama.so
+#   scripts/llama-cpp.sh check    exit 0 if the build is there, 1 if not (prints nothing)
+#   scripts/llama-cpp.sh prefix   print the install prefix (built or not)
 #
 # The source is llama.cpp commit 0c1e570 as vendored by the PyPI sdist
 # llama-cpp-python==0.3.36. Cache root: $HYDRA_CACHE_DIR, else
@@ -24,7 +26,7 @@ prefix=$cache_root/llama.cpp-$LLAMA_COMMIT
 say() { printf 'llama-cpp: %s\n' "$*" >&2; }
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -41,12 +43,18 @@ fetch_source() {
   touch "$sdist_dir/.unpacked"
 }
 
+is_built() {
+  [ -x "$prefix/bin/llama-server" ] && [ -x "$prefix/bin/llama-bench" ] && [ -f "$prefix/.built" ]
+}
+
 build() {
+  is_built && return 0
+  # One build at a time: a second caller waits for the first and then finds it built.
+  mkdir -p "$cache_root"
+  exec 9>"$cache_root/.llama.cpp-$LLAMA_COMMIT.lock"
+  flock 9
+  is_built && return 0
   fetch_source
-  if [ -x "$prefix/bin/llama-server" ] && [ -x "$prefix/bin/llama-bench" ] \
-    && [ -f "$prefix/.built" ]; then
-    return 0
-  fi
   command -v cmake >/dev/null || { say "cmake is needed (apt-get install cmake)"; exit 1; }
   local b=$cache_root/llama.cpp-$LLAMA_COMMIT-build
   local jobs
@@ -75,5 +83,7 @@ case "${1:-}" in
   src) fetch_source; echo "$src" ;;
   vocab) fetch_source; echo "$src/models" ;;
   build) build; echo "$prefix" ;;
+  check) is_built ;;
+  prefix) echo "$prefix" ;;
   *) usage ;;
 esac

@@ -26,13 +26,15 @@
 //! # Ok::<(), hydra_engine::EngineError>(())
 //! ```
 //!
+//! The `hydra-engine` binary (`src/main.rs`) adds the command line and the demo
+//! (`src/demo/`, part of the binary, not of this library).
+//!
 //! Threads: candle sizes its CPU pools on first use; call
 //! [`threads::set_cpu_threads`] first thing in `main` to choose the count.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod demo;
 pub mod device;
 pub mod error;
 pub mod hash;

@@ -1,5 +1,8 @@
 //! `hydra-engine`: serve a model with live per-slot progress in shared memory, or run the
-//! demo. Argument parsing only; everything else lives in the library.
+//! demo. Argument parsing and the demo ([`demo`], which belongs to the binary, not to the
+//! library); the engine itself lives in the library.
+
+mod demo;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
@@ -26,7 +29,7 @@ enum Command {
     Serve(ServeArgs),
     /// Start an engine on the embedded model, keep every slot busy and show live progress
     /// read from the segment through the probe library.
-    Demo(hydra_engine::demo::DemoArgs),
+    Demo(demo::DemoArgs),
 }
 
 #[derive(Args)]
@@ -99,7 +102,7 @@ fn main() -> ExitCode {
     });
     let result = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Demo(args) => hydra_engine::demo::run(&args),
+        Command::Demo(args) => demo::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -110,9 +113,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// Logs to stderr, filtered by `RUST_LOG` (tracing's `EnvFilter` syntax, e.g. `debug` or
+/// `hydra_engine=debug`), as every binary of the workspace does; `default` without it.
 fn init_logging(default: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("HYDRA_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -12,6 +12,8 @@
 //! - [`process`]: an engine or exporter child process, killed and reaped on drop, with its
 //!   resident memory;
 //! - [`http`]: a small blocking client for the engine's and exporter's JSON APIs;
+//! - [`require`]: what a test needs from outside the repository (the real model, external
+//!   tools) and the one rule when it is missing: fail, unless `HYDRA_ALLOW_SKIP=1`;
 //! - [`stats`]: percentiles and medians for the figures the suite prints;
 //! - [`workload`]: a fresh prefill and a timed decode, as the engine measured it (shared
 //!   with the engine's server benchmark).
@@ -25,6 +27,7 @@ pub mod bins;
 pub mod corpus;
 pub mod http;
 pub mod process;
+pub mod require;
 pub mod stats;
 pub mod workload;
 

@@ -176,7 +176,7 @@ pub fn start_engine(o: &EngineOpts) -> Server {
         .arg("--progress-dir")
         .arg(&o.dir)
         .args(&o.extra)
-        .env("HYDRA_LOG", "warn")
+        .env("RUST_LOG", "warn")
         .stderr(Stdio::inherit());
     Server::spawn(cmd)
 }

@@ -1,15 +1,17 @@
 //! `hydra-engine demo`: starts an engine on the embedded model on a free loopback port,
 //! keeps every slot busy (a long prefill, long decodes, a state save and restore), shows a
 //! live per-slot view read from the segment through the probe library, and ends with a
-//! summary: meta latency while the slots were busy (segment vs. the old queue path) and
-//! tokens/s.
+//! summary: meta latency while the slots were busy (segment vs. the old queue path), and
+//! for each request its queue wait and its compute time apart (tokens/s is compute only).
+//!
+//! Part of the `hydra-engine` binary, not of the library.
 
 mod live_view;
 mod workload;
 
-use crate::server::config::ServerConfig;
-use crate::server::Server;
 use anyhow::Context as _;
+use hydra_engine::server::config::ServerConfig;
+use hydra_engine::server::Server;
 use std::path::PathBuf;
 use std::time::Duration;
 

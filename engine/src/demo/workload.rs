@@ -20,11 +20,52 @@ pub struct Plan {
     pub decode_tokens: usize,
 }
 
+/// One finished prefill or decode, timed by the engine and by the client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// What it was ("decode slot 1").
+    pub what: String,
+    /// Tokens the measured phase processed (prompt tokens of a prefill, generated tokens
+    /// of a decode).
+    pub tokens: usize,
+    /// Seconds the engine computed the measured phase (its own timing).
+    pub compute_s: f64,
+    /// Seconds the engine computed other phases of the same task (a completion's prompt).
+    pub other_compute_s: f64,
+    /// Seconds from sending the request to its answer, as the client saw them.
+    pub wall_s: f64,
+}
+
+impl Request {
+    /// Seconds the request waited rather than computed: behind other tasks in the single
+    /// compute queue, plus HTTP.
+    pub fn wait_s(&self) -> f64 {
+        (self.wall_s - self.compute_s - self.other_compute_s).max(0.0)
+    }
+
+    /// Compute throughput of the measured phase, tokens/s (queue wait excluded).
+    pub fn tokens_per_s(&self) -> f64 {
+        self.tokens as f64 / self.compute_s.max(1e-9)
+    }
+
+    /// The summary line.
+    pub fn line(&self) -> String {
+        format!(
+            "  {:<28} {:>5} tok: waited {:>6.2} s in the queue, computed in {:>6.2} s = {:>8.1} tokens/s",
+            self.what,
+            self.tokens,
+            self.wait_s(),
+            self.compute_s,
+            self.tokens_per_s()
+        )
+    }
+}
+
 /// Figures the workload collected.
 #[derive(Default)]
 pub struct Outcome {
-    /// (what, tokens, seconds) of each finished prefill/decode.
-    pub throughput: Vec<(String, usize, f64)>,
+    /// Each finished prefill/decode.
+    pub requests: Vec<Request>,
     /// Latencies of `/state/meta` answered from the segment while busy, seconds.
     pub meta_segment: Vec<f64>,
     /// Latency of one `?via=queue` meta while busy (None: timed out after 5 s, as
@@ -111,18 +152,20 @@ pub fn start(plan: Plan) -> Running {
         let finished = FinishedOnDrop(finished.clone());
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let _finished = finished;
+            let t = Instant::now();
             let r = post(
                 &agent(),
                 &format!("{}/slots/0/prefill", plan.base),
                 json!({ "prompt": long_text(plan.prompt_tokens) }),
             )?;
-            let n = r["n_prompt_tokens"].as_u64().unwrap_or(0) as usize;
-            let secs = r["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3;
-            outcome.lock().expect("outcome lock").throughput.push((
-                "prefill slot 0".into(),
-                n,
-                secs,
-            ));
+            let request = Request {
+                what: "prefill slot 0".into(),
+                tokens: r["n_prompt_tokens"].as_u64().unwrap_or(0) as usize,
+                compute_s: r["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                other_compute_s: 0.0,
+                wall_s: t.elapsed().as_secs_f64(),
+            };
+            outcome.lock().expect("outcome lock").requests.push(request);
             Ok(())
         }));
     }
@@ -139,6 +182,7 @@ pub fn start(plan: Plan) -> Running {
                 // Wait for slot 1's completion to be done, then restore it here.
                 return restore_into(&agent, &plan, last, &outcome);
             }
+            let t = Instant::now();
             let r = post(
                 &agent,
                 &format!("{}/completion", plan.base),
@@ -150,13 +194,15 @@ pub fn start(plan: Plan) -> Running {
                     "temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": slot,
                 }),
             )?;
-            let n = r["tokens_predicted"].as_u64().unwrap_or(0) as usize;
-            let secs = r["timings"]["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3;
-            outcome.lock().expect("outcome lock").throughput.push((
-                format!("decode slot {slot}"),
-                n,
-                secs,
-            ));
+            let timings = &r["timings"];
+            let request = Request {
+                what: format!("decode slot {slot}"),
+                tokens: r["tokens_predicted"].as_u64().unwrap_or(0) as usize,
+                compute_s: timings["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                other_compute_s: timings["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                wall_s: t.elapsed().as_secs_f64(),
+            };
+            outcome.lock().expect("outcome lock").requests.push(request);
             Ok(())
         }));
     }
@@ -231,33 +277,32 @@ fn restore_into(
         .context("restore into the last slot")?;
     let restore_s = t.elapsed().as_secs_f64();
     outcome.lock().expect("outcome lock").state = Some((bytes.len(), save_s, restore_s));
+    let t = Instant::now();
     let r = post(
         agent,
         &format!("{}/slots/{slot}/decode", plan.base),
-        json!({ "n_predict": plan.decode_tokens / 2, "ignore_eos": true }),
+        json!({ "n_predict": (plan.decode_tokens / 2).max(1), "ignore_eos": true }),
     )?;
-    let n = r["tokens"].as_array().map(|a| a.len()).unwrap_or(0);
-    let secs = r["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3;
-    outcome.lock().expect("outcome lock").throughput.push((
-        format!("decode slot {slot} (restored)"),
-        n,
-        secs,
-    ));
+    let request = Request {
+        what: format!("decode slot {slot} (restored)"),
+        tokens: r["tokens"].as_array().map(|a| a.len()).unwrap_or(0),
+        compute_s: r["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3,
+        other_compute_s: 0.0,
+        wall_s: t.elapsed().as_secs_f64(),
+    };
+    outcome.lock().expect("outcome lock").requests.push(request);
     Ok(())
 }
 
 /// Prints the closing summary.
 pub fn print_summary(o: &Outcome, view: &super::live_view::ViewStats) {
-    println!("summary");
-    for (what, n, secs) in &o.throughput {
-        println!(
-            "  {what:<28} {n:>5} tokens in {secs:>6.2} s = {:>8.1} tokens/s",
-            *n as f64 / secs.max(1e-9)
-        );
+    println!("summary (one compute thread: a request waits while the others compute; tokens/s counts compute time only)");
+    for r in &o.requests {
+        println!("{}", r.line());
     }
     if let Some((bytes, save, restore)) = o.state {
         println!(
-            "  state save/restore           {:.1} MiB saved in {save:.2} s (incl. queue wait), restored in {restore:.2} s",
+            "  state save/restore           {:.1} MiB saved in {save:.2} s, restored in {restore:.2} s (wall, queue wait included)",
             bytes as f64 / (1 << 20) as f64
         );
     }
@@ -282,4 +327,42 @@ pub fn print_summary(o: &Outcome, view: &super::live_view::ViewStats) {
         "  live view: {} snapshots read straight from shared memory, median {:.1} µs each",
         view.snapshots, view.median_capture_us
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_wait_and_compute_are_reported_apart() {
+        let r = Request {
+            what: "decode slot 2".into(),
+            tokens: 384,
+            compute_s: 3.0,
+            other_compute_s: 0.5,
+            wall_s: 10.0,
+        };
+        assert!((r.wait_s() - 6.5).abs() < 1e-9);
+        assert!((r.tokens_per_s() - 128.0).abs() < 1e-9);
+        let line = r.line();
+        assert!(line.contains("waited   6.50 s in the queue"), "{line}");
+        assert!(
+            line.contains("computed in   3.00 s =    128.0 tokens/s"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn wait_is_never_negative() {
+        // The client's clock and the engine's differ by a few µs; a request that never
+        // waited must not show a negative wait.
+        let r = Request {
+            what: "prefill slot 0".into(),
+            tokens: 10,
+            compute_s: 1.0,
+            other_compute_s: 0.0,
+            wall_s: 0.999,
+        };
+        assert_eq!(r.wait_s(), 0.0);
+    }
 }

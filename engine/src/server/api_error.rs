@@ -1,8 +1,8 @@
 //! The one error type HTTP clients see: `{"error":{"code":..., "message":...}}` with the
 //! right status. Messages are for the client; internals go to the log (once, where the
-//! error is produced, not as a side effect of this conversion).
+//! error is produced), never into a response: [`ApiError::Internal`] carries no text.
+//! The compute thread's errors become `ApiError`s in one place, `http.rs`.
 
-use crate::error::EngineError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -53,8 +53,8 @@ pub enum ApiError {
     #[error("no route for {0}")]
     NotFound(String),
     /// Anything else; details are in the engine's log.
-    #[error("internal error: {0}")]
-    Internal(String),
+    #[error("internal error (details are in the engine's log)")]
+    Internal,
 }
 
 impl ApiError {
@@ -69,7 +69,7 @@ impl ApiError {
             Self::Cancelled | Self::ShuttingDown | Self::PublishingDisabled => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -87,43 +87,7 @@ impl ApiError {
             Self::ShuttingDown => "shutting_down",
             Self::PublishingDisabled => "publishing_disabled",
             Self::NotFound(_) => "not_found",
-            Self::Internal(_) => "internal",
-        }
-    }
-
-    /// The segment's error code for a task that failed with this error.
-    pub fn segment_code(&self) -> hydra_layout::ErrorCode {
-        use hydra_layout::ErrorCode as C;
-        match self {
-            Self::ContextOverflow(_) => C::ContextOverflow,
-            Self::StateRejected(_) => C::StateRejected,
-            Self::BadRequest(_)
-            | Self::InvalidJson(_)
-            | Self::EmptySlot(_)
-            | Self::UnknownSlot { .. }
-            | Self::PayloadTooLarge { .. }
-            | Self::NotFound(_) => C::InvalidInput,
-            Self::Cancelled | Self::ShuttingDown | Self::PublishingDisabled => C::None,
-            Self::Internal(_) => C::Internal,
-        }
-    }
-}
-
-impl From<EngineError> for ApiError {
-    fn from(e: EngineError) -> Self {
-        match &e {
-            EngineError::NoSuchSlot { slot, n_slots } => Self::UnknownSlot {
-                slot: *slot,
-                n_slots: *n_slots,
-            },
-            EngineError::ContextOverflow { .. } => Self::ContextOverflow(e.to_string()),
-            EngineError::EmptySlot { .. } => Self::EmptySlot(e.to_string()),
-            EngineError::EmptyPrompt
-            | EngineError::TokenOutOfRange { .. }
-            | EngineError::InvalidOption { .. } => Self::BadRequest(e.to_string()),
-            EngineError::State(_) => Self::StateRejected(e.to_string()),
-            EngineError::Cancelled { .. } => Self::Cancelled,
-            _ => Self::Internal(e.to_string()),
+            Self::Internal => "internal",
         }
     }
 }

@@ -1,12 +1,16 @@
 //! Routes and handlers. Handlers are small: parse, post a task, await the reply. The
 //! progress endpoints (`/slots`, `/slots/{id}/state/meta`) read the segment through the
 //! probe library and never touch the queue; `/health` touches neither.
+//!
+//! The compute thread answers with [`TaskError`]s; they become the client's [`ApiError`]
+//! here and nowhere else (`From<TaskError> for ApiError`).
 
 use crate::sampling::SamplerConfig;
 use crate::server::api_error::ApiError;
 use crate::server::compute::Shared;
 use crate::server::config::ServerConfig;
 use crate::server::task::{DecodeSpec, PrefillSpec, Task, TaskSender};
+use crate::server::task_error::TaskError;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -18,6 +22,30 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
 use tokio::sync::oneshot;
+
+impl From<TaskError> for ApiError {
+    /// The client's answer to a task error. Internal failures (I/O, compute, anything
+    /// else) were logged with their text where they happened; the client gets none of it.
+    fn from(e: TaskError) -> Self {
+        match e {
+            TaskError::UnknownSlot { slot, n_slots } => Self::UnknownSlot { slot, n_slots },
+            TaskError::InvalidInput(m) => Self::BadRequest(m),
+            TaskError::EmptySlot(m) => Self::EmptySlot(m),
+            TaskError::ContextOverflow(m) => Self::ContextOverflow(m),
+            TaskError::StateRejected(m) => Self::StateRejected(m),
+            TaskError::Cancelled => Self::Cancelled,
+            TaskError::ShuttingDown => Self::ShuttingDown,
+            TaskError::PublishingDisabled => Self::PublishingDisabled,
+            TaskError::Io(_) | TaskError::Compute(_) | TaskError::Internal(_) => Self::Internal,
+        }
+    }
+}
+
+/// An engine error met while validating a request in the front end, classified the one
+/// way the compute thread classifies it.
+fn engine_error(e: crate::EngineError) -> ApiError {
+    ApiError::from(TaskError::from(e))
+}
 
 /// Shared state of every handler: one `Clone` struct of `Arc`s.
 #[derive(Clone)]
@@ -353,7 +381,7 @@ impl AppState {
         if tokens.is_empty() {
             return Err(ApiError::BadRequest("the prompt has no tokens".into()));
         }
-        tok.check_ids(&tokens).map_err(ApiError::from)?;
+        tok.check_ids(&tokens).map_err(engine_error)?;
         if tokens.len() > self.shared.n_ctx {
             return Err(ApiError::ContextOverflow(format!(
                 "the prompt has {} tokens but a slot holds at most {}",
@@ -375,7 +403,7 @@ impl AppState {
             seed: f.seed,
         };
         // Validate here so a bad request never reaches the queue.
-        crate::sampling::Sampler::new(sampler)?;
+        crate::sampling::Sampler::new(sampler).map_err(engine_error)?;
         Ok(DecodeSpec {
             n_predict: f.n_predict.min(self.shared.n_ctx),
             sampler,
@@ -399,10 +427,10 @@ impl AppState {
     /// Posts a task and awaits its reply.
     async fn call<T>(
         &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, ApiError>>) -> Task,
+        make: impl FnOnce(oneshot::Sender<Result<T, TaskError>>) -> Task,
     ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel();
         self.tasks.post(make(tx))?;
-        rx.await.map_err(|_| ApiError::ShuttingDown)?
+        Ok(rx.await.map_err(|_| ApiError::ShuttingDown)??)
     }
 }

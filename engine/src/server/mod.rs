@@ -7,8 +7,10 @@
 //! - [`config`]: what to serve and how;
 //! - [`task`]: the messages the front end sends to the compute thread;
 //! - [`progress`]: the per-slot record mirror and everything published to the segment;
-//! - [`compute`]: the compute thread's loop and task handlers;
-//! - [`http`]: routes and handlers; [`api_error`]: the one error type clients see;
+//! - [`compute`]: the compute thread's loop and task handlers; [`task_error`]: its error,
+//!   in the segment's terms (`ERROR_CODE`);
+//! - [`http`]: routes and handlers, and the one conversion of a [`task_error::TaskError`]
+//!   into [`api_error::ApiError`], the one error type clients see;
 //! - [`Server`]: start, address, shutdown.
 
 pub mod api_error;
@@ -17,6 +19,7 @@ pub mod config;
 pub mod http;
 pub mod progress;
 pub mod task;
+pub mod task_error;
 
 use crate::server::config::ServerConfig;
 use crate::server::task::TaskSender;

@@ -107,19 +107,23 @@ impl Progress {
         }
         let s = &mut self.slots[slot];
         s.begin_task(task_id, phase, unit, total, clock::monotonic_ns());
-        // What the slot's cache already held when the task started.
+        // What the slot's cache already held when the task (its first phase) started.
         s.tokens_cached = s.n_past;
         self.counters.requests_running += 1;
         self.publish(slot);
         self.publish_counters();
     }
 
-    /// The running task on `slot` moves to another phase (prefill -> decode).
+    /// The running task on `slot` moves to another phase (prefill -> decode). What the
+    /// cache holds now is the new phase's `tokens_cached`, so that `n_past ==
+    /// tokens_cached + work_done` holds in every prefill and decode phase (layout/FORMAT.md).
     pub fn begin_phase(&mut self, slot: usize, phase: Phase, unit: WorkUnit, total: u64) {
         if !self.enabled() {
             return;
         }
-        self.slots[slot].enter_phase(phase, unit, total, clock::monotonic_ns());
+        let s = &mut self.slots[slot];
+        s.enter_phase(phase, unit, total, clock::monotonic_ns());
+        s.tokens_cached = s.n_past;
         self.publish(slot);
     }
 
@@ -195,10 +199,21 @@ impl Progress {
             (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
     }
 
-    /// The task on `slot` ended: back to idle with its finish reason and error code.
-    pub fn finish(&mut self, slot: usize, reason: FinishReason, code: ErrorCode) {
+    /// The task on `slot` ended: back to idle with its finish reason and error code, and
+    /// the cache as it is now (`n_past`, when known: a failed forward pass erases the
+    /// slot), in one update.
+    pub fn finish(
+        &mut self,
+        slot: usize,
+        reason: FinishReason,
+        code: ErrorCode,
+        n_past: Option<usize>,
+    ) {
         if !self.enabled() {
             return;
+        }
+        if let Some(n) = n_past.filter(|&n| self.slots[slot].n_past != n as u64) {
+            self.record_cache(slot, n);
         }
         self.slots[slot].finish(reason, code);
         self.counters.requests_running = self.counters.requests_running.saturating_sub(1);

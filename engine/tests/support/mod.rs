@@ -1,7 +1,8 @@
 //! Harness for tests that run the engine as a separate process: the engine child (killed
 //! and reaped on drop) and the `hydra-probe` binary, on top of the fault suite's process
 //! harness (`hydra_fault::process`, `hydra_fault::http`), which the two share.
-#![allow(dead_code)]
+// Each test crate uses a different part of this harness.
+#![allow(dead_code, unused_imports)]
 
 pub use hydra_fault::http::{agent, call};
 use hydra_fault::process::Server;
@@ -32,7 +33,7 @@ impl Engine {
             .arg("--progress-dir")
             .arg(dir)
             .args(extra)
-            .env("HYDRA_LOG", "warn")
+            .env("RUST_LOG", "warn")
             .stderr(Stdio::inherit());
         let server = Server::spawn(cmd);
         Engine {

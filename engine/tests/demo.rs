@@ -1,0 +1,83 @@
+//! `hydra-engine demo` (part of the binary, not the library) runs end to end on a small
+//! workload and reports queue wait and compute apart, and idle slots by their last task.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+/// The demo process, killed and reaped if the test ends early.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn demo_runs_and_reports_queue_wait_and_compute_apart() {
+    let tmp = tempfile::Builder::new()
+        .prefix("hydra-demo")
+        .tempdir()
+        .expect("tempdir");
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
+            .args(["demo", "--slots", "3", "--prompt-tokens", "96"])
+            .args([
+                "--decode-tokens",
+                "24",
+                "--ubatch",
+                "16",
+                "--interval-ms",
+                "20",
+            ])
+            .args(["--engine-id", "demo-test", "--progress-dir"])
+            .arg(tmp.path())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the demo"),
+    );
+    let stdout = child.0.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || std::io::read_to_string(stdout));
+    let status = hydra_fault::wait_for(Duration::from_secs(300), "the demo to finish", || {
+        child.0.try_wait().expect("wait for the demo")
+    });
+    let out = reader.join().expect("reader thread").expect("demo output");
+    assert!(status.success(), "demo failed: {status}\n{out}");
+
+    let summary = out
+        .split_once("summary")
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| panic!("no summary:\n{out}"));
+    let requests: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.contains(" in the queue, computed in "))
+        .collect();
+    // A prefill on slot 0, a completion on slot 1, a decode restored into slot 2.
+    assert_eq!(requests.len(), 3, "{summary}");
+    for line in &requests {
+        assert!(
+            line.contains(" tok: waited ") && line.ends_with("tokens/s"),
+            "{line}"
+        );
+    }
+    assert!(summary.contains("meta from the segment"), "{summary}");
+    // The last plain view shows every slot idle, each with its last task, no live rate.
+    let last_view: Vec<&str> = out
+        .rsplit("--\n")
+        .nth(1)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("slot "))
+        .collect();
+    assert_eq!(last_view.len(), 3, "{out}");
+    for line in last_view {
+        assert!(line.contains("idle") && line.contains("last: "), "{line}");
+        assert!(!line.contains("/s") && !line.contains("eta"), "{line}");
+    }
+    assert!(
+        !tmp.path().join("demo-test.hps").exists(),
+        "the demo left its segment behind"
+    );
+}
