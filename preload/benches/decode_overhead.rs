@@ -6,7 +6,8 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hydra_preload::describe::ContextFacts;
-use hydra_preload::ffi::{LlamaBatch, LlamaContext};
+use hydra_preload::ext;
+use hydra_preload::ffi::{LlamaBatch, LlamaBatchExt, LlamaContext};
 use hydra_preload::interpose;
 use std::hint::black_box;
 
@@ -14,6 +15,16 @@ use std::hint::black_box;
 unsafe extern "C-unwind" fn fake_decode(ctx: *mut LlamaContext, batch: LlamaBatch) -> i32 {
     black_box(ctx);
     black_box(batch.n_tokens);
+    0
+}
+
+/// Stands in for libllama's `llama_process`.
+unsafe extern "C-unwind" fn fake_process(
+    ctx: *mut LlamaContext,
+    kind: i32,
+    batch: *mut LlamaBatchExt,
+) -> i32 {
+    black_box((ctx, kind, batch));
     0
 }
 
@@ -84,6 +95,25 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    // llama-server's path: the builder calls of a one-token batch (recorded by the
+    // preload's wrappers) and llama_process.
+    let ext_cell = Box::new(0u8);
+    let b = &*ext_cell as *const u8 as *mut LlamaBatchExt;
+    g.bench_function("ext_1seq_x1/direct", |bn| {
+        // SAFETY: the stand-in reads nothing behind its arguments.
+        bn.iter(|| unsafe { fake_process(black_box(ctx), 1, black_box(b)) })
+    });
+    let mut pos = 0;
+    g.bench_function("ext_1seq_x1/wrapped", |bn| {
+        bn.iter(|| {
+            ext::cleared(b);
+            ext::added(b, 0, 0);
+            ext::pos_set(b, 0, pos);
+            pos += 1;
+            // SAFETY: the stand-in reads nothing behind its arguments.
+            unsafe { interpose::process_with(fake_process, black_box(ctx), 1, black_box(b), facts) }
+        })
+    });
     // The sweeper's share: one pass over the registry with nothing to end.
     g.bench_function("idle_sweep", |bn| {
         bn.iter_batched(
@@ -94,6 +124,7 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
     drop(ctx_cell);
+    drop(ext_cell);
 }
 
 criterion_group!(benches, bench);

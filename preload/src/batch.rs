@@ -85,7 +85,8 @@ impl BatchScan {
         self.ignored = 0;
     }
 
-    fn add(&mut self, seq: i32, pos: Option<i32>) {
+    /// Counts one token of sequence `seq` at `pos` (ignored when `seq` has no slot).
+    pub fn add(&mut self, seq: i32, pos: Option<i32>) {
         match usize::try_from(seq).ok().filter(|&s| s < self.shares.len()) {
             Some(s) => {
                 if self.shares[s].count == 0 {

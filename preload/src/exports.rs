@@ -4,6 +4,7 @@
 //! since the host only calls what its libllama has) is logged once and answered with the
 //! function's failure value.
 
+use crate::ext;
 use crate::ffi::*;
 use crate::interpose;
 use crate::log::warn_once;
@@ -240,4 +241,134 @@ pub unsafe extern "C-unwind" fn llama_state_seq_load_file(
     };
     interpose::transfer_finished(ctx, t, n, n_past);
     n
+}
+
+/// `int32_t llama_process(ctx, enum llama_process_type type, struct llama_batch_ext *)`:
+/// llama-server's decode call since the extended batch API.
+///
+/// # Safety
+/// llama.h's contract for `llama_process`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_process(
+    ctx: *mut LlamaContext,
+    kind: i32,
+    batch: *mut LlamaBatchExt,
+) -> i32 {
+    let real = real!(process, "llama_process", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { interpose::process_with(real, ctx, kind, batch, || interpose::facts(ctx)) }
+}
+
+/// `void llama_batch_ext_clear(struct llama_batch_ext *)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_clear`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_clear(batch: *mut LlamaBatchExt) {
+    let real = real!(batch_ext_clear, "llama_batch_ext_clear", ());
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { real(batch) };
+    interpose::record(|| ext::cleared(batch));
+}
+
+/// `void llama_batch_ext_free(struct llama_batch_ext *)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_free`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_free(batch: *mut LlamaBatchExt) {
+    let real = real!(batch_ext_free, "llama_batch_ext_free", ());
+    interpose::record(|| ext::freed(batch));
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { real(batch) }
+}
+
+/// `int32_t llama_batch_ext_add(struct llama_batch_ext *, llama_seq_id)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_add`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_add(
+    batch: *mut LlamaBatchExt,
+    seq_id: LlamaSeqId,
+) -> i32 {
+    let real = real!(batch_ext_add, "llama_batch_ext_add", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let idx = unsafe { real(batch, seq_id) };
+    interpose::record(|| ext::added(batch, idx, seq_id));
+    idx
+}
+
+/// `int32_t llama_batch_ext_add_token(struct llama_batch_ext *, llama_seq_id, llama_token)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_add_token`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_add_token(
+    batch: *mut LlamaBatchExt,
+    seq_id: LlamaSeqId,
+    id: LlamaToken,
+) -> i32 {
+    let real = real!(batch_ext_add_token, "llama_batch_ext_add_token", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let idx = unsafe { real(batch, seq_id, id) };
+    interpose::record(|| ext::added(batch, idx, seq_id));
+    idx
+}
+
+/// `int32_t llama_batch_ext_add_embd(struct llama_batch_ext *, llama_seq_id, struct llama_embd)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_add_embd`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_add_embd(
+    batch: *mut LlamaBatchExt,
+    seq_id: LlamaSeqId,
+    embd: LlamaEmbd,
+) -> i32 {
+    let real = real!(batch_ext_add_embd, "llama_batch_ext_add_embd", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let idx = unsafe { real(batch, seq_id, embd) };
+    interpose::record(|| ext::added(batch, idx, seq_id));
+    idx
+}
+
+/// `bool llama_batch_ext_add_seq(struct llama_batch_ext *, int32_t idx, llama_seq_id)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_add_seq`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_add_seq(
+    batch: *mut LlamaBatchExt,
+    idx: i32,
+    seq_id: LlamaSeqId,
+) -> bool {
+    let real = real!(batch_ext_add_seq, "llama_batch_ext_add_seq", false);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let ok = unsafe { real(batch, idx, seq_id) };
+    if ok {
+        interpose::record(|| ext::seq_added(batch, idx, seq_id));
+    }
+    ok
+}
+
+/// `bool llama_batch_ext_set_pos(struct llama_batch_ext *, int32_t idx, const llama_pos *)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_set_pos`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_set_pos(
+    batch: *mut LlamaBatchExt,
+    idx: i32,
+    pos: *const LlamaPos,
+) -> bool {
+    let real = real!(batch_ext_set_pos, "llama_batch_ext_set_pos", false);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let ok = unsafe { real(batch, idx, pos) };
+    if ok && !pos.is_null() {
+        // SAFETY: the call succeeded, so `pos` pointed to at least one position.
+        let first = unsafe { *pos };
+        interpose::record(|| ext::pos_set(batch, idx, first));
+    }
+    ok
 }

@@ -152,3 +152,43 @@ pub type ModelDescFn = unsafe extern "C-unwind" fn(*const LlamaModel, *mut c_cha
 /// `int32_t llama_model_meta_val_str(model, const char * key, char * buf, size_t buf_size)`.
 pub type ModelMetaValStrFn =
     unsafe extern "C-unwind" fn(*const LlamaModel, *const c_char, *mut c_char, usize) -> i32;
+
+/// Opaque `struct llama_batch_ext` (the extended batch API `llama_process` takes).
+#[repr(C)]
+pub struct LlamaBatchExt {
+    _opaque: [u8; 0],
+}
+
+/// `struct llama_embd`, passed by value to `llama_batch_ext_add_embd`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct LlamaEmbd {
+    /// Row data.
+    pub data: *const f32,
+    /// Number of rows.
+    pub n_rows: usize,
+    /// Size of one row.
+    pub n_embd: usize,
+}
+
+/// `LLAMA_PROCESS_TYPE_DECODE` of `enum llama_process_type` (ENCODE is 0).
+pub const LLAMA_PROCESS_TYPE_DECODE: i32 = 1;
+
+/// `int32_t llama_process(ctx, enum llama_process_type, struct llama_batch_ext *)`.
+pub type ProcessFn = unsafe extern "C-unwind" fn(*mut LlamaContext, i32, *mut LlamaBatchExt) -> i32;
+/// `void llama_batch_ext_free(batch)` and `void llama_batch_ext_clear(batch)`.
+pub type BatchExtFn = unsafe extern "C-unwind" fn(*mut LlamaBatchExt);
+/// `int32_t llama_batch_ext_add(batch, llama_seq_id)`.
+pub type BatchExtAddFn = unsafe extern "C-unwind" fn(*mut LlamaBatchExt, LlamaSeqId) -> i32;
+/// `int32_t llama_batch_ext_add_token(batch, llama_seq_id, llama_token)`.
+pub type BatchExtAddTokenFn =
+    unsafe extern "C-unwind" fn(*mut LlamaBatchExt, LlamaSeqId, LlamaToken) -> i32;
+/// `int32_t llama_batch_ext_add_embd(batch, llama_seq_id, struct llama_embd)`.
+pub type BatchExtAddEmbdFn =
+    unsafe extern "C-unwind" fn(*mut LlamaBatchExt, LlamaSeqId, LlamaEmbd) -> i32;
+/// `bool llama_batch_ext_add_seq(batch, int32_t idx, llama_seq_id)`.
+pub type BatchExtAddSeqFn =
+    unsafe extern "C-unwind" fn(*mut LlamaBatchExt, i32, LlamaSeqId) -> bool;
+/// `bool llama_batch_ext_set_pos(batch, int32_t idx, const llama_pos * pos)`.
+pub type BatchExtSetPosFn =
+    unsafe extern "C-unwind" fn(*mut LlamaBatchExt, i32, *const LlamaPos) -> bool;

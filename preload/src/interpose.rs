@@ -4,6 +4,7 @@
 //! off (logged once) and every later call goes straight through.
 
 use crate::describe;
+use crate::ext;
 use crate::ffi::*;
 use crate::log::warn_once;
 use crate::registry;
@@ -32,7 +33,7 @@ fn guarded<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
 }
 
 /// Facts of `ctx` read through the process's libllama.
-fn facts_of(ctx: *mut LlamaContext) -> describe::ContextFacts {
+pub fn facts(ctx: *mut LlamaContext) -> describe::ContextFacts {
     // SAFETY: `ctx` is the live context the host is passing to llama.cpp right now, and the
     // symbols come from the libllama that owns it.
     unsafe { describe::describe(symbols::get(), ctx) }
@@ -78,7 +79,54 @@ pub unsafe fn decode_with(
 /// As [`decode_with`].
 pub unsafe fn decode(real: DecodeFn, ctx: *mut LlamaContext, batch: LlamaBatch) -> i32 {
     // SAFETY: forwarded.
-    unsafe { decode_with(real, ctx, batch, || facts_of(ctx)) }
+    unsafe { decode_with(real, ctx, batch, || facts(ctx)) }
+}
+
+/// `llama_process` around `real`: a DECODE of an extended batch is recorded like a
+/// `llama_decode` of the same tokens (from what this thread's builder calls put in it);
+/// an ENCODE, or a batch filled on another thread, passes through unrecorded.
+///
+/// # Safety
+/// `real` may be called with `ctx`, `kind` and `batch` (passed on unchanged).
+pub unsafe fn process_with(
+    real: ProcessFn,
+    ctx: *mut LlamaContext,
+    kind: i32,
+    batch: *mut LlamaBatchExt,
+    facts: impl FnOnce() -> describe::ContextFacts,
+) -> i32 {
+    let started = kind == LLAMA_PROCESS_TYPE_DECODE
+        && guarded(|| {
+            registry::with_tracker(ctx, facts, |t| {
+                let mut known = true;
+                let r = t.decode_started_with(
+                    |scan| {
+                        known = ext::fill(batch, scan);
+                        Ok(())
+                    },
+                    clock::monotonic_ns(),
+                );
+                if !known {
+                    warn_once!("an extended batch filled on another thread was not recorded");
+                }
+                r.is_ok() && known
+            })
+        })
+        .unwrap_or(false);
+    // SAFETY: forwarded from this function's contract.
+    let ret = unsafe { real(ctx, kind, batch) };
+    if started {
+        guarded(|| registry::with_existing(ctx, |t| t.decode_finished(ret, clock::monotonic_ns())));
+    }
+    ret
+}
+
+/// Runs a builder-call record update, panic-proof.
+pub fn record(f: impl FnOnce()) {
+    guarded(|| {
+        f();
+        Some(())
+    });
 }
 
 /// After a successful removal of `[p0, p1)` of `seq` from `memory`.
@@ -114,7 +162,7 @@ pub fn transfer_started(
     guarded(|| {
         registry::with_tracker(
             ctx,
-            || facts_of(ctx),
+            || facts(ctx),
             |t| t.transfer_started(seq, phase, total, clock::monotonic_ns()),
         )
         .flatten()

@@ -6,14 +6,16 @@
 //!
 //! Every llama.cpp server computes through `llama_decode(ctx, batch)` in `libllama.so`, and
 //! each `llama_batch` says which sequence (= server slot) each token belongs to. This
-//! library exports `llama_decode` (and the sequence-removal, memory-clear, free and state
-//! save/restore functions), so the dynamic linker binds the host's calls to it; each
+//! library exports `llama_decode` and `llama_process` (the extended-batch decode that
+//! llama-server 0c1e570 uses, with the batch builder calls that say what such a batch
+//! holds), and the sequence-removal, memory-clear, free and state save/restore functions, so the dynamic linker binds the host's calls to it; each
 //! wrapper finds the real function with `dlsym(RTLD_NEXT)`, records the call and passes it
 //! on unchanged.
 //!
 //! - [`ffi`]: the llama.h types mirrored (`llama_batch` is passed by value).
 //! - [`symbols`]: the real functions, resolved once; a missing one is absent, never a crash.
 //! - [`batch`]: tokens and positions per sequence in a batch (never token ids).
+//! - [`ext`]: what the builder calls put in each opaque `llama_batch_ext`.
 //! - [`describe`]: a context's sequence count, context sizes and model strings.
 //! - [`tracker`]: one context's publisher over hydra-layout's [`hydra_layout::SegmentWriter`]
 //!   and its shared slot transitions (prefill/decode steps, idle, save/restore).
@@ -33,6 +35,7 @@
 pub mod batch;
 pub mod describe;
 pub mod exports;
+pub mod ext;
 pub mod ffi;
 pub mod interpose;
 pub(crate) mod log;

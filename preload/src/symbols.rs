@@ -11,6 +11,22 @@ use std::sync::OnceLock;
 pub struct Symbols {
     /// `llama_decode`.
     pub decode: Option<DecodeFn>,
+    /// `llama_process`.
+    pub process: Option<ProcessFn>,
+    /// `llama_batch_ext_clear`.
+    pub batch_ext_clear: Option<BatchExtFn>,
+    /// `llama_batch_ext_free`.
+    pub batch_ext_free: Option<BatchExtFn>,
+    /// `llama_batch_ext_add`.
+    pub batch_ext_add: Option<BatchExtAddFn>,
+    /// `llama_batch_ext_add_token`.
+    pub batch_ext_add_token: Option<BatchExtAddTokenFn>,
+    /// `llama_batch_ext_add_embd`.
+    pub batch_ext_add_embd: Option<BatchExtAddEmbdFn>,
+    /// `llama_batch_ext_add_seq`.
+    pub batch_ext_add_seq: Option<BatchExtAddSeqFn>,
+    /// `llama_batch_ext_set_pos`.
+    pub batch_ext_set_pos: Option<BatchExtSetPosFn>,
     /// `llama_memory_seq_rm`.
     pub memory_seq_rm: Option<MemorySeqRmFn>,
     /// `llama_kv_self_seq_rm` (older llama.cpp).
@@ -72,6 +88,14 @@ impl Symbols {
     fn resolve() -> Self {
         Self {
             decode: resolve!(c"llama_decode" as DecodeFn),
+            process: resolve!(c"llama_process" as ProcessFn),
+            batch_ext_clear: resolve!(c"llama_batch_ext_clear" as BatchExtFn),
+            batch_ext_free: resolve!(c"llama_batch_ext_free" as BatchExtFn),
+            batch_ext_add: resolve!(c"llama_batch_ext_add" as BatchExtAddFn),
+            batch_ext_add_token: resolve!(c"llama_batch_ext_add_token" as BatchExtAddTokenFn),
+            batch_ext_add_embd: resolve!(c"llama_batch_ext_add_embd" as BatchExtAddEmbdFn),
+            batch_ext_add_seq: resolve!(c"llama_batch_ext_add_seq" as BatchExtAddSeqFn),
+            batch_ext_set_pos: resolve!(c"llama_batch_ext_set_pos" as BatchExtSetPosFn),
             memory_seq_rm: resolve!(c"llama_memory_seq_rm" as MemorySeqRmFn),
             kv_self_seq_rm: resolve!(c"llama_kv_self_seq_rm" as KvSelfSeqRmFn),
             memory_clear: resolve!(c"llama_memory_clear" as MemoryClearFn),

@@ -118,7 +118,21 @@ impl Tracker {
     /// `batch` is what the host passes to `llama_decode` (see [`BatchScan::read`]).
     pub unsafe fn decode_started(&mut self, batch: &LlamaBatch, now: u64) -> Result<(), OddBatch> {
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.scan.read(batch) }?;
+        self.decode_started_with(|scan| unsafe { scan.read(batch) }, now)
+    }
+
+    /// As [`decode_started`](Self::decode_started), for a batch that `fill` counts into
+    /// the (cleared) scan: an extended batch, whose content only its builder calls tell.
+    pub fn decode_started_with(
+        &mut self,
+        fill: impl FnOnce(&mut BatchScan) -> Result<(), OddBatch>,
+        now: u64,
+    ) -> Result<(), OddBatch> {
+        self.scan.clear();
+        if let Err(e) = fill(&mut self.scan) {
+            self.scan.clear();
+            return Err(e);
+        }
         // Taken out for the loop (three pointer moves) so the slots can be updated in it.
         let scan = std::mem::take(&mut self.scan);
         let mut any = false;
