@@ -2,7 +2,7 @@
 //! count, context sizes, its memory handle and the model's description strings. Every
 //! query goes through the resolved symbols; a missing one leaves its field empty.
 
-use crate::ffi::{LlamaContext, LlamaMemory, LlamaModel};
+use crate::ffi::{LlamaContext, LlamaModel};
 use crate::symbols::Symbols;
 use hydra_layout::EngineDescription;
 use std::ffi::{c_char, CStr};
@@ -44,9 +44,7 @@ pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
         .n_ctx_seq
         .map(|f| u64::from(unsafe { f(ctx) }))
         .unwrap_or(n_ctx / n_seqs as u64);
-    let memory = sym
-        .get_memory
-        .map_or(0, |f| unsafe { f(ctx) } as *mut LlamaMemory as usize);
+    let memory = sym.get_memory.map_or(0, |f| unsafe { f(ctx) } as usize);
     let model = sym
         .get_model
         .map_or(std::ptr::null(), |f| unsafe { f(ctx) });

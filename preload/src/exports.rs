@@ -13,6 +13,19 @@ use hydra_layout::Phase;
 use std::ffi::c_char;
 
 macro_rules! real {
+    ($field:ident, $name:literal) => {
+        match symbols::get().$field {
+            Some(f) => f,
+            None => {
+                warn_once!(concat!(
+                    "no real ",
+                    $name,
+                    " after this library; doing nothing"
+                ));
+                return;
+            }
+        }
+    };
     ($field:ident, $name:literal, $fail:expr) => {
         match symbols::get().$field {
             Some(f) => f,
@@ -86,7 +99,7 @@ pub unsafe extern "C-unwind" fn llama_kv_self_seq_rm(
 /// llama.h's contract for `llama_memory_clear`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_memory_clear(mem: *mut LlamaMemory, data: bool) {
-    let real = real!(memory_clear, "llama_memory_clear", ());
+    let real = real!(memory_clear, "llama_memory_clear");
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { real(mem, data) };
     interpose::memory_cleared(mem);
@@ -98,7 +111,7 @@ pub unsafe extern "C-unwind" fn llama_memory_clear(mem: *mut LlamaMemory, data: 
 /// llama.h's contract for `llama_free`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_free(ctx: *mut LlamaContext) {
-    let real = real!(free, "llama_free", ());
+    let real = real!(free, "llama_free");
     interpose::context_freed(ctx);
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(ctx) }
@@ -265,7 +278,7 @@ pub unsafe extern "C-unwind" fn llama_process(
 /// llama.h's contract for `llama_batch_ext_clear`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_batch_ext_clear(batch: *mut LlamaBatchExt) {
-    let real = real!(batch_ext_clear, "llama_batch_ext_clear", ());
+    let real = real!(batch_ext_clear, "llama_batch_ext_clear");
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(batch) };
     interpose::record(|| ext::cleared(batch));
@@ -277,7 +290,7 @@ pub unsafe extern "C-unwind" fn llama_batch_ext_clear(batch: *mut LlamaBatchExt)
 /// llama.h's contract for `llama_batch_ext_free`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_batch_ext_free(batch: *mut LlamaBatchExt) {
-    let real = real!(batch_ext_free, "llama_batch_ext_free", ());
+    let real = real!(batch_ext_free, "llama_batch_ext_free");
     interpose::record(|| ext::freed(batch));
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(batch) }

@@ -33,7 +33,7 @@ fn guarded<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
 }
 
 /// Facts of `ctx` read through the process's libllama.
-pub fn facts(ctx: *mut LlamaContext) -> describe::ContextFacts {
+pub(crate) fn facts(ctx: *mut LlamaContext) -> describe::ContextFacts {
     // SAFETY: `ctx` is the live context the host is passing to llama.cpp right now, and the
     // symbols come from the libllama that owns it.
     unsafe { describe::describe(symbols::get(), ctx) }

@@ -342,7 +342,7 @@ fn llama_server_publishes_progress_through_the_preload() {
         let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE)
             .unwrap_or_else(|e| panic!("no segment ({e}):\n{}", server.log_tail()));
         assert_eq!(r.slot_count(), 2, "-np 2");
-        assert_eq!(r.identity().pid, server.pid());
+        assert_eq!(r.identity().pid, u64::from(server.pid()));
         r.identity().description.clone()
     };
     assert!(
@@ -369,7 +369,7 @@ fn llama_server_publishes_progress_through_the_preload() {
     assert_eq!(m["finish_reason"], "completed", "{m}");
 
     // The exporter's meta, in Hydra's shape (parsed as hydra-probe's HydraMeta).
-    let meta: hydra_probe::meta::HydraMeta = agent()
+    let meta: hydra_probe::HydraMeta = agent()
         .get(&format!("{exporter_base}/slots/1/state/meta"))
         .call()
         .expect("exporter meta")
@@ -416,7 +416,7 @@ fn llama_server_publishes_progress_through_the_preload() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let live: hydra_probe::meta::HydraMeta = agent()
+    let live: hydra_probe::HydraMeta = agent()
         .get(&format!("{exporter_base}/slots/1/state/meta"))
         .call()
         .expect("exporter meta")
