@@ -1,0 +1,109 @@
+//! What a llama context says about itself, read once when its segment is created: sequence
+//! count, context sizes, its memory handle and the model's description strings. Every
+//! query goes through the resolved symbols; a missing one leaves its field empty.
+
+use crate::ffi::{LlamaContext, LlamaModel};
+use crate::symbols::Symbols;
+use hydra_layout::EngineDescription;
+use std::ffi::{c_char, CStr};
+
+/// Environment variable naming the model alias clients use (default: the model's name).
+pub const MODEL_ALIAS_ENV: &str = "HYDRA_MODEL_ALIAS";
+/// Environment variable giving the model file path shown in the header (default: empty;
+/// llama.h does not tell it).
+pub const MODEL_PATH_ENV: &str = "HYDRA_MODEL_PATH";
+/// Environment variable giving the compute device shown in the header (default: empty).
+pub const DEVICE_ENV: &str = "HYDRA_DEVICE";
+
+/// A context's shape and description.
+#[derive(Debug, Clone, Default)]
+pub struct ContextFacts {
+    /// Sequences (= slots), at least 1.
+    pub n_seqs: usize,
+    /// Context size of one sequence, tokens (0 = unknown).
+    pub n_ctx_seq: u64,
+    /// Context size of the whole context, tokens (0 = unknown).
+    pub n_ctx: u64,
+    /// `llama_get_memory(ctx)` as an address (0 = unknown); `llama_memory_seq_rm` names it.
+    pub memory: usize,
+    /// Header strings.
+    pub description: EngineDescription,
+}
+
+/// Reads the facts of `ctx`.
+///
+/// # Safety
+/// `ctx` is a live llama context (the host is passing it to a llama.cpp function now) and
+/// `sym` holds functions resolved from the libllama that owns it.
+pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
+    // SAFETY (every call below): each resolved function has the llama.h signature of its
+    // name, and `ctx` is live per this function's contract.
+    let n_seqs = sym.n_seq_max.map_or(1, |f| unsafe { f(ctx) }).max(1) as usize;
+    let n_ctx = sym.n_ctx.map_or(0, |f| u64::from(unsafe { f(ctx) }));
+    let n_ctx_seq = sym
+        .n_ctx_seq
+        .map(|f| u64::from(unsafe { f(ctx) }))
+        .unwrap_or(n_ctx / n_seqs as u64);
+    let memory = sym.get_memory.map_or(0, |f| unsafe { f(ctx) } as usize);
+    let model = sym
+        .get_model
+        .map_or(std::ptr::null(), |f| unsafe { f(ctx) });
+    // SAFETY: `model` is null or the live context's model.
+    let description = unsafe { model_description(sym, model) };
+    ContextFacts {
+        n_seqs,
+        n_ctx_seq,
+        n_ctx,
+        memory,
+        description,
+    }
+}
+
+/// Reads a C string that a llama.h function writes into a buffer of `N` bytes.
+fn read_string<const N: usize>(write: impl FnOnce(*mut c_char, usize) -> i32) -> Option<String> {
+    let mut buf = [0 as c_char; N];
+    if write(buf.as_mut_ptr(), N) < 0 {
+        return None;
+    }
+    buf[N - 1] = 0;
+    // SAFETY: `buf` is NUL-terminated (its last byte was just set to 0).
+    let s = unsafe { CStr::from_ptr(buf.as_ptr()) };
+    let s = s.to_string_lossy().trim().to_owned();
+    (!s.is_empty()).then_some(s)
+}
+
+/// # Safety
+/// `model` is null or a live model of the libllama `sym` was resolved from.
+unsafe fn model_description(sym: &Symbols, model: *const LlamaModel) -> EngineDescription {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (desc, meta) = if model.is_null() {
+        (None, None)
+    } else {
+        (sym.model_desc, sym.model_meta_val_str)
+    };
+    // SAFETY: `model` is live (non-null here) and the function has llama.h's signature;
+    // the buffer pointer and size come from `read_string`.
+    let desc = desc.and_then(|f| read_string::<256>(|b, n| unsafe { f(model, b, n) }));
+    let meta_str = |key: &CStr| {
+        // SAFETY: as above; `key` is NUL-terminated.
+        meta.and_then(|f| read_string::<256>(|b, n| unsafe { f(model, key.as_ptr(), b, n) }))
+    };
+    let model_name = meta_str(c"general.name")
+        .or_else(|| desc.clone())
+        .unwrap_or_default();
+    // llama_model_desc is "<arch> <size> <file type>": the file type is the quantization.
+    let model_quant = desc
+        .as_deref()
+        .and_then(|d| d.rsplit(' ').next())
+        .unwrap_or_default()
+        .to_owned();
+    EngineDescription {
+        model_alias: env(MODEL_ALIAS_ENV).unwrap_or_else(|| model_name.clone()),
+        model_name,
+        model_quant,
+        model_path: env(MODEL_PATH_ENV).unwrap_or_default(),
+        tokenizer: meta_str(c"tokenizer.ggml.model").unwrap_or_default(),
+        device: env(DEVICE_ENV).unwrap_or_default(),
+        capabilities: 0,
+    }
+}

@@ -1,0 +1,387 @@
+//! The exported llama.h functions. Each finds the real one (`dlsym(RTLD_NEXT)`), does its
+//! bookkeeping through [`crate::interpose`] and returns exactly what the real one returned.
+//! A real function that cannot be found (never the case when the host links libllama,
+//! since the host only calls what its libllama has) is logged once and answered with the
+//! function's failure value.
+
+use crate::ext;
+use crate::ffi::*;
+use crate::interpose;
+use crate::log::warn_once;
+use crate::symbols;
+use hydra_layout::Phase;
+use std::ffi::c_char;
+
+macro_rules! real {
+    ($field:ident, $name:literal) => {
+        match symbols::get().$field {
+            Some(f) => f,
+            None => {
+                warn_once!(concat!(
+                    "no real ",
+                    $name,
+                    " after this library; doing nothing"
+                ));
+                return;
+            }
+        }
+    };
+    ($field:ident, $name:literal, $fail:expr) => {
+        match symbols::get().$field {
+            Some(f) => f,
+            None => {
+                warn_once!(concat!(
+                    "no real ",
+                    $name,
+                    " after this library; returning failure"
+                ));
+                return $fail;
+            }
+        }
+    };
+}
+
+/// `int32_t llama_decode(struct llama_context * ctx, struct llama_batch batch)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_decode`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_decode(ctx: *mut LlamaContext, batch: LlamaBatch) -> i32 {
+    let real = real!(decode, "llama_decode", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { interpose::decode(real, ctx, batch) }
+}
+
+/// `bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id, llama_pos p0, llama_pos p1)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_memory_seq_rm`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_memory_seq_rm(
+    mem: *mut LlamaMemory,
+    seq_id: LlamaSeqId,
+    p0: LlamaPos,
+    p1: LlamaPos,
+) -> bool {
+    let real = real!(memory_seq_rm, "llama_memory_seq_rm", false);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let ok = unsafe { real(mem, seq_id, p0, p1) };
+    if ok {
+        interpose::seq_removed_from_memory(mem, seq_id, p0, p1);
+    }
+    ok
+}
+
+/// `bool llama_kv_self_seq_rm(struct llama_context *, llama_seq_id, llama_pos, llama_pos)`
+/// (llama.cpp before `llama_memory_*`).
+///
+/// # Safety
+/// llama.h's contract for `llama_kv_self_seq_rm`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_kv_self_seq_rm(
+    ctx: *mut LlamaContext,
+    seq_id: LlamaSeqId,
+    p0: LlamaPos,
+    p1: LlamaPos,
+) -> bool {
+    let real = real!(kv_self_seq_rm, "llama_kv_self_seq_rm", false);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let ok = unsafe { real(ctx, seq_id, p0, p1) };
+    if ok {
+        interpose::seq_removed_from_context(ctx, seq_id, p0, p1);
+    }
+    ok
+}
+
+/// `void llama_memory_clear(llama_memory_t mem, bool data)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_memory_clear`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_memory_clear(mem: *mut LlamaMemory, data: bool) {
+    let real = real!(memory_clear, "llama_memory_clear");
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(mem, data) };
+    interpose::memory_cleared(mem);
+}
+
+/// `void llama_free(struct llama_context * ctx)`: the context's segment closes first.
+///
+/// # Safety
+/// llama.h's contract for `llama_free`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_free(ctx: *mut LlamaContext) {
+    let real = real!(free, "llama_free");
+    interpose::context_freed(ctx);
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { real(ctx) }
+}
+
+/// `size_t llama_state_seq_get_data(ctx, uint8_t * dst, size_t size, llama_seq_id)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_state_seq_get_data`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_state_seq_get_data(
+    ctx: *mut LlamaContext,
+    dst: *mut u8,
+    size: usize,
+    seq_id: LlamaSeqId,
+) -> usize {
+    let real = real!(state_seq_get_data, "llama_state_seq_get_data", 0);
+    let t = interpose::transfer_started(ctx, seq_id, Phase::Save, size as u64);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let n = unsafe { real(ctx, dst, size, seq_id) };
+    interpose::transfer_finished(ctx, t, n, None);
+    n
+}
+
+/// `size_t llama_state_seq_set_data(ctx, const uint8_t * src, size_t size, llama_seq_id)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_state_seq_set_data`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_state_seq_set_data(
+    ctx: *mut LlamaContext,
+    src: *const u8,
+    size: usize,
+    dest_seq_id: LlamaSeqId,
+) -> usize {
+    let real = real!(state_seq_set_data, "llama_state_seq_set_data", 0);
+    let t = interpose::transfer_started(ctx, dest_seq_id, Phase::Restore, size as u64);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let n = unsafe { real(ctx, src, size, dest_seq_id) };
+    interpose::transfer_finished(ctx, t, n, None);
+    n
+}
+
+/// `size_t llama_state_seq_get_data_ext(ctx, dst, size, seq_id, flags)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_state_seq_get_data_ext`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_state_seq_get_data_ext(
+    ctx: *mut LlamaContext,
+    dst: *mut u8,
+    size: usize,
+    seq_id: LlamaSeqId,
+    flags: LlamaStateSeqFlags,
+) -> usize {
+    let real = real!(state_seq_get_data_ext, "llama_state_seq_get_data_ext", 0);
+    let t = interpose::transfer_started(ctx, seq_id, Phase::Save, size as u64);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let n = unsafe { real(ctx, dst, size, seq_id, flags) };
+    interpose::transfer_finished(ctx, t, n, None);
+    n
+}
+
+/// `size_t llama_state_seq_set_data_ext(ctx, src, size, dest_seq_id, flags)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_state_seq_set_data_ext`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_state_seq_set_data_ext(
+    ctx: *mut LlamaContext,
+    src: *const u8,
+    size: usize,
+    dest_seq_id: LlamaSeqId,
+    flags: LlamaStateSeqFlags,
+) -> usize {
+    let real = real!(state_seq_set_data_ext, "llama_state_seq_set_data_ext", 0);
+    let t = interpose::transfer_started(ctx, dest_seq_id, Phase::Restore, size as u64);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let n = unsafe { real(ctx, src, size, dest_seq_id, flags) };
+    interpose::transfer_finished(ctx, t, n, None);
+    n
+}
+
+/// `size_t llama_state_seq_save_file(ctx, path, seq_id, tokens, n_token_count)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_state_seq_save_file`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_state_seq_save_file(
+    ctx: *mut LlamaContext,
+    filepath: *const c_char,
+    seq_id: LlamaSeqId,
+    tokens: *const LlamaToken,
+    n_token_count: usize,
+) -> usize {
+    let real = real!(state_seq_save_file, "llama_state_seq_save_file", 0);
+    let t = interpose::transfer_started(ctx, seq_id, Phase::Save, 0);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let n = unsafe { real(ctx, filepath, seq_id, tokens, n_token_count) };
+    interpose::transfer_finished(ctx, t, n, None);
+    n
+}
+
+/// `size_t llama_state_seq_load_file(ctx, path, dest_seq_id, tokens_out, n_token_capacity,
+/// n_token_count_out)`. With `tokens_out` null it only counts tokens and is not a restore.
+///
+/// # Safety
+/// llama.h's contract for `llama_state_seq_load_file`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_state_seq_load_file(
+    ctx: *mut LlamaContext,
+    filepath: *const c_char,
+    dest_seq_id: LlamaSeqId,
+    tokens_out: *mut LlamaToken,
+    n_token_capacity: usize,
+    n_token_count_out: *mut usize,
+) -> usize {
+    let real = real!(state_seq_load_file, "llama_state_seq_load_file", 0);
+    let t = if tokens_out.is_null() {
+        None
+    } else {
+        interpose::transfer_started(ctx, dest_seq_id, Phase::Restore, 0)
+    };
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let n = unsafe {
+        real(
+            ctx,
+            filepath,
+            dest_seq_id,
+            tokens_out,
+            n_token_capacity,
+            n_token_count_out,
+        )
+    };
+    let n_past = if n > 0 && !n_token_count_out.is_null() {
+        // SAFETY: the caller passed a valid `size_t *`, which the real function just set.
+        Some(unsafe { *n_token_count_out } as u64)
+    } else {
+        None
+    };
+    interpose::transfer_finished(ctx, t, n, n_past);
+    n
+}
+
+/// `int32_t llama_process(ctx, enum llama_process_type type, struct llama_batch_ext *)`:
+/// llama-server's decode call since the extended batch API.
+///
+/// # Safety
+/// llama.h's contract for `llama_process`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_process(
+    ctx: *mut LlamaContext,
+    kind: i32,
+    batch: *mut LlamaBatchExt,
+) -> i32 {
+    let real = real!(process, "llama_process", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { interpose::process_with(real, ctx, kind, batch, || interpose::facts(ctx)) }
+}
+
+/// `void llama_batch_ext_clear(struct llama_batch_ext *)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_clear`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_clear(batch: *mut LlamaBatchExt) {
+    let real = real!(batch_ext_clear, "llama_batch_ext_clear");
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { real(batch) };
+    interpose::record(|| ext::cleared(batch));
+}
+
+/// `void llama_batch_ext_free(struct llama_batch_ext *)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_free`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_free(batch: *mut LlamaBatchExt) {
+    let real = real!(batch_ext_free, "llama_batch_ext_free");
+    interpose::record(|| ext::freed(batch));
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { real(batch) }
+}
+
+/// `int32_t llama_batch_ext_add(struct llama_batch_ext *, llama_seq_id)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_add`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_add(
+    batch: *mut LlamaBatchExt,
+    seq_id: LlamaSeqId,
+) -> i32 {
+    let real = real!(batch_ext_add, "llama_batch_ext_add", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let idx = unsafe { real(batch, seq_id) };
+    interpose::record(|| ext::added(batch, idx, seq_id));
+    idx
+}
+
+/// `int32_t llama_batch_ext_add_token(struct llama_batch_ext *, llama_seq_id, llama_token)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_add_token`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_add_token(
+    batch: *mut LlamaBatchExt,
+    seq_id: LlamaSeqId,
+    id: LlamaToken,
+) -> i32 {
+    let real = real!(batch_ext_add_token, "llama_batch_ext_add_token", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let idx = unsafe { real(batch, seq_id, id) };
+    interpose::record(|| ext::added(batch, idx, seq_id));
+    idx
+}
+
+/// `int32_t llama_batch_ext_add_embd(struct llama_batch_ext *, llama_seq_id, struct llama_embd)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_add_embd`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_add_embd(
+    batch: *mut LlamaBatchExt,
+    seq_id: LlamaSeqId,
+    embd: LlamaEmbd,
+) -> i32 {
+    let real = real!(batch_ext_add_embd, "llama_batch_ext_add_embd", -1);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let idx = unsafe { real(batch, seq_id, embd) };
+    interpose::record(|| ext::added(batch, idx, seq_id));
+    idx
+}
+
+/// `bool llama_batch_ext_add_seq(struct llama_batch_ext *, int32_t idx, llama_seq_id)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_add_seq`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_add_seq(
+    batch: *mut LlamaBatchExt,
+    idx: i32,
+    seq_id: LlamaSeqId,
+) -> bool {
+    let real = real!(batch_ext_add_seq, "llama_batch_ext_add_seq", false);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let ok = unsafe { real(batch, idx, seq_id) };
+    if ok {
+        interpose::record(|| ext::seq_added(batch, idx, seq_id));
+    }
+    ok
+}
+
+/// `bool llama_batch_ext_set_pos(struct llama_batch_ext *, int32_t idx, const llama_pos *)`.
+///
+/// # Safety
+/// llama.h's contract for `llama_batch_ext_set_pos`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn llama_batch_ext_set_pos(
+    batch: *mut LlamaBatchExt,
+    idx: i32,
+    pos: *const LlamaPos,
+) -> bool {
+    let real = real!(batch_ext_set_pos, "llama_batch_ext_set_pos", false);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    let ok = unsafe { real(batch, idx, pos) };
+    if ok && !pos.is_null() {
+        // SAFETY: the call succeeded, so `pos` pointed to at least one position.
+        let first = unsafe { *pos };
+        interpose::record(|| ext::pos_set(batch, idx, first));
+    }
+    ok
+}

@@ -1,0 +1,194 @@
+//! The C types of llama.h (llama.cpp 0c1e570) that the wrapped functions take, mirrored
+//! field for field, and the function-pointer types of every symbol this library resolves.
+//!
+//! The exported wrappers and the real functions use the `C-unwind` ABI: a C++ exception
+//! that a host lets escape from libllama then unwinds through our frame as it would have
+//! without us, instead of aborting the process.
+
+use std::ffi::c_char;
+
+/// `llama_token`.
+pub type LlamaToken = i32;
+/// `llama_pos`.
+pub type LlamaPos = i32;
+/// `llama_seq_id`.
+pub type LlamaSeqId = i32;
+/// `llama_state_seq_flags`.
+pub type LlamaStateSeqFlags = u32;
+
+/// Opaque `struct llama_context`.
+#[repr(C)]
+pub struct LlamaContext {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct llama_model`.
+#[repr(C)]
+pub struct LlamaModel {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct llama_memory_i` (`llama_memory_t` is a pointer to it).
+#[repr(C)]
+pub struct LlamaMemory {
+    _opaque: [u8; 0],
+}
+
+/// `struct llama_batch`, passed by value to `llama_decode`.
+///
+/// ```c
+/// typedef struct llama_batch {
+///     int32_t n_tokens;
+///     llama_token  *  token;
+///     float        *  embd;
+///     llama_pos    *  pos;
+///     int32_t      *  n_seq_id;
+///     llama_seq_id ** seq_id;
+///     int8_t       *  logits;
+/// } llama_batch;
+/// ```
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct LlamaBatch {
+    /// Number of tokens (or embeddings) in the batch.
+    pub n_tokens: i32,
+    /// Token ids, or null when the batch carries embeddings.
+    pub token: *mut LlamaToken,
+    /// Embeddings, or null when the batch carries tokens.
+    pub embd: *mut f32,
+    /// Positions, or null (llama.cpp then continues each sequence).
+    pub pos: *mut LlamaPos,
+    /// Sequence count of each token, or null (every token then belongs to sequence 0).
+    pub n_seq_id: *mut i32,
+    /// Sequence ids of each token, or null (sequence 0).
+    pub seq_id: *mut *mut LlamaSeqId,
+    /// Which tokens produce output, or null (the last one).
+    pub logits: *mut i8,
+}
+
+impl LlamaBatch {
+    /// A batch with every pointer null and `n_tokens` tokens (what `llama_batch_get_one`
+    /// leaves unset): all of it belongs to sequence 0.
+    pub const fn empty(n_tokens: i32) -> Self {
+        Self {
+            n_tokens,
+            token: std::ptr::null_mut(),
+            embd: std::ptr::null_mut(),
+            pos: std::ptr::null_mut(),
+            n_seq_id: std::ptr::null_mut(),
+            seq_id: std::ptr::null_mut(),
+            logits: std::ptr::null_mut(),
+        }
+    }
+}
+
+// Compile-time check of the mirror against llama.h on LP64: 4 + pad 4 + 6 pointers.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<LlamaBatch>() == 56);
+
+/// `int32_t llama_decode(struct llama_context *, struct llama_batch)`.
+pub type DecodeFn = unsafe extern "C-unwind" fn(*mut LlamaContext, LlamaBatch) -> i32;
+/// `bool llama_memory_seq_rm(llama_memory_t, llama_seq_id, llama_pos p0, llama_pos p1)`.
+pub type MemorySeqRmFn =
+    unsafe extern "C-unwind" fn(*mut LlamaMemory, LlamaSeqId, LlamaPos, LlamaPos) -> bool;
+/// `bool llama_kv_self_seq_rm(struct llama_context *, llama_seq_id, llama_pos, llama_pos)`
+/// (older llama.cpp).
+pub type KvSelfSeqRmFn =
+    unsafe extern "C-unwind" fn(*mut LlamaContext, LlamaSeqId, LlamaPos, LlamaPos) -> bool;
+/// `void llama_memory_clear(llama_memory_t, bool data)`.
+pub type MemoryClearFn = unsafe extern "C-unwind" fn(*mut LlamaMemory, bool);
+/// `void llama_free(struct llama_context *)`.
+pub type FreeFn = unsafe extern "C-unwind" fn(*mut LlamaContext);
+/// `size_t llama_state_seq_get_data(ctx, uint8_t * dst, size_t size, llama_seq_id)`.
+pub type StateSeqGetDataFn =
+    unsafe extern "C-unwind" fn(*mut LlamaContext, *mut u8, usize, LlamaSeqId) -> usize;
+/// `size_t llama_state_seq_set_data(ctx, const uint8_t * src, size_t size, llama_seq_id)`.
+pub type StateSeqSetDataFn =
+    unsafe extern "C-unwind" fn(*mut LlamaContext, *const u8, usize, LlamaSeqId) -> usize;
+/// `size_t llama_state_seq_get_data_ext(ctx, dst, size, seq_id, llama_state_seq_flags)`.
+pub type StateSeqGetDataExtFn = unsafe extern "C-unwind" fn(
+    *mut LlamaContext,
+    *mut u8,
+    usize,
+    LlamaSeqId,
+    LlamaStateSeqFlags,
+) -> usize;
+/// `size_t llama_state_seq_set_data_ext(ctx, src, size, dest_seq_id, llama_state_seq_flags)`.
+pub type StateSeqSetDataExtFn = unsafe extern "C-unwind" fn(
+    *mut LlamaContext,
+    *const u8,
+    usize,
+    LlamaSeqId,
+    LlamaStateSeqFlags,
+) -> usize;
+/// `size_t llama_state_seq_save_file(ctx, const char * path, llama_seq_id,
+/// const llama_token * tokens, size_t n_token_count)`.
+pub type StateSeqSaveFileFn = unsafe extern "C-unwind" fn(
+    *mut LlamaContext,
+    *const c_char,
+    LlamaSeqId,
+    *const LlamaToken,
+    usize,
+) -> usize;
+/// `size_t llama_state_seq_load_file(ctx, const char * path, llama_seq_id dest,
+/// llama_token * tokens_out, size_t n_token_capacity, size_t * n_token_count_out)`.
+pub type StateSeqLoadFileFn = unsafe extern "C-unwind" fn(
+    *mut LlamaContext,
+    *const c_char,
+    LlamaSeqId,
+    *mut LlamaToken,
+    usize,
+    *mut usize,
+) -> usize;
+
+/// `uint32_t llama_n_seq_max(ctx)`, `llama_n_ctx(ctx)`, `llama_n_ctx_seq(ctx)`.
+pub type ContextU32Fn = unsafe extern "C-unwind" fn(*const LlamaContext) -> u32;
+/// `const struct llama_model * llama_get_model(ctx)`.
+pub type GetModelFn = unsafe extern "C-unwind" fn(*const LlamaContext) -> *const LlamaModel;
+/// `llama_memory_t llama_get_memory(ctx)`.
+pub type GetMemoryFn = unsafe extern "C-unwind" fn(*const LlamaContext) -> *mut LlamaMemory;
+/// `int32_t llama_model_desc(model, char * buf, size_t buf_size)`.
+pub type ModelDescFn = unsafe extern "C-unwind" fn(*const LlamaModel, *mut c_char, usize) -> i32;
+/// `int32_t llama_model_meta_val_str(model, const char * key, char * buf, size_t buf_size)`.
+pub type ModelMetaValStrFn =
+    unsafe extern "C-unwind" fn(*const LlamaModel, *const c_char, *mut c_char, usize) -> i32;
+
+/// Opaque `struct llama_batch_ext` (the extended batch API `llama_process` takes).
+#[repr(C)]
+pub struct LlamaBatchExt {
+    _opaque: [u8; 0],
+}
+
+/// `struct llama_embd`, passed by value to `llama_batch_ext_add_embd`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct LlamaEmbd {
+    /// Row data.
+    pub data: *const f32,
+    /// Number of rows.
+    pub n_rows: usize,
+    /// Size of one row.
+    pub n_embd: usize,
+}
+
+/// `LLAMA_PROCESS_TYPE_DECODE` of `enum llama_process_type` (ENCODE is 0).
+pub const LLAMA_PROCESS_TYPE_DECODE: i32 = 1;
+
+/// `int32_t llama_process(ctx, enum llama_process_type, struct llama_batch_ext *)`.
+pub type ProcessFn = unsafe extern "C-unwind" fn(*mut LlamaContext, i32, *mut LlamaBatchExt) -> i32;
+/// `void llama_batch_ext_free(batch)` and `void llama_batch_ext_clear(batch)`.
+pub type BatchExtFn = unsafe extern "C-unwind" fn(*mut LlamaBatchExt);
+/// `int32_t llama_batch_ext_add(batch, llama_seq_id)`.
+pub type BatchExtAddFn = unsafe extern "C-unwind" fn(*mut LlamaBatchExt, LlamaSeqId) -> i32;
+/// `int32_t llama_batch_ext_add_token(batch, llama_seq_id, llama_token)`.
+pub type BatchExtAddTokenFn =
+    unsafe extern "C-unwind" fn(*mut LlamaBatchExt, LlamaSeqId, LlamaToken) -> i32;
+/// `int32_t llama_batch_ext_add_embd(batch, llama_seq_id, struct llama_embd)`.
+pub type BatchExtAddEmbdFn =
+    unsafe extern "C-unwind" fn(*mut LlamaBatchExt, LlamaSeqId, LlamaEmbd) -> i32;
+/// `bool llama_batch_ext_add_seq(batch, int32_t idx, llama_seq_id)`.
+pub type BatchExtAddSeqFn =
+    unsafe extern "C-unwind" fn(*mut LlamaBatchExt, i32, LlamaSeqId) -> bool;
+/// `bool llama_batch_ext_set_pos(batch, int32_t idx, const llama_pos * pos)`.
+pub type BatchExtSetPosFn =
+    unsafe extern "C-unwind" fn(*mut LlamaBatchExt, i32, *const LlamaPos) -> bool;

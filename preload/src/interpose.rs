@@ -1,0 +1,186 @@
+//! The body of each wrapper, generic over the real function so that the benchmark and the
+//! tests can drive it with a stand-in. Bookkeeping runs under `catch_unwind` and never
+//! holds a lock across the real call; after any internal panic the preload turns itself
+//! off (logged once) and every later call goes straight through.
+
+use crate::describe;
+use crate::ext;
+use crate::ffi::*;
+use crate::log::warn_once;
+use crate::registry;
+use crate::symbols;
+use crate::tracker::Transfer;
+use hydra_layout::{clock, Phase};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// Runs bookkeeping `f`; `None` if the preload is off or `f` panicked (which turns it off).
+fn guarded<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
+    // Relaxed: a flag read on every call; seeing it a call late is harmless.
+    if DISABLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            DISABLED.store(true, Ordering::Relaxed);
+            warn_once!("internal error: progress publishing is off for the rest of this process");
+            None
+        }
+    }
+}
+
+/// Facts of `ctx` read through the process's libllama.
+pub(crate) fn facts(ctx: *mut LlamaContext) -> describe::ContextFacts {
+    // SAFETY: `ctx` is the live context the host is passing to llama.cpp right now, and the
+    // symbols come from the libllama that owns it.
+    unsafe { describe::describe(symbols::get(), ctx) }
+}
+
+/// `llama_decode` around `real`: marks each sequence's step in flight, calls `real`,
+/// credits the tokens, publishes and beats the heartbeat. `facts` describes a context seen
+/// for the first time.
+///
+/// # Safety
+/// `real` may be called with `ctx` and `batch` (the host's arguments, passed on unchanged).
+pub unsafe fn decode_with(
+    real: DecodeFn,
+    ctx: *mut LlamaContext,
+    batch: LlamaBatch,
+    facts: impl FnOnce() -> describe::ContextFacts,
+) -> i32 {
+    let started = guarded(|| {
+        registry::with_tracker(ctx, facts, |t| {
+            // SAFETY: `batch` is what the host passes to llama_decode, which requires it
+            // to be well formed; `BatchScan::read` reads only within what llama.cpp reads.
+            match unsafe { t.decode_started(&batch, clock::monotonic_ns()) } {
+                Ok(()) => true,
+                Err(e) => {
+                    warn_once!("a batch was not recorded ({e}); passing such batches through");
+                    false
+                }
+            }
+        })
+    })
+    .unwrap_or(false);
+    // SAFETY: forwarded from this function's contract.
+    let ret = unsafe { real(ctx, batch) };
+    if started {
+        guarded(|| registry::with_existing(ctx, |t| t.decode_finished(ret, clock::monotonic_ns())));
+    }
+    ret
+}
+
+/// `llama_decode` around `real`, describing new contexts through libllama.
+///
+/// # Safety
+/// As [`decode_with`].
+pub unsafe fn decode(real: DecodeFn, ctx: *mut LlamaContext, batch: LlamaBatch) -> i32 {
+    // SAFETY: forwarded.
+    unsafe { decode_with(real, ctx, batch, || facts(ctx)) }
+}
+
+/// `llama_process` around `real`: a DECODE of an extended batch is recorded like a
+/// `llama_decode` of the same tokens (from what this thread's builder calls put in it);
+/// an ENCODE, or a batch filled on another thread, passes through unrecorded.
+///
+/// # Safety
+/// `real` may be called with `ctx`, `kind` and `batch` (passed on unchanged).
+pub unsafe fn process_with(
+    real: ProcessFn,
+    ctx: *mut LlamaContext,
+    kind: i32,
+    batch: *mut LlamaBatchExt,
+    facts: impl FnOnce() -> describe::ContextFacts,
+) -> i32 {
+    let started = kind == LLAMA_PROCESS_TYPE_DECODE
+        && guarded(|| {
+            registry::with_tracker(ctx, facts, |t| {
+                let mut known = true;
+                let r = t.decode_started_with(
+                    |scan| {
+                        known = ext::fill(batch, scan);
+                        Ok(())
+                    },
+                    clock::monotonic_ns(),
+                );
+                if !known {
+                    warn_once!("an extended batch filled on another thread was not recorded");
+                }
+                r.is_ok() && known
+            })
+        })
+        .unwrap_or(false);
+    // SAFETY: forwarded from this function's contract.
+    let ret = unsafe { real(ctx, kind, batch) };
+    if started {
+        guarded(|| registry::with_existing(ctx, |t| t.decode_finished(ret, clock::monotonic_ns())));
+    }
+    ret
+}
+
+/// Runs a builder-call record update, panic-proof.
+pub fn record(f: impl FnOnce()) {
+    guarded(|| {
+        f();
+        Some(())
+    });
+}
+
+/// After a successful removal of `[p0, p1)` of `seq` from `memory`.
+pub fn seq_removed_from_memory(memory: *mut LlamaMemory, seq: i32, p0: i32, p1: i32) {
+    guarded(|| registry::with_memory(memory as usize, |t| t.seq_removed(seq, p0, p1)));
+}
+
+/// After a successful removal of `[p0, p1)` of `seq` from `ctx`'s cache.
+pub fn seq_removed_from_context(ctx: *mut LlamaContext, seq: i32, p0: i32, p1: i32) {
+    guarded(|| registry::with_existing(ctx, |t| t.seq_removed(seq, p0, p1)));
+}
+
+/// After `memory` was cleared.
+pub fn memory_cleared(memory: *mut LlamaMemory) {
+    guarded(|| registry::with_memory(memory as usize, |t| t.cleared()));
+}
+
+/// Before `ctx` is freed: its segment closes.
+pub fn context_freed(ctx: *mut LlamaContext) {
+    guarded(|| {
+        registry::detach(ctx);
+        Some(())
+    });
+}
+
+/// A state save (`phase` save) or restore of `seq` of `total` bytes (0 unknown) starts.
+pub fn transfer_started(
+    ctx: *mut LlamaContext,
+    seq: i32,
+    phase: Phase,
+    total: u64,
+) -> Option<Transfer> {
+    guarded(|| {
+        registry::with_tracker(
+            ctx,
+            || facts(ctx),
+            |t| t.transfer_started(seq, phase, total, clock::monotonic_ns()),
+        )
+        .flatten()
+    })
+}
+
+/// The transfer moved `bytes` (0: failed); a restore may tell the cache's token count.
+pub fn transfer_finished(
+    ctx: *mut LlamaContext,
+    t: Option<Transfer>,
+    bytes: usize,
+    n_past: Option<u64>,
+) {
+    if let Some(x) = t {
+        guarded(|| {
+            registry::with_existing(ctx, |t| {
+                t.transfer_finished(x, bytes as u64, n_past, clock::monotonic_ns())
+            })
+        });
+    }
+}

@@ -1,0 +1,548 @@
+//! One llama context's publisher: a mirror of each sequence's slot record, moved with
+//! hydra-layout's shared transitions ([`SlotState::begin_task`], `start_step`,
+//! `finish_step`, `finish`) and published whole, plus the loop heartbeat and the
+//! engine-wide counters. It knows nothing of symbols or FFI: the wrappers hand it what a
+//! call carried.
+//!
+//! What a wrapped llama.cpp server shows (llama-server maps slot `i` to sequence `i`):
+//! - a batch with several tokens of a sequence is a **prefill** step, a single token a
+//!   **decode** step; an idle sequence (or a decoding one that gets a prompt chunk) starts
+//!   a new task; totals are unknown (`WORK_TOTAL = 0`);
+//! - the step is in flight (with its start time and size) during the real `llama_decode`,
+//!   and its tokens are credited when it returns 0;
+//! - removing a whole sequence (or clearing the memory) makes the slot idle, and so does a
+//!   sequence that has had no step for the idle delay (llama.cpp has no "request done"
+//!   call: a server just stops decoding a finished sequence);
+//! - a state save or restore of a sequence is a **save**/**restore** phase in bytes.
+
+use crate::batch::{BatchScan, OddBatch};
+use crate::ffi::LlamaBatch;
+use hydra_layout::{
+    ErrorCode, FinishReason, Phase, SegmentWriter, SlotState, WorkUnit, WriterCounters,
+};
+
+/// The publisher of one llama context's segment.
+pub struct Tracker {
+    writer: SegmentWriter,
+    slots: Vec<SlotState>,
+    /// When each slot last finished a step or started a task (CLOCK_MONOTONIC ns).
+    last_activity_ns: Vec<u64>,
+    scan: BatchScan,
+    counters: WriterCounters,
+    next_task_id: u64,
+}
+
+impl std::fmt::Debug for Tracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracker")
+            .field("writer", &self.writer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a state transfer was about to do, kept between its two halves.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer {
+    slot: usize,
+    before: SlotState,
+}
+
+impl Tracker {
+    /// A publisher over `writer` whose slots hold `n_ctx_seq` tokens each, `kv_total`
+    /// cells in all. Publishes every slot idle.
+    pub fn new(writer: SegmentWriter, n_ctx_seq: u64, kv_total: u64) -> Self {
+        let n = writer.slot_count();
+        let mut t = Self {
+            writer,
+            slots: vec![
+                SlotState {
+                    n_ctx: n_ctx_seq,
+                    ..Default::default()
+                };
+                n
+            ],
+            last_activity_ns: vec![0; n],
+            scan: BatchScan::new(n),
+            counters: WriterCounters {
+                kv_cells_total: kv_total,
+                ..Default::default()
+            },
+            next_task_id: 1,
+        };
+        for s in 0..n {
+            t.publish(s);
+        }
+        t.publish_counters();
+        t
+    }
+
+    /// The segment's writer (path, slot count).
+    pub fn writer(&self) -> &SegmentWriter {
+        &self.writer
+    }
+
+    /// The record of `slot` as last published.
+    pub fn slot(&self, slot: usize) -> Option<&SlotState> {
+        self.slots.get(slot)
+    }
+
+    fn publish(&mut self, slot: usize) {
+        // Every caller passes an index below the slot count, so this cannot fail.
+        let _ = self.writer.publish(slot, &self.slots[slot]);
+    }
+
+    fn publish_counters(&mut self) {
+        self.counters.requests_running =
+            self.slots.iter().filter(|s| s.phase.is_active()).count() as u64;
+        self.writer.set_counters(&self.counters);
+    }
+
+    fn new_task_id(&mut self) -> u64 {
+        let id = self.next_task_id;
+        self.next_task_id += 1;
+        id
+    }
+
+    /// The slot's cache holds `n_past` tokens: its record and the KV gauge follow.
+    fn set_n_past(&mut self, slot: usize, n_past: u64) {
+        let s = &mut self.slots[slot];
+        self.counters.kv_cells_used =
+            (self.counters.kv_cells_used + n_past).saturating_sub(s.n_past);
+        s.n_past = n_past;
+    }
+
+    /// A `llama_decode` of `batch` is about to run at `now`: each sequence in it gets its
+    /// step in flight. An odd batch is refused (and nothing is marked).
+    ///
+    /// # Safety
+    /// `batch` is what the host passes to `llama_decode` (see [`BatchScan::read`]).
+    pub unsafe fn decode_started(&mut self, batch: &LlamaBatch, now: u64) -> Result<(), OddBatch> {
+        // SAFETY: forwarded from this function's contract.
+        self.decode_started_with(|scan| unsafe { scan.read(batch) }, now)
+    }
+
+    /// As [`decode_started`](Self::decode_started), for a batch that `fill` counts into
+    /// the (cleared) scan: an extended batch, whose content only its builder calls tell.
+    pub fn decode_started_with(
+        &mut self,
+        fill: impl FnOnce(&mut BatchScan) -> Result<(), OddBatch>,
+        now: u64,
+    ) -> Result<(), OddBatch> {
+        self.scan.clear();
+        if let Err(e) = fill(&mut self.scan) {
+            self.scan.clear();
+            return Err(e);
+        }
+        // Taken out for the loop (three pointer moves) so the slots can be updated in it.
+        let scan = std::mem::take(&mut self.scan);
+        let mut any = false;
+        for (slot, share) in scan.shares() {
+            any = true;
+            let phase = if share.count > 1 {
+                Phase::Prefill
+            } else {
+                Phase::Decode
+            };
+            let s = self.slots[slot];
+            if !s.phase.is_active() || (s.phase == Phase::Decode && phase == Phase::Prefill) {
+                let id = self.new_task_id();
+                let cached = share.min_pos.map_or(s.n_past, |p| p.max(0) as u64);
+                let s = &mut self.slots[slot];
+                s.begin_task(id, phase, WorkUnit::Tokens, 0, now);
+                s.tokens_cached = cached;
+            } else if s.phase != phase {
+                self.slots[slot].enter_phase(phase, WorkUnit::Tokens, 0, now);
+            }
+            self.slots[slot].start_step(u64::from(share.count), now);
+            self.last_activity_ns[slot] = now;
+            self.publish(slot);
+        }
+        self.scan = scan;
+        self.writer.heartbeat(now);
+        if any {
+            self.publish_counters();
+        }
+        Ok(())
+    }
+
+    /// The `llama_decode` begun by [`decode_started`](Self::decode_started) returned `ret`
+    /// at `now`: 0 credits every sequence with its tokens; 1 (no room in the KV cache, the
+    /// host retries) and 2 (aborted) end the step without progress; a negative value is an
+    /// error that ends the task.
+    pub fn decode_finished(&mut self, ret: i32, now: u64) {
+        self.writer.heartbeat(now);
+        let mut scan = std::mem::take(&mut self.scan);
+        let mut any = false;
+        for (slot, share) in scan.shares() {
+            any = true;
+            let count = u64::from(share.count);
+            let s = &mut self.slots[slot];
+            if ret == 0 {
+                let phase = s.phase;
+                s.finish_step(s.work_done + count, now);
+                let n_past = share
+                    .max_pos
+                    .map_or(s.n_past + count, |p| p.max(-1) as u64 + 1);
+                self.set_n_past(slot, n_past);
+                if phase == Phase::Prefill {
+                    self.counters.prompt_tokens_total += count;
+                } else {
+                    self.counters.generated_tokens_total += count;
+                }
+            } else {
+                s.finish_step(s.work_done, now);
+                if ret < 0 {
+                    s.finish(FinishReason::Error, ErrorCode::Compute);
+                }
+            }
+            self.last_activity_ns[slot] = now;
+            self.publish(slot);
+        }
+        scan.clear();
+        self.scan = scan;
+        if any {
+            self.publish_counters();
+        }
+    }
+
+    /// Sequence `seq` (every sequence when negative) lost positions `[p0, p1)` (llama.h's
+    /// conventions: `p0 < 0` from 0, `p1 < 0` to the end). A whole sequence removed makes
+    /// its slot idle; a removed tail shortens its cache.
+    pub fn seq_removed(&mut self, seq: i32, p0: i32, p1: i32) {
+        let whole = p0 <= 0 && p1 < 0;
+        let range = match usize::try_from(seq) {
+            Ok(s) if s < self.slots.len() => s..s + 1,
+            Ok(_) => return,
+            Err(_) => 0..self.slots.len(),
+        };
+        for slot in range {
+            if whole {
+                self.set_n_past(slot, 0);
+                self.end_task(slot);
+            } else if p1 < 0 {
+                let n = self.slots[slot].n_past.min(p0 as u64);
+                self.set_n_past(slot, n);
+            } else {
+                continue;
+            }
+            self.publish(slot);
+        }
+        self.publish_counters();
+    }
+
+    /// The context's memory was cleared: every slot is idle with an empty cache.
+    pub fn cleared(&mut self) {
+        self.seq_removed(-1, -1, -1);
+    }
+
+    /// An active slot's task ends (the server stopped feeding it). llama.cpp does not say
+    /// how a request ended; the preload reports it completed.
+    fn end_task(&mut self, slot: usize) {
+        let s = &mut self.slots[slot];
+        if s.phase.is_active() {
+            s.finish(FinishReason::Completed, ErrorCode::None);
+        }
+    }
+
+    /// Ends the task of every prefilling or decoding slot with no step in flight and no
+    /// step for `idle_after_ns` before `now`. Returns how many slots went idle.
+    pub fn sweep_idle(&mut self, now: u64, idle_after_ns: u64) -> usize {
+        let mut n = 0;
+        for slot in 0..self.slots.len() {
+            let s = &self.slots[slot];
+            if matches!(s.phase, Phase::Prefill | Phase::Decode)
+                && s.step_start_ns == 0
+                && now.saturating_sub(self.last_activity_ns[slot]) >= idle_after_ns
+            {
+                self.end_task(slot);
+                self.publish(slot);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.publish_counters();
+        }
+        n
+    }
+
+    /// A state save (`phase` = save) or restore of sequence `seq` of `total` bytes (0 when
+    /// unknown) starts at `now`. `None` when the sequence has no slot.
+    pub fn transfer_started(
+        &mut self,
+        seq: i32,
+        phase: Phase,
+        total: u64,
+        now: u64,
+    ) -> Option<Transfer> {
+        let slot = usize::try_from(seq)
+            .ok()
+            .filter(|&s| s < self.slots.len())?;
+        let before = self.slots[slot];
+        if before.phase.is_active() {
+            self.slots[slot].enter_phase(phase, WorkUnit::Bytes, total, now);
+        } else {
+            let id = self.new_task_id();
+            self.slots[slot].begin_task(id, phase, WorkUnit::Bytes, total, now);
+        }
+        self.slots[slot].start_step(total, now);
+        self.writer.heartbeat(now);
+        self.publish(slot);
+        self.publish_counters();
+        Some(Transfer { slot, before })
+    }
+
+    /// The transfer begun with [`transfer_started`](Self::transfer_started) moved `bytes`
+    /// (0 = it failed) at `now`; a restore that reports its token count sets the cache size.
+    /// A slot that was busy before returns to what it was doing; an idle one ends the task.
+    pub fn transfer_finished(&mut self, t: Transfer, bytes: u64, n_past: Option<u64>, now: u64) {
+        let slot = t.slot;
+        self.writer.heartbeat(now);
+        let s = &mut self.slots[slot];
+        let phase = s.phase;
+        s.finish_step(bytes, now);
+        let ok = bytes > 0;
+        if ok && phase == Phase::Save {
+            s.state_size = bytes;
+        }
+        if t.before.phase.is_active() {
+            let state_size = s.state_size;
+            *s = t.before;
+            s.state_size = state_size;
+        } else if ok {
+            s.finish(FinishReason::Completed, ErrorCode::None);
+        } else {
+            let code = if phase == Phase::Save {
+                ErrorCode::Io
+            } else {
+                ErrorCode::StateRejected
+            };
+            s.finish(FinishReason::Error, code);
+        }
+        if let (true, Some(n)) = (ok, n_past) {
+            self.set_n_past(slot, n);
+        }
+        self.last_activity_ns[slot] = now;
+        self.publish(slot);
+        self.publish_counters();
+    }
+
+    /// Marks the segment closed and removes it (a clean `llama_free` or process exit).
+    pub fn close(self) {
+        let _ = self.writer.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hydra_layout::{SegmentConfig, SegmentReader};
+
+    fn tracker(dir: &std::path::Path, slots: usize) -> Tracker {
+        let w = SegmentWriter::create(&SegmentConfig {
+            dir: dir.into(),
+            engine_id: "t".into(),
+            slot_count: slots,
+            description: Default::default(),
+        })
+        .unwrap();
+        Tracker::new(w, 512, 1024)
+    }
+
+    /// A batch over owned arrays: `(pos, seq)` per token.
+    struct B {
+        pos: Vec<i32>,
+        n: Vec<i32>,
+        ids: Vec<i32>,
+        ptrs: Vec<*mut i32>,
+    }
+
+    impl B {
+        fn new(tokens: &[(i32, i32)]) -> Self {
+            let mut b = B {
+                pos: tokens.iter().map(|t| t.0).collect(),
+                n: vec![1; tokens.len()],
+                ids: tokens.iter().map(|t| t.1).collect(),
+                ptrs: vec![],
+            };
+            let base = b.ids.as_mut_ptr();
+            // SAFETY: i < ids.len().
+            b.ptrs = (0..tokens.len()).map(|i| unsafe { base.add(i) }).collect();
+            b
+        }
+        fn raw(&mut self) -> LlamaBatch {
+            LlamaBatch {
+                n_tokens: self.pos.len() as i32,
+                pos: self.pos.as_mut_ptr(),
+                n_seq_id: self.n.as_mut_ptr(),
+                seq_id: self.ptrs.as_mut_ptr(),
+                ..LlamaBatch::empty(0)
+            }
+        }
+    }
+
+    fn step(t: &mut Tracker, tokens: &[(i32, i32)], ret: i32, now: u64) {
+        let mut b = B::new(tokens);
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), now) }.unwrap();
+        t.decode_finished(ret, now + 10);
+    }
+
+    #[test]
+    fn prompt_chunks_are_prefill_single_tokens_decode_totals_unknown() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 2);
+        let mut b = B::new(&[(0, 1), (1, 1), (2, 1)]);
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), 100) }.unwrap();
+        let s = *t.slot(1).unwrap();
+        assert_eq!(
+            (s.phase, s.step_start_ns, s.step_size, s.work_total),
+            (Phase::Prefill, 100, 3, 0)
+        );
+        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        assert_eq!(
+            r.slot(1).unwrap().state.step_start_ns,
+            100,
+            "in flight is published"
+        );
+        t.decode_finished(0, 150);
+        let s = *t.slot(1).unwrap();
+        assert_eq!(
+            (s.work_done, s.n_past, s.step_start_ns, s.last_step_ns),
+            (3, 3, 0, 50)
+        );
+        step(&mut t, &[(3, 1)], 0, 200);
+        step(&mut t, &[(4, 1)], 0, 300);
+        let s = *t.slot(1).unwrap();
+        assert_eq!(
+            (s.phase, s.work_done, s.n_past, s.task_id),
+            (Phase::Decode, 2, 5, 1)
+        );
+        assert_eq!(t.slot(0).unwrap().phase, Phase::Idle);
+        let snap = r.slot(1).unwrap();
+        assert_eq!(snap.state, s);
+        let h = r.header().unwrap();
+        assert_eq!(
+            (
+                h.counters.prompt_tokens_total,
+                h.counters.generated_tokens_total,
+                h.counters.requests_running,
+                h.counters.kv_cells_used
+            ),
+            (3, 2, 1, 5)
+        );
+        assert_eq!(h.heartbeat_ns, 310);
+    }
+
+    #[test]
+    fn a_prompt_after_decoding_is_a_new_task_with_its_cached_prefix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 1);
+        step(&mut t, &[(0, 0), (1, 0)], 0, 100);
+        step(&mut t, &[(2, 0)], 0, 200);
+        step(&mut t, &[(2, 0), (3, 0), (4, 0)], 0, 300);
+        let s = *t.slot(0).unwrap();
+        assert_eq!(
+            (s.task_id, s.phase, s.tokens_cached, s.work_done, s.n_past),
+            (2, Phase::Prefill, 2, 3, 5)
+        );
+    }
+
+    #[test]
+    fn failures_end_steps_without_progress_and_errors_end_the_task() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 1);
+        step(&mut t, &[(0, 0), (1, 0)], 1, 100);
+        let s = *t.slot(0).unwrap();
+        assert_eq!(
+            (s.phase, s.work_done, s.step_start_ns, s.n_past),
+            (Phase::Prefill, 0, 0, 0)
+        );
+        step(&mut t, &[(0, 0), (1, 0)], -3, 200);
+        let s = *t.slot(0).unwrap();
+        assert_eq!(
+            (s.phase, s.finish_reason, s.error_code),
+            (Phase::Idle, FinishReason::Error, ErrorCode::Compute)
+        );
+    }
+
+    #[test]
+    fn whole_sequence_removal_and_idle_delay_make_slots_idle() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 2);
+        step(&mut t, &[(0, 0), (1, 0), (0, 1), (1, 1), (2, 1)], 0, 100);
+        t.seq_removed(0, 1, -1);
+        assert_eq!(
+            (t.slot(0).unwrap().n_past, t.slot(0).unwrap().phase),
+            (1, Phase::Prefill)
+        );
+        t.seq_removed(0, 0, 5);
+        assert_eq!(
+            t.slot(0).unwrap().phase,
+            Phase::Prefill,
+            "a middle range keeps the task"
+        );
+        t.seq_removed(0, -1, -1);
+        let s = *t.slot(0).unwrap();
+        assert_eq!(
+            (s.phase, s.finish_reason, s.n_past),
+            (Phase::Idle, FinishReason::Completed, 0)
+        );
+        t.seq_removed(9, -1, -1);
+        assert_eq!(t.sweep_idle(1_000, 1_000), 0, "not quiet long enough");
+        assert_eq!(t.sweep_idle(1_110, 1_000), 1);
+        assert_eq!(t.slot(1).unwrap().phase, Phase::Idle);
+        let mut b = B::new(&[(3, 1)]);
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), 5_000) }.unwrap();
+        assert_eq!(
+            t.sweep_idle(99_000, 1_000),
+            0,
+            "a step in flight is never idle"
+        );
+        t.decode_finished(0, 99_001);
+        step(&mut t, &[(0, 0)], 0, 100_000);
+        t.cleared();
+        assert!((0..2).all(|s| t.slot(s).unwrap().phase == Phase::Idle));
+        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        assert_eq!(r.header().unwrap().counters.kv_cells_used, 0);
+    }
+
+    #[test]
+    fn saves_and_restores_are_byte_phases() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 2);
+        assert!(t.transfer_started(2, Phase::Save, 10, 1).is_none());
+        let x = t.transfer_started(0, Phase::Save, 4096, 100).unwrap();
+        let s = *t.slot(0).unwrap();
+        assert_eq!(
+            (s.phase, s.work_unit, s.work_total, s.step_size),
+            (Phase::Save, WorkUnit::Bytes, 4096, 4096)
+        );
+        t.transfer_finished(x, 4096, None, 200);
+        let s = *t.slot(0).unwrap();
+        assert_eq!(
+            (s.phase, s.finish_reason, s.work_done, s.state_size),
+            (Phase::Idle, FinishReason::Completed, 4096, 4096)
+        );
+        let x = t.transfer_started(1, Phase::Restore, 0, 300).unwrap();
+        t.transfer_finished(x, 0, Some(7), 400);
+        let s = *t.slot(1).unwrap();
+        assert_eq!(
+            (s.finish_reason, s.error_code, s.n_past),
+            (FinishReason::Error, ErrorCode::StateRejected, 0)
+        );
+        let x = t.transfer_started(1, Phase::Restore, 0, 500).unwrap();
+        t.transfer_finished(x, 900, Some(7), 600);
+        assert_eq!(t.slot(1).unwrap().n_past, 7);
+        step(&mut t, &[(7, 1)], 0, 700);
+        let x = t.transfer_started(1, Phase::Save, 50, 800).unwrap();
+        t.transfer_finished(x, 50, None, 900);
+        let s = *t.slot(1).unwrap();
+        assert_eq!(
+            (s.phase, s.state_size),
+            (Phase::Decode, 50),
+            "a busy slot returns to its phase"
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! The preload loaded with `LD_PRELOAD` into a small C host over a stand-in libllama (both
+//! compiled here with `cc`): real dynamic linking and `dlsym(RTLD_NEXT)`, two contexts,
+//! embeddings, odd and foreign batches, removal, save/restore, free and exit, and the host's
+//! own output unchanged. Needs a C compiler: fails without one unless HYDRA_ALLOW_SKIP=1.
+
+mod common;
+
+use hydra_layout::{FinishReason, Phase, SegmentReader, WorkUnit};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FAKE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake");
+
+/// Compiles the stand-in libllama and the host into `dir`; `None` without a C compiler.
+fn compile(dir: &Path) -> Option<PathBuf> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let run = |args: &[&str]| -> Option<()> {
+        let out = Command::new(&cc).args(args).output().ok()?;
+        assert!(
+            out.status.success(),
+            "{cc} {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(())
+    };
+    let d = dir.to_str().expect("utf-8 temp dir");
+    run(&[
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-o",
+        &format!("{d}/libllama.so"),
+        &format!("{FAKE}/libllama.c"),
+    ])?;
+    run(&[
+        "-O1",
+        "-o",
+        &format!("{d}/host"),
+        &format!("{FAKE}/host.c"),
+        &format!("-L{d}"),
+        "-lllama",
+        &format!("-Wl,-rpath,{d}"),
+    ])?;
+    Some(dir.join("host"))
+}
+
+/// Runs the host (optionally preloaded), calling `at_checkpoint` with each checkpoint's
+/// name; returns every line it printed.
+fn run_host(
+    host: &Path,
+    preload: Option<(&Path, &Path)>,
+    mut at_checkpoint: impl FnMut(&str),
+) -> Vec<String> {
+    let mut cmd = Command::new(host);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some((so, dir)) = preload {
+        cmd.env("LD_PRELOAD", so)
+            .env("HYDRA_PROGRESS_DIR", dir)
+            .env("HYDRA_ENGINE_ID", "fake")
+            .env("HYDRA_PRELOAD_IDLE_MS", "600000");
+    }
+    let mut child = cmd.spawn().expect("spawn host");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut lines = vec![];
+    for line in stdout.lines() {
+        let line = line.expect("host stdout");
+        if let Some(name) = line.strip_prefix("checkpoint ") {
+            at_checkpoint(name);
+            stdin.write_all(b"go\n").expect("resume host");
+        }
+        lines.push(line);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait host") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "host did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).unwrap();
+    assert!(status.success(), "host failed: {status}\n{err}");
+    if preload.is_some() {
+        assert!(
+            err.lines().all(|l| l.starts_with("hydra-preload: ")) && err.lines().count() <= 2,
+            "the preload logs once per kind of trouble:\n{err}"
+        );
+        assert!(
+            err.contains("n_seq_id = 100000"),
+            "the odd batch is logged: {err}"
+        );
+    }
+    lines
+}
+
+#[test]
+fn preloaded_host_publishes_each_context_and_behaves_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(host) = compile(tmp.path()) else {
+        assert!(
+            common::allow_skip(),
+            "no C compiler (cc) to build the stand-in libllama"
+        );
+        println!("skipped: no C compiler");
+        return;
+    };
+    let so = common::preload_so();
+    let seg = tmp.path().join("segments");
+    let plain = run_host(&host, None, |_| {});
+
+    let mut seen = vec![];
+    let preloaded = run_host(&host, Some((&so, &seg)), |name| {
+        seen.push(name.to_owned());
+        let a = SegmentReader::open_engine(&seg, "fake").expect("first context's segment");
+        match name {
+            "one" => {
+                assert_eq!(a.slot_count(), 2);
+                let s1 = a.slot(1).unwrap().state;
+                assert_eq!(
+                    (
+                        s1.task_id,
+                        s1.phase,
+                        s1.work_unit,
+                        s1.work_done,
+                        s1.work_total
+                    ),
+                    (1, Phase::Decode, WorkUnit::Tokens, 2, 0),
+                    "5-token prompt, then 2 single tokens; total unknown"
+                );
+                assert_eq!(
+                    (s1.n_past, s1.n_ctx, s1.step_start_ns, s1.steps_done),
+                    (7, 1024, 0, 2)
+                );
+                let s0 = a.slot(0).unwrap().state;
+                assert_eq!(
+                    (s0.task_id, s0.phase, s0.work_done, s0.steps_done),
+                    (2, Phase::Prefill, 0, 1),
+                    "a batch refused for lack of room ends its step without progress"
+                );
+                let h = a.header().unwrap();
+                let c = h.counters;
+                assert_eq!(
+                    (
+                        c.prompt_tokens_total,
+                        c.generated_tokens_total,
+                        c.requests_running,
+                        c.kv_cells_used,
+                        c.kv_cells_total
+                    ),
+                    (5, 2, 2, 7, 2048)
+                );
+                assert!(
+                    a.identity().description.model_name.is_empty(),
+                    "no llama_get_model: no model strings"
+                );
+                let b = SegmentReader::open_engine(&seg, "fake-ctx1")
+                    .expect("second context's own segment");
+                let s = b.slot(0).unwrap().state;
+                assert_eq!(
+                    (s.phase, s.work_done, s.n_past),
+                    (Phase::Prefill, 3, 3),
+                    "embeddings count as positions"
+                );
+            }
+            "two" => {
+                let s1 = a.slot(1).unwrap().state;
+                assert_eq!(
+                    (
+                        s1.phase,
+                        s1.finish_reason,
+                        s1.work_unit,
+                        s1.work_done,
+                        s1.work_total
+                    ),
+                    (
+                        Phase::Idle,
+                        FinishReason::Completed,
+                        WorkUnit::Bytes,
+                        2048,
+                        4096
+                    ),
+                    "removed, then restored (2048 of 4096 bytes)"
+                );
+                let s0 = a.slot(0).unwrap().state;
+                assert_eq!(
+                    (s0.phase, s0.state_size),
+                    (Phase::Prefill, 4096),
+                    "a save of a busy slot returns to its phase"
+                );
+                assert!(
+                    SegmentReader::open_engine(&seg, "fake-ctx1").is_err(),
+                    "llama_free removes the segment"
+                );
+            }
+            other => panic!("unexpected checkpoint {other}"),
+        }
+    });
+    assert_eq!(seen, ["one", "two"]);
+    assert_eq!(
+        preloaded, plain,
+        "the host's output is the same with the preload"
+    );
+    assert!(plain.contains(&"decoded 13 3".to_owned()), "{plain:?}");
+    let left: Vec<_> = std::fs::read_dir(&seg)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "llama_free and exit leave no segment: {left:?}"
+    );
+}
