@@ -27,7 +27,10 @@
 #include <stdint.h>
 
 // Version of this ABI. Bumped on any incompatible change (a struct layout, a signature).
-#define HYDRA_WRITER_ABI_VERSION 1
+// Version 2: phases, work units, finish reasons and task error codes are `uint64_t`, as
+// the segment's words and the reader ABI's `HydraProbeSlot` fields are (version 1 took
+// them as `int32_t`).
+#define HYDRA_WRITER_ABI_VERSION 2
 
 // Success.
 #define HYDRA_WRITER_OK 0
@@ -231,8 +234,8 @@ int32_t hydra_writer_path(const struct HydraWriter *writer, char *buf, size_t ca
 int32_t hydra_writer_begin_task(struct HydraWriter *writer,
                                 uint32_t slot,
                                 uint64_t task_id,
-                                int32_t phase,
-                                int32_t work_unit,
+                                uint64_t phase,
+                                uint64_t work_unit,
                                 uint64_t work_total);
 
 // The running task on `slot` moves to another phase (queued -> prefill -> decode): resets
@@ -242,8 +245,8 @@ int32_t hydra_writer_begin_task(struct HydraWriter *writer,
 // `writer` is NULL or an open handle.
 int32_t hydra_writer_begin_phase(struct HydraWriter *writer,
                                  uint32_t slot,
-                                 int32_t phase,
-                                 int32_t work_unit,
+                                 uint64_t phase,
+                                 uint64_t work_unit,
                                  uint64_t work_total);
 
 // A step (one forward pass, one prefill chunk, one block of bytes) carrying `step_size`
@@ -304,8 +307,8 @@ int32_t hydra_writer_set_slot_info(struct HydraWriter *writer,
 // `writer` is NULL or an open handle.
 int32_t hydra_writer_finish(struct HydraWriter *writer,
                             uint32_t slot,
-                            int32_t reason,
-                            int32_t error_code);
+                            uint64_t reason,
+                            uint64_t error_code);
 
 // One pass of the compute loop: stores the heartbeat (now) and counts the iteration.
 // Call it on every pass, idle ones included, from the compute loop itself (a side thread

@@ -146,9 +146,15 @@ fn engines_come_and_go_and_unreadable_files_are_counted() {
         "{b6}"
     );
     drop(c);
-    // The directory vanishes entirely: still a successful scrape.
+    // The directory vanishes entirely: still a successful scrape, which says the
+    // directory is down (never an empty success); health fails until it is back.
     std::fs::remove_dir_all(&s.dir).unwrap();
     let b7 = scrape();
     assert_eq!(sample(&b7, "hydra_exporter_engines"), Some(0.0), "{b7}");
-    assert!(exporter.get("/healthz").status == 200);
+    assert_eq!(
+        sample(&b7, r#"hydra_dir_up{reason="not_found"}"#),
+        Some(0.0),
+        "{b7}"
+    );
+    assert!(exporter.get("/healthz").status == 503);
 }

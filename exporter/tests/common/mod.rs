@@ -460,7 +460,7 @@ pub fn probe_binary() -> PathBuf {
             "build",
             "--quiet",
             "-p",
-            "hydra-probe",
+            "hydra-probe-cli",
             "--bin",
             "hydra-probe",
         ])
