@@ -426,9 +426,11 @@ namespace Hydra.Progress
             IsNull(p, len, ref i) ? (ulong?)null : ReadUInt(p, len, ref i);
 
         /// <summary>
-        /// A JSON number as a double, correctly rounded: exactly in place when its digits fit
-        /// a double and its power of ten is small (Clinger's fast path, which covers the
-        /// probe's progress values), else through double.Parse.
+        /// A JSON number as a double, correctly rounded, in place for up to 19 significant
+        /// digits and powers of ten within 10^±60 (every value the probe writes but extreme
+        /// ones): exact when the digits fit a double and the power is small (Clinger's fast
+        /// path), else refined by exact integer comparisons (Mono's double.Parse is not
+        /// correctly rounded for 17 to 19 digits). Other numbers go through double.Parse.
         /// </summary>
         static double ReadDouble(byte* p, int len, ref int i)
         {
@@ -444,9 +446,8 @@ namespace Hydra.Progress
             bool exact = true, any = false;
             while (i < len && p[i] >= (byte)'0' && p[i] <= (byte)'9')
             {
-                Accumulate(p[i], ref mantissa, ref digits, ref exact);
-                if (!exact)
-                    scale++;
+                if (!Accumulate(p[i], ref mantissa, ref digits, ref exact))
+                    scale++; // a digit beyond the mantissa: one more power of ten
                 any = true;
                 i++;
             }
@@ -455,8 +456,7 @@ namespace Hydra.Progress
                 i++;
                 while (i < len && p[i] >= (byte)'0' && p[i] <= (byte)'9')
                 {
-                    Accumulate(p[i], ref mantissa, ref digits, ref exact);
-                    if (exact)
+                    if (Accumulate(p[i], ref mantissa, ref digits, ref exact))
                         scale--;
                     any = true;
                     i++;
@@ -484,11 +484,18 @@ namespace Hydra.Progress
                     throw Bad("expected an exponent", expStart);
                 scale += expNegative ? -e : e;
             }
-            if (exact && mantissa <= (1UL << 53) && scale >= -22 && scale <= 22)
+            if (exact && scale >= -60 && scale <= 60)
             {
                 double v = mantissa;
-                v = scale < 0 ? v / Pow10[-scale] : v * Pow10[scale];
-                return negative ? -v : v;
+                if (scale >= -22 && scale <= 22)
+                    v = scale < 0 ? v / Pow10[-scale] : v * Pow10[scale];
+                else
+                    v *= Math.Pow(10, scale);
+                // Exact operands (mantissa <= 2^53, a power of ten of the table) give a correctly
+                // rounded v; otherwise v is within a few ulps, and exact comparisons settle it.
+                bool clinger = mantissa <= (1UL << 53) && scale >= -22 && scale <= 22;
+                if (clinger || mantissa == 0 || Refine(mantissa, scale, ref v))
+                    return negative ? -v : v;
             }
             string text = Encoding.ASCII.GetString(p + start, i - start);
             try
@@ -501,20 +508,155 @@ namespace Hydra.Progress
             }
         }
 
-        static void Accumulate(byte c, ref ulong mantissa, ref int digits, ref bool exact)
+        // ---- exact decimal-to-double rounding without allocating (for 16 to 19 digits) ----
+
+        const int Limbs = 12; // 384-bit unsigned integers, 32-bit limbs, least significant first
+
+        /// <summary>
+        /// Moves <paramref name="v"/> (within a few ulps of w x 10^s) to the double nearest to
+        /// w x 10^s, ties to even, by comparing w x 10^s exactly with the midpoints between
+        /// neighbouring doubles. False when that needs more than 384 bits (the caller parses).
+        /// </summary>
+        static bool Refine(ulong w, int s, ref double v)
         {
-            if (!exact)
-                return;
+            for (int step = 0; step < 8; step++)
+            {
+                if (double.IsInfinity(v) || v <= 0)
+                    return false;
+                long bits = BitConverter.DoubleToInt64Bits(v);
+                double up = BitConverter.Int64BitsToDouble(bits + 1);
+                if (double.IsInfinity(up))
+                    return false;
+                int c;
+                if (!CompareToMidpoint(w, s, v, up, out c))
+                    return false;
+                if (c > 0) { v = up; continue; }
+                if (c == 0) { v = (bits & 1) == 0 ? v : up; return true; }
+                double down = BitConverter.Int64BitsToDouble(bits - 1);
+                if (!CompareToMidpoint(w, s, down, v, out c))
+                    return false;
+                if (c < 0) { v = down; continue; }
+                if (c == 0) { v = (bits & 1) == 0 ? v : down; return true; }
+                return true;
+            }
+            return false;
+        }
+
+        static void Decompose(double x, out ulong m, out int e)
+        {
+            long bits = BitConverter.DoubleToInt64Bits(x);
+            int biased = (int)((bits >> 52) & 0x7ff);
+            ulong fraction = (ulong)bits & ((1UL << 52) - 1);
+            m = biased == 0 ? fraction : fraction | (1UL << 52);
+            e = biased == 0 ? -1074 : biased - 1075;
+        }
+
+        /// <summary>The sign of w x 10^s - (a + b) / 2, for adjacent positive doubles a &lt; b.</summary>
+        static bool CompareToMidpoint(ulong w, int s, double a, double b, out int sign)
+        {
+            ulong ma, mb;
+            int ea, eb;
+            Decompose(a, out ma, out ea);
+            Decompose(b, out mb, out eb);
+            int e = Math.Min(ea, eb);
+            // Adjacent doubles differ in exponent by at most 1: k < 2^56.
+            ulong k = (ma << (ea - e)) + (mb << (eb - e));
+            return Compare(w, s, k, e - 1, out sign);
+        }
+
+        /// <summary>The sign of w x 10^s - k x 2^f, exactly; false on overflow of 384 bits.</summary>
+        static bool Compare(ulong w, int s, ulong k, int f, out int sign)
+        {
+            sign = 0;
+            uint* l = stackalloc uint[Limbs];
+            uint* r = stackalloc uint[Limbs];
+            Set(l, w);
+            Set(r, k);
+            if (!(s >= 0 ? MulPow10(l, s) : MulPow10(r, -s)))
+                return false;
+            if (!(f >= 0 ? ShiftLeft(r, f) : ShiftLeft(l, -f)))
+                return false;
+            for (int i = Limbs - 1; i >= 0; i--)
+            {
+                if (l[i] != r[i])
+                {
+                    sign = l[i] > r[i] ? 1 : -1;
+                    return true;
+                }
+            }
+            return true;
+        }
+
+        static void Set(uint* x, ulong v)
+        {
+            for (int i = 0; i < Limbs; i++)
+                x[i] = 0;
+            x[0] = (uint)v;
+            x[1] = (uint)(v >> 32);
+        }
+
+        static bool MulSmall(uint* x, uint factor)
+        {
+            ulong carry = 0;
+            for (int i = 0; i < Limbs; i++)
+            {
+                ulong p = (ulong)x[i] * factor + carry;
+                x[i] = (uint)p;
+                carry = p >> 32;
+            }
+            return carry == 0;
+        }
+
+        static bool MulPow10(uint* x, int n)
+        {
+            for (; n >= 9; n -= 9)
+                if (!MulSmall(x, 1000000000))
+                    return false;
+            uint rest = 1;
+            for (; n > 0; n--)
+                rest *= 10;
+            return MulSmall(x, rest);
+        }
+
+        static bool ShiftLeft(uint* x, int n)
+        {
+            if (n >= Limbs * 32)
+                return false;
+            int words = n / 32, bitShift = n % 32;
+            // Bits shifted out of the top mean overflow.
+            for (int i = Limbs - words; i < Limbs; i++)
+                if (x[i] != 0)
+                    return false;
+            if (bitShift > 0 && (x[Limbs - 1 - words] >> (32 - bitShift)) != 0)
+                return false;
+            for (int i = Limbs - 1; i >= 0; i--)
+            {
+                int src = i - words;
+                uint hi = src >= 0 ? x[src] : 0;
+                uint lo = src - 1 >= 0 ? x[src - 1] : 0;
+                x[i] = bitShift == 0 ? hi : (hi << bitShift) | (lo >> (32 - bitShift));
+            }
+            return true;
+        }
+
+        /// <summary>
+        /// Adds a digit to the mantissa (true), or leaves it out (false): a leading zero, or a
+        /// digit past the 19 a ulong holds (a zero there keeps the value exact, another digit
+        /// makes it inexact).
+        /// </summary>
+        static bool Accumulate(byte c, ref ulong mantissa, ref int digits, ref bool exact)
+        {
             ulong d = (ulong)(c - (byte)'0');
-            if (mantissa == 0 && d == 0)
-                return; // leading zeros
             if (digits >= 19)
             {
-                exact = false;
-                return;
+                if (d != 0)
+                    exact = false;
+                return false;
             }
             mantissa = mantissa * 10 + d;
-            digits++;
+            if (mantissa != 0)
+                digits++;
+            return true;
         }
 
         static double? ReadDoubleOrNull(byte* p, int len, ref int i) =>

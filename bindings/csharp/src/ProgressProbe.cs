@@ -144,15 +144,20 @@ namespace Hydra.Progress
                 if (value == null)
                     throw new ArgumentNullException(nameof(value));
                 HydraProbeThresholds t = value.ToNative();
-                int rc;
                 IntPtr h = AddRef();
-                try { rc = api.SetThresholds(h, &t); }
-                finally { handle.DangerousRelease(); }
-                if (rc == HydraProbeAbi.EInvalidArgument)
-                    throw new ArgumentException(Errors.Failure(api, "set thresholds", rc).NativeMessage, nameof(value));
-                if (rc != HydraProbeAbi.Ok)
-                    throw Errors.Failure(api, "set thresholds", rc);
-                thresholds = value;
+                try
+                {
+                    int rc = api.SetThresholds(h, &t);
+                    if (rc == HydraProbeAbi.EInvalidArgument)
+                        throw new ArgumentException(Errors.Failure(api, "set thresholds", rc).NativeMessage, nameof(value));
+                    if (rc != HydraProbeAbi.Ok)
+                        throw Errors.Failure(api, "set thresholds", rc);
+                    thresholds = value;
+                }
+                finally
+                {
+                    handle.DangerousRelease();
+                }
             }
         }
 
@@ -163,12 +168,19 @@ namespace Hydra.Progress
         {
             uint index = SlotIndex(slot);
             HydraProbeSlot s;
-            int rc;
             IntPtr h = AddRef();
-            try { rc = api.ReadSlot(h, index, &s); }
-            finally { handle.DangerousRelease(); }
-            if (rc != HydraProbeAbi.Ok)
-                throw Errors.Failure(api, $"read slot {slot}", rc);
+            try
+            {
+                // The message is read before the release, which may close the handle (and a
+                // native call clears this thread's message).
+                int rc = api.ReadSlot(h, index, &s);
+                if (rc != HydraProbeAbi.Ok)
+                    throw Errors.Failure(api, $"read slot {slot}", rc);
+            }
+            finally
+            {
+                handle.DangerousRelease();
+            }
             return new SlotSnapshot(ref s);
         }
 

@@ -9,6 +9,7 @@ using System.Collections.Generic;
 using System.Diagnostics;
 using System.IO;
 using System.Linq;
+using System.Numerics;
 using System.Reflection;
 using System.Runtime.InteropServices;
 using System.Text;
@@ -176,6 +177,23 @@ namespace Hydra.Progress.Tests
             };
             foreach (var kv in cases)
                 Assert.Equal(kv.Value, FloatFormat.Shortest(kv.Key), $"text of {kv.Key:R}");
+            // Decimal texts of 15 to 19 significant digits read as the nearest double (ties to
+            // even), checked in exact rational arithmetic.
+            var rand = new Random(11);
+            for (int i = 0; i < 5000; i++)
+            {
+                int digits = rand.Next(15, 20);
+                var sb = new StringBuilder();
+                sb.Append((char)('1' + rand.Next(9)));
+                for (int k = 1; k < digits; k++)
+                    sb.Append((char)('0' + rand.Next(10)));
+                int point = rand.Next(0, digits + 1);
+                string text = point == 0 ? "0." + sb : point == digits ? sb + ".0" : sb.ToString().Insert(point, ".");
+                if (rand.Next(3) == 0)
+                    text += "e" + rand.Next(-40, 40);
+                double got = SlotMeta.FromJson(MinimalJson(0).Replace("\"progress\":0.0", "\"progress\":" + text)).Progress;
+                Assert.True(IsNearest(text, got), $"{text} read as {got:R}, not the nearest double");
+            }
             // Every text reads back as the same double, through the library's own parser.
             var rng = new Random(7);
             for (int i = 0; i < 2000; i++)
@@ -184,6 +202,38 @@ namespace Hydra.Progress.Tests
                 var m = SlotMeta.FromJson(MinimalJson(d));
                 Assert.Equal(d, m.Progress, $"read back of {FloatFormat.Shortest(d)}");
             }
+        }
+
+        /// <summary>Whether <paramref name="d"/> is the double nearest to the decimal <paramref name="text"/>.</summary>
+        static bool IsNearest(string text, double d)
+        {
+            // text = num / den exactly.
+            var m = Regex.Match(text, @"^(\d*)\.?(\d*)(?:e(-?\d+))?$");
+            BigInteger num = BigInteger.Parse(m.Groups[1].Value + m.Groups[2].Value);
+            int exp = (m.Groups[3].Success ? int.Parse(m.Groups[3].Value) : 0) - m.Groups[2].Value.Length;
+            BigInteger den = 1;
+            if (exp >= 0) num *= BigInteger.Pow(10, exp); else den = BigInteger.Pow(10, -exp);
+            long bits = BitConverter.DoubleToInt64Bits(d);
+            // |x - d| <= |x - neighbour| for both neighbours, ties only towards an even mantissa.
+            foreach (long nb in new[] { bits - 1, bits + 1 })
+            {
+                double n = BitConverter.Int64BitsToDouble(nb);
+                int c = (Distance(num, den, d)).CompareTo(Distance(num, den, n));
+                if (c > 0 || (c == 0 && (bits & 1) != 0))
+                    return false;
+            }
+            return true;
+        }
+
+        /// <summary>|num/den - x| x den x 2^1100, an exact integer for any finite double x.</summary>
+        static BigInteger Distance(BigInteger num, BigInteger den, double x)
+        {
+            long bits = BitConverter.DoubleToInt64Bits(x);
+            int biased = (int)((bits >> 52) & 0x7ff);
+            long fraction = bits & ((1L << 52) - 1);
+            BigInteger mant = biased == 0 ? fraction : fraction | (1L << 52);
+            int e = (biased == 0 ? -1074 : biased - 1075) + 1100; // >= 26
+            return BigInteger.Abs(num * BigInteger.Pow(2, 1100) - mant * BigInteger.Pow(2, e) * den);
         }
 
         static string MinimalJson(double progress) =>
