@@ -1,4 +1,4 @@
-// LiveTests.cs: the library against a live `hydra-engine serve --builtin` (2 slots, 8192-token
+// LiveTests.cs: the library against a live `hydra-engine serve --builtin` (2 slots, 4096-token
 // context, 16-token prefill chunks) in a private progress directory.
 
 using System;
@@ -12,6 +12,10 @@ using System.Threading.Tasks;
 
 namespace Hydra.Progress.Tests
 {
+    /// <summary>
+    /// One engine per test (started on first use, killed on Dispose), so that no test waits
+    /// for another's long request to end: the engine has no cancel call.
+    /// </summary>
     internal sealed class LiveEngine : IDisposable
     {
         const int Ubatch = 16;
@@ -29,7 +33,7 @@ namespace Hydra.Progress.Tests
                 if (engine == null)
                 {
                     dir = Bins.TempDir("hydra-cs-live.");
-                    engine = new EngineProcess(dir, "cs-live", $"--slots 2 --ctx 8192 --ubatch {Ubatch}");
+                    engine = new EngineProcess(dir, "cs-live", $"--slots 2 --ctx 4096 --ubatch {Ubatch}");
                     probe = new ProgressProbe(engine.Id, dir);
                 }
                 return engine;
@@ -66,11 +70,6 @@ namespace Hydra.Progress.Tests
 
         void WaitWorking(int slot, SlotPhase phase) =>
             WaitFor(() => { var s = Probe.ReadSlot(slot); return s.Phase == phase && s.WorkDone > 0; }, $"slot {slot} in {phase}");
-
-        static void Join(Thread t)
-        {
-            Assert.True(t.Join(TimeSpan.FromSeconds(300)), "the request thread did not finish within 300 s");
-        }
 
         /// <summary>A short prefill, then a decode of <paramref name="n"/> tokens in the background, running.</summary>
         Thread Decoding(int slot, int n)
@@ -204,12 +203,11 @@ namespace Hydra.Progress.Tests
             int n = Bracket(0, "decode", () => t.IsAlive, 12, false);
             Console.WriteLine($"     {n} samples agreed during the decode");
             Assert.True(n >= 5, $"only {n} samples taken during the decode");
-            Join(t);
         }
 
         public void MetaDuringPrefill()
         {
-            const int promptTokens = 6000;
+            const int promptTokens = 3000;
             var t = Engine.StartPrefill(1, new string('x', promptTokens));
             WaitWorking(1, SlotPhase.Prefill);
             var first = Probe.ReadMeta(1);
@@ -217,7 +215,6 @@ namespace Hydra.Progress.Tests
             int n = Bracket(1, "prefill", () => t.IsAlive, 8, false);
             Console.WriteLine($"     {n} samples agreed during the prefill");
             Assert.True(n >= 3, $"only {n} samples taken during the prefill");
-            Join(t);
         }
 
         // ------------------------------------------------------------ monotonic, thresholds
@@ -228,7 +225,8 @@ namespace Hydra.Progress.Tests
             ulong task = 0, lastMeta = 0, lastSlot = 0;
             var distinct = new HashSet<ulong>();
             int reads = 0;
-            while (t.IsAlive && reads < 200000)
+            var sw = Stopwatch.StartNew();
+            while (t.IsAlive && sw.Elapsed < TimeSpan.FromSeconds(5))
             {
                 var m = Probe.ReadMeta(0);
                 var s = Probe.ReadSlot(0);
@@ -250,14 +248,13 @@ namespace Hydra.Progress.Tests
                 lastSlot = s.WorkDone;
                 distinct.Add(s.WorkDone);
             }
-            Join(t);
             Console.WriteLine($"     {reads} reads, {distinct.Count} distinct token counts");
             Assert.True(distinct.Count >= 10, $"only {distinct.Count} distinct token counts seen");
         }
 
         public void ThresholdVerdicts()
         {
-            var t = Decoding(0, 3000);
+            Decoding(0, 3000);
             WaitFor(() => Probe.ReadSlot(0).RatePerS.HasValue, "a known rate");
             Assert.Equal(SlotClass.Progressing, Probe.Classify(0).SlotClass, "default thresholds");
             Assert.True(!Probe.IsStuck(0), "a progressing slot is not stuck");
@@ -280,7 +277,6 @@ namespace Hydra.Progress.Tests
             }
             var d = Thresholds.Default;
             Assert.True(d.StallFloor == TimeSpan.FromSeconds(30) && d.StallFactor == 10 && d.Budget == null && d.HeartbeatTimeout == TimeSpan.FromSeconds(30), "defaults: " + d);
-            Join(t);
         }
 
         // ------------------------------------------------------------ threads, allocation
@@ -288,7 +284,7 @@ namespace Hydra.Progress.Tests
         public void ConcurrentReads()
         {
             const int threads = 8, reads = 10000;
-            var t = Decoding(0, 3000);
+            Decoding(0, 3000);
             var errors = new List<string>();
             int done = 0;
             var workers = Enumerable.Range(0, threads).Select(k => new Thread(() =>
@@ -324,7 +320,6 @@ namespace Hydra.Progress.Tests
             Console.WriteLine($"     {done} reads by {threads} threads in {sw.ElapsedMilliseconds} ms");
             Assert.Equal(0, errors.Count, "errors: " + string.Join("\n", errors.Take(3)));
             Assert.Equal(threads * reads, done, "reads done");
-            Join(t);
         }
 
         static long Allocated()
@@ -362,13 +357,12 @@ namespace Hydra.Progress.Tests
             Console.WriteLine($"     idle slot: ReadSlot {slot:F0} B/call (SlotSnapshot {snapshotObject:F0} B), ReadMeta {meta:F0} B/call (SlotMeta {metaObject:F0} B)");
             Assert.True(slot <= snapshotObject, $"ReadSlot allocates {slot} B per call, more than its SlotSnapshot ({snapshotObject} B)");
             Assert.True(meta <= metaObject, $"ReadMeta allocates {meta} B per call, more than its SlotMeta ({metaObject} B)");
-            var t = Decoding(0, 3000);
+            Decoding(0, 3000);
             double slotBusy = PerCall(() => Probe.ReadSlot(0));
             double metaBusy = PerCall(() => Probe.ReadMeta(0));
             Console.WriteLine($"     decoding slot: ReadSlot {slotBusy:F0} B/call, ReadMeta {metaBusy:F0} B/call");
             Assert.True(slotBusy <= snapshotObject, $"ReadSlot allocates {slotBusy} B per call while decoding");
             Assert.True(metaBusy <= metaObject, $"ReadMeta allocates {metaBusy} B per call while decoding");
-            Join(t);
         }
 
         // ------------------------------------------------------------ async, dispose, kill
@@ -436,10 +430,9 @@ namespace Hydra.Progress.Tests
 
         public void KilledEngine()
         {
-            var t = Decoding(1, 4000);
+            Decoding(1, 4000);
             ulong before = Probe.ReadSlot(1).WorkDone;
             Engine.Kill();
-            Join(t);
             var s = Probe.ReadSlot(1);
             Assert.Equal(EngineHealth.Dead, s.EngineHealth, "engine health after kill -9");
             Assert.Equal(SlotClass.Orphaned, s.Class, "slot class after kill -9");
