@@ -5,15 +5,18 @@
 # optimised code); the engine, only the writer here, is the dev build the tests use.
 #
 #   bindings/csharp/bench/run.sh [CALLS_PER_ROUND] [ROUNDS]      # defaults 20000 7
+#   HYDRA_BENCH_PROFILE=dev bindings/csharp/bench/run.sh          # the test build's library
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 for tool in mcs mono cc; do
     command -v "$tool" >/dev/null || { echo "error: $tool is missing (apt-get install mono-mcs mono-runtime gcc)" >&2; exit 1; }
 done
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p hydra-probe-capi
+PROFILE=${HYDRA_BENCH_PROFILE:-release}
+cargo build --quiet --profile "$PROFILE" --manifest-path "$ROOT/Cargo.toml" -p hydra-probe-capi
 cargo build --quiet --manifest-path "$ROOT/Cargo.toml" -p hydra-engine
-BIN=$CARGO_TARGET_DIR/release
+BIN=$CARGO_TARGET_DIR/$([[ $PROFILE == dev ]] && echo debug || echo "$PROFILE")
+echo "native library: $BIN/libhydra_probe_ffi.so (profile $PROFILE)"
 OUT=$CARGO_TARGET_DIR/csharp-bench
 rm -rf "$OUT" && mkdir -p "$OUT"
 CS=$ROOT/bindings/csharp
