@@ -31,8 +31,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("create {}", args.dir.display()))?;
+    std::fs::create_dir_all(&args.dir).with_context(|| format!("create {}", args.dir.display()))?;
     let not_empty = std::fs::read_dir(&args.dir)
         .with_context(|| format!("read {}", args.dir.display()))?
         .next()
