@@ -53,7 +53,7 @@ fn cs_fields(source: &str, name: &str) -> Vec<(String, String)> {
     let start = format!("public struct {name}");
     let body = source
         .split_once(&start)
-        .unwrap_or_else(|| panic!("no `{start}` in HydraProbe.cs"))
+        .unwrap_or_else(|| panic!("no `{start}` in Interop.cs"))
         .1;
     let body = body.split_once("\n    }").expect("struct end").0;
     body.lines()
@@ -99,8 +99,8 @@ fn cs_type(c: &str) -> &'static str {
 #[test]
 fn csharp_structs_match_the_header() {
     let header = std::fs::read_to_string(workspace().join("include/hydra_probe.h")).unwrap();
-    let cs = std::fs::read_to_string(workspace().join("docs/c-abi/examples/HydraProbe.cs"))
-        .expect("read docs/c-abi/examples/HydraProbe.cs");
+    let cs = std::fs::read_to_string(workspace().join("bindings/csharp/src/Interop.cs"))
+        .expect("read bindings/csharp/src/Interop.cs");
     for (c_name, cs_name) in [
         ("HydraProbeSlot", "HydraProbeSlot"),
         ("HydraProbeThresholds", "HydraProbeThresholds"),
@@ -113,7 +113,7 @@ fn csharp_structs_match_the_header() {
         assert!(!want.is_empty());
         assert_eq!(
             got, want,
-            "C# struct {cs_name} in docs/c-abi/examples/HydraProbe.cs must list the fields of \
+            "C# struct {cs_name} in bindings/csharp/src/Interop.cs must list the fields of \
              {c_name} in include/hydra_probe.h in the same order, with matching types"
         );
     }

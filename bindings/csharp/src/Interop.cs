@@ -1,0 +1,99 @@
+// Interop.cs: the C structs of include/hydra_probe.h, field for field, in the same order and
+// with the same widths. The test program checks their sizes and offsets against the header
+// (it compiles a C program that prints sizeof/offsetof), so a change there cannot go unseen.
+
+using System.Runtime.InteropServices;
+
+// The fields are documented in include/hydra_probe.h, whose names they carry in PascalCase.
+#pragma warning disable 1591
+
+namespace Hydra.Progress.Interop
+{
+    /// <summary>
+    /// <c>HydraProbeThresholds</c>: classification thresholds in seconds (<c>BudgetS</c>
+    /// negative = no budget). Use <see cref="Hydra.Progress.Thresholds"/> instead.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeThresholds
+    {
+        public double StallFloorS;
+        public double StallFactor;
+        public double BudgetS;
+        public double HeartbeatTimeoutS;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeSlot</c> (248 bytes): one slot at one moment. Unknown derived figures are
+    /// -1 here; <see cref="Hydra.Progress.SlotSnapshot"/> turns them into <c>null</c>.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeSlot
+    {
+        public uint Slot;
+        public uint ReadRetries;
+        public SlotClass SlotClass;
+        public EngineHealth EngineHealth;
+        public ulong NowNs;
+        public ulong TaskId;
+        public ulong Phase;
+        public ulong FinishReason;
+        public ulong ErrorCode;
+        public ulong WorkUnit;
+        public ulong WorkDone;
+        public ulong WorkTotal;
+        public ulong TokensCached;
+        public ulong NPast;
+        public ulong NCtx;
+        public ulong StateSize;
+        public ulong TaskStartNs;
+        public ulong PhaseStartNs;
+        public ulong LastProgressNs;
+        public ulong StepStartNs;
+        public ulong StepSize;
+        public ulong LastStepNs;
+        public ulong StepsDone;
+        public ulong Pending;
+        public double Progress;
+        public double RatePerS;
+        public double EtaS;
+        public long LastProgressAgeNs;
+        public long PhaseAgeNs;
+        public long StepAgeNs;
+        public long ExpectedStepNs;
+        public ulong StallThresholdNs;
+        public ulong HeartbeatAgeNs;
+    }
+
+    /// <summary>Constants of include/hydra_probe.h.</summary>
+    public static class HydraProbeAbi
+    {
+        /// <summary><c>HYDRA_PROBE_ABI_VERSION</c>: the version these bindings were written for.</summary>
+        public const uint AbiVersion = 1;
+
+        /// <summary><c>HYDRA_PROBE_ENGINE_ID_LEN</c>: bytes of one <c>HydraProbeEngineId</c>.</summary>
+        public const int EngineIdLen = 64;
+
+        /// <summary><c>HYDRA_PROBE_OK</c>.</summary>
+        public const int Ok = 0;
+        /// <summary><c>HYDRA_PROBE_E_NULL</c>.</summary>
+        public const int ENull = -1;
+        /// <summary><c>HYDRA_PROBE_E_INVALID_ARGUMENT</c>.</summary>
+        public const int EInvalidArgument = -2;
+        /// <summary><c>HYDRA_PROBE_E_BUFFER_TOO_SMALL</c>.</summary>
+        public const int EBufferTooSmall = -3;
+        /// <summary><c>HYDRA_PROBE_E_NOT_FOUND</c>.</summary>
+        public const int ENotFound = -4;
+        /// <summary><c>HYDRA_PROBE_E_SLOT_OUT_OF_RANGE</c>.</summary>
+        public const int ESlotOutOfRange = -5;
+        /// <summary><c>HYDRA_PROBE_E_NOT_A_SEGMENT</c>.</summary>
+        public const int ENotASegment = -6;
+        /// <summary><c>HYDRA_PROBE_E_UNSUPPORTED_VERSION</c>.</summary>
+        public const int EUnsupportedVersion = -7;
+        /// <summary><c>HYDRA_PROBE_E_REFUSED</c>.</summary>
+        public const int ERefused = -8;
+        /// <summary><c>HYDRA_PROBE_E_IO</c>.</summary>
+        public const int EIo = -9;
+        /// <summary><c>HYDRA_PROBE_E_INTERNAL</c>.</summary>
+        public const int EInternal = -10;
+    }
+}

@@ -1,0 +1,315 @@
+// ProgressProbe.cs: one engine's segment, opened read-only through libhydra_probe_ffi.
+
+using System;
+using System.Collections.Generic;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+using Hydra.Progress.Interop;
+
+namespace Hydra.Progress
+{
+    /// <summary>
+    /// An engine's progress segment, mapped read-only. Every read takes a fresh consistent
+    /// copy straight from shared memory: no HTTP, no IPC to the engine, no locks.
+    /// </summary>
+    /// <remarks>
+    /// Thread-safe: any number of threads may read one probe at once. <see cref="Dispose"/>
+    /// closes it once the reads in flight are over; a later call throws
+    /// <see cref="ObjectDisposedException"/>. A read allocates only the object it returns.
+    /// </remarks>
+    public sealed unsafe class ProgressProbe : IDisposable
+    {
+        const int InitialMetaBuffer = 4096;
+        const int MetaSlack = 1024;
+
+        readonly NativeApi api;
+        readonly ProbeHandle handle;
+        readonly StringCache strings = new StringCache();
+        Thresholds thresholds;
+
+        // One growable buffer per thread for the meta JSON (never shared, never freed).
+        [ThreadStatic] static byte[] metaBuffer;
+
+        /// <summary>
+        /// Where libhydra_probe_ffi.so was loaded from (loading it on first use): $HYDRA_PROBE_LIB,
+        /// the file next to this assembly, or the system library path.
+        /// </summary>
+        /// <exception cref="ProbeLibraryException">It cannot be found or loaded, or speaks another ABI version.</exception>
+        public static string NativeLibraryPath => NativeApi.Get().Path;
+
+        /// <summary>The engine id or path this probe was opened with.</summary>
+        public string Engine { get; }
+
+        /// <summary>The engine's slot count.</summary>
+        public int SlotCount { get; }
+
+        /// <summary>
+        /// Opens engine <paramref name="engine"/> (an engine id, or a path to a segment file
+        /// when it contains '/') in <paramref name="dir"/> (null or "" = $HYDRA_PROGRESS_DIR,
+        /// else /dev/shm/hydra-progress).
+        /// </summary>
+        /// <exception cref="EngineNotFoundException">No such engine.</exception>
+        /// <exception cref="SegmentInvalidException">Not a readable segment (or refused: symlink, FIFO, ...).</exception>
+        /// <exception cref="ProbeLibraryException">libhydra_probe_ffi.so is missing or of another ABI.</exception>
+        public ProgressProbe(string engine, string dir = null, Thresholds thresholds = null)
+        {
+            if (engine == null)
+                throw new ArgumentNullException(nameof(engine));
+            api = NativeApi.Get();
+            Engine = engine;
+            handle = new ProbeHandle();
+            byte[] d = Utf8z(dir ?? "");
+            byte[] e = Utf8z(engine);
+            IntPtr raw = IntPtr.Zero;
+            int rc;
+            fixed (byte* dp = d)
+            fixed (byte* ep = e)
+                rc = api.Open(dp, ep, &raw);
+            if (rc != HydraProbeAbi.Ok)
+            {
+                handle.SetHandleAsInvalid();
+                throw Errors.Failure(api, $"open engine {engine}", rc);
+            }
+            handle.Set(raw);
+            uint count;
+            rc = api.SlotCount(raw, &count);
+            if (rc != HydraProbeAbi.Ok)
+            {
+                var failure = Errors.Failure(api, "hydra_probe_slot_count", rc);
+                handle.Dispose();
+                throw failure;
+            }
+            SlotCount = (int)Math.Min(count, int.MaxValue);
+            this.thresholds = Thresholds.Default;
+            if (thresholds != null)
+            {
+                try { Thresholds = thresholds; }
+                catch { handle.Dispose(); throw; }
+            }
+        }
+
+        /// <summary>Same as the constructor.</summary>
+        public static ProgressProbe Open(string engine, string dir = null, Thresholds thresholds = null) =>
+            new ProgressProbe(engine, dir, thresholds);
+
+        /// <summary>
+        /// The engines publishing in <paramref name="dir"/> (null or "" = $HYDRA_PROGRESS_DIR,
+        /// else /dev/shm/hydra-progress), sorted by id. A missing directory holds none.
+        /// </summary>
+        public static IReadOnlyList<string> Engines(string dir = null)
+        {
+            var api = NativeApi.Get();
+            byte[] d = Utf8z(dir ?? "");
+            int capacity = 16;
+            for (int attempt = 0; attempt < 8; attempt++)
+            {
+                var ids = new byte[capacity * HydraProbeAbi.EngineIdLen];
+                UIntPtr count;
+                int rc;
+                fixed (byte* dp = d)
+                fixed (byte* ip = ids)
+                    rc = api.List(dp, ip, (UIntPtr)capacity, &count);
+                int n = (int)count.ToUInt64();
+                if (rc == HydraProbeAbi.EBufferTooSmall)
+                {
+                    capacity = n + 16; // engines may appear between the two calls
+                    continue;
+                }
+                if (rc != HydraProbeAbi.Ok)
+                    throw Errors.Failure(api, "list engines", rc);
+                var result = new List<string>(n);
+                for (int i = 0; i < n; i++)
+                {
+                    int start = i * HydraProbeAbi.EngineIdLen, len = 0;
+                    while (len < HydraProbeAbi.EngineIdLen && ids[start + len] != 0)
+                        len++;
+                    result.Add(Encoding.UTF8.GetString(ids, start, len));
+                }
+                return result;
+            }
+            throw new HydraProbeException("list engines", HydraProbeAbi.EBufferTooSmall,
+                "HYDRA_PROBE_E_BUFFER_TOO_SMALL", "the engine count kept growing between calls");
+        }
+
+        /// <summary>
+        /// The thresholds later reads classify with (default: <see cref="Thresholds.Default"/>).
+        /// </summary>
+        /// <exception cref="ArgumentException">The native library refuses them (negative time, factor not &gt; 0).</exception>
+        public Thresholds Thresholds
+        {
+            get => thresholds;
+            set
+            {
+                if (value == null)
+                    throw new ArgumentNullException(nameof(value));
+                HydraProbeThresholds t = value.ToNative();
+                IntPtr h = AddRef();
+                try
+                {
+                    int rc = api.SetThresholds(h, &t);
+                    if (rc == HydraProbeAbi.EInvalidArgument)
+                        throw new ArgumentException(Errors.Failure(api, "set thresholds", rc).NativeMessage, nameof(value));
+                    if (rc != HydraProbeAbi.Ok)
+                        throw Errors.Failure(api, "set thresholds", rc);
+                    thresholds = value;
+                }
+                finally
+                {
+                    handle.DangerousRelease();
+                }
+            }
+        }
+
+        /// <summary>Slot <paramref name="slot"/> now: one consistent read, classified.</summary>
+        /// <exception cref="SlotOutOfRangeException">No such slot.</exception>
+        /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
+        public SlotSnapshot ReadSlot(int slot)
+        {
+            uint index = SlotIndex(slot);
+            HydraProbeSlot s;
+            IntPtr h = AddRef();
+            try
+            {
+                // The message is read before the release, which may close the handle (and a
+                // native call clears this thread's message).
+                int rc = api.ReadSlot(h, index, &s);
+                if (rc != HydraProbeAbi.Ok)
+                    throw Errors.Failure(api, $"read slot {slot}", rc);
+            }
+            finally
+            {
+                handle.DangerousRelease();
+            }
+            return new SlotSnapshot(ref s);
+        }
+
+        /// <summary>The verdict on slot <paramref name="slot"/> now, with this probe's <see cref="Thresholds"/>.</summary>
+        public Classification Classify(int slot) => ReadSlot(slot).Classification;
+
+        /// <summary>Whether slot <paramref name="slot"/> is stuck now (see <see cref="Classification.IsStuck"/>).</summary>
+        public bool IsStuck(int slot) => Classify(slot).IsStuck;
+
+        /// <summary>
+        /// Slot <paramref name="slot"/>'s Hydra meta now: Hydra Core's <c>SlotMeta</c> fields
+        /// plus the probe's; its <see cref="SlotMeta.ToJson"/> is what <c>hydra-probe meta</c> prints.
+        /// </summary>
+        /// <exception cref="SlotOutOfRangeException">No such slot.</exception>
+        /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
+        public SlotMeta ReadMeta(int slot)
+        {
+            int len;
+            byte[] buf = ReadMetaBytes(slot, out len);
+            fixed (byte* p = buf)
+            {
+                try
+                {
+                    return MetaJson.Parse(p, len, strings);
+                }
+                catch (FormatException e)
+                {
+                    // The native library wrote it: unreadable JSON is a bug, not bad input.
+                    throw new HydraProbeException($"read meta of slot {slot}", HydraProbeAbi.EInternal,
+                        "HYDRA_PROBE_E_INTERNAL", "the meta JSON of libhydra_probe_ffi is unreadable: " + e.Message);
+                }
+            }
+        }
+
+        /// <summary>Slot <paramref name="slot"/>'s meta JSON exactly as the native library wrote it.</summary>
+        public string ReadMetaJson(int slot)
+        {
+            int len;
+            byte[] buf = ReadMetaBytes(slot, out len);
+            return Encoding.UTF8.GetString(buf, 0, len);
+        }
+
+        /// <summary>
+        /// Hydra Core's <c>GetStateMetaAsync</c>, answered from shared memory instead of the
+        /// network: completes at once with the slot's meta, or with null when the slot cannot
+        /// be read (no such slot, the segment became unreadable), which is when Hydra Core's
+        /// scheduler falls back to its estimated-tokens timeout. A dead engine still answers:
+        /// its slots read as orphaned.
+        /// </summary>
+        /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
+        public Task<SlotMeta> GetStateMetaAsync(int slot, CancellationToken cancellationToken = default(CancellationToken))
+        {
+            if (cancellationToken.IsCancellationRequested)
+                return Task.FromCanceled<SlotMeta>(cancellationToken);
+            try
+            {
+                return Task.FromResult(ReadMeta(slot));
+            }
+            catch (HydraProbeException)
+            {
+                return Task.FromResult<SlotMeta>(null);
+            }
+        }
+
+        /// <summary>Closes the segment (once; later calls do nothing).</summary>
+        public void Dispose() => handle.Dispose();
+
+        /// <summary>Whether <see cref="Dispose"/> was called.</summary>
+        public bool IsDisposed => handle.IsClosed;
+
+        byte[] ReadMetaBytes(int slot, out int length)
+        {
+            uint index = SlotIndex(slot);
+            byte[] buf = metaBuffer ?? (metaBuffer = new byte[InitialMetaBuffer]);
+            IntPtr h = AddRef();
+            try
+            {
+                for (int attempt = 0; ; attempt++)
+                {
+                    UIntPtr needed;
+                    int rc;
+                    fixed (byte* p = buf)
+                        rc = api.MetaJson(h, index, p, (UIntPtr)buf.Length, &needed);
+                    if (rc == HydraProbeAbi.Ok)
+                    {
+                        length = (int)needed.ToUInt64() - 1; // without the NUL
+                        return buf;
+                    }
+                    if (rc != HydraProbeAbi.EBufferTooSmall || attempt >= 4)
+                        throw Errors.Failure(api, $"read meta of slot {slot}", rc);
+                    // Each call reads anew: leave room for a slightly longer answer.
+                    buf = metaBuffer = new byte[(int)needed.ToUInt64() + MetaSlack];
+                }
+            }
+            finally
+            {
+                handle.DangerousRelease();
+            }
+        }
+
+        uint SlotIndex(int slot)
+        {
+            if (slot < 0)
+                throw new SlotOutOfRangeException($"read slot {slot}", HydraProbeAbi.ESlotOutOfRange,
+                    "HYDRA_PROBE_E_SLOT_OUT_OF_RANGE", $"slot {slot} is negative");
+            return (uint)slot;
+        }
+
+        IntPtr AddRef()
+        {
+            bool added = false;
+            try
+            {
+                handle.DangerousAddRef(ref added);
+            }
+            catch (ObjectDisposedException)
+            {
+                throw new ObjectDisposedException(nameof(ProgressProbe), $"the probe of engine {Engine} is disposed");
+            }
+            if (!added)
+                throw new ObjectDisposedException(nameof(ProgressProbe), $"the probe of engine {Engine} is disposed");
+            return handle.DangerousGetHandle();
+        }
+
+        static byte[] Utf8z(string s)
+        {
+            var bytes = new byte[Encoding.UTF8.GetByteCount(s) + 1];
+            Encoding.UTF8.GetBytes(s, 0, s.Length, bytes, 0);
+            return bytes;
+        }
+    }
+}
