@@ -13,6 +13,9 @@ scripts/setup.sh
 echo "== cargo test --workspace"
 cargo test --workspace
 
+echo "== C# library (bindings/csharp) against a live engine (mcs + mono)"
+scripts/test-csharp.sh
+
 echo "== loom model of the seqlock (cfg(loom), release)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p hydra-layout --release --lib loom_model
