@@ -14,7 +14,7 @@ set -euo pipefail
 RUNS=${RUNS:-200}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p hydra-probe \
+cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p hydra-probe-cli \
     --bin hydra-probe --example fake_writer
 BIN=$CARGO_TARGET_DIR/release/hydra-probe
 FAKE=$CARGO_TARGET_DIR/release/examples/fake_writer
