@@ -28,20 +28,12 @@ fn build_all() -> PathBuf {
             let target = profile.parent().expect("target dir").to_path_buf();
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--quiet", "--bins"])
-                .args([
-                    "-p",
-                    "hydra-engine",
-                    "-p",
-                    "hydra-probe-cli",
-                    "-p",
-                    "hydra-exporter",
-                ])
+            cmd.args(["test", "--quiet", "--workspace", "--no-run"])
                 .env("CARGO_TARGET_DIR", &target);
             if profile.file_name().is_some_and(|n| n == "release") {
                 cmd.arg("--release");
             }
-            let status = cmd.status().expect("run cargo build");
+            let status = cmd.status().expect("run cargo test --no-run");
             assert!(status.success(), "building the binaries failed: {status}");
             profile
         })

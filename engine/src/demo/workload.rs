@@ -317,6 +317,8 @@ pub fn print_summary(o: &Outcome, view: &super::live_view::ViewStats) {
             pct(0.99),
             pct(1.0)
         );
+    } else {
+        println!("  meta from the segment (HTTP): no call while busy (the workload ended before the first)");
     }
     match &o.meta_queue {
         Some(Ok(s)) => println!("  meta through the task queue (the old way): {:.0} ms (waited behind the running task)", s * 1e3),
