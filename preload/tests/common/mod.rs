@@ -42,7 +42,7 @@ fn artifact(built: &'static OnceLock<PathBuf>, args: &[&str], name: &str) -> Pat
 
 static PRELOAD: OnceLock<PathBuf> = OnceLock::new();
 static READERS: OnceLock<PathBuf> = OnceLock::new();
-const READER_BINS: &[&str] = &["--bins", "-p", "hydra-probe", "-p", "hydra-exporter"];
+const READER_BINS: &[&str] = &["--bins", "-p", "hydra-probe-cli", "-p", "hydra-exporter"];
 
 /// `libhydra_preload.so`.
 pub fn preload_so() -> PathBuf {
