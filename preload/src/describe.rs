@@ -36,17 +36,22 @@ pub struct ContextFacts {
 /// `ctx` is a live llama context (the host is passing it to a llama.cpp function now) and
 /// `sym` holds functions resolved from the libllama that owns it.
 pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
-    // SAFETY (every call below): each resolved function has the llama.h signature of its
-    // name, and `ctx` is live per this function's contract.
+    // Each call below: the resolved function has the llama.h signature of its name, and
+    // `ctx` is live per this function's contract.
+    // SAFETY: as above.
     let n_seqs = sym.n_seq_max.map_or(1, |f| unsafe { f(ctx) }).max(1) as usize;
+    // SAFETY: as above.
     let n_ctx = sym.n_ctx.map_or(0, |f| u64::from(unsafe { f(ctx) }));
     let n_ctx_seq = sym
         .n_ctx_seq
+        // SAFETY: as above.
         .map(|f| u64::from(unsafe { f(ctx) }))
         .unwrap_or(n_ctx / n_seqs as u64);
+    // SAFETY: as above.
     let memory = sym.get_memory.map_or(0, |f| unsafe { f(ctx) } as usize);
     let model = sym
         .get_model
+        // SAFETY: as above.
         .map_or(std::ptr::null(), |f| unsafe { f(ctx) });
     // SAFETY: `model` is null or the live context's model.
     let description = unsafe { model_description(sym, model) };

@@ -187,9 +187,8 @@ fn start_background() {
         if let Err(e) = spawned {
             warn_once!("no idle sweeper thread ({e}): finished requests stay shown busy");
         }
-        // SAFETY: `close_all` is an `extern "C"` function with no arguments that never
-        // unwinds (it catches panics) and lives as long as the process (this library is
-        // never unloaded: LD_PRELOAD objects stay mapped).
+        // SAFETY: `close_all` is `extern "C"`, takes nothing, never unwinds (it catches panics),
+        // and lives as long as the process (a preloaded library is never unloaded).
         if unsafe { libc::atexit(close_all) } != 0 {
             warn_once!("atexit failed: a clean exit will read as dead");
         }

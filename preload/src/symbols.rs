@@ -76,9 +76,8 @@ macro_rules! resolve {
         if p.is_null() {
             None
         } else {
-            // SAFETY: `p` is the address of the llama.h function named `$name`, whose C
-            // signature `$ty` mirrors exactly (see `ffi`); function and data pointers have
-            // the same size on every platform dlsym exists on.
+            // SAFETY: `p` is the llama.h function `$name`, whose C signature `$ty` mirrors (see
+            // `ffi`); function and data pointers have one size wherever dlsym exists.
             Some(unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
         }
     }};
