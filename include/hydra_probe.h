@@ -72,7 +72,8 @@
 #define HYDRA_PROBE_E_UNSUPPORTED_VERSION -7
 
 // The file was refused for safety: a symbolic link, not a regular file (FIFO, socket,
-// directory, device), or owned by an unexpected user.
+// directory, device), owned by an unexpected user, or named for another engine than its
+// header's ENGINE_ID.
 #define HYDRA_PROBE_E_REFUSED -8
 
 // A system call failed (permission denied, ...), or the file changed size while mapped.

@@ -11,46 +11,23 @@ mod oracle;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hydra_exporter::{render, Collector, Format};
-use hydra_layout::{clock, Phase, SegmentConfig, SegmentWriter, SlotState, WorkUnit};
+use hydra_layout::{clock, SegmentWriter};
 use hydra_probe::Thresholds;
 use std::hint::black_box;
 use std::sync::Arc;
 
-const ENGINES: usize = 16;
-const SLOTS: usize = 64;
+mod fleet;
+
+use fleet::{ENGINES, SLOTS};
 
 fn setup(dir: &std::path::Path) -> Vec<SegmentWriter> {
     let now = clock::monotonic_ns();
     (0..ENGINES)
         .map(|e| {
-            let mut w = SegmentWriter::create(&SegmentConfig {
-                dir: dir.to_path_buf(),
-                engine_id: format!("engine-{e:02}"),
-                slot_count: SLOTS,
-                description: Default::default(),
-            })
-            .expect("create");
+            let mut w = fleet::engine(dir, e);
             for s in 0..SLOTS {
-                w.publish(
-                    s,
-                    &SlotState {
-                        task_id: 1,
-                        phase: Phase::Decode,
-                        work_unit: WorkUnit::Tokens,
-                        work_done: 100 + s as u64,
-                        work_total: 1000,
-                        n_past: 200,
-                        n_ctx: 4096,
-                        phase_start_ns: now - 10_000_000_000,
-                        last_progress_ns: now,
-                        step_start_ns: now,
-                        step_size: 1,
-                        last_step_ns: 20_000_000,
-                        steps_done: 100,
-                        ..Default::default()
-                    },
-                )
-                .expect("publish");
+                let state = fleet::decoding(now, now - 10_000_000_000, 100 + s as u64);
+                w.publish(s, &state).expect("publish");
             }
             w.heartbeat(now);
             w

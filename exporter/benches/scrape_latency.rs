@@ -6,15 +6,16 @@
 //! `cargo bench -p hydra-exporter --bench scrape_latency` (env `SCRAPES`, default 300).
 
 use hydra_exporter::{AppState, Collector};
-use hydra_layout::{clock, Phase, SegmentConfig, SegmentWriter, SlotState, WorkUnit};
+use hydra_layout::clock;
 use hydra_probe::Thresholds;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const ENGINES: usize = 16;
-const SLOTS: usize = 64;
+mod fleet;
+
+use fleet::{ENGINES, SLOTS};
 
 fn main() {
     let scrapes: usize = std::env::var("SCRAPES")
@@ -27,13 +28,7 @@ fn main() {
     let publishes = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..ENGINES)
         .map(|e| {
-            let mut w = SegmentWriter::create(&SegmentConfig {
-                dir: dir.clone(),
-                engine_id: format!("engine-{e:02}"),
-                slot_count: SLOTS,
-                description: Default::default(),
-            })
-            .expect("create");
+            let mut w = fleet::engine(&dir, e);
             let stop = stop.clone();
             let publishes = publishes.clone();
             std::thread::spawn(move || {
@@ -43,20 +38,7 @@ fn main() {
                 while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                     let now = clock::monotonic_ns();
                     for s in 0..SLOTS {
-                        let st = SlotState {
-                            task_id: 1,
-                            phase: Phase::Decode,
-                            work_unit: WorkUnit::Tokens,
-                            work_done: i % 1000,
-                            work_total: 1000,
-                            phase_start_ns: start,
-                            last_progress_ns: now,
-                            step_start_ns: now,
-                            step_size: 1,
-                            last_step_ns: 20_000_000,
-                            steps_done: i % 1000,
-                            ..Default::default()
-                        };
+                        let st = fleet::decoding(now, start, i % 1000);
                         w.publish(s, &st).expect("publish");
                     }
                     w.heartbeat(now);

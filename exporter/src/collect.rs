@@ -199,7 +199,7 @@ impl Collector {
         }
         for stray in found.strays {
             let err = ReadError {
-                kind: ErrorKind::NotRegularFile,
+                kind: ErrorKind::Segment(hydra_layout::ErrorKind::NotRegularFile),
                 message: format!(
                     "{} is not a regular file (it is a {})",
                     stray.path.display(),
@@ -277,7 +277,7 @@ impl Collector {
             Err(e) => {
                 cache.remove(path);
                 return Err(ReadError {
-                    kind: ErrorKind::Io,
+                    kind: ErrorKind::Segment(hydra_layout::ErrorKind::Io),
                     message: format!("lstat {}: {e}", path.display()),
                 });
             }

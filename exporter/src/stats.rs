@@ -8,79 +8,49 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::{Arc, Mutex};
 
-/// Kinds of read error, the `kind` label of `hydra_exporter_read_errors_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+/// Kinds of read error, the `kind` label of `hydra_exporter_read_errors_total`: the
+/// directory could not be listed, a segment failed with one of the reader's
+/// [`hydra_layout::ErrorKind`]s (named as that type names them), or anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// The segment directory could not be listed.
     Directory,
-    /// A system call on a segment failed (open, fstat, mmap, flock...).
-    Io,
-    /// An entry named like a segment is a FIFO, directory, socket...
-    NotRegularFile,
-    /// The segment (or its directory) is a symbolic link.
-    Symlink,
-    /// The file is not owned by the directory's owner.
-    WrongOwner,
-    /// The file is shorter than its header says or needs.
-    Truncated,
-    /// Not a hydra-progress segment (magic mismatch).
-    BadMagic,
-    /// Written with the other byte order, or a corrupt byte-order marker.
-    ByteOrder,
-    /// A format major version this exporter does not read.
-    UnsupportedVersion,
-    /// Inconsistent header geometry (lengths, offsets, slot table).
-    BadGeometry,
-    /// The file changed size while mapped.
-    SizeChanged,
-    /// The writer has not finished creating the segment.
-    NotReady,
-    /// Unknown lifecycle state.
-    BadState,
-    /// A read kept failing on a torn or contended record.
-    Torn,
+    /// A segment could not be opened, validated or read.
+    Segment(hydra_layout::ErrorKind),
     /// Anything else.
     Other,
 }
 
 impl ErrorKind {
-    /// Every kind, in label order (each is exported from the start, at 0).
-    pub const ALL: [ErrorKind; 15] = [
-        Self::Directory,
-        Self::Io,
-        Self::NotRegularFile,
-        Self::Symlink,
-        Self::WrongOwner,
-        Self::Truncated,
-        Self::BadMagic,
-        Self::ByteOrder,
-        Self::UnsupportedVersion,
-        Self::BadGeometry,
-        Self::SizeChanged,
-        Self::NotReady,
-        Self::BadState,
-        Self::Torn,
-        Self::Other,
-    ];
+    /// Every kind, in label order (each is exported from the start, at 0): the reader's
+    /// kinds that [`Self::of_layout`] keeps apart, between `directory` and `other`.
+    pub const ALL: [ErrorKind; 16] = {
+        use hydra_layout::ErrorKind as L;
+        [
+            Self::Directory,
+            Self::Segment(L::Io),
+            Self::Segment(L::NotRegularFile),
+            Self::Segment(L::Symlink),
+            Self::Segment(L::WrongOwner),
+            Self::Segment(L::Truncated),
+            Self::Segment(L::BadMagic),
+            Self::Segment(L::ByteOrder),
+            Self::Segment(L::UnsupportedVersion),
+            Self::Segment(L::BadGeometry),
+            Self::Segment(L::SizeChanged),
+            Self::Segment(L::NotReady),
+            Self::Segment(L::BadState),
+            Self::Segment(L::Torn),
+            Self::Segment(L::EngineIdMismatch),
+            Self::Other,
+        ]
+    };
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Directory => "directory",
-            Self::Io => "io",
-            Self::NotRegularFile => "not_regular_file",
-            Self::Symlink => "symlink",
-            Self::WrongOwner => "wrong_owner",
-            Self::Truncated => "truncated",
-            Self::BadMagic => "bad_magic",
-            Self::ByteOrder => "byte_order",
-            Self::UnsupportedVersion => "unsupported_version",
-            Self::BadGeometry => "bad_geometry",
-            Self::SizeChanged => "size_changed",
-            Self::NotReady => "not_ready",
-            Self::BadState => "bad_state",
-            Self::Torn => "torn",
+            Self::Segment(kind) => kind.as_str(),
             Self::Other => "other",
         }
     }
@@ -96,23 +66,30 @@ impl ErrorKind {
     pub fn of_layout(kind: hydra_layout::ErrorKind) -> Self {
         use hydra_layout::ErrorKind as L;
         match kind {
-            L::NotFound | L::Io => Self::Io,
-            L::NotRegularFile => Self::NotRegularFile,
-            L::Symlink => Self::Symlink,
-            L::WrongOwner => Self::WrongOwner,
-            L::Truncated => Self::Truncated,
-            L::BadMagic => Self::BadMagic,
-            L::ByteOrder => Self::ByteOrder,
-            L::UnsupportedVersion => Self::UnsupportedVersion,
-            L::BadGeometry => Self::BadGeometry,
-            L::SizeChanged => Self::SizeChanged,
-            L::NotReady => Self::NotReady,
-            L::BadState => Self::BadState,
-            L::Torn => Self::Torn,
+            L::NotFound | L::Io => Self::Segment(L::Io),
+            L::NotRegularFile
+            | L::Symlink
+            | L::WrongOwner
+            | L::Truncated
+            | L::BadMagic
+            | L::ByteOrder
+            | L::UnsupportedVersion
+            | L::BadGeometry
+            | L::SizeChanged
+            | L::NotReady
+            | L::BadState
+            | L::Torn
+            | L::EngineIdMismatch => Self::Segment(kind),
             L::InvalidArgument | L::EngineIdInUse | L::UnsafeDirectory | L::SlotOutOfRange => {
                 Self::Other
             }
         }
+    }
+}
+
+impl serde::Serialize for ErrorKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 

@@ -81,7 +81,7 @@ fn scrape_with_every_engine_state_passes_promtool() {
     expect(r#"hydra_engine_busy_slots{engine="live"}"#, 2.0);
     assert!(
         body.lines().any(|l| l.starts_with(
-            r#"hydra_engine_info{engine="live",model="tiny-llama",quant="F32",device="cpu",pid=""#
+            r#"hydra_engine_info{engine="live",model="tiny-llama",quant="Q8_0",device="cpu",pid=""#
         ) && l.ends_with(" 1")),
         "{}",
         ctx()

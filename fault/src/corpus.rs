@@ -4,14 +4,14 @@
 //! Files are built from the bytes of a real segment made by [`SegmentWriter`] and patched at
 //! the documented offsets ([`hydra_layout::header`], [`hydra_layout::slot`]), plus entries
 //! that are not regular files at all. Each [`Case`] names the kinds of error a reader may
-//! report for it, as the exporter's `kind` labels ([`ErrorKind`] names), so that the probe
+//! report for it, as [`ErrorKind`]s (the one classification every surface maps from), so that the probe
 //! library, the probe CLI, the exporter and the C ABI are checked against one expectation.
 
-use hydra_exporter::stats::ErrorKind;
 use hydra_layout::header as h;
 use hydra_layout::slot as s;
 use hydra_layout::{
-    EngineDescription, FinishReason, Phase, SegmentConfig, SegmentWriter, SlotState, WorkUnit,
+    EngineDescription, ErrorKind, FinishReason, Phase, SegmentConfig, SegmentWriter, SlotState,
+    WorkUnit,
 };
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -56,6 +56,7 @@ const SYMLINK: &[ErrorKind] = &[ErrorKind::Symlink, ErrorKind::NotRegularFile];
 const NOT_READY: &[ErrorKind] = &[ErrorKind::NotReady];
 const BAD_STATE: &[ErrorKind] = &[ErrorKind::BadState];
 const OWNER: &[ErrorKind] = &[ErrorKind::WrongOwner];
+const ID_MISMATCH: &[ErrorKind] = &[ErrorKind::EngineIdMismatch];
 
 /// A busy, fully populated slot record: decoding, half way.
 pub fn busy_state(i: u64) -> SlotState {
@@ -111,7 +112,20 @@ fn word(bytes: &[u8], offset: usize) -> u64 {
     u64::from_ne_bytes(bytes[offset..offset + 8].try_into().expect("8 bytes"))
 }
 
+/// Writes `<id>.hps`: `bytes` with the header's engine id set to `id` (where the bytes
+/// reach that field), as a writer names its file and header from one value.
 fn write(dir: &Path, id: &str, bytes: &[u8]) {
+    let mut bytes = bytes.to_vec();
+    if let Some(field) = bytes.get_mut(h::ENGINE_ID_OFFSET..h::ENGINE_ID_OFFSET + h::ENGINE_ID_LEN)
+    {
+        field.fill(0);
+        field[..id.len()].copy_from_slice(id.as_bytes());
+    }
+    write_raw(dir, id, &bytes);
+}
+
+/// Writes `<id>.hps` with exactly `bytes`.
+fn write_raw(dir: &Path, id: &str, bytes: &[u8]) {
     let path = dir.join(format!("{id}.hps"));
     std::fs::write(&path, bytes).expect("write corpus file");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
@@ -401,16 +415,33 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         let name = &mut b[h::MODEL_NAME_OFFSET..h::MODEL_NAME_OFFSET + h::MODEL_NAME_LEN];
         name.fill(b'"');
         name[0..4].copy_from_slice(&[0xff, 0xfe, b'\n', b'\\']);
-        let id = &mut b[h::ENGINE_ID_OFFSET..h::ENGINE_ID_OFFSET + h::ENGINE_ID_LEN];
-        id.fill(0xc3);
         let dev = &mut b[h::DEVICE_OFFSET..h::DEVICE_OFFSET + h::DEVICE_LEN];
         dev.fill(0x1b);
         write(dir, "content-strings", &b);
         add(
             &mut cases,
             "content-strings".into(),
-            "identity strings unterminated, invalid UTF-8, escapes".into(),
+            "description strings unterminated, invalid UTF-8, escapes".into(),
             Expect::Readable,
+        );
+
+        // The header names another engine than the file (FORMAT §2.2): a copy made by hand,
+        // and an id field unterminated and not UTF-8.
+        write_raw(dir, "id-mismatch", &t);
+        add(
+            &mut cases,
+            "id-mismatch".into(),
+            "header ENGINE_ID names another engine than the file".into(),
+            Expect::Refused(ID_MISMATCH),
+        );
+        let mut b = t.clone();
+        b[h::ENGINE_ID_OFFSET..h::ENGINE_ID_OFFSET + h::ENGINE_ID_LEN].fill(0xc3);
+        write_raw(dir, "id-hostile", &b);
+        add(
+            &mut cases,
+            "id-hostile".into(),
+            "header ENGINE_ID unterminated, invalid UTF-8".into(),
+            Expect::Refused(ID_MISMATCH),
         );
 
         let mut b = t.clone();
@@ -446,22 +477,7 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     cases
 }
 
-/// The C ABI code a reader must return for an error kind.
+/// The C ABI's return code for a refusal of `kind`: the reader ABI's own mapping.
 pub fn c_code(kind: ErrorKind) -> i32 {
-    use hydra_probe_ffi as c;
-    match kind {
-        ErrorKind::NotRegularFile | ErrorKind::Symlink | ErrorKind::WrongOwner => {
-            c::HYDRA_PROBE_E_REFUSED
-        }
-        ErrorKind::UnsupportedVersion => c::HYDRA_PROBE_E_UNSUPPORTED_VERSION,
-        ErrorKind::Io | ErrorKind::SizeChanged | ErrorKind::Directory => c::HYDRA_PROBE_E_IO,
-        ErrorKind::Truncated
-        | ErrorKind::BadMagic
-        | ErrorKind::ByteOrder
-        | ErrorKind::BadGeometry
-        | ErrorKind::NotReady
-        | ErrorKind::BadState
-        | ErrorKind::Torn => c::HYDRA_PROBE_E_NOT_A_SEGMENT,
-        ErrorKind::Other => c::HYDRA_PROBE_E_INTERNAL,
-    }
+    <hydra_probe_ffi::ProbeAbi as hydra_ffi_support::Abi>::code_of(kind)
 }

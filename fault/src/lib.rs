@@ -12,6 +12,8 @@
 //! - [`process`]: an engine or exporter child process, killed and reaped on drop, with its
 //!   resident memory;
 //! - [`http`]: a small blocking client for the engine's and exporter's JSON APIs;
+//! - [`segments`]: a scratch segment directory with test writers and a listing of what
+//!   is on disk, shared by the probe CLI's, the exporter's and the C ABI's tests;
 //! - [`require`]: what a test needs from outside the repository (the real model, external
 //!   tools) and the one rule when it is missing: fail, unless `HYDRA_ALLOW_SKIP=1`;
 //! - [`stats`]: percentiles and medians for the figures the suite prints;
@@ -28,6 +30,7 @@ pub mod corpus;
 pub mod http;
 pub mod process;
 pub mod require;
+pub mod segments;
 pub mod stats;
 pub mod workload;
 

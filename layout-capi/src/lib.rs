@@ -245,7 +245,8 @@ impl Abi for WriterAbi {
             | ErrorKind::SizeChanged
             | ErrorKind::NotReady
             | ErrorKind::BadState
-            | ErrorKind::Torn => HYDRA_WRITER_E_INTERNAL,
+            | ErrorKind::Torn
+            | ErrorKind::EngineIdMismatch => HYDRA_WRITER_E_INTERNAL,
         }
     }
 

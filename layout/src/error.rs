@@ -199,6 +199,16 @@ pub enum Error {
         /// A best-effort, possibly inconsistent copy of the record.
         last: Box<SlotState>,
     },
+    /// The header's engine id is not the id in the file's name (FORMAT §2.2).
+    #[error("engine id mismatch in {path}: the file is named for {file_id:?}, its header says {header_id:?}")]
+    EngineIdMismatch {
+        /// The segment file.
+        path: PathBuf,
+        /// The id in the file name.
+        file_id: String,
+        /// The id in the header (lossily decoded).
+        header_id: String,
+    },
     /// The slot kept changing under the reader for the whole retry budget.
     #[error("slot {slot} changed on every one of {attempts} read attempts")]
     Contended {
@@ -253,6 +263,8 @@ pub enum ErrorKind {
     SlotOutOfRange,
     /// No consistent copy of a slot (torn by a dead writer, or contended).
     Torn,
+    /// A segment whose header names another engine than its file name.
+    EngineIdMismatch,
 }
 
 impl ErrorKind {
@@ -262,6 +274,32 @@ impl ErrorKind {
             Self::NotFound
         } else {
             Self::Io
+        }
+    }
+
+    /// The kind's name in snake case ("not_found", "bad_magic", ...): the one spelling
+    /// of kinds in labels, JSON and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotFound => "not_found",
+            Self::Io => "io",
+            Self::InvalidArgument => "invalid_argument",
+            Self::EngineIdInUse => "engine_id_in_use",
+            Self::UnsafeDirectory => "unsafe_directory",
+            Self::Symlink => "symlink",
+            Self::NotRegularFile => "not_regular_file",
+            Self::WrongOwner => "wrong_owner",
+            Self::Truncated => "truncated",
+            Self::BadMagic => "bad_magic",
+            Self::ByteOrder => "byte_order",
+            Self::UnsupportedVersion => "unsupported_version",
+            Self::BadGeometry => "bad_geometry",
+            Self::SizeChanged => "size_changed",
+            Self::NotReady => "not_ready",
+            Self::BadState => "bad_state",
+            Self::SlotOutOfRange => "slot_out_of_range",
+            Self::Torn => "torn",
+            Self::EngineIdMismatch => "engine_id_mismatch",
         }
     }
 
@@ -286,7 +324,8 @@ impl ErrorKind {
             | Self::WrongOwner
             | Self::UnsupportedVersion
             | Self::SizeChanged
-            | Self::SlotOutOfRange => false,
+            | Self::SlotOutOfRange
+            | Self::EngineIdMismatch => false,
         }
     }
 }
@@ -316,6 +355,7 @@ impl Error {
             Self::BadState { .. } => ErrorKind::BadState,
             Self::SlotOutOfRange { .. } => ErrorKind::SlotOutOfRange,
             Self::Torn { .. } | Self::Contended { .. } => ErrorKind::Torn,
+            Self::EngineIdMismatch { .. } => ErrorKind::EngineIdMismatch,
         }
     }
 

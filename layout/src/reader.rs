@@ -334,8 +334,21 @@ impl SegmentReader {
             Lifecycle::Init => return Err(Error::NotReady { path }),
             Lifecycle::Unknown(raw) => return Err(Error::BadState { path, raw }),
         }
+        let identity = read_identity(&words);
+        // §2.2: a file named `<id>.hps` must carry `<id>` in its header; a segment renamed,
+        // copied or planted under another engine's name is refused, not reported as that
+        // engine. Other names (a path given by hand) are not engine names: nothing to check.
+        if let Some(file_id) = name.to_str().and_then(crate::naming::engine_id_of) {
+            if identity.engine_id != file_id {
+                return Err(Error::EngineIdMismatch {
+                    file_id: file_id.to_owned(),
+                    header_id: identity.engine_id,
+                    path,
+                });
+            }
+        }
         Ok(Self {
-            identity: read_identity(&words),
+            identity,
             map,
             words,
             file,

@@ -512,7 +512,7 @@ fn c_validation_agrees_with_the_rust_reader() {
         ),
     ];
     for (name, edit, want_c, rust_check) in cases {
-        let path = damaged_copy(&copies, &good, &format!("{name}.hps"), edit);
+        let path = damaged_copy(&copies, &good, &format!("{name}.seg"), edit);
         let out = run(&reader, &[&path]);
         assert_eq!(get(&out, "validate"), want_c, "case {name}: {out:#?}");
         match SegmentReader::open(&path) {

@@ -56,7 +56,7 @@ fn as_newer_minor(
 fn newer_minor_with_longer_header_and_stride_reads_the_same() {
     let scratch = Scratch::new();
     let v10 = valid_segment(SLOTS);
-    let original = SegmentReader::open(write_segment(scratch.path(), "v10.hps", &v10)).unwrap();
+    let original = SegmentReader::open(write_segment(scratch.path(), "v10.seg", &v10)).unwrap();
     let layouts = [
         (1, h::HEADER_LEN, h::HEADER_LEN, s::SLOT_STRIDE),
         (3, 2048, 2048, 512),
@@ -66,7 +66,7 @@ fn newer_minor_with_longer_header_and_stride_reads_the_same() {
     for (minor, header_len, slot_offset, stride) in layouts {
         let what = format!("minor {minor}, header {header_len}, slots at {slot_offset} x {stride}");
         let bytes = as_newer_minor(&v10, minor, header_len, slot_offset, stride);
-        let path = write_segment(scratch.path(), "newer.hps", &bytes);
+        let path = write_segment(scratch.path(), "newer.seg", &bytes);
         let r = SegmentReader::open(&path)
             .unwrap_or_else(|e| panic!("{what}: refused: {e}\n{}", describe_file(&path)));
         assert_eq!(r.identity().version_minor, minor, "{what}");
@@ -209,7 +209,7 @@ fn empty_strings_and_invalid_utf8_on_disk() {
     for b in &mut bytes[h::DEVICE_OFFSET..h::DEVICE_OFFSET + h::DEVICE_LEN] {
         *b = b'd';
     }
-    let path = write_segment(scratch.path(), "foreign.hps", &bytes);
+    let path = write_segment(scratch.path(), "strings.hps", &bytes);
     let r = SegmentReader::open(&path).unwrap();
     let d = &r.identity().description;
     assert_eq!(d.model_name, "m\u{FFFD}\u{FFFD}x");

@@ -38,7 +38,7 @@ fn refused(
 fn unpatched_copy_is_accepted() {
     let scratch = Scratch::new();
     let bytes = valid_segment(SLOTS);
-    let path = write_segment(scratch.path(), "copy.hps", &bytes);
+    let path = write_segment(scratch.path(), "copy.seg", &bytes);
     let r = SegmentReader::open(&path)
         .unwrap_or_else(|e| panic!("valid copy refused: {e}\n{}", describe_file(&path)));
     assert_eq!(r.slot_count(), SLOTS);
@@ -48,6 +48,32 @@ fn unpatched_copy_is_accepted() {
     }
     // Nobody holds the copy's lock and it was READY: it reads as a dead writer's segment.
     assert_eq!(r.liveness().unwrap(), Liveness::Dead);
+}
+
+#[test]
+fn copy_under_another_engine_name_is_refused() {
+    // FORMAT §2.2: `<id>.hps` must carry `<id>` in its header. The copy above is opened by
+    // a name that is not an engine's (`copy.seg`); under an engine's name it is refused.
+    let scratch = Scratch::new();
+    let bytes = valid_segment(SLOTS);
+    let header_id = SegmentReader::open(write_segment(scratch.path(), "copy.seg", &bytes))
+        .expect("valid copy")
+        .identity()
+        .engine_id
+        .clone();
+    let path = write_segment(scratch.path(), "planted.hps", &bytes);
+    let e = expect_open_err(&path, &default_opts(), "planted copy", |e| {
+        matches!(e, Error::EngineIdMismatch { .. })
+    });
+    assert_eq!(e.kind(), hydra_layout::ErrorKind::EngineIdMismatch);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("planted") && msg.contains(&header_id) && msg.contains("planted.hps"),
+        "{msg}"
+    );
+    // Under its own engine's name the same bytes are accepted.
+    let own = write_segment(scratch.path(), &format!("{header_id}.hps"), &bytes);
+    SegmentReader::open(&own).expect("copy under its own name");
 }
 
 #[test]
@@ -397,7 +423,7 @@ fn lifecycle_init_is_not_ready_and_unknown_is_bad_state() {
     // CLOSED is a valid state to open (a clean exit whose file was kept).
     let path = write_segment(
         scratch.path(),
-        "c.hps",
+        "c.seg",
         &patched(&bytes, &[(h::STATE_OFFSET, Lifecycle::CLOSED)]),
     );
     let r = SegmentReader::open(&path).expect("closed segment opens");
@@ -410,7 +436,7 @@ fn symlinked_file_and_directory_are_refused() {
     let scratch = Scratch::new();
     let bytes = valid_segment(SLOTS);
     let real_dir = scratch.subdir("real");
-    let target = write_segment(&real_dir, "e1.hps", &bytes);
+    let target = write_segment(&real_dir, "fixture.hps", &bytes);
     // The segment is fine through its real path.
     SegmentReader::open(&target).expect("real path opens");
 
@@ -426,14 +452,14 @@ fn symlinked_file_and_directory_are_refused() {
 
     let link_dir = scratch.join("linkdir");
     std::os::unix::fs::symlink(&real_dir, &link_dir).unwrap();
-    let via = link_dir.join("e1.hps");
+    let via = link_dir.join("fixture.hps");
     expect_open_err(
         &via,
         &default_opts(),
         "SymlinkDirectory",
         |e| matches!(e, Error::SymlinkDirectory { path } if path == &link_dir),
     );
-    let e = SegmentReader::open_engine(&link_dir, "e1").expect_err("open_engine via link");
+    let e = SegmentReader::open_engine(&link_dir, "fixture").expect_err("open_engine via link");
     assert!(matches!(e, Error::SymlinkDirectory { .. }), "{e:?}");
 
     // A dangling symlink is refused as a symlink too, not followed.
@@ -555,7 +581,7 @@ fn file_of_another_owner_is_refused() {
     }
     let scratch = Scratch::new();
     let bytes = valid_segment(SLOTS);
-    let path = write_segment(scratch.path(), "o.hps", &bytes);
+    let path = write_segment(scratch.path(), "o.seg", &bytes);
     std::os::unix::fs::chown(&path, Some(12345), None).unwrap();
     let dir_uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(scratch.path()).unwrap());
 
@@ -591,7 +617,7 @@ fn file_of_another_owner_is_refused() {
     }
     // A directory of another owner: the default policy follows the directory.
     let dir = scratch.subdir("foreign");
-    let inner = write_segment(&dir, "e.hps", &bytes);
+    let inner = write_segment(&dir, "e.seg", &bytes);
     std::os::unix::fs::chown(&dir, Some(12345), None).unwrap();
     expect_open_err(
         &inner,

@@ -61,7 +61,7 @@ fn closed_but_not_unlinked_reads_closed() {
     let scratch = Scratch::new();
     let w = SegmentWriter::create(&config(scratch.path(), "e1", 1)).unwrap();
     // A second name for the same file survives the writer's unlink of its own name.
-    let kept = scratch.join("kept.hps");
+    let kept = scratch.join("kept.seg");
     std::fs::hard_link(w.path(), &kept).unwrap();
     w.close().unwrap();
     let r = SegmentReader::open(&kept).expect("a closed segment opens");
@@ -70,7 +70,7 @@ fn closed_but_not_unlinked_reads_closed() {
 
     // And a byte copy of a segment marked CLOSED (nobody holds its lock) reads Closed too.
     let bytes = patched(&valid_segment(1), &[(h::STATE_OFFSET, Lifecycle::CLOSED)]);
-    let copy = write_segment(scratch.path(), "copy.hps", &bytes);
+    let copy = write_segment(scratch.path(), "copy.seg", &bytes);
     let r = SegmentReader::open(&copy).unwrap();
     assert_eq!(r.liveness().unwrap(), Liveness::Closed);
 }

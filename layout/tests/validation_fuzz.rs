@@ -24,7 +24,7 @@ fn valid() -> &'static [u8] {
 /// Opens `bytes` written to `dir` and, when the open succeeds, exercises every read.
 /// Returns whether the open succeeded.
 fn open_and_read_everything(dir: &Path, bytes: &[u8]) -> bool {
-    let path = write_segment(dir, "fuzz.hps", bytes);
+    let path = write_segment(dir, "fuzz.seg", bytes);
     // Small retry budget: a mutated SEQ word makes a slot torn, and the default budget
     // (2000 yields) per torn slot would only slow the run down.
     let options = OpenOptions {

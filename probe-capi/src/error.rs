@@ -27,7 +27,8 @@ pub const HYDRA_PROBE_E_NOT_A_SEGMENT: i32 = -6;
 /// The segment has a format major version this library does not read.
 pub const HYDRA_PROBE_E_UNSUPPORTED_VERSION: i32 = -7;
 /// The file was refused for safety: a symbolic link, not a regular file (FIFO, socket,
-/// directory, device), or owned by an unexpected user.
+/// directory, device), owned by an unexpected user, or named for another engine than its
+/// header's ENGINE_ID.
 pub const HYDRA_PROBE_E_REFUSED: i32 = -8;
 /// A system call failed (permission denied, ...), or the file changed size while mapped.
 pub const HYDRA_PROBE_E_IO: i32 = -9;
@@ -35,7 +36,7 @@ pub const HYDRA_PROBE_E_IO: i32 = -9;
 pub const HYDRA_PROBE_E_INTERNAL: i32 = -10;
 
 /// The reader ABI for the shared FFI plumbing (`hydra-ffi-support`).
-pub(crate) struct ProbeAbi;
+pub struct ProbeAbi;
 
 thread_local! {
     /// Message of the last failed call on this thread ("" after a successful one).
@@ -57,7 +58,8 @@ impl Abi for ProbeAbi {
             ErrorKind::Symlink
             | ErrorKind::NotRegularFile
             | ErrorKind::WrongOwner
-            | ErrorKind::UnsafeDirectory => HYDRA_PROBE_E_REFUSED,
+            | ErrorKind::UnsafeDirectory
+            | ErrorKind::EngineIdMismatch => HYDRA_PROBE_E_REFUSED,
             ErrorKind::UnsupportedVersion => HYDRA_PROBE_E_UNSUPPORTED_VERSION,
             ErrorKind::SlotOutOfRange => HYDRA_PROBE_E_SLOT_OUT_OF_RANGE,
             ErrorKind::Truncated

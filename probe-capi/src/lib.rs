@@ -27,6 +27,9 @@
 
 mod error;
 
+/// The reader ABI's error-code mapping (`hydra_ffi_support::Abi::code_of`), for tests that
+/// check what the C ABI returns for each error kind.
+pub use error::ProbeAbi;
 pub use error::{
     HYDRA_PROBE_E_BUFFER_TOO_SMALL, HYDRA_PROBE_E_INTERNAL, HYDRA_PROBE_E_INVALID_ARGUMENT,
     HYDRA_PROBE_E_IO, HYDRA_PROBE_E_NOT_A_SEGMENT, HYDRA_PROBE_E_NOT_FOUND, HYDRA_PROBE_E_NULL,
@@ -34,7 +37,7 @@ pub use error::{
     HYDRA_PROBE_OK,
 };
 
-use error::{guard, probe_error, ProbeAbi};
+use error::{guard, probe_error};
 use hydra_ffi_support::{arg_str, copy_out, out_ptr, ErrorKind, FfiError, Overflow};
 use hydra_layout::{clock, naming, Phase, SegmentReader};
 use hydra_probe::{

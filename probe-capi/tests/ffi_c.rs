@@ -15,8 +15,7 @@ mod ffi_support;
 use clap::Parser;
 use ffi_support::{compile_c, probe_lib, show, workspace};
 use hydra_layout::{
-    clock, header as h, EngineDescription, Phase, SegmentConfig, SegmentReader, SegmentWriter,
-    SlotState, WorkUnit,
+    clock, header as h, Phase, SegmentConfig, SegmentReader, SegmentWriter, SlotState, WorkUnit,
 };
 use hydra_probe::{EngineView, Thresholds};
 use hydra_probe_cli::{self as cli, Cli};
@@ -63,15 +62,7 @@ impl Scratch {
             dir: self.dir.clone(),
             engine_id: id.into(),
             slot_count: slots,
-            description: EngineDescription {
-                model_name: "tiny-llama".into(),
-                model_quant: "Q8_0".into(),
-                model_path: "/models/tiny.gguf".into(),
-                tokenizer: "gpt2".into(),
-                model_alias: "tiny".into(),
-                device: "cpu".into(),
-                capabilities: 3,
-            },
+            description: hydra_fault::segments::description(),
         })
         .expect("create segment")
     }
@@ -290,8 +281,15 @@ fn misuse_and_hostile_files_give_error_codes() {
         ("fifo", fifo, ffi::HYDRA_PROBE_E_REFUSED),
         ("directory", subdir, ffi::HYDRA_PROBE_E_REFUSED),
         ("symlink", link, ffi::HYDRA_PROBE_E_REFUSED),
-        // A byte-for-byte copy of a live segment: valid, its writer (lock) absent: dead.
-        ("copy", file("copy.hps", &valid), ffi::HYDRA_PROBE_OK),
+        // A byte-for-byte copy of a live segment under a name that is not an engine's:
+        // valid, its writer (lock) absent: dead.
+        ("copy", file("copy.seg", &valid), ffi::HYDRA_PROBE_OK),
+        // The same copy planted under another engine's name (FORMAT §2.2).
+        (
+            "planted",
+            file("planted.hps", &valid),
+            ffi::HYDRA_PROBE_E_REFUSED,
+        ),
     ];
     let program = s.compile("hostile");
     let mut cmd = Command::new(&program);

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{decode, Scratch, S};
+use common::{decode, ProbeRun, Scratch, S};
 use hydra_layout::{clock, Phase, SlotState};
 use std::time::{Duration, SystemTime};
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fake, ChildWriter, Scratch};
+use common::{fake, ChildWriter, ProbeRun, Scratch};
 use std::time::{Duration, Instant};
 
 /// Entry point of the re-executed child; a no-op in a normal test run.

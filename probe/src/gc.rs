@@ -266,11 +266,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("segs");
         let w = writer(&dir, "c");
-        // Keep a hard link so the close's unlink leaves the (closed) file behind.
-        std::fs::hard_link(w.path(), dir.join("c2.hps")).unwrap();
+        // Keep a hard link so the close's unlink leaves the (closed) file behind, then put
+        // it back under its own name.
+        let path = w.path().to_path_buf();
+        std::fs::hard_link(&path, dir.join("keep")).unwrap();
         w.close().unwrap();
+        std::fs::rename(dir.join("keep"), &path).unwrap();
         let out = gc(&dir, &GcOptions::default()).unwrap();
-        assert_eq!(action_of(&out, "c2").action, GcAction::Removed, "{out:?}");
-        assert!(action_of(&out, "c2").reason.contains("closed"));
+        assert_eq!(action_of(&out, "c").action, GcAction::Removed, "{out:?}");
+        assert!(action_of(&out, "c").reason.contains("closed"));
     }
 }

@@ -4,10 +4,7 @@
 
 #![allow(dead_code)]
 
-use hydra_layout::{
-    clock, EngineDescription, Phase, SegmentConfig, SegmentReader, SegmentWriter, SlotState,
-    WorkUnit, WriterCounters,
-};
+use hydra_layout::{clock, Phase, SegmentWriter, SlotState, WorkUnit, WriterCounters};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,107 +16,7 @@ use std::time::{Duration, Instant};
 /// One second in ns.
 pub const S: u64 = 1_000_000_000;
 
-/// A temporary directory; segments live in `dir` (0750, empty at first).
-pub struct Scratch {
-    pub tmp: tempfile::TempDir,
-    pub dir: PathBuf,
-}
-
-impl Scratch {
-    pub fn new() -> Self {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let dir = tmp.path().join("segs");
-        std::fs::create_dir(&dir).expect("mkdir segs");
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o750))
-            .expect("chmod segs");
-        Self { tmp, dir }
-    }
-
-    /// Creates a segment for `id` with `slots` slots and a fixed description.
-    pub fn writer(&self, id: &str, slots: usize) -> SegmentWriter {
-        SegmentWriter::create(&SegmentConfig {
-            dir: self.dir.clone(),
-            engine_id: id.into(),
-            slot_count: slots,
-            description: description(),
-        })
-        .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", self.describe()))
-    }
-
-    /// What is on disk: every entry of `dir`, with the header decoded where it opens.
-    pub fn describe(&self) -> String {
-        let mut s = format!("directory {}:\n", self.dir.display());
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return s + "  (missing)\n";
-        };
-        let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-        paths.sort();
-        for p in paths {
-            let meta = std::fs::symlink_metadata(&p);
-            s += &format!("  {} {:?}\n", p.display(), meta.map(|m| m.file_type()));
-            match SegmentReader::open(&p) {
-                Ok(r) => {
-                    s += &format!(
-                        "    engine {:?} pid {} slots {} lifecycle {:?} liveness {:?} header {:?}\n",
-                        r.identity().engine_id,
-                        r.identity().pid,
-                        r.slot_count(),
-                        r.lifecycle().map(|l| l.as_str()),
-                        r.liveness().map(|l| l.as_str()),
-                        r.header()
-                    );
-                }
-                Err(e) => s += &format!("    unreadable: {e}\n"),
-            }
-        }
-        s
-    }
-
-    /// Leaves a CLOSED segment for `id` in the directory: a clean close unlinks the file,
-    /// so a hard link taken before the close is renamed back to the segment's name.
-    pub fn closed_engine(&self, id: &str) {
-        let w = self.writer(id, 2);
-        let path = w.path().to_path_buf();
-        let keep = self.dir.join(format!(".keep-{id}"));
-        std::fs::hard_link(&path, &keep).expect("hard link");
-        w.close().expect("close");
-        std::fs::rename(&keep, &path).expect("rename back");
-    }
-}
-
-pub fn description() -> EngineDescription {
-    EngineDescription {
-        model_name: "tiny-llama".into(),
-        model_quant: "F32".into(),
-        model_path: "/models/tiny.gguf".into(),
-        tokenizer: "gpt2".into(),
-        model_alias: "tiny".into(),
-        device: "cpu".into(),
-        capabilities: 7,
-    }
-}
-
-/// A decode record: `done` of `total` tokens, phase started `phase_age` ago, last progress
-/// `progress_age` ago (relative to `now`), 10 ms per step.
-pub fn decode(now: u64, done: u64, total: u64, phase_age: u64, progress_age: u64) -> SlotState {
-    SlotState {
-        task_id: 42,
-        phase: Phase::Decode,
-        work_unit: WorkUnit::Tokens,
-        work_done: done,
-        work_total: total,
-        tokens_cached: 10,
-        n_past: 10 + done,
-        n_ctx: 4096,
-        state_size: (10 + done) * 1024,
-        task_start_ns: now.saturating_sub(phase_age),
-        phase_start_ns: now.saturating_sub(phase_age),
-        last_progress_ns: now.saturating_sub(progress_age),
-        last_step_ns: 10_000_000,
-        steps_done: done,
-        ..Default::default()
-    }
-}
+pub use hydra_fault::segments::{decode, description, Scratch};
 
 /// A state save in flight: `done` of `total` bytes.
 pub fn save(now: u64, done: u64, total: u64) -> SlotState {
@@ -401,19 +298,13 @@ pub fn sample_names(body: &str) -> Vec<String> {
 
 /// Path of a tool that must exist (the tests that need it fail, never skip, without it).
 pub fn require_tool(name: &str) -> PathBuf {
-    for dir in std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-    {
-        let p = dir.join(name);
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!(
-        "`{name}` not found on PATH: this test needs it. Install the Prometheus server and \
-         tools (Debian/Ubuntu: `apt-get install prometheus`, which provides prometheus and promtool)"
-    );
+    hydra_fault::require::find_on_path(name).unwrap_or_else(|| {
+        panic!(
+            "`{name}` not found on PATH: this test needs it. Install the Prometheus server and \
+             tools (Debian/Ubuntu: `apt-get install prometheus`, which provides prometheus and \
+             promtool; scripts/setup.sh does)"
+        )
+    })
 }
 
 /// Runs `promtool ARGS` with `stdin`; panics with its output unless it succeeds.
@@ -445,42 +336,9 @@ pub fn promtool(args: &[&str], stdin: &str) -> String {
     text
 }
 
-/// The `hydra-probe` binary of this workspace, built once per test process with the same
-/// cargo, target directory and profile as the exporter binary under test (binaries of
-/// dependencies are not built for tests, so the test builds it).
+/// The `hydra-probe` binary of this workspace (built by the fault suite's builder).
 pub fn probe_binary() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = PathBuf::from(env!("CARGO_BIN_EXE_hydra-exporter"));
-        let profile_dir = exe.parent().expect("profile dir").to_path_buf();
-        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args([
-            "build",
-            "--quiet",
-            "-p",
-            "hydra-probe-cli",
-            "--bin",
-            "hydra-probe",
-        ])
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .env("CARGO_TARGET_DIR", &target_dir);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
-        assert!(
-            out.status.success(),
-            "building hydra-probe failed: {cmd:?}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let bin = profile_dir.join("hydra-probe");
-        assert!(bin.is_file(), "{} missing after {cmd:?}", bin.display());
-        bin
-    })
-    .clone()
+    hydra_fault::bins::probe()
 }
 
 /// Polls `f` every `every` until it returns `Some` or `timeout` passes.

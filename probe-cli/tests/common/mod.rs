@@ -6,10 +6,7 @@
 
 pub mod fake;
 
-use hydra_layout::{
-    clock, EngineDescription, Phase, SegmentConfig, SegmentReader, SegmentWriter, SlotState,
-    WorkUnit,
-};
+use hydra_layout::{clock, Phase, SlotState, WorkUnit};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
@@ -17,50 +14,27 @@ use std::time::{Duration, Instant};
 
 pub const S: u64 = 1_000_000_000;
 
-/// A scratch directory holding a segment directory `segs/`.
-pub struct Scratch {
-    pub tmp: tempfile::TempDir,
-    pub dir: PathBuf,
+pub use hydra_fault::segments::{describe_dir, Scratch};
+
+/// Runs the `hydra-probe` binary against a scratch directory.
+pub trait ProbeRun {
+    /// Runs `hydra-probe --dir <segs> ARGS`.
+    fn probe(&self, args: &[&str]) -> Run;
+    /// Runs `hydra-probe ARGS` without `--dir`, with `HYDRA_PROGRESS_DIR` set to `env_dir`
+    /// (or to a path that does not exist).
+    fn probe_bare(&self, args: &[&str], env_dir: Option<&Path>) -> Run;
 }
 
-impl Scratch {
-    pub fn new() -> Self {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("segs");
-        std::fs::create_dir(&dir).expect("mkdir");
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o750))
-            .expect("chmod");
-        Self { tmp, dir }
-    }
-
-    /// Creates engine `id` with `slots` slots (held by this process: it is live).
-    pub fn writer(&self, id: &str, slots: usize) -> SegmentWriter {
-        SegmentWriter::create(&SegmentConfig {
-            dir: self.dir.clone(),
-            engine_id: id.into(),
-            slot_count: slots,
-            description: EngineDescription {
-                model_name: "tiny-llama".into(),
-                model_quant: "Q8_0".into(),
-                model_path: "/models/tiny.gguf".into(),
-                tokenizer: "gpt2".into(),
-                model_alias: "tiny".into(),
-                device: "cpu".into(),
-                capabilities: 3,
-            },
-        })
-        .expect("create segment")
-    }
-
+impl ProbeRun for Scratch {
     /// Runs `hydra-probe --dir <segs> ARGS`.
-    pub fn probe(&self, args: &[&str]) -> Run {
+    fn probe(&self, args: &[&str]) -> Run {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-probe"));
         cmd.arg("--dir").arg(&self.dir).args(args);
-        self.run(cmd)
+        run(cmd, &self.dir, self.tmp.path())
     }
 
     /// Runs `hydra-probe ARGS` without `--dir`.
-    pub fn probe_bare(&self, args: &[&str], env_dir: Option<&Path>) -> Run {
+    fn probe_bare(&self, args: &[&str], env_dir: Option<&Path>) -> Run {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-probe"));
         cmd.args(args);
         match env_dir {
@@ -70,62 +44,28 @@ impl Scratch {
                 self.tmp.path().join("absent"),
             ),
         };
-        self.run(cmd)
-    }
-
-    fn run(&self, mut cmd: Command) -> Run {
-        cmd.env_remove("RUST_BACKTRACE").stdin(Stdio::null());
-        if !cmd
-            .get_envs()
-            .any(|(k, _)| k == hydra_layout::naming::DIR_ENV)
-        {
-            // Never fall back to the real /dev/shm directory.
-            cmd.env(
-                hydra_layout::naming::DIR_ENV,
-                self.tmp.path().join("absent"),
-            );
-        }
-        let shown = format!("{cmd:?}");
-        let output = cmd.output().expect("run hydra-probe");
-        Run {
-            cmd: shown,
-            output,
-            listing: describe_dir(&self.dir),
-        }
+        run(cmd, &self.dir, self.tmp.path())
     }
 }
 
-/// What a directory holds, with each segment's header decoded.
-pub fn describe_dir(dir: &Path) -> String {
-    let mut s = format!("{}:\n", dir.display());
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return s + "  (unreadable)\n";
-    };
-    let mut entries: Vec<_> = entries.flatten().collect();
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let p = e.path();
-        let meta = std::fs::symlink_metadata(&p);
-        s.push_str(&format!(
-            "  {:?} {:?}",
-            e.file_name(),
-            meta.map(|m| m.file_type())
-        ));
-        match SegmentReader::open(&p) {
-            Ok(r) => {
-                let h = r.header().ok();
-                s.push_str(&format!(
-                    " segment id={} pid={} slots={} liveness={:?} header={h:?}\n",
-                    r.identity().engine_id,
-                    r.identity().pid,
-                    r.slot_count(),
-                    r.liveness().ok()
-                ));
-            }
-            Err(err) => s.push_str(&format!(" ({err})\n")),
-        }
+/// Runs `cmd` (never against the real directory: `HYDRA_PROGRESS_DIR` defaults to
+/// `<tmp>/absent`) and keeps its output with a listing of `dir`.
+fn run(mut cmd: Command, dir: &Path, tmp: &Path) -> Run {
+    cmd.env_remove("RUST_BACKTRACE").stdin(Stdio::null());
+    if !cmd
+        .get_envs()
+        .any(|(k, _)| k == hydra_layout::naming::DIR_ENV)
+    {
+        // Never fall back to the real /dev/shm directory.
+        cmd.env(hydra_layout::naming::DIR_ENV, tmp.join("absent"));
     }
-    s
+    let shown = format!("{cmd:?}");
+    let output = cmd.output().expect("run hydra-probe");
+    Run {
+        cmd: shown,
+        output,
+        listing: describe_dir(dir),
+    }
 }
 
 /// The outcome of one `hydra-probe` run.
@@ -200,25 +140,10 @@ impl Run {
     }
 }
 
-/// A decode record `progress_age` after its last progress, `phase_age` into its phase.
+/// A decode record `progress_age` after its last progress, `phase_age` into its phase
+/// ([`hydra_fault::segments::decode`] at the current time).
 pub fn decode(done: u64, total: u64, phase_age: u64, progress_age: u64) -> SlotState {
-    let now = clock::monotonic_ns();
-    SlotState {
-        task_id: 42,
-        phase: Phase::Decode,
-        work_unit: WorkUnit::Tokens,
-        work_done: done,
-        work_total: total,
-        tokens_cached: 10,
-        n_past: 10 + done,
-        n_ctx: 2048,
-        state_size: 123_456,
-        task_start_ns: now.saturating_sub(phase_age).max(1),
-        phase_start_ns: now.saturating_sub(phase_age).max(1),
-        last_progress_ns: now.saturating_sub(progress_age).max(1),
-        steps_done: done,
-        ..Default::default()
-    }
+    hydra_fault::segments::decode(clock::monotonic_ns(), done, total, phase_age, progress_age)
 }
 
 /// A fake writer in another process (this test binary, re-executed); killed and reaped on

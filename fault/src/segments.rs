@@ -1,0 +1,129 @@
+//! A scratch segment directory for tests: a private temporary directory holding `segs/`
+//! (mode 0750, empty at first), test writers with one fixed description, and a listing of
+//! what is on disk (each segment's header decoded) for failure messages.
+//!
+//! The tests of the probe CLI, the exporter and the reader C ABI all build on it, so a
+//! test segment looks the same to every reader surface.
+
+use hydra_layout::{
+    EngineDescription, Phase, SegmentConfig, SegmentReader, SegmentWriter, SlotState, WorkUnit,
+};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// A temporary directory; segments live in `dir` (`<tmp>/segs`, 0750). Both are removed on
+/// drop.
+pub struct Scratch {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        let tmp = crate::scratch("hydra-segments.");
+        let dir = tmp.path().join("segs");
+        std::fs::create_dir(&dir).expect("mkdir segs");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).expect("chmod segs");
+        Self { tmp, dir }
+    }
+
+    /// Creates engine `id` with `slots` slots and [`description`], held by this process
+    /// (it reads as live until the writer is dropped or closed).
+    pub fn writer(&self, id: &str, slots: usize) -> SegmentWriter {
+        SegmentWriter::create(&SegmentConfig {
+            dir: self.dir.clone(),
+            engine_id: id.into(),
+            slot_count: slots,
+            description: description(),
+        })
+        .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", self.describe()))
+    }
+
+    /// Leaves a CLOSED segment for `id` in the directory: a clean close unlinks the file,
+    /// so a hard link taken before the close is renamed back to the segment's name.
+    pub fn closed_engine(&self, id: &str) {
+        let w = self.writer(id, 2);
+        let path = w.path().to_path_buf();
+        let keep = self.dir.join(format!(".keep-{id}"));
+        std::fs::hard_link(&path, &keep).expect("hard link");
+        w.close().expect("close");
+        std::fs::rename(&keep, &path).expect("rename back");
+    }
+
+    /// What is on disk in `dir`, for failure messages.
+    pub fn describe(&self) -> String {
+        describe_dir(&self.dir)
+    }
+}
+
+/// The description every test writer carries.
+pub fn description() -> EngineDescription {
+    EngineDescription {
+        model_name: "tiny-llama".into(),
+        model_quant: "Q8_0".into(),
+        model_path: "/models/tiny.gguf".into(),
+        tokenizer: "gpt2".into(),
+        model_alias: "tiny".into(),
+        device: "cpu".into(),
+        capabilities: 3,
+    }
+}
+
+/// Every entry of `dir` with its file type, and for each one that opens as a segment its
+/// identity, lifecycle, liveness and decoded header.
+pub fn describe_dir(dir: &Path) -> String {
+    let mut s = format!("directory {}:\n", dir.display());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return s + "  (missing or unreadable)\n";
+    };
+    let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    paths.sort();
+    for p in paths {
+        let kind = std::fs::symlink_metadata(&p).map(|m| m.file_type());
+        s += &format!("  {} {kind:?}\n", p.display());
+        match SegmentReader::open(&p) {
+            Ok(r) => {
+                s += &format!(
+                    "    engine {:?} pid {} slots {} lifecycle {:?} liveness {:?} header {:?}\n",
+                    r.identity().engine_id,
+                    r.identity().pid,
+                    r.slot_count(),
+                    r.lifecycle().map(|l| l.as_str()),
+                    r.liveness().map(|l| l.as_str()),
+                    r.header()
+                );
+            }
+            Err(e) => s += &format!("    unreadable: {e}\n"),
+        }
+    }
+    s
+}
+
+/// A decode record at `now`: `done` of `total` tokens after 10 cached ones, the phase
+/// started `phase_age` ago, the last progress `progress_age` ago, 10 ms per step. Stamps
+/// are never 0 (0 means "never" in the format).
+pub fn decode(now: u64, done: u64, total: u64, phase_age: u64, progress_age: u64) -> SlotState {
+    SlotState {
+        task_id: 42,
+        phase: Phase::Decode,
+        work_unit: WorkUnit::Tokens,
+        work_done: done,
+        work_total: total,
+        tokens_cached: 10,
+        n_past: 10 + done,
+        n_ctx: 4096,
+        state_size: (10 + done) * 1024,
+        task_start_ns: now.saturating_sub(phase_age).max(1),
+        phase_start_ns: now.saturating_sub(phase_age).max(1),
+        last_progress_ns: now.saturating_sub(progress_age).max(1),
+        last_step_ns: 10_000_000,
+        steps_done: done,
+        ..Default::default()
+    }
+}
