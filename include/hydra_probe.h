@@ -24,6 +24,13 @@
 // Version of this ABI. Bumped on any incompatible change (a struct layout, a signature).
 #define HYDRA_PROBE_ABI_VERSION 1
 
+// Minor version of this ABI: bumped when a function or struct is added, reset to 0 when
+// [`HYDRA_PROBE_ABI_VERSION`] changes. A program that calls something added in minor N
+// checks `hydra_probe_abi_minor() >= N` at start-up. Minor 1 added
+// `hydra_probe_abi_minor`, `hydra_probe_describe`, `hydra_probe_read_meta` and
+// `hydra_probe_value_name`, and made `hydra_probe_list` fail on a missing directory.
+#define HYDRA_PROBE_ABI_MINOR 1
+
 // Bytes of [`HydraProbeEngineId::id`]: the longest engine id (63 bytes) plus its NUL.
 #define HYDRA_PROBE_ENGINE_ID_LEN 64
 
@@ -44,6 +51,25 @@
 
 // Raw phase value: restoring the KV state (work in bytes).
 #define HYDRA_PROBE_PHASE_RESTORE 5
+
+// Kind of raw value for `hydra_probe_value_name`: a phase (`HydraProbeSlot::phase`,
+// `HydraProbeMeta::operation`).
+#define HYDRA_PROBE_VALUE_PHASE 0
+
+// Kind for `hydra_probe_value_name`: a work unit (`HydraProbeSlot::work_unit`).
+#define HYDRA_PROBE_VALUE_WORK_UNIT 1
+
+// Kind for `hydra_probe_value_name`: a finish reason (`HydraProbeSlot::finish_reason`).
+#define HYDRA_PROBE_VALUE_FINISH_REASON 2
+
+// Kind for `hydra_probe_value_name`: an error code (`HydraProbeSlot::error_code`).
+#define HYDRA_PROBE_VALUE_ERROR_CODE 3
+
+// Kind for `hydra_probe_value_name`: a slot class (`HydraProbeSlotClass`).
+#define HYDRA_PROBE_VALUE_SLOT_CLASS 4
+
+// Kind for `hydra_probe_value_name`: an engine health (`HydraProbeEngineHealth`).
+#define HYDRA_PROBE_VALUE_ENGINE_HEALTH 5
 
 // Success.
 #define HYDRA_PROBE_OK 0
@@ -82,58 +108,6 @@
 // A bug in this library (a Rust panic, caught before it reached the caller).
 #define HYDRA_PROBE_E_INTERNAL -10
 
-// Classification of a slot (see the probe's `classify` module for the rules).
-enum HydraProbeSlotClass
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : int32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-  // No task.
-  HYDRA_PROBE_SLOT_CLASS_IDLE = 0,
-  // A task waits in the engine's queue for this slot.
-  HYDRA_PROBE_SLOT_CLASS_QUEUED = 1,
-  // Active and moving.
-  HYDRA_PROBE_SLOT_CLASS_PROGRESSING = 2,
-  // Moving, but its ETA exceeds the caller's budget.
-  HYDRA_PROBE_SLOT_CLASS_SLOW = 3,
-  // Active with no progress for longer than the stall threshold: stuck.
-  HYDRA_PROBE_SLOT_CLASS_STALLED = 4,
-  // Active (or queued) while its engine is dead or closed: will never finish.
-  HYDRA_PROBE_SLOT_CLASS_ORPHANED = 5,
-  // No consistent copy could be read: the writer stopped in the middle of an update.
-  HYDRA_PROBE_SLOT_CLASS_TORN = 6,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum HydraProbeSlotClass HydraProbeSlotClass;
-#else
-typedef int32_t HydraProbeSlotClass;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
-
-// Health of an engine.
-enum HydraProbeEngineHealth
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : int32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-  // The writer holds its lock and its loop is not hung.
-  HYDRA_PROBE_ENGINE_HEALTH_LIVE = 0,
-  // Alive, but its heartbeat is old and every active slot is stalled.
-  HYDRA_PROBE_ENGINE_HEALTH_HUNG = 1,
-  // The writer exited cleanly.
-  HYDRA_PROBE_ENGINE_HEALTH_CLOSED = 2,
-  // The writer died (lock free, segment never closed).
-  HYDRA_PROBE_ENGINE_HEALTH_DEAD = 3,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum HydraProbeEngineHealth HydraProbeEngineHealth;
-#else
-typedef int32_t HydraProbeEngineHealth;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
-
 // An open segment (opaque to C): a read-only mapping plus the thresholds its reads use.
 typedef struct HydraProbe HydraProbe;
 
@@ -155,6 +129,14 @@ typedef struct HydraProbeEngineId {
   // The id: 1 to 63 bytes of `[A-Za-z0-9._-]`, then NUL padding.
   char id[HYDRA_PROBE_ENGINE_ID_LEN];
 } HydraProbeEngineId;
+
+// Classification of a slot (`slot_class` of [`HydraProbeSlot`]; the probe's `classify`
+// module has the rules): one of the `HYDRA_PROBE_SLOT_CLASS_*` values.
+typedef int32_t HydraProbeSlotClass;
+
+// Health of an engine (`engine_health` of [`HydraProbeSlot`]): one of the
+// `HYDRA_PROBE_ENGINE_HEALTH_*` values.
+typedef int32_t HydraProbeEngineHealth;
 
 // One slot at one moment: the record, plus the figures derived from it, its class and
 // the engine's health. Unknown derived values are -1 (never NaN).
@@ -227,6 +209,118 @@ typedef struct HydraProbeSlot {
   uint64_t heartbeat_age_ns;
 } HydraProbeSlot;
 
+// A string owned by a handle: `ptr` is NUL-terminated UTF-8 and stays valid until
+// `hydra_probe_close`; `len` is its length in bytes without the NUL (the string itself may
+// hold a NUL when a writer put one there: trust `len`).
+typedef struct HydraProbeStr {
+  // The bytes, NUL-terminated.
+  const char *ptr;
+  // Bytes before the terminating NUL.
+  size_t len;
+} HydraProbeStr;
+
+// The engine's fixed description (filled by `hydra_probe_describe`): its id and the
+// strings and capability bits the writer set when it created the segment, the same for
+// every read of the handle. Version 1 is 128 bytes.
+typedef struct HydraProbeDescription {
+  // Set by the caller to `sizeof(HydraProbeDescription)` before the call; the library
+  // stores the bytes it filled (fields added later go at the end).
+  uint32_t size;
+  // Capability bits (`model_capabilities` in the meta JSON).
+  uint64_t capabilities;
+  // Engine id.
+  struct HydraProbeStr engine_id;
+  // The alias clients use for the model.
+  struct HydraProbeStr model_alias;
+  // Tokenizer family.
+  struct HydraProbeStr tokenizer;
+  // Model name.
+  struct HydraProbeStr model_name;
+  // Quantization.
+  struct HydraProbeStr model_quant;
+  // Model file path.
+  struct HydraProbeStr model_path;
+  // Compute device ("cpu", "cuda:0", ...).
+  struct HydraProbeStr device;
+} HydraProbeDescription;
+
+// One slot's Hydra meta as numbers (filled by `hydra_probe_read_meta`): the slot read
+// with its class and the engine's health, plus the figures the meta JSON derives from
+// it. With `hydra_probe_describe`'s strings this is every field of the meta JSON but a
+// torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
+// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes.
+typedef struct HydraProbeMeta {
+  // Set by the caller to `sizeof(HydraProbeMeta)` before the call; the library stores
+  // the bytes it filled (fields added later go at the end).
+  uint32_t size;
+  // 1 when the slot is doing work (prefill, decode, save, restore, or a phase this
+  // library does not know), else 0.
+  uint32_t is_processing;
+  // The slot, as `hydra_probe_read_slot` gives it (same read).
+  struct HydraProbeSlot slot;
+  // Raw phase that `operation` names: PREFILL, DECODE, SAVE or RESTORE, else IDLE.
+  uint64_t operation;
+  // Progress of the current phase, 0..1; 0 when unknown or not processing.
+  double progress;
+  // Work done in the current phase when it counts tokens, else 0.
+  uint64_t tokens_processed;
+  // Work total of the current phase when it counts tokens, else 0 (0 = unknown).
+  uint64_t tokens_total;
+  // ms since the current phase started; 0 when not processing.
+  uint64_t elapsed_ms;
+  // 1 when a task waits in the queue for this slot, else 0.
+  uint64_t queued;
+  // ms since the slot last progressed (or its phase started); -1 when never.
+  int64_t last_progress_age_ms;
+  // Observed rate in work units per second; -1 when unknown.
+  double rate_per_s;
+  // Seconds to finish the phase at that rate; -1 when unknown.
+  double eta_s;
+  // Phase start, Unix epoch ms; -1 when no phase started.
+  int64_t phase_start_unix_ms;
+  // Age in ms of the step in flight; -1 when no step runs.
+  int64_t step_age_ms;
+  // Tokens (or bytes) the step in flight carries; 0 when no step runs.
+  uint64_t step_size;
+  // Silence in ms beyond which the slot counts as stalled.
+  uint64_t stall_threshold_ms;
+  // ms since the engine loop's last heartbeat.
+  uint64_t heartbeat_age_ms;
+} HydraProbeMeta;
+
+// No task.
+#define HYDRA_PROBE_SLOT_CLASS_IDLE 0
+
+// A task waits in the engine's queue for this slot.
+#define HYDRA_PROBE_SLOT_CLASS_QUEUED 1
+
+// Active and moving.
+#define HYDRA_PROBE_SLOT_CLASS_PROGRESSING 2
+
+// Moving, but its ETA exceeds the caller's budget.
+#define HYDRA_PROBE_SLOT_CLASS_SLOW 3
+
+// Active with no progress for longer than the stall threshold: stuck.
+#define HYDRA_PROBE_SLOT_CLASS_STALLED 4
+
+// Active (or queued) while its engine is dead or closed: will never finish.
+#define HYDRA_PROBE_SLOT_CLASS_ORPHANED 5
+
+// No consistent copy could be read: the writer stopped in the middle of an update.
+#define HYDRA_PROBE_SLOT_CLASS_TORN 6
+
+// The writer holds its lock and its loop is not hung.
+#define HYDRA_PROBE_ENGINE_HEALTH_LIVE 0
+
+// Alive, but its heartbeat is old and every active slot is stalled.
+#define HYDRA_PROBE_ENGINE_HEALTH_HUNG 1
+
+// The writer exited cleanly.
+#define HYDRA_PROBE_ENGINE_HEALTH_CLOSED 2
+
+// The writer died (lock free, segment never closed).
+#define HYDRA_PROBE_ENGINE_HEALTH_DEAD 3
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -234,6 +328,16 @@ extern "C" {
 // The ABI version, [`HYDRA_PROBE_ABI_VERSION`]. Check it at start-up against the header
 // you compiled with.
 uint32_t hydra_probe_abi_version(void);
+
+// The ABI's minor version, [`HYDRA_PROBE_ABI_MINOR`] (added in minor 1: a library
+// without this symbol is minor 0).
+uint32_t hydra_probe_abi_minor(void);
+
+// The name the meta JSON gives raw value `raw` of kind `kind` (`HYDRA_PROBE_VALUE_*`):
+// "decode", "tokens", "completed", "context_overflow", "stalled", "dead", ...; "unknown"
+// for a value this library does not know. A static NUL-terminated string; NULL only
+// when `kind` is not a `HYDRA_PROBE_VALUE_*` constant.
+const char *hydra_probe_value_name(uint32_t kind, uint64_t raw);
 
 // The name of an error code ("HYDRA_PROBE_E_NULL", ...), a static NUL-terminated string;
 // never NULL ("HYDRA_PROBE_E_UNKNOWN_CODE" for codes this library does not define).
@@ -260,7 +364,10 @@ int32_t hydra_probe_thresholds_default(struct HydraProbeThresholds *out);
 // `/dev/shm/hydra-progress`), sorted by id. Stores the number found in `*count`, and
 // fills `ids[0..min(count, capacity)]`. Returns `HYDRA_PROBE_E_BUFFER_TOO_SMALL` when
 // `capacity < *count` (the first `capacity` ids are still filled). `ids` may be NULL when
-// `capacity` is 0 (to ask for the count). A missing directory holds no engines.
+// `capacity` is 0 (to ask for the count). An empty directory holds 0 engines; a
+// directory that does not exist gives `HYDRA_PROBE_E_NOT_FOUND` and one that cannot be
+// read `HYDRA_PROBE_E_IO`, with a message naming it (since ABI minor 1; before, a missing
+// directory listed as empty).
 //
 // # Safety
 // `dir` is NULL or a NUL-terminated string; `ids` is NULL or writable for `capacity`
@@ -317,6 +424,32 @@ int32_t hydra_probe_slot_count(const struct HydraProbe *probe, uint32_t *count);
 int32_t hydra_probe_read_slot(const struct HydraProbe *probe,
                               uint32_t slot,
                               struct HydraProbeSlot *out);
+
+// Fills `*out` with the engine's fixed description: its id, model strings, device and
+// capability bits. The strings belong to the handle and stay valid until
+// `hydra_probe_close`; they never change for a handle, so one call per handle is enough.
+// Set `out->size` to `sizeof(HydraProbeDescription)` first (`HYDRA_PROBE_E_INVALID_ARGUMENT`
+// when it is smaller than this library fills). Added in ABI minor 1.
+//
+// # Safety
+// `probe` is NULL or an open handle; `out` is NULL or readable and writable.
+int32_t hydra_probe_describe(const struct HydraProbe *probe, struct HydraProbeDescription *out);
+
+// Reads slot `slot` now (the same read as `hydra_probe_read_slot`) and fills `*out` with
+// its Hydra meta as numbers: with `hydra_probe_describe`'s strings and
+// `hydra_probe_value_name`'s names, every field `hydra_probe_meta_json` writes, computed
+// by the same code, with no JSON. A torn slot (`slot.slot_class` TORN) also has a
+// `read_error` message: read it through `hydra_probe_meta_json`. Set `out->size` to
+// `sizeof(HydraProbeMeta)` first (`HYDRA_PROBE_E_INVALID_ARGUMENT` when it is smaller
+// than this library fills). Added in ABI minor 1.
+//
+// Errors: those of `hydra_probe_read_slot`.
+//
+// # Safety
+// `probe` is NULL or an open handle; `out` is NULL or readable and writable.
+int32_t hydra_probe_read_meta(const struct HydraProbe *probe,
+                              uint32_t slot,
+                              struct HydraProbeMeta *out);
 
 // Writes slot `slot`'s Hydra meta JSON (one line, the same object `hydra-probe meta`
 // prints) into `buf` (`cap` bytes), NUL-terminated, and stores the needed size in

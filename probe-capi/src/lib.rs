@@ -39,17 +39,24 @@ pub use error::{
 
 use error::{guard, probe_error};
 use hydra_ffi_support::{arg_str, copy_out, out_ptr, ErrorKind, FfiError, Overflow};
-use hydra_layout::{clock, naming, Phase, SegmentReader};
+use hydra_layout::{clock, naming, ErrorCode, FinishReason, Phase, SegmentReader, WorkUnit};
 use hydra_probe::{
-    EngineHealth, EngineView, HydraMeta, ProbeError, SlotClass, SlotView, Thresholds,
+    EngineHealth, EngineView, HydraMeta, MetaFigures, ProbeError, SlotClass, SlotView, Thresholds,
 };
-use std::ffi::c_char;
+use std::ffi::{c_char, CStr, CString};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
 /// Version of this ABI. Bumped on any incompatible change (a struct layout, a signature).
 pub const HYDRA_PROBE_ABI_VERSION: u32 = 1;
+
+/// Minor version of this ABI: bumped when a function or struct is added, reset to 0 when
+/// [`HYDRA_PROBE_ABI_VERSION`] changes. A program that calls something added in minor N
+/// checks `hydra_probe_abi_minor() >= N` at start-up. Minor 1 added
+/// `hydra_probe_abi_minor`, `hydra_probe_describe`, `hydra_probe_read_meta` and
+/// `hydra_probe_value_name`, and made `hydra_probe_list` fail on a missing directory.
+pub const HYDRA_PROBE_ABI_MINOR: u32 = 1;
 
 /// Bytes of [`HydraProbeEngineId::id`]: the longest engine id (63 bytes) plus its NUL.
 pub const HYDRA_PROBE_ENGINE_ID_LEN: usize = 64;
@@ -67,6 +74,20 @@ pub const HYDRA_PROBE_PHASE_SAVE: u64 = 4;
 /// Raw phase value: restoring the KV state (work in bytes).
 pub const HYDRA_PROBE_PHASE_RESTORE: u64 = 5;
 
+/// Kind of raw value for `hydra_probe_value_name`: a phase (`HydraProbeSlot::phase`,
+/// `HydraProbeMeta::operation`).
+pub const HYDRA_PROBE_VALUE_PHASE: u32 = 0;
+/// Kind for `hydra_probe_value_name`: a work unit (`HydraProbeSlot::work_unit`).
+pub const HYDRA_PROBE_VALUE_WORK_UNIT: u32 = 1;
+/// Kind for `hydra_probe_value_name`: a finish reason (`HydraProbeSlot::finish_reason`).
+pub const HYDRA_PROBE_VALUE_FINISH_REASON: u32 = 2;
+/// Kind for `hydra_probe_value_name`: an error code (`HydraProbeSlot::error_code`).
+pub const HYDRA_PROBE_VALUE_ERROR_CODE: u32 = 3;
+/// Kind for `hydra_probe_value_name`: a slot class (`HydraProbeSlotClass`).
+pub const HYDRA_PROBE_VALUE_SLOT_CLASS: u32 = 4;
+/// Kind for `hydra_probe_value_name`: an engine health (`HydraProbeEngineHealth`).
+pub const HYDRA_PROBE_VALUE_ENGINE_HEALTH: u32 = 5;
+
 // Every raw phase constant is the wire value of its `Phase` (the writer ABI asserts the
 // same of its constants, so the two ABIs agree).
 const _: () = {
@@ -78,85 +99,75 @@ const _: () = {
     assert!(HYDRA_PROBE_PHASE_RESTORE == Phase::Restore.to_raw());
 };
 
-/// Classification of a slot (see the probe's `classify` module for the rules).
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HydraProbeSlotClass {
-    /// No task.
-    Idle = 0,
-    /// A task waits in the engine's queue for this slot.
-    Queued = 1,
-    /// Active and moving.
-    Progressing = 2,
-    /// Moving, but its ETA exceeds the caller's budget.
-    Slow = 3,
-    /// Active with no progress for longer than the stall threshold: stuck.
-    Stalled = 4,
-    /// Active (or queued) while its engine is dead or closed: will never finish.
-    Orphaned = 5,
-    /// No consistent copy could be read: the writer stopped in the middle of an update.
-    Torn = 6,
-}
+/// Classification of a slot (`slot_class` of [`HydraProbeSlot`]; the probe's `classify`
+/// module has the rules): one of the `HYDRA_PROBE_SLOT_CLASS_*` values.
+pub type HydraProbeSlotClass = i32;
+/// No task.
+pub const HYDRA_PROBE_SLOT_CLASS_IDLE: HydraProbeSlotClass = 0;
+/// A task waits in the engine's queue for this slot.
+pub const HYDRA_PROBE_SLOT_CLASS_QUEUED: HydraProbeSlotClass = 1;
+/// Active and moving.
+pub const HYDRA_PROBE_SLOT_CLASS_PROGRESSING: HydraProbeSlotClass = 2;
+/// Moving, but its ETA exceeds the caller's budget.
+pub const HYDRA_PROBE_SLOT_CLASS_SLOW: HydraProbeSlotClass = 3;
+/// Active with no progress for longer than the stall threshold: stuck.
+pub const HYDRA_PROBE_SLOT_CLASS_STALLED: HydraProbeSlotClass = 4;
+/// Active (or queued) while its engine is dead or closed: will never finish.
+pub const HYDRA_PROBE_SLOT_CLASS_ORPHANED: HydraProbeSlotClass = 5;
+/// No consistent copy could be read: the writer stopped in the middle of an update.
+pub const HYDRA_PROBE_SLOT_CLASS_TORN: HydraProbeSlotClass = 6;
 
-impl From<SlotClass> for HydraProbeSlotClass {
-    fn from(c: SlotClass) -> Self {
-        match c {
-            SlotClass::Idle => Self::Idle,
-            SlotClass::Queued => Self::Queued,
-            SlotClass::Progressing => Self::Progressing,
-            SlotClass::Slow => Self::Slow,
-            SlotClass::Stalled => Self::Stalled,
-            SlotClass::Orphaned => Self::Orphaned,
-            SlotClass::Torn => Self::Torn,
-        }
-    }
-}
+/// Health of an engine (`engine_health` of [`HydraProbeSlot`]): one of the
+/// `HYDRA_PROBE_ENGINE_HEALTH_*` values.
+pub type HydraProbeEngineHealth = i32;
+/// The writer holds its lock and its loop is not hung.
+pub const HYDRA_PROBE_ENGINE_HEALTH_LIVE: HydraProbeEngineHealth = 0;
+/// Alive, but its heartbeat is old and every active slot is stalled.
+pub const HYDRA_PROBE_ENGINE_HEALTH_HUNG: HydraProbeEngineHealth = 1;
+/// The writer exited cleanly.
+pub const HYDRA_PROBE_ENGINE_HEALTH_CLOSED: HydraProbeEngineHealth = 2;
+/// The writer died (lock free, segment never closed).
+pub const HYDRA_PROBE_ENGINE_HEALTH_DEAD: HydraProbeEngineHealth = 3;
 
-// Each C class value is the position of the same class in `SlotClass::ALL` (severity
-// order), and there are as many C values as Rust classes.
+// Each C value is the probe's enum value as an integer (its position; for classes, in
+// `SlotClass::ALL`, severity order), and every class and health has its C value.
 const _: () = {
-    macro_rules! same {
-        ($($c:ident),*) => {$(
-            assert!(SlotClass::ALL[HydraProbeSlotClass::$c as usize] as u8 == SlotClass::$c as u8);
-        )*};
+    assert!(SlotClass::ALL.len() == HYDRA_PROBE_SLOT_CLASS_TORN as usize + 1);
+    let classes = [
+        (SlotClass::Idle, HYDRA_PROBE_SLOT_CLASS_IDLE),
+        (SlotClass::Queued, HYDRA_PROBE_SLOT_CLASS_QUEUED),
+        (SlotClass::Progressing, HYDRA_PROBE_SLOT_CLASS_PROGRESSING),
+        (SlotClass::Slow, HYDRA_PROBE_SLOT_CLASS_SLOW),
+        (SlotClass::Stalled, HYDRA_PROBE_SLOT_CLASS_STALLED),
+        (SlotClass::Orphaned, HYDRA_PROBE_SLOT_CLASS_ORPHANED),
+        (SlotClass::Torn, HYDRA_PROBE_SLOT_CLASS_TORN),
+    ];
+    let mut i = 0;
+    while i < classes.len() {
+        assert!(classes[i].0 as i32 == classes[i].1);
+        assert!(SlotClass::ALL[classes[i].1 as usize] as i32 == classes[i].1);
+        i += 1;
     }
-    same!(Idle, Queued, Progressing, Slow, Stalled, Orphaned, Torn);
-    assert!(SlotClass::ALL.len() == HydraProbeSlotClass::Torn as usize + 1);
+    let healths = [
+        HYDRA_PROBE_ENGINE_HEALTH_LIVE,
+        HYDRA_PROBE_ENGINE_HEALTH_HUNG,
+        HYDRA_PROBE_ENGINE_HEALTH_CLOSED,
+        HYDRA_PROBE_ENGINE_HEALTH_DEAD,
+    ];
+    let mut i = 0;
+    while i < healths.len() {
+        assert!(ENGINE_HEALTHS[i] as i32 == healths[i]);
+        i += 1;
+    }
 };
 
-/// Health of an engine.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HydraProbeEngineHealth {
-    /// The writer holds its lock and its loop is not hung.
-    Live = 0,
-    /// Alive, but its heartbeat is old and every active slot is stalled.
-    Hung = 1,
-    /// The writer exited cleanly.
-    Closed = 2,
-    /// The writer died (lock free, segment never closed).
-    Dead = 3,
-}
-
-const _: () = {
-    macro_rules! same {
-        ($($h:ident),*) => {$(
-            assert!(HydraProbeEngineHealth::$h as i32 == EngineHealth::$h as i32);
-        )*};
-    }
-    same!(Live, Hung, Closed, Dead);
-};
-
-impl From<EngineHealth> for HydraProbeEngineHealth {
-    fn from(h: EngineHealth) -> Self {
-        match h {
-            EngineHealth::Live => Self::Live,
-            EngineHealth::Hung => Self::Hung,
-            EngineHealth::Closed => Self::Closed,
-            EngineHealth::Dead => Self::Dead,
-        }
-    }
-}
+/// Every engine health, in the order of its C value.
+const ENGINE_HEALTHS: [EngineHealth; 4] = [
+    EngineHealth::Live,
+    EngineHealth::Hung,
+    EngineHealth::Closed,
+    EngineHealth::Dead,
+];
 
 /// Classification thresholds, in seconds (see `hydra_probe_thresholds_default`).
 #[repr(C)]
@@ -315,8 +326,8 @@ impl HydraProbeSlot {
         Self {
             slot: u32::try_from(v.slot).unwrap_or(u32::MAX),
             read_retries: v.read_retries,
-            slot_class: v.class.into(),
-            engine_health: engine.health.into(),
+            slot_class: v.class as HydraProbeSlotClass,
+            engine_health: engine.health as HydraProbeEngineHealth,
             now_ns: engine.now_ns,
             task_id: s.task_id,
             phase: s.phase.to_raw(),
@@ -350,10 +361,164 @@ impl HydraProbeSlot {
     }
 }
 
+/// A string owned by a handle: `ptr` is NUL-terminated UTF-8 and stays valid until
+/// `hydra_probe_close`; `len` is its length in bytes without the NUL (the string itself may
+/// hold a NUL when a writer put one there: trust `len`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct HydraProbeStr {
+    /// The bytes, NUL-terminated.
+    pub ptr: *const c_char,
+    /// Bytes before the terminating NUL.
+    pub len: usize,
+}
+
+/// The engine's fixed description (filled by `hydra_probe_describe`): its id and the
+/// strings and capability bits the writer set when it created the segment, the same for
+/// every read of the handle. Version 1 is 128 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct HydraProbeDescription {
+    /// Set by the caller to `sizeof(HydraProbeDescription)` before the call; the library
+    /// stores the bytes it filled (fields added later go at the end).
+    pub size: u32,
+    /// Capability bits (`model_capabilities` in the meta JSON).
+    pub capabilities: u64,
+    /// Engine id.
+    pub engine_id: HydraProbeStr,
+    /// The alias clients use for the model.
+    pub model_alias: HydraProbeStr,
+    /// Tokenizer family.
+    pub tokenizer: HydraProbeStr,
+    /// Model name.
+    pub model_name: HydraProbeStr,
+    /// Quantization.
+    pub model_quant: HydraProbeStr,
+    /// Model file path.
+    pub model_path: HydraProbeStr,
+    /// Compute device ("cpu", "cuda:0", ...).
+    pub device: HydraProbeStr,
+}
+
+/// One slot's Hydra meta as numbers (filled by `hydra_probe_read_meta`): the slot read
+/// with its class and the engine's health, plus the figures the meta JSON derives from
+/// it. With `hydra_probe_describe`'s strings this is every field of the meta JSON but a
+/// torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
+/// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HydraProbeMeta {
+    /// Set by the caller to `sizeof(HydraProbeMeta)` before the call; the library stores
+    /// the bytes it filled (fields added later go at the end).
+    pub size: u32,
+    /// 1 when the slot is doing work (prefill, decode, save, restore, or a phase this
+    /// library does not know), else 0.
+    pub is_processing: u32,
+    /// The slot, as `hydra_probe_read_slot` gives it (same read).
+    pub slot: HydraProbeSlot,
+    /// Raw phase that `operation` names: PREFILL, DECODE, SAVE or RESTORE, else IDLE.
+    pub operation: u64,
+    /// Progress of the current phase, 0..1; 0 when unknown or not processing.
+    pub progress: f64,
+    /// Work done in the current phase when it counts tokens, else 0.
+    pub tokens_processed: u64,
+    /// Work total of the current phase when it counts tokens, else 0 (0 = unknown).
+    pub tokens_total: u64,
+    /// ms since the current phase started; 0 when not processing.
+    pub elapsed_ms: u64,
+    /// 1 when a task waits in the queue for this slot, else 0.
+    pub queued: u64,
+    /// ms since the slot last progressed (or its phase started); -1 when never.
+    pub last_progress_age_ms: i64,
+    /// Observed rate in work units per second; -1 when unknown.
+    pub rate_per_s: f64,
+    /// Seconds to finish the phase at that rate; -1 when unknown.
+    pub eta_s: f64,
+    /// Phase start, Unix epoch ms; -1 when no phase started.
+    pub phase_start_unix_ms: i64,
+    /// Age in ms of the step in flight; -1 when no step runs.
+    pub step_age_ms: i64,
+    /// Tokens (or bytes) the step in flight carries; 0 when no step runs.
+    pub step_size: u64,
+    /// Silence in ms beyond which the slot counts as stalled.
+    pub stall_threshold_ms: u64,
+    /// ms since the engine loop's last heartbeat.
+    pub heartbeat_age_ms: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<HydraProbeDescription>() == 128);
+const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 368);
+
+impl HydraProbeMeta {
+    fn from_view(engine: &EngineView, v: &SlotView) -> Self {
+        let f = MetaFigures::of(engine, v);
+        Self {
+            size: std::mem::size_of::<Self>() as u32,
+            is_processing: f.is_processing.into(),
+            slot: HydraProbeSlot::from_view(engine, v),
+            operation: f.operation.to_raw(),
+            progress: f.progress,
+            tokens_processed: f.tokens_processed,
+            tokens_total: f.tokens_total,
+            elapsed_ms: f.elapsed_ms,
+            queued: f.queued.into(),
+            last_progress_age_ms: age(f.last_progress_age_ms),
+            rate_per_s: figure(f.rate_per_s),
+            eta_s: figure(f.eta_s),
+            phase_start_unix_ms: age(f.phase_start_unix_ms),
+            step_age_ms: age(f.step_age_ms),
+            step_size: f.step_size,
+            stall_threshold_ms: f.stall_threshold_ms,
+            heartbeat_age_ms: f.heartbeat_age_ms,
+        }
+    }
+}
+
+/// The engine's description strings, each NUL-terminated, owned by the handle (in the
+/// order of [`HydraProbeDescription`]).
+struct DescriptionStrings([Box<[u8]>; 7]);
+
+impl DescriptionStrings {
+    fn of(reader: &SegmentReader) -> Self {
+        let i = reader.identity();
+        let d = &i.description;
+        let z = |s: &str| -> Box<[u8]> { s.bytes().chain([0]).collect() };
+        Self([
+            z(&i.engine_id),
+            z(&d.model_alias),
+            z(&d.tokenizer),
+            z(&d.model_name),
+            z(&d.model_quant),
+            z(&d.model_path),
+            z(&d.device),
+        ])
+    }
+
+    fn describe(&self, capabilities: u64) -> HydraProbeDescription {
+        let [engine_id, model_alias, tokenizer, model_name, model_quant, model_path, device] =
+            self.0.each_ref().map(|b| HydraProbeStr {
+                ptr: b.as_ptr().cast(),
+                len: b.len() - 1,
+            });
+        HydraProbeDescription {
+            size: std::mem::size_of::<HydraProbeDescription>() as u32,
+            capabilities,
+            engine_id,
+            model_alias,
+            tokenizer,
+            model_name,
+            model_quant,
+            model_path,
+            device,
+        }
+    }
+}
+
 /// An open segment (opaque to C): a read-only mapping plus the thresholds its reads use.
 pub struct HydraProbe {
     reader: SegmentReader,
     thresholds: Mutex<Thresholds>,
+    description: DescriptionStrings,
 }
 
 impl HydraProbe {
@@ -387,6 +552,86 @@ unsafe fn handle<'a>(h: *const HydraProbe) -> Result<&'a HydraProbe, FfiError> {
 #[unsafe(no_mangle)]
 pub extern "C" fn hydra_probe_abi_version() -> u32 {
     HYDRA_PROBE_ABI_VERSION
+}
+
+/// The ABI's minor version, [`HYDRA_PROBE_ABI_MINOR`] (added in minor 1: a library
+/// without this symbol is minor 0).
+#[unsafe(no_mangle)]
+pub extern "C" fn hydra_probe_abi_minor() -> u32 {
+    HYDRA_PROBE_ABI_MINOR
+}
+
+/// The name the meta JSON gives raw value `raw` of kind `kind` (`HYDRA_PROBE_VALUE_*`):
+/// "decode", "tokens", "completed", "context_overflow", "stalled", "dead", ...; "unknown"
+/// for a value this library does not know. A static NUL-terminated string; NULL only
+/// when `kind` is not a `HYDRA_PROBE_VALUE_*` constant.
+#[unsafe(no_mangle)]
+pub extern "C" fn hydra_probe_value_name(kind: u32, raw: u64) -> *const c_char {
+    value_name(kind, raw).map_or(std::ptr::null(), |n| static_c_str(n).as_ptr())
+}
+
+fn value_name(kind: u32, raw: u64) -> Option<&'static str> {
+    let unknown = "unknown";
+    let index = usize::try_from(raw).unwrap_or(usize::MAX);
+    Some(match kind {
+        HYDRA_PROBE_VALUE_PHASE => Phase::from_raw(raw).as_str(),
+        HYDRA_PROBE_VALUE_WORK_UNIT => WorkUnit::from_raw(raw).as_str(),
+        HYDRA_PROBE_VALUE_FINISH_REASON => FinishReason::from_raw(raw).as_str(),
+        HYDRA_PROBE_VALUE_ERROR_CODE => ErrorCode::from_raw(raw).as_str(),
+        HYDRA_PROBE_VALUE_SLOT_CLASS => SlotClass::ALL.get(index).map_or(unknown, |c| c.as_str()),
+        HYDRA_PROBE_VALUE_ENGINE_HEALTH => {
+            ENGINE_HEALTHS.get(index).map_or(unknown, |h| h.as_str())
+        }
+        _ => return None,
+    })
+}
+
+/// `name` as a static NUL-terminated string. The names are the finite set of the
+/// library's `as_str` values, so each is made once and kept.
+fn static_c_str(name: &'static str) -> &'static CStr {
+    static MADE: Mutex<Vec<(&str, &CStr)>> = Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = made.iter().find(|(n, _)| *n == name) {
+        return c;
+    }
+    // The names are lower-case words: no NUL inside.
+    let c: &'static CStr = Box::leak(CString::new(name).unwrap_or_default().into_boxed_c_str());
+    made.push((name, c));
+    c
+}
+
+/// A `#[repr(C)]` struct whose first field is the `u32` size its caller sets.
+trait Versioned: Sized {
+    /// Its C name.
+    const NAME: &'static str;
+}
+
+impl Versioned for HydraProbeDescription {
+    const NAME: &'static str = "HydraProbeDescription";
+}
+
+impl Versioned for HydraProbeMeta {
+    const NAME: &'static str = "HydraProbeMeta";
+}
+
+/// Checks the out-parameter `out` of a versioned struct: not NULL, and the `size` its
+/// caller set is at least what this library fills.
+///
+/// # Safety
+/// `out` is NULL or readable.
+unsafe fn versioned_out<T: Versioned>(out: *mut T) -> Result<*mut T, FfiError> {
+    let out = out_ptr(out, "out")?;
+    // SAFETY: `out` is not NULL and readable (caller), and a `Versioned` struct starts
+    // with its `u32` size.
+    let size = unsafe { out.cast::<u32>().read() };
+    let filled = std::mem::size_of::<T>();
+    if (size as usize) < filled {
+        return Err(FfiError::invalid(format!(
+            "{name}.size is {size}: set it to sizeof({name}) ({filled} bytes in this version) before the call",
+            name = T::NAME
+        )));
+    }
+    Ok(out)
 }
 
 /// The name of an error code ("HYDRA_PROBE_E_NULL", ...), a static NUL-terminated string;
@@ -433,7 +678,10 @@ pub unsafe extern "C" fn hydra_probe_thresholds_default(out: *mut HydraProbeThre
 /// `/dev/shm/hydra-progress`), sorted by id. Stores the number found in `*count`, and
 /// fills `ids[0..min(count, capacity)]`. Returns `HYDRA_PROBE_E_BUFFER_TOO_SMALL` when
 /// `capacity < *count` (the first `capacity` ids are still filled). `ids` may be NULL when
-/// `capacity` is 0 (to ask for the count). A missing directory holds no engines.
+/// `capacity` is 0 (to ask for the count). An empty directory holds 0 engines; a
+/// directory that does not exist gives `HYDRA_PROBE_E_NOT_FOUND` and one that cannot be
+/// read `HYDRA_PROBE_E_IO`, with a message naming it (since ABI minor 1; before, a missing
+/// directory listed as empty).
 ///
 /// # Safety
 /// `dir` is NULL or a NUL-terminated string; `ids` is NULL or writable for `capacity`
@@ -452,19 +700,16 @@ pub unsafe extern "C" fn hydra_probe_list(
         if ids.is_null() && capacity > 0 {
             return Err(FfiError::null("ids"));
         }
-        let found = match hydra_probe::discover(&dir) {
-            Ok(found) => found,
-            // Kept from ABI version 1: a missing directory lists as empty (engines create
-            // it when they start); the CLI and the exporter report it instead.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => {
-                return Err(probe_error(ProbeError::Io {
-                    op: "read directory",
-                    path: dir.clone(),
-                    source: e,
-                }))
-            }
-        };
+        let found = hydra_probe::discover(&dir).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => FfiError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "no directory {} (engines create it when they start)",
+                    dir.display()
+                ),
+            ),
+            _ => probe_error(ProbeError::io("read directory", &dir, e)),
+        })?;
         // SAFETY: `count` is not NULL and the caller guarantees it is writable.
         unsafe { count.write(found.len()) };
         for (i, d) in found.iter().take(capacity).enumerate() {
@@ -523,6 +768,7 @@ pub unsafe extern "C" fn hydra_probe_open(
         }
         let reader = hydra_probe::open(&dir_arg(dir), Some(engine)).map_err(probe_error)?;
         let handle = Box::new(HydraProbe {
+            description: DescriptionStrings::of(&reader),
             reader,
             thresholds: Mutex::new(Thresholds::default()),
         });
@@ -608,6 +854,63 @@ pub unsafe extern "C" fn hydra_probe_read_slot(
         let view = probe.capture()?;
         let v = view.slot(slot as usize).map_err(probe_error)?;
         let value = HydraProbeSlot::from_view(&view, v);
+        // SAFETY: `out` is not NULL and the caller guarantees it is writable.
+        unsafe { out.write(value) };
+        Ok(())
+    })
+}
+
+/// Fills `*out` with the engine's fixed description: its id, model strings, device and
+/// capability bits. The strings belong to the handle and stay valid until
+/// `hydra_probe_close`; they never change for a handle, so one call per handle is enough.
+/// Set `out->size` to `sizeof(HydraProbeDescription)` first (`HYDRA_PROBE_E_INVALID_ARGUMENT`
+/// when it is smaller than this library fills). Added in ABI minor 1.
+///
+/// # Safety
+/// `probe` is NULL or an open handle; `out` is NULL or readable and writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hydra_probe_describe(
+    probe: *const HydraProbe,
+    out: *mut HydraProbeDescription,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller guarantees `probe` is NULL or an open handle.
+        let probe = unsafe { handle(probe) }?;
+        // SAFETY: the caller guarantees `out` is NULL or readable.
+        let out = unsafe { versioned_out(out) }?;
+        let capabilities = probe.reader.identity().description.capabilities;
+        // SAFETY: `out` is not NULL and the caller guarantees it is writable.
+        unsafe { out.write(probe.description.describe(capabilities)) };
+        Ok(())
+    })
+}
+
+/// Reads slot `slot` now (the same read as `hydra_probe_read_slot`) and fills `*out` with
+/// its Hydra meta as numbers: with `hydra_probe_describe`'s strings and
+/// `hydra_probe_value_name`'s names, every field `hydra_probe_meta_json` writes, computed
+/// by the same code, with no JSON. A torn slot (`slot.slot_class` TORN) also has a
+/// `read_error` message: read it through `hydra_probe_meta_json`. Set `out->size` to
+/// `sizeof(HydraProbeMeta)` first (`HYDRA_PROBE_E_INVALID_ARGUMENT` when it is smaller
+/// than this library fills). Added in ABI minor 1.
+///
+/// Errors: those of `hydra_probe_read_slot`.
+///
+/// # Safety
+/// `probe` is NULL or an open handle; `out` is NULL or readable and writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hydra_probe_read_meta(
+    probe: *const HydraProbe,
+    slot: u32,
+    out: *mut HydraProbeMeta,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller guarantees `probe` is NULL or an open handle.
+        let probe = unsafe { handle(probe) }?;
+        // SAFETY: the caller guarantees `out` is NULL or readable.
+        let out = unsafe { versioned_out(out) }?;
+        let view = probe.capture()?;
+        let v = view.slot(slot as usize).map_err(probe_error)?;
+        let value = HydraProbeMeta::from_view(&view, v);
         // SAFETY: `out` is not NULL and the caller guarantees it is writable.
         unsafe { out.write(value) };
         Ok(())

@@ -26,6 +26,20 @@ fn writer(dir: &std::path::Path) -> SegmentWriter {
     .unwrap()
 }
 
+/// Task 3 decoding, 10 of 40 tokens in 2 s, the last one 1 s before `now`.
+fn decoding(now: u64) -> SlotState {
+    SlotState {
+        task_id: 3,
+        phase: Phase::Decode,
+        work_unit: WorkUnit::Tokens,
+        work_done: 10,
+        work_total: 40,
+        phase_start_ns: now - 2_000_000_000,
+        last_progress_ns: now - 1_000_000_000,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn null_pointers_are_errors() {
     let dir = c"";
@@ -85,21 +99,7 @@ fn null_pointers_are_errors() {
 fn reads_a_segment_and_sizes_buffers() {
     let tmp = tempfile::tempdir().unwrap();
     let mut w = writer(tmp.path());
-    let now = clock::monotonic_ns();
-    w.publish(
-        1,
-        &SlotState {
-            task_id: 3,
-            phase: Phase::Decode,
-            work_unit: WorkUnit::Tokens,
-            work_done: 10,
-            work_total: 40,
-            phase_start_ns: now - 2_000_000_000,
-            last_progress_ns: now - 1_000_000_000,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    w.publish(1, &decoding(clock::monotonic_ns())).unwrap();
     let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
     let mut ids = [HydraProbeEngineId { id: [0; 64] }; 1];
     let (mut n, mut h, mut count) = (0usize, ptr::null_mut(), 0u32);
@@ -143,8 +143,8 @@ fn reads_a_segment_and_sizes_buffers() {
             (s.slot, s.task_id, s.phase),
             (1, 3, HYDRA_PROBE_PHASE_DECODE)
         );
-        assert_eq!(s.slot_class, HydraProbeSlotClass::Progressing);
-        assert_eq!(s.engine_health, HydraProbeEngineHealth::Live);
+        assert_eq!(s.slot_class, HYDRA_PROBE_SLOT_CLASS_PROGRESSING);
+        assert_eq!(s.engine_health, HYDRA_PROBE_ENGINE_HEALTH_LIVE);
         assert_eq!((s.progress, s.rate_per_s, s.eta_s), (0.25, 10.0, 3.0));
         assert_eq!(s.step_age_ns, -1);
 
@@ -187,7 +187,10 @@ fn reads_a_segment_and_sizes_buffers() {
             hydra_probe_read_slot(h, 1, slot.as_mut_ptr()),
             HYDRA_PROBE_OK
         );
-        assert_eq!(slot.assume_init().slot_class, HydraProbeSlotClass::Stalled);
+        assert_eq!(
+            slot.assume_init().slot_class,
+            HYDRA_PROBE_SLOT_CLASS_STALLED
+        );
 
         // Truncated last error.
         assert_eq!(
@@ -203,4 +206,237 @@ fn reads_a_segment_and_sizes_buffers() {
         assert!(need > 5);
         assert_eq!(hydra_probe_close(h), HYDRA_PROBE_OK);
     }
+}
+
+/// The meta as numbers, checked against the meta JSON's value taken from the same view:
+/// every field of `HydraMeta` is in `HydraProbeMeta`, the description or a value name.
+fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta) {
+    let name = |kind: u32, raw: u64| {
+        // SAFETY: a known kind gives a static NUL-terminated string.
+        unsafe { CStr::from_ptr(hydra_probe_value_name(kind, raw)) }
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let text = |s: &HydraProbeStr| {
+        // SAFETY: the handle owns `len` bytes at `ptr` (and is open).
+        let b = unsafe { std::slice::from_raw_parts(s.ptr.cast::<u8>(), s.len + 1) };
+        assert_eq!(b[s.len], 0, "NUL-terminated");
+        String::from_utf8(b[..s.len].to_vec()).unwrap()
+    };
+    let opt = |v: i64| u64::try_from(v).ok();
+    let fig = |v: f64| (v >= 0.0).then_some(v);
+    let s = &n.slot;
+    assert_eq!(n.size as usize, std::mem::size_of::<HydraProbeMeta>());
+    let got = HydraMeta {
+        slot_id: s.slot.into(),
+        n_past: s.n_past,
+        state_size: s.state_size,
+        is_processing: n.is_processing == 1,
+        model_alias: text(&d.model_alias),
+        tokenizer: text(&d.tokenizer),
+        model_name: text(&d.model_name),
+        model_quant: text(&d.model_quant),
+        model_capabilities: d.capabilities,
+        model_path: text(&d.model_path),
+        operation: name(HYDRA_PROBE_VALUE_PHASE, n.operation),
+        progress: n.progress,
+        tokens_processed: n.tokens_processed,
+        tokens_total: n.tokens_total,
+        elapsed_ms: n.elapsed_ms,
+        engine_id: text(&d.engine_id),
+        engine_liveness: serde_json::from_value(
+            name(HYDRA_PROBE_VALUE_ENGINE_HEALTH, s.engine_health as u64).into(),
+        )
+        .unwrap(),
+        classification: serde_json::from_value(
+            name(HYDRA_PROBE_VALUE_SLOT_CLASS, s.slot_class as u64).into(),
+        )
+        .unwrap(),
+        queued: n.queued == 1,
+        pending: s.pending,
+        phase: name(HYDRA_PROBE_VALUE_PHASE, s.phase),
+        task_id: s.task_id,
+        work_unit: name(HYDRA_PROBE_VALUE_WORK_UNIT, s.work_unit),
+        work_done: s.work_done,
+        work_total: s.work_total,
+        last_progress_age_ms: opt(n.last_progress_age_ms),
+        rate_per_s: fig(n.rate_per_s),
+        eta_s: fig(n.eta_s),
+        phase_start_ns: s.phase_start_ns,
+        phase_start_unix_ms: opt(n.phase_start_unix_ms),
+        step_age_ms: opt(n.step_age_ms),
+        step_size: n.step_size,
+        stall_threshold_ms: n.stall_threshold_ms,
+        finish_reason: name(HYDRA_PROBE_VALUE_FINISH_REASON, s.finish_reason),
+        error_code: name(HYDRA_PROBE_VALUE_ERROR_CODE, s.error_code),
+        n_ctx: s.n_ctx,
+        tokens_cached: s.tokens_cached,
+        device: text(&d.device),
+        heartbeat_age_ms: n.heartbeat_age_ms,
+        read_error: m.read_error.clone(),
+    };
+    assert_eq!(&got, m);
+    assert_eq!(got.to_json(), m.to_json());
+}
+
+#[test]
+fn meta_numbers_and_description_give_the_meta_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: tmp.path().to_path_buf(),
+        engine_id: "e2".into(),
+        slot_count: 4,
+        description: hydra_layout::EngineDescription {
+            model_name: "tiny \u{e9}".into(),
+            model_quant: "q8_0".into(),
+            model_path: "/m/tiny.gguf".into(),
+            tokenizer: "gpt2".into(),
+            model_alias: "t".into(),
+            device: "cpu".into(),
+            capabilities: 5,
+        },
+    })
+    .unwrap();
+    // A step in flight, and the cache of a running task.
+    let now = clock::monotonic_ns();
+    let base = SlotState {
+        n_past: 50,
+        step_start_ns: now - 500_000_000,
+        step_size: 1,
+        ..decoding(now)
+    };
+    // Every operation and phase kind, known and unknown enum words.
+    let kinds = [
+        (Phase::Decode, WorkUnit::Tokens),
+        (Phase::Queued, WorkUnit::None),
+        (Phase::Restore, WorkUnit::Bytes),
+        (Phase::from_raw(42), WorkUnit::from_raw(9)),
+    ];
+    for (i, (phase, work_unit)) in kinds.into_iter().enumerate() {
+        let state = SlotState {
+            phase,
+            work_unit,
+            finish_reason: hydra_layout::FinishReason::from_raw(i as u64),
+            error_code: hydra_layout::ErrorCode::from_raw(i as u64 * 40),
+            ..base
+        };
+        w.publish(i, &state).unwrap();
+    }
+    let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
+    let mut h = ptr::null_mut();
+    // SAFETY: every pointer passed is valid for what the call reads and writes.
+    unsafe {
+        assert_eq!(
+            hydra_probe_open(dir.as_ptr(), c"e2".as_ptr(), &mut h),
+            HYDRA_PROBE_OK
+        );
+        let mut d: HydraProbeDescription = std::mem::zeroed();
+        assert_eq!(
+            hydra_probe_describe(h, &mut d),
+            HYDRA_PROBE_E_INVALID_ARGUMENT
+        );
+        assert!(
+            last_error().contains("sizeof(HydraProbeDescription)"),
+            "{}",
+            last_error()
+        );
+        d.size = std::mem::size_of::<HydraProbeDescription>() as u32;
+        assert_eq!(hydra_probe_describe(h, &mut d), HYDRA_PROBE_OK);
+        let mut n: HydraProbeMeta = std::mem::zeroed();
+        assert_eq!(
+            hydra_probe_read_meta(h, 0, &mut n),
+            HYDRA_PROBE_E_INVALID_ARGUMENT
+        );
+        n.size = std::mem::size_of::<HydraProbeMeta>() as u32;
+        assert_eq!(
+            hydra_probe_read_meta(h, 4, &mut n),
+            HYDRA_PROBE_E_SLOT_OUT_OF_RANGE
+        );
+        assert_eq!(hydra_probe_read_meta(h, 0, &mut n), HYDRA_PROBE_OK);
+        assert_eq!((n.slot.task_id, n.operation), (3, HYDRA_PROBE_PHASE_DECODE));
+        assert_eq!(
+            hydra_probe_describe(ptr::null(), &mut d),
+            HYDRA_PROBE_E_NULL
+        );
+        assert_eq!(
+            hydra_probe_read_meta(h, 0, ptr::null_mut()),
+            HYDRA_PROBE_E_NULL
+        );
+
+        // Field by field against the meta JSON's value, from one view of every slot.
+        let probe = &*h;
+        let view = probe.capture().unwrap();
+        for (i, v) in view.slots.iter().enumerate() {
+            let n = HydraProbeMeta::from_view(&view, v);
+            let m = HydraMeta::from_view(&view, i).unwrap();
+            assert_same_meta(&n, &d, &m);
+        }
+        assert_eq!(hydra_probe_close(h), HYDRA_PROBE_OK);
+    }
+}
+
+#[test]
+fn value_names_are_the_json_words() {
+    let name = |kind: u32, raw: u64| {
+        let p = hydra_probe_value_name(kind, raw);
+        // SAFETY: non-NULL names are static NUL-terminated strings.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_str().unwrap())
+    };
+    assert_eq!(
+        name(HYDRA_PROBE_VALUE_PHASE, HYDRA_PROBE_PHASE_PREFILL),
+        Some("prefill")
+    );
+    assert_eq!(name(HYDRA_PROBE_VALUE_PHASE, 99), Some("unknown"));
+    assert_eq!(name(HYDRA_PROBE_VALUE_WORK_UNIT, 2), Some("bytes"));
+    assert_eq!(name(HYDRA_PROBE_VALUE_FINISH_REASON, 2), Some("cancelled"));
+    assert_eq!(
+        name(HYDRA_PROBE_VALUE_ERROR_CODE, u64::MAX),
+        Some("unknown")
+    );
+    assert_eq!(name(HYDRA_PROBE_VALUE_SLOT_CLASS, 4), Some("stalled"));
+    assert_eq!(name(HYDRA_PROBE_VALUE_SLOT_CLASS, 7), Some("unknown"));
+    assert_eq!(name(HYDRA_PROBE_VALUE_ENGINE_HEALTH, 3), Some("dead"));
+    assert_eq!(name(6, 0), None);
+    // The same name twice is the same static string.
+    assert_eq!(
+        hydra_probe_value_name(HYDRA_PROBE_VALUE_PHASE, 3),
+        hydra_probe_value_name(HYDRA_PROBE_VALUE_PHASE, 3)
+    );
+    assert_eq!(hydra_probe_abi_minor(), HYDRA_PROBE_ABI_MINOR);
+}
+
+#[test]
+fn list_fails_on_a_missing_directory_and_counts_an_empty_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("gone");
+    let c = |p: &std::path::Path| CString::new(p.to_str().unwrap()).unwrap();
+    let mut n = 7usize;
+    // SAFETY: the strings are NUL-terminated and `n` is writable.
+    unsafe {
+        assert_eq!(
+            hydra_probe_list(c(tmp.path()).as_ptr(), ptr::null_mut(), 0, &mut n),
+            HYDRA_PROBE_OK
+        );
+        assert_eq!(n, 0);
+        assert_eq!(
+            hydra_probe_list(c(&missing).as_ptr(), ptr::null_mut(), 0, &mut n),
+            HYDRA_PROBE_E_NOT_FOUND
+        );
+    }
+    assert!(
+        last_error().contains(missing.to_str().unwrap()),
+        "{}",
+        last_error()
+    );
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    // SAFETY: as above.
+    let rc = unsafe { hydra_probe_list(c(&file).as_ptr(), ptr::null_mut(), 0, &mut n) };
+    assert_eq!(rc, HYDRA_PROBE_E_IO);
+    assert!(
+        last_error().contains(file.to_str().unwrap()),
+        "{}",
+        last_error()
+    );
 }

@@ -19,7 +19,7 @@ use hydra_layout::{
 };
 use hydra_probe::{EngineView, Thresholds};
 use hydra_probe_cli::{self as cli, Cli};
-use hydra_probe_ffi::{self as ffi, HydraProbeEngineHealth, HydraProbeSlotClass};
+use hydra_probe_ffi as ffi;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -185,11 +185,11 @@ fn c_reader_prints_the_same_meta_as_the_cli() {
     );
     assert_eq!(
         f["slot_class"],
-        (HydraProbeSlotClass::Progressing as i32).to_string()
+        ffi::HYDRA_PROBE_SLOT_CLASS_PROGRESSING.to_string()
     );
     assert_eq!(
         f["engine_health"],
-        (HydraProbeEngineHealth::Live as i32).to_string()
+        ffi::HYDRA_PROBE_ENGINE_HEALTH_LIVE.to_string()
     );
     assert_eq!(f["phase"], ffi::HYDRA_PROBE_PHASE_DECODE.to_string());
     assert_eq!(f["work_done"], v.state.work_done.to_string());
@@ -205,7 +205,7 @@ fn c_reader_prints_the_same_meta_as_the_cli() {
     let f = fields("1");
     assert_eq!(
         f["slot_class"],
-        (HydraProbeSlotClass::Queued as i32).to_string()
+        ffi::HYDRA_PROBE_SLOT_CLASS_QUEUED.to_string()
     );
     assert_eq!(f["pending"], "1");
     assert_eq!(
@@ -322,6 +322,10 @@ fn misuse_and_hostile_files_give_error_codes() {
         ("slot_count_null_probe", HYDRA_PROBE_E_NULL),
         ("read_slot_null_probe", HYDRA_PROBE_E_NULL),
         ("meta_null_probe", HYDRA_PROBE_E_NULL),
+        ("read_meta_null_probe", HYDRA_PROBE_E_NULL),
+        ("describe_null_probe", HYDRA_PROBE_E_NULL),
+        ("value_name_unknown_kind", 0),
+        ("value_name_unknown_value", 0),
         ("thresholds_default_null", HYDRA_PROBE_E_NULL),
         ("set_thresholds_null_probe", HYDRA_PROBE_E_NULL),
         ("last_error_null_buf", HYDRA_PROBE_E_NULL),
@@ -334,14 +338,23 @@ fn misuse_and_hostile_files_give_error_codes() {
         ("unknown_message_lists_engines", 0),
         ("open_empty_engine", HYDRA_PROBE_E_INVALID_ARGUMENT),
         ("open_missing_path", HYDRA_PROBE_E_NOT_FOUND),
-        ("list_missing_dir", HYDRA_PROBE_OK),
-        ("list_missing_dir_is_empty", 0),
+        ("list_missing_dir", HYDRA_PROBE_E_NOT_FOUND),
+        ("list_missing_dir_named", 0),
         ("open_e1", HYDRA_PROBE_OK),
         ("slot_count_null_out", HYDRA_PROBE_E_NULL),
         ("read_slot_null_out", HYDRA_PROBE_E_NULL),
         ("read_slot_out_of_range", HYDRA_PROBE_E_SLOT_OUT_OF_RANGE),
         ("meta_out_of_range", HYDRA_PROBE_E_SLOT_OUT_OF_RANGE),
         ("meta_null_buf", HYDRA_PROBE_E_NULL),
+        ("read_meta_null_out", HYDRA_PROBE_E_NULL),
+        ("read_meta_size_too_small", HYDRA_PROBE_E_INVALID_ARGUMENT),
+        ("read_meta_out_of_range", HYDRA_PROBE_E_SLOT_OUT_OF_RANGE),
+        ("read_meta_ok", HYDRA_PROBE_OK),
+        ("read_meta_size_filled", 0),
+        ("describe_null_out", HYDRA_PROBE_E_NULL),
+        ("describe_size_too_small", HYDRA_PROBE_E_INVALID_ARGUMENT),
+        ("describe_ok", HYDRA_PROBE_OK),
+        ("describe_engine_id", 0),
         ("meta_size_query", HYDRA_PROBE_E_BUFFER_TOO_SMALL),
         ("meta_size_query_needed", 0),
         ("meta_too_small", HYDRA_PROBE_E_BUFFER_TOO_SMALL),
@@ -361,6 +374,7 @@ fn misuse_and_hostile_files_give_error_codes() {
         want.insert(format!("open {label}"), *code);
         if *code == HYDRA_PROBE_OK {
             want.insert(format!("read {label}"), HYDRA_PROBE_OK);
+            want.insert(format!("read_meta {label}"), HYDRA_PROBE_OK);
         }
     }
     assert_eq!(

@@ -22,18 +22,22 @@ fn committed_header_is_current() {
     );
 }
 
+/// The text between `start` and the first `end` after it.
+fn between<'a>(text: &'a str, start: &str, end: &str, what: &str) -> &'a str {
+    let body = text
+        .split_once(start)
+        .unwrap_or_else(|| panic!("no `{start}` in {what}"))
+        .1;
+    body.split_once(end)
+        .unwrap_or_else(|| panic!("no end of `{start}` in {what}"))
+        .0
+}
+
 /// `(type, name)` of each field of `typedef struct <name> { ... } <name>;` in C.
 fn c_fields(header: &str, name: &str) -> Vec<(String, String)> {
     let start = format!("typedef struct {name} {{");
-    let body = header
-        .split_once(&start)
-        .unwrap_or_else(|| panic!("no `{start}` in the header"))
-        .1;
-    let body = body
-        .split_once(&format!("}} {name};"))
-        .expect("struct end")
-        .0;
-    body.lines()
+    between(header, &start, &format!("}} {name};"), "the header")
+        .lines()
         .map(str::trim)
         .filter(|l| {
             !l.is_empty() && !l.starts_with("//") && !l.starts_with("/*") && !l.starts_with('*')
@@ -43,32 +47,35 @@ fn c_fields(header: &str, name: &str) -> Vec<(String, String)> {
             let (ty, field) = l
                 .rsplit_once(' ')
                 .unwrap_or_else(|| panic!("field line {l:?}"));
-            (ty.trim().to_owned(), field.trim().to_owned())
+            // `const char *ptr`: the star belongs to the type.
+            let stars = field.len() - field.trim_start_matches('*').len();
+            let ty = format!("{}{}", ty.trim(), &field[..stars]);
+            (ty, field[stars..].to_owned())
         })
         .collect()
 }
 
 /// `(type, name)` of each `public <type> <Name>;` field of `struct <name>` in C#.
 fn cs_fields(source: &str, name: &str) -> Vec<(String, String)> {
-    let start = format!("public struct {name}");
-    let body = source
-        .split_once(&start)
-        .unwrap_or_else(|| panic!("no `{start}` in Interop.cs"))
-        .1;
-    let body = body.split_once("\n    }").expect("struct end").0;
-    body.lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("public ") && l.ends_with(';'))
-        .map(|l| {
-            let words: Vec<_> = l.trim_end_matches(';').split_whitespace().collect();
-            assert_eq!(
-                words.len(),
-                3,
-                "C# field line {l:?}: expected `public <type> <Name>;`"
-            );
-            (words[1].to_owned(), words[2].to_owned())
-        })
-        .collect()
+    between(
+        source,
+        &format!("public struct {name}\n"),
+        "\n    }",
+        "Interop.cs",
+    )
+    .lines()
+    .map(str::trim)
+    .filter(|l| l.starts_with("public ") && l.ends_with(';'))
+    .map(|l| {
+        let words: Vec<_> = l.trim_end_matches(';').split_whitespace().collect();
+        assert_eq!(
+            words.len(),
+            3,
+            "C# field line {l:?}: expected `public <type> <Name>;`"
+        );
+        (words[1].to_owned(), words[2].to_owned())
+    })
+    .collect()
 }
 
 fn pascal(snake: &str) -> String {
@@ -92,6 +99,10 @@ fn cs_type(c: &str) -> &'static str {
         "double" => "double",
         "HydraProbeSlotClass" => "SlotClass",
         "HydraProbeEngineHealth" => "EngineHealth",
+        "size_t" => "UIntPtr",
+        "const char*" => "IntPtr",
+        "struct HydraProbeSlot" => "HydraProbeSlot",
+        "struct HydraProbeStr" => "HydraProbeStr",
         other => panic!("no C# mapping for C type {other:?}; extend this table"),
     }
 }
@@ -101,10 +112,14 @@ fn csharp_structs_match_the_header() {
     let header = std::fs::read_to_string(workspace().join("include/hydra_probe.h")).unwrap();
     let cs = std::fs::read_to_string(workspace().join("bindings/csharp/src/Interop.cs"))
         .expect("read bindings/csharp/src/Interop.cs");
-    for (c_name, cs_name) in [
-        ("HydraProbeSlot", "HydraProbeSlot"),
-        ("HydraProbeThresholds", "HydraProbeThresholds"),
+    for name in [
+        "HydraProbeSlot",
+        "HydraProbeThresholds",
+        "HydraProbeMeta",
+        "HydraProbeDescription",
+        "HydraProbeStr",
     ] {
+        let (c_name, cs_name) = (name, name);
         let want: Vec<(String, String)> = c_fields(&header, c_name)
             .into_iter()
             .map(|(ty, f)| (cs_type(&ty).to_owned(), pascal(&f)))

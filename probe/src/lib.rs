@@ -63,6 +63,6 @@ pub use discover::{discover, open, resolve, scan, Discovered, Scan, Stray};
 pub use error::ProbeError;
 pub use findings::{findings, Finding};
 pub use gc::{gc, temporary_engine_id, GcAction, GcEntry, GcOptions};
-pub use meta::HydraMeta;
+pub use meta::{HydraMeta, MetaFigures};
 pub use thresholds::{parse_duration, Thresholds};
 pub use view::{EngineView, SlotView};

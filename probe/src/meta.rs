@@ -5,7 +5,7 @@
 //! same names and JSON types; the rest are new and optional for old clients.
 
 use crate::classify::{is_active, EngineHealth, SlotClass};
-use crate::view::EngineView;
+use crate::view::{EngineView, SlotView};
 use hydra_layout::{Phase, WorkUnit};
 use serde::{Deserialize, Serialize};
 
@@ -109,30 +109,59 @@ fn ms(ns: u64) -> u64 {
     ns / NS_PER_MS
 }
 
-impl HydraMeta {
-    /// The meta of slot `slot` of `engine`; `None` when the slot does not exist.
-    pub fn from_view(engine: &EngineView, slot: usize) -> Option<HydraMeta> {
-        let v = engine.slots.get(slot)?;
+/// The figures of one slot's meta that its own rules derive from the slot's view (what
+/// Hydra Core's `operation`, `progress` and `elapsed_ms` mean, the ages in ms), with no
+/// string. [`HydraMeta`] is these plus the record's fields and the engine's fixed
+/// description; the C ABI copies them out as they are, so the rules live here only.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetaFigures {
+    /// Whether the slot is doing work: prefill, decode, save or restore.
+    pub is_processing: bool,
+    /// The phase `operation` names: prefill, decode, save or restore; idle for anything else.
+    pub operation: Phase,
+    /// Whether a task waits in the queue for this slot.
+    pub queued: bool,
+    /// Progress of the current phase, 0..=1; 0 when unknown or not processing.
+    pub progress: f64,
+    /// Work done in the current phase when it counts tokens, else 0.
+    pub tokens_processed: u64,
+    /// Work total of the current phase when it counts tokens, else 0 (0 = unknown).
+    pub tokens_total: u64,
+    /// Milliseconds since the current phase started; 0 when not processing.
+    pub elapsed_ms: u64,
+    /// Milliseconds since the slot last progressed (or its phase started).
+    pub last_progress_age_ms: Option<u64>,
+    /// Observed rate in work units per second (finite).
+    pub rate_per_s: Option<f64>,
+    /// Seconds to finish the phase at that rate (finite).
+    pub eta_s: Option<f64>,
+    /// Phase start, Unix epoch milliseconds; `None` when no phase started.
+    pub phase_start_unix_ms: Option<u64>,
+    /// Age in ms of the step in flight.
+    pub step_age_ms: Option<u64>,
+    /// Tokens (or bytes) the step in flight carries; 0 when no step runs.
+    pub step_size: u64,
+    /// Silence in ms beyond which the slot counts as stalled.
+    pub stall_threshold_ms: u64,
+    /// Milliseconds since the engine loop's last heartbeat.
+    pub heartbeat_age_ms: u64,
+}
+
+impl MetaFigures {
+    /// The figures of slot view `v` of `engine`.
+    pub fn of(engine: &EngineView, v: &SlotView) -> MetaFigures {
         let s = &v.state;
-        let d = &engine.identity.description;
         let active = is_active(s.phase);
-        let operation = match s.phase {
-            Phase::Prefill | Phase::Decode | Phase::Save | Phase::Restore => s.phase.as_str(),
-            _ => "idle",
-        };
         let tokens = s.work_unit == WorkUnit::Tokens;
-        Some(HydraMeta {
-            slot_id: slot as u64,
-            n_past: s.n_past,
-            state_size: s.state_size,
+        MetaFigures {
             is_processing: active,
-            model_alias: d.model_alias.clone(),
-            tokenizer: d.tokenizer.clone(),
-            model_name: d.model_name.clone(),
-            model_quant: d.model_quant.clone(),
-            model_capabilities: d.capabilities,
-            model_path: d.model_path.clone(),
-            operation: operation.to_owned(),
+            operation: match s.phase {
+                Phase::Prefill | Phase::Decode | Phase::Save | Phase::Restore => s.phase,
+                _ => Phase::Idle,
+            },
+            queued: v.class == SlotClass::Queued
+                || s.phase == Phase::Queued
+                || (s.phase == Phase::Idle && v.pending > 0),
             progress: if active {
                 v.progress.unwrap_or(0.0)
             } else {
@@ -145,33 +174,66 @@ impl HydraMeta {
             } else {
                 0
             },
+            last_progress_age_ms: v.last_progress_age_ns.map(ms),
+            rate_per_s: v.rate_per_s.filter(|r| r.is_finite()),
+            eta_s: v.eta_s.filter(|e| e.is_finite()),
+            phase_start_unix_ms: (s.phase_start_ns != 0)
+                .then(|| ms(engine.identity.to_realtime_ns(s.phase_start_ns))),
+            step_age_ms: v.step_age_ns.map(ms),
+            step_size: if s.step_start_ns != 0 { s.step_size } else { 0 },
+            stall_threshold_ms: ms(v.stall_threshold_ns),
+            heartbeat_age_ms: ms(engine.heartbeat_age_ns),
+        }
+    }
+}
+
+impl HydraMeta {
+    /// The meta of slot `slot` of `engine`; `None` when the slot does not exist.
+    pub fn from_view(engine: &EngineView, slot: usize) -> Option<HydraMeta> {
+        let v = engine.slots.get(slot)?;
+        let s = &v.state;
+        let d = &engine.identity.description;
+        let f = MetaFigures::of(engine, v);
+        Some(HydraMeta {
+            slot_id: slot as u64,
+            n_past: s.n_past,
+            state_size: s.state_size,
+            is_processing: f.is_processing,
+            model_alias: d.model_alias.clone(),
+            tokenizer: d.tokenizer.clone(),
+            model_name: d.model_name.clone(),
+            model_quant: d.model_quant.clone(),
+            model_capabilities: d.capabilities,
+            model_path: d.model_path.clone(),
+            operation: f.operation.as_str().to_owned(),
+            progress: f.progress,
+            tokens_processed: f.tokens_processed,
+            tokens_total: f.tokens_total,
+            elapsed_ms: f.elapsed_ms,
             engine_id: engine.engine_id.clone(),
             engine_liveness: engine.health,
             classification: v.class,
-            queued: v.class == SlotClass::Queued
-                || s.phase == Phase::Queued
-                || (s.phase == Phase::Idle && v.pending > 0),
+            queued: f.queued,
             pending: v.pending,
             phase: s.phase.as_str().to_owned(),
             task_id: s.task_id,
             work_unit: s.work_unit.as_str().to_owned(),
             work_done: s.work_done,
             work_total: s.work_total,
-            last_progress_age_ms: v.last_progress_age_ns.map(ms),
-            rate_per_s: v.rate_per_s.filter(|r| r.is_finite()),
-            eta_s: v.eta_s.filter(|e| e.is_finite()),
+            last_progress_age_ms: f.last_progress_age_ms,
+            rate_per_s: f.rate_per_s,
+            eta_s: f.eta_s,
             phase_start_ns: s.phase_start_ns,
-            phase_start_unix_ms: (s.phase_start_ns != 0)
-                .then(|| ms(engine.identity.to_realtime_ns(s.phase_start_ns))),
-            step_age_ms: v.step_age_ns.map(ms),
-            step_size: if s.step_start_ns != 0 { s.step_size } else { 0 },
-            stall_threshold_ms: ms(v.stall_threshold_ns),
+            phase_start_unix_ms: f.phase_start_unix_ms,
+            step_age_ms: f.step_age_ms,
+            step_size: f.step_size,
+            stall_threshold_ms: f.stall_threshold_ms,
             finish_reason: s.finish_reason.as_str().to_owned(),
             error_code: s.error_code.as_str().to_owned(),
             n_ctx: s.n_ctx,
             tokens_cached: s.tokens_cached,
             device: d.device.clone(),
-            heartbeat_age_ms: ms(engine.heartbeat_age_ns),
+            heartbeat_age_ms: f.heartbeat_age_ms,
             read_error: v.read_error.clone(),
         })
     }
@@ -194,7 +256,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     #[test]
-    fn meta_of_decoding_queued_and_saving_slots() {
+    fn meta_of_prefilling_queued_and_saving_slots() {
         let tmp = tempfile::tempdir().unwrap();
         let mut w = SegmentWriter::create(&SegmentConfig {
             dir: tmp.path().into(),
@@ -212,16 +274,16 @@ mod tests {
         w.publish(
             0,
             &SlotState {
-                task_id: 4,
-                phase: Phase::Decode,
+                task_id: 7,
+                phase: Phase::Prefill,
                 work_unit: WorkUnit::Tokens,
-                work_done: 25,
-                work_total: 100,
-                n_past: 125,
-                phase_start_ns: now - 2 * S,
+                work_done: 48,
+                work_total: 192,
+                n_past: 48,
+                phase_start_ns: now - 3 * S,
                 last_progress_ns: now - S,
                 step_start_ns: now - S / 2,
-                step_size: 1,
+                step_size: 16,
                 ..Default::default()
             },
         )
@@ -250,19 +312,25 @@ mod tests {
         let r = SegmentReader::open(w.path()).unwrap();
         let v = EngineView::capture(&r, now, &Thresholds::default()).unwrap();
         let m = HydraMeta::from_view(&v, 0).unwrap();
-        assert_eq!(m.operation, "decode");
+        assert_eq!(m.operation, "prefill");
         assert!(m.is_processing);
         assert_eq!(
             (m.tokens_processed, m.tokens_total, m.n_past),
-            (25, 100, 125)
+            (48, 192, 48)
         );
         assert_eq!(m.progress, 0.25);
-        assert_eq!(m.elapsed_ms, 2000);
-        assert_eq!(m.rate_per_s, Some(25.0));
-        assert_eq!(m.eta_s, Some(3.0));
+        assert_eq!(m.elapsed_ms, 3000);
+        assert_eq!(m.rate_per_s, Some(24.0));
+        assert_eq!(m.eta_s, Some(6.0));
         assert_eq!(m.last_progress_age_ms, Some(1000));
         assert_eq!(m.step_age_ms, Some(500));
-        assert_eq!(m.step_size, 1);
+        assert_eq!(m.step_size, 16);
+        // The meta is its figures: the numbers the C ABI copies out.
+        let f = MetaFigures::of(&v, &v.slots[0]);
+        assert_eq!(
+            (f.operation, f.progress, f.elapsed_ms),
+            (Phase::Prefill, 0.25, 3000)
+        );
         assert_eq!(m.classification, SlotClass::Progressing);
         assert_eq!(m.model_capabilities, 3);
         let q = HydraMeta::from_view(&v, 1).unwrap();
@@ -278,6 +346,20 @@ mod tests {
         );
         assert_eq!(s.progress, 0.25);
         assert!(HydraMeta::from_view(&v, 3).is_none());
+        // A phase this reader does not know is processing, under the operation "idle".
+        let unknown = SlotView::from_state(
+            0,
+            SlotState {
+                phase: Phase::from_raw(42),
+                ..Default::default()
+            },
+            0,
+            hydra_layout::Liveness::Live,
+            now,
+            &Thresholds::default(),
+        );
+        let f = MetaFigures::of(&v, &unknown);
+        assert_eq!((f.is_processing, f.operation), (true, Phase::Idle));
         // Round trip through JSON.
         let back: HydraMeta = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(back, m);

@@ -1,5 +1,6 @@
 // Bench.cs: per-call cost of ProgressProbe.ReadMeta and ReadSlot in C#, next to the Rust
-// probe library's own per-call cost through its C ABI (native_bench, no managed runtime),
+// probe library's own per-call cost through its C ABI (native_bench, no managed runtime:
+// hydra_probe_read_slot, hydra_probe_read_meta that ReadMeta calls, hydra_probe_meta_json),
 // on the same live segment in the same run, rounds interleaved. Run by bench/run.sh.
 //
 //   mono Hydra.Progress.Bench.exe NATIVE_BENCH [CALLS_PER_ROUND] [ROUNDS]
@@ -66,9 +67,11 @@ namespace Hydra.Progress.Bench
                         Console.WriteLine($"  {kv.Key,-34} {Median(v),8:F0}   ({v.First():F0}..{v.Last():F0})");
                     }
                     double meta = Median(results["C# ReadMeta"]), slot = Median(results["C# ReadSlot"]);
-                    double nMeta = Median(results["Rust meta_json (C ABI, no C#)"]);
-                    double nSlot = Median(results["Rust read_slot (C ABI, no C#)"]);
-                    Console.WriteLine($"ratio C#/Rust: ReadSlot {slot / nSlot:F2}, ReadMeta {meta / nMeta:F2}");
+                    double nMeta = Median(results[NativeName("read_meta")]);
+                    double nSlot = Median(results[NativeName("read_slot")]);
+                    double nJson = Median(results[NativeName("meta_json")]);
+                    Console.WriteLine($"ratio C#/Rust: ReadSlot {slot / nSlot:F2} (vs read_slot), " +
+                                      $"ReadMeta {meta / nMeta:F2} (vs read_meta), {meta / nJson:F2} (vs meta_json)");
                     Console.WriteLine($"ReadMeta median {meta / 1000:F2} us: target < 5 us {(meta < 5000 ? "met" : "NOT met")}");
                 }
             }
@@ -101,6 +104,8 @@ namespace Hydra.Progress.Bench
             return t[n / 2] * (1e9 / Stopwatch.Frequency);
         }
 
+        static string NativeName(string call) => $"Rust {call} (C ABI, no C#)";
+
         /// <summary>One round of native_bench: its medians, ns.</summary>
         static Dictionary<string, double> Native(string exe, string dir, string id, int calls)
         {
@@ -113,10 +118,9 @@ namespace Hydra.Progress.Bench
             {
                 string[] w = line.Split(' ');
                 if (w.Length >= 4 && w[0] == "native")
-                    r[w[1] == "read_slot" ? "Rust read_slot (C ABI, no C#)" : "Rust meta_json (C ABI, no C#)"] =
-                        double.Parse(w[3], CultureInfo.InvariantCulture);
+                    r[NativeName(w[1])] = double.Parse(w[3], CultureInfo.InvariantCulture);
             }
-            if (r.Count != 2)
+            if (r.Count != 3)
                 throw new InvalidOperationException("native_bench printed: " + o);
             return r;
         }

@@ -1,11 +1,12 @@
 /*
  * native_bench.c: per-call cost of the Rust probe library through its C ABI, with no managed
- * runtime in between: hydra_probe_read_slot and hydra_probe_meta_json on one slot, each call
- * timed with CLOCK_MONOTONIC. The C# benchmark (Bench.cs) runs it on the same segment in the
+ * runtime in between: hydra_probe_read_slot, hydra_probe_read_meta (what C#'s ReadMeta calls)
+ * and hydra_probe_meta_json on one slot, each call timed with CLOCK_MONOTONIC. The C# benchmark (Bench.cs) runs it on the same segment in the
  * same run, so the two sets of figures sit side by side.
  *
  *   native_bench DIR ENGINE SLOT CALLS
- * prints: "native read_slot median_ns P50 p90_ns P90 mean_ns MEAN" and the same for meta_json.
+ * prints: "native read_slot median_ns P50 p90_ns P90 mean_ns MEAN" and the same for read_meta
+ * and meta_json.
  */
 #define _POSIX_C_SOURCE 199309L
 #include <stdint.h>
@@ -35,6 +36,37 @@ static void report(const char *name, uint64_t *t, size_t n) {
            (unsigned long long)(sum / n));
 }
 
+enum call { READ_SLOT, READ_META, META_JSON };
+
+static HydraProbeSlot slot_out;
+static HydraProbeMeta meta_out;
+static char json_out[16384];
+
+static int32_t call(enum call which, const HydraProbe *p, uint32_t slot) {
+    switch (which) {
+    case READ_SLOT:
+        return hydra_probe_read_slot(p, slot, &slot_out);
+    case READ_META:
+        meta_out.size = sizeof meta_out;
+        return hydra_probe_read_meta(p, slot, &meta_out);
+    default:
+        return hydra_probe_meta_json(p, slot, json_out, sizeof json_out, NULL);
+    }
+}
+
+/* Times `calls` calls one by one and reports them; 1 when a call fails. */
+static int bench(const char *name, enum call which, const HydraProbe *p, uint32_t slot,
+                 uint64_t *t, size_t calls) {
+    for (size_t i = 0; i < calls; i++) {
+        uint64_t t0 = now_ns();
+        int32_t rc = call(which, p, slot);
+        t[i] = now_ns() - t0;
+        if (rc != HYDRA_PROBE_OK) return 1;
+    }
+    report(name, t, calls);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: native_bench DIR ENGINE SLOT CALLS\n");
@@ -51,26 +83,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     uint64_t *t = malloc(calls * sizeof *t);
-    static char buf[16384];
-    HydraProbeSlot s;
-    for (size_t i = 0; i < calls / 10 + 1; i++) { /* warm-up */
-        hydra_probe_read_slot(p, slot, &s);
-        hydra_probe_meta_json(p, slot, buf, sizeof buf, NULL);
-    }
-    for (size_t i = 0; i < calls; i++) {
-        uint64_t t0 = now_ns();
-        int rc = hydra_probe_read_slot(p, slot, &s);
-        t[i] = now_ns() - t0;
-        if (rc != HYDRA_PROBE_OK) return 1;
-    }
-    report("read_slot", t, calls);
-    for (size_t i = 0; i < calls; i++) {
-        uint64_t t0 = now_ns();
-        int rc = hydra_probe_meta_json(p, slot, buf, sizeof buf, NULL);
-        t[i] = now_ns() - t0;
-        if (rc != HYDRA_PROBE_OK) return 1;
-    }
-    report("meta_json", t, calls);
+    if (!t) return 1;
+    for (size_t i = 0; i < calls / 10 + 1; i++) /* warm-up */
+        for (int c = READ_SLOT; c <= META_JSON; c++) call((enum call)c, p, slot);
+    if (bench("read_slot", READ_SLOT, p, slot, t, calls) ||
+        bench("read_meta", READ_META, p, slot, t, calls) ||
+        bench("meta_json", META_JSON, p, slot, t, calls))
+        return 1;
     free(t);
     hydra_probe_close(p);
     return 0;

@@ -1,5 +1,5 @@
-// Enums.cs: the classification, engine health and the segment's raw enumerations, with the
-// lower-case names the JSON and the C ABI use.
+// Enums.cs: the classification, engine health and the slot's phase, with the lower-case
+// names the JSON and the C ABI use.
 
 namespace Hydra.Progress
 {
@@ -54,34 +54,6 @@ namespace Hydra.Progress
         Unknown = -1,
     }
 
-    /// <summary>How the last task of a slot ended.</summary>
-    public enum FinishReason
-    {
-        /// <summary>No task has finished.</summary>
-        None = 0,
-        /// <summary>Finished normally.</summary>
-        Completed = 1,
-        /// <summary>Cancelled by the client.</summary>
-        Cancelled = 2,
-        /// <summary>Failed; see the error code.</summary>
-        Error = 3,
-        /// <summary>A value this library does not know; see the raw word.</summary>
-        Unknown = -1,
-    }
-
-    /// <summary>Unit of a slot's work counters.</summary>
-    public enum WorkUnit
-    {
-        /// <summary>No counters.</summary>
-        None = 0,
-        /// <summary>Tokens (prefill, decode).</summary>
-        Tokens = 1,
-        /// <summary>Bytes (state save and restore).</summary>
-        Bytes = 2,
-        /// <summary>A value this library does not know; see the raw word.</summary>
-        Unknown = -1,
-    }
-
     /// <summary>The lower-case names of the enums, as the JSON writes them.</summary>
     public static class Names
     {
@@ -118,10 +90,5 @@ namespace Hydra.Progress
         }
 
         internal static SlotPhase PhaseOf(ulong raw) => raw <= 5 ? (SlotPhase)(int)raw : SlotPhase.Unknown;
-
-        internal static FinishReason FinishReasonOf(ulong raw) =>
-            raw <= 3 ? (FinishReason)(int)raw : FinishReason.Unknown;
-
-        internal static WorkUnit WorkUnitOf(ulong raw) => raw <= 2 ? (WorkUnit)(int)raw : WorkUnit.Unknown;
     }
 }

@@ -2,6 +2,7 @@
 // with the same widths. The test program checks their sizes and offsets against the header
 // (it compiles a C program that prints sizeof/offsetof), so a change there cannot go unseen.
 
+using System;
 using System.Runtime.InteropServices;
 
 // The fields are documented in include/hydra_probe.h, whose names they carry in PascalCase.
@@ -64,11 +65,83 @@ namespace Hydra.Progress.Interop
         public ulong HeartbeatAgeNs;
     }
 
+    /// <summary>
+    /// <c>HydraProbeStr</c>: a string the native handle owns (valid until it is closed):
+    /// <c>Len</c> UTF-8 bytes at <c>Ptr</c>, then a NUL.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeStr
+    {
+        public IntPtr Ptr;
+        public UIntPtr Len;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeDescription</c> (version 1: 128 bytes): the engine's fixed id, model
+    /// strings, device and capability bits, the same for every read of a handle.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeDescription
+    {
+        public uint Size;
+        public ulong Capabilities;
+        public HydraProbeStr EngineId;
+        public HydraProbeStr ModelAlias;
+        public HydraProbeStr Tokenizer;
+        public HydraProbeStr ModelName;
+        public HydraProbeStr ModelQuant;
+        public HydraProbeStr ModelPath;
+        public HydraProbeStr Device;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeMeta</c> (version 1: 368 bytes): one slot's Hydra meta as numbers, the
+    /// slot read plus the figures the meta derives from it. Unknown values are -1;
+    /// <see cref="Hydra.Progress.SlotMeta"/> turns them into <c>null</c>.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeMeta
+    {
+        public uint Size;
+        public uint IsProcessing;
+        public HydraProbeSlot Slot;
+        public ulong Operation;
+        public double Progress;
+        public ulong TokensProcessed;
+        public ulong TokensTotal;
+        public ulong ElapsedMs;
+        public ulong Queued;
+        public long LastProgressAgeMs;
+        public double RatePerS;
+        public double EtaS;
+        public long PhaseStartUnixMs;
+        public long StepAgeMs;
+        public ulong StepSize;
+        public ulong StallThresholdMs;
+        public ulong HeartbeatAgeMs;
+    }
+
     /// <summary>Constants of include/hydra_probe.h.</summary>
     public static class HydraProbeAbi
     {
         /// <summary><c>HYDRA_PROBE_ABI_VERSION</c>: the version these bindings were written for.</summary>
         public const uint AbiVersion = 1;
+
+        /// <summary><c>HYDRA_PROBE_ABI_MINOR</c>: the least minor version these bindings need.</summary>
+        public const uint AbiMinor = 1;
+
+        /// <summary><c>HYDRA_PROBE_VALUE_PHASE</c>: kind of <c>hydra_probe_value_name</c>.</summary>
+        public const uint ValuePhase = 0;
+        /// <summary><c>HYDRA_PROBE_VALUE_WORK_UNIT</c>.</summary>
+        public const uint ValueWorkUnit = 1;
+        /// <summary><c>HYDRA_PROBE_VALUE_FINISH_REASON</c>.</summary>
+        public const uint ValueFinishReason = 2;
+        /// <summary><c>HYDRA_PROBE_VALUE_ERROR_CODE</c>.</summary>
+        public const uint ValueErrorCode = 3;
+        /// <summary><c>HYDRA_PROBE_VALUE_SLOT_CLASS</c>.</summary>
+        public const uint ValueSlotClass = 4;
+        /// <summary><c>HYDRA_PROBE_VALUE_ENGINE_HEALTH</c>.</summary>
+        public const uint ValueEngineHealth = 5;
 
         /// <summary><c>HYDRA_PROBE_ENGINE_ID_LEN</c>: bytes of one <c>HydraProbeEngineId</c>.</summary>
         public const int EngineIdLen = 64;

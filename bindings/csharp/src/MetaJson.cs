@@ -1,62 +1,19 @@
-// MetaJson.cs: reads the meta JSON the native library writes straight from its UTF-8 bytes
-// into a SlotMeta, allocating nothing but the SlotMeta on the steady path: the engine's
-// strings (model, device, id) come from a per-probe cache, the enum-like words from a fixed
-// table, integers and most floats are parsed in place.
+// MetaJson.cs: parses a meta JSON object (SlotMeta.FromJson, and ReadMeta of a torn slot)
+// from its UTF-8 bytes. Each known key sets the SlotMeta property of the same name in
+// PascalCase; integers are parsed in place, floats correctly rounded.
 
 using System;
 using System.Globalization;
+using System.Linq;
+using System.Reflection;
 using System.Text;
-using System.Threading;
 
 namespace Hydra.Progress
 {
-    /// <summary>
-    /// Strings of one engine that rarely change (model name, path, device, ...): the last raw
-    /// JSON bytes of each field with their decoded string. Entries are immutable and swapped
-    /// whole, so concurrent readers never see a torn entry.
-    /// </summary>
-    internal sealed class StringCache
-    {
-        sealed class Entry
-        {
-            public readonly byte[] Raw;
-            public readonly string Value;
-            public Entry(byte[] raw, string value) { Raw = raw; Value = value; }
-        }
-
-        readonly Entry[] entries = new Entry[MetaJson.FieldCount];
-
-        public unsafe string Get(int field, byte* raw, int len, bool escaped)
-        {
-            Entry e = Volatile.Read(ref entries[field]);
-            if (e != null && e.Raw.Length == len && MetaJson.Same(raw, e.Raw))
-                return e.Value;
-            string value = MetaJson.Decode(raw, len, escaped);
-            var copy = new byte[len];
-            for (int i = 0; i < len; i++)
-                copy[i] = raw[i];
-            Volatile.Write(ref entries[field], new Entry(copy, value));
-            return value;
-        }
-    }
-
     internal static unsafe class MetaJson
     {
-        // Field ids, in the order the probe writes them.
-        const int SlotId = 0, NPast = 1, StateSize = 2, IsProcessing = 3, ModelAlias = 4,
-            Tokenizer = 5, ModelName = 6, ModelQuant = 7, ModelCapabilities = 8, ModelPath = 9,
-            Operation = 10, Progress = 11, TokensProcessed = 12, TokensTotal = 13, ElapsedMs = 14,
-            EngineId = 15, EngineLiveness = 16, Classification = 17, Queued = 18, Pending = 19,
-            Phase = 20, TaskId = 21, WorkUnit = 22, WorkDone = 23, WorkTotal = 24,
-            LastProgressAgeMs = 25, RatePerS = 26, EtaS = 27, PhaseStartNs = 28,
-            PhaseStartUnixMs = 29, StepAgeMs = 30, StepSize = 31, StallThresholdMs = 32,
-            FinishReason = 33, ErrorCode = 34, NCtx = 35, TokensCached = 36, Device = 37,
-            HeartbeatAgeMs = 38, ReadError = 39;
-
-        public const int FieldCount = 40;
-        const int HydraFields = 15;
-
-        static readonly byte[][] Keys = ToBytes(new[]
+        // The keys the probe writes, in its order; the first fifteen are Hydra Core's, required.
+        static readonly string[] KeyNames =
         {
             "slot_id", "n_past", "state_size", "is_processing", "model_alias", "tokenizer",
             "model_name", "model_quant", "model_capabilities", "model_path", "operation",
@@ -66,28 +23,22 @@ namespace Hydra.Progress
             "eta_s", "phase_start_ns", "phase_start_unix_ms", "step_age_ms", "step_size",
             "stall_threshold_ms", "finish_reason", "error_code", "n_ctx", "tokens_cached",
             "device", "heartbeat_age_ms", "read_error",
-        });
-
-        // The words the enum-like fields take (phase, operation, unit, reasons, error codes,
-        // classes, health), as interned strings.
-        static readonly string[] WordStrings =
-        {
-            "idle", "queued", "prefill", "decode", "save", "restore", "unknown", "none",
-            "completed", "cancelled", "error", "tokens", "bytes", "context_overflow",
-            "invalid_input", "state_rejected", "io", "compute", "internal", "progressing",
-            "slow", "stalled", "orphaned", "torn", "live", "hung", "closed", "dead",
         };
-        static readonly byte[][] Words = ToBytes(WordStrings);
+        const int HydraFields = 15;
 
-        static byte[][] ToBytes(string[] s)
+        static readonly byte[][] Keys = KeyNames.Select(k => Encoding.ASCII.GetBytes(k)).ToArray();
+
+        // The SlotMeta property each key sets (slot_id: SlotId, n_past: NPast, ...).
+        static readonly PropertyInfo[] Properties = KeyNames.Select(Property).ToArray();
+
+        static PropertyInfo Property(string key)
         {
-            var r = new byte[s.Length][];
-            for (int i = 0; i < s.Length; i++)
-                r[i] = Encoding.ASCII.GetBytes(s[i]);
-            return r;
+            string name = string.Concat(key.Split('_').Select(w => char.ToUpperInvariant(w[0]) + w.Substring(1)));
+            return typeof(SlotMeta).GetProperty(name) ??
+                   throw new InvalidOperationException($"SlotMeta has no property {name} for \"{key}\"");
         }
 
-        internal static bool Same(byte* p, byte[] b)
+        static bool Same(byte* p, byte[] b)
         {
             for (int i = 0; i < b.Length; i++)
                 if (p[i] != b[i])
@@ -104,8 +55,8 @@ namespace Hydra.Progress
         static Exception Bad(string what, int at) =>
             new FormatException($"meta JSON: {what} at byte {at}");
 
-        /// <summary>Parses one meta object; <paramref name="cache"/> may be null (no caching).</summary>
-        public static SlotMeta Parse(byte* p, int len, StringCache cache)
+        /// <summary>Parses one meta object; unknown keys are skipped, the Hydra fields required.</summary>
+        public static SlotMeta Parse(byte* p, int len)
         {
             var m = new SlotMeta();
             int i = 0;
@@ -113,11 +64,8 @@ namespace Hydra.Progress
             SkipWs(p, len, ref i);
             Expect(p, len, ref i, (byte)'{');
             SkipWs(p, len, ref i);
-            int next = 0;
             if (i < len && p[i] == (byte)'}')
-            {
                 i++;
-            }
             else
             {
                 while (true)
@@ -126,7 +74,7 @@ namespace Hydra.Progress
                     int keyStart, keyLen;
                     bool keyEscaped;
                     ReadString(p, len, ref i, out keyStart, out keyLen, out keyEscaped);
-                    int field = FindKey(p + keyStart, keyLen, next);
+                    int field = Array.FindIndex(Keys, k => k.Length == keyLen && Same(p + keyStart, k));
                     SkipWs(p, len, ref i);
                     Expect(p, len, ref i, (byte)':');
                     SkipWs(p, len, ref i);
@@ -134,10 +82,10 @@ namespace Hydra.Progress
                         SkipValue(p, len, ref i, 0);
                     else
                     {
-                        ReadField(m, field, p, len, ref i, cache);
-                        if (field < HydraFields)
+                        bool required = field < HydraFields;
+                        Properties[field].SetValue(m, ReadValue(Properties[field].PropertyType, required, p, len, ref i));
+                        if (required)
                             seen |= 1u << field;
-                        next = field + 1;
                     }
                     SkipWs(p, len, ref i);
                     if (i < len && p[i] == (byte)',')
@@ -152,88 +100,40 @@ namespace Hydra.Progress
             SkipWs(p, len, ref i);
             if (i != len)
                 throw Bad("trailing characters", i);
-            if (seen != (1u << HydraFields) - 1)
-            {
-                for (int f = 0; f < HydraFields; f++)
-                    if ((seen & (1u << f)) == 0)
-                        throw new FormatException($"meta JSON: no \"{Encoding.ASCII.GetString(Keys[f])}\"");
-            }
+            for (int f = 0; f < HydraFields; f++)
+                if ((seen & (1u << f)) == 0)
+                    throw new FormatException($"meta JSON: no \"{KeyNames[f]}\"");
             return m;
         }
 
-        static int FindKey(byte* k, int len, int guess)
+        /// <summary>A value of the JSON type that a property of type <paramref name="type"/> holds.</summary>
+        static object ReadValue(Type type, bool required, byte* p, int len, ref int i)
         {
-            // The probe writes its fields in order: try the next one first.
-            if (guess < FieldCount && Keys[guess].Length == len && Same(k, Keys[guess]))
-                return guess;
-            for (int f = 0; f < FieldCount; f++)
-                if (Keys[f].Length == len && Same(k, Keys[f]))
-                    return f;
-            return -1;
-        }
-
-        static void ReadField(SlotMeta m, int field, byte* p, int len, ref int i, StringCache cache)
-        {
-            switch (field)
+            if (!required && IsNull(p, len, ref i))
+                return null;
+            Type t = Nullable.GetUnderlyingType(type) ?? type;
+            if (t == typeof(ulong))
+                return ReadUInt(p, len, ref i);
+            if (t == typeof(int))
             {
-                case SlotId:
-                {
-                    ulong v = ReadUInt(p, len, ref i);
-                    if (v > int.MaxValue)
-                        throw Bad("slot_id out of range", i);
-                    m.SlotId = (int)v;
-                    break;
-                }
-                case NPast: m.NPast = ReadUInt(p, len, ref i); break;
-                case StateSize: m.StateSize = ReadUInt(p, len, ref i); break;
-                case IsProcessing: m.IsProcessing = ReadBool(p, len, ref i); break;
-                case ModelAlias: m.ModelAlias = ReadCached(field, p, len, ref i, cache); break;
-                case Tokenizer: m.Tokenizer = ReadCached(field, p, len, ref i, cache); break;
-                case ModelName: m.ModelName = ReadCached(field, p, len, ref i, cache); break;
-                case ModelQuant: m.ModelQuant = ReadCached(field, p, len, ref i, cache); break;
-                case ModelCapabilities: m.ModelCapabilities = ReadUInt(p, len, ref i); break;
-                case ModelPath: m.ModelPath = ReadCached(field, p, len, ref i, cache); break;
-                case Operation: m.Operation = ReadWord(p, len, ref i); break;
-                case Progress: m.Progress = ReadDouble(p, len, ref i); break;
-                case TokensProcessed: m.TokensProcessed = ReadUInt(p, len, ref i); break;
-                case TokensTotal: m.TokensTotal = ReadUInt(p, len, ref i); break;
-                case ElapsedMs: m.ElapsedMs = ReadUInt(p, len, ref i); break;
-                case EngineId: m.EngineId = ReadCachedOrNull(field, p, len, ref i, cache); break;
-                case EngineLiveness:
-                {
-                    string w = ReadWordOrNull(p, len, ref i);
-                    m.EngineLiveness = w == null ? null : Names.EngineHealthNamed(w);
-                    break;
-                }
-                case Classification:
-                {
-                    string w = ReadWordOrNull(p, len, ref i);
-                    m.Classification = w == null ? null : Names.SlotClassNamed(w);
-                    break;
-                }
-                case Queued: m.Queued = ReadBoolOrNull(p, len, ref i); break;
-                case Pending: m.Pending = ReadUIntOrNull(p, len, ref i); break;
-                case Phase: m.Phase = ReadWordOrNull(p, len, ref i); break;
-                case TaskId: m.TaskId = ReadUIntOrNull(p, len, ref i); break;
-                case WorkUnit: m.WorkUnit = ReadWordOrNull(p, len, ref i); break;
-                case WorkDone: m.WorkDone = ReadUIntOrNull(p, len, ref i); break;
-                case WorkTotal: m.WorkTotal = ReadUIntOrNull(p, len, ref i); break;
-                case LastProgressAgeMs: m.LastProgressAgeMs = ReadUIntOrNull(p, len, ref i); break;
-                case RatePerS: m.RatePerS = ReadDoubleOrNull(p, len, ref i); break;
-                case EtaS: m.EtaS = ReadDoubleOrNull(p, len, ref i); break;
-                case PhaseStartNs: m.PhaseStartNs = ReadUIntOrNull(p, len, ref i); break;
-                case PhaseStartUnixMs: m.PhaseStartUnixMs = ReadUIntOrNull(p, len, ref i); break;
-                case StepAgeMs: m.StepAgeMs = ReadUIntOrNull(p, len, ref i); break;
-                case StepSize: m.StepSize = ReadUIntOrNull(p, len, ref i); break;
-                case StallThresholdMs: m.StallThresholdMs = ReadUIntOrNull(p, len, ref i); break;
-                case FinishReason: m.FinishReason = ReadWordOrNull(p, len, ref i); break;
-                case ErrorCode: m.ErrorCode = ReadWordOrNull(p, len, ref i); break;
-                case NCtx: m.NCtx = ReadUIntOrNull(p, len, ref i); break;
-                case TokensCached: m.TokensCached = ReadUIntOrNull(p, len, ref i); break;
-                case Device: m.Device = ReadCachedOrNull(field, p, len, ref i, cache); break;
-                case HeartbeatAgeMs: m.HeartbeatAgeMs = ReadUIntOrNull(p, len, ref i); break;
-                case ReadError: m.ReadError = ReadStringOrNull(p, len, ref i); break;
+                ulong v = ReadUInt(p, len, ref i);
+                if (v > int.MaxValue)
+                    throw Bad("integer out of range", i);
+                return (int)v;
             }
+            if (t == typeof(bool))
+                return ReadBool(p, len, ref i);
+            if (t == typeof(double))
+                return ReadDouble(p, len, ref i);
+            int start, n;
+            bool escaped;
+            ReadString(p, len, ref i, out start, out n, out escaped);
+            string text = Decode(p + start, n, escaped);
+            if (t == typeof(SlotClass))
+                return Names.SlotClassNamed(text);
+            if (t == typeof(EngineHealth))
+                return Names.EngineHealthNamed(text);
+            return text;
         }
 
         static void SkipWs(byte* p, int len, ref int i)
@@ -287,45 +187,8 @@ namespace Hydra.Progress
             throw Bad("unterminated string", start);
         }
 
-        static string ReadCached(int field, byte* p, int len, ref int i, StringCache cache)
-        {
-            int start, n;
-            bool escaped;
-            ReadString(p, len, ref i, out start, out n, out escaped);
-            return cache != null ? cache.Get(field, p + start, n, escaped) : Decode(p + start, n, escaped);
-        }
-
-        static string ReadCachedOrNull(int field, byte* p, int len, ref int i, StringCache cache) =>
-            IsNull(p, len, ref i) ? null : ReadCached(field, p, len, ref i, cache);
-
-        static string ReadStringOrNull(byte* p, int len, ref int i)
-        {
-            if (IsNull(p, len, ref i))
-                return null;
-            int start, n;
-            bool escaped;
-            ReadString(p, len, ref i, out start, out n, out escaped);
-            return Decode(p + start, n, escaped);
-        }
-
-        /// <summary>A string that is usually one of the fixed words (interned), else decoded.</summary>
-        static string ReadWord(byte* p, int len, ref int i)
-        {
-            int start, n;
-            bool escaped;
-            ReadString(p, len, ref i, out start, out n, out escaped);
-            if (!escaped)
-                for (int w = 0; w < Words.Length; w++)
-                    if (Words[w].Length == n && Same(p + start, Words[w]))
-                        return WordStrings[w];
-            return Decode(p + start, n, escaped);
-        }
-
-        static string ReadWordOrNull(byte* p, int len, ref int i) =>
-            IsNull(p, len, ref i) ? null : ReadWord(p, len, ref i);
-
         /// <summary>The string a JSON string's raw contents stand for.</summary>
-        internal static string Decode(byte* raw, int len, bool escaped)
+        static string Decode(byte* raw, int len, bool escaped)
         {
             if (!escaped)
                 return Encoding.UTF8.GetString(raw, len);
@@ -400,8 +263,6 @@ namespace Hydra.Progress
             throw Bad("expected true or false", i);
         }
 
-        static bool? ReadBoolOrNull(byte* p, int len, ref int i) =>
-            IsNull(p, len, ref i) ? (bool?)null : ReadBool(p, len, ref i);
 
         static ulong ReadUInt(byte* p, int len, ref int i)
         {
@@ -422,8 +283,6 @@ namespace Hydra.Progress
             return v;
         }
 
-        static ulong? ReadUIntOrNull(byte* p, int len, ref int i) =>
-            IsNull(p, len, ref i) ? (ulong?)null : ReadUInt(p, len, ref i);
 
         /// <summary>
         /// A JSON number as a double, correctly rounded, in place for up to 19 significant
@@ -659,8 +518,6 @@ namespace Hydra.Progress
             return true;
         }
 
-        static double? ReadDoubleOrNull(byte* p, int len, ref int i) =>
-            IsNull(p, len, ref i) ? (double?)null : ReadDouble(p, len, ref i);
 
         /// <summary>Skips any JSON value (for fields this library does not know).</summary>
         static void SkipValue(byte* p, int len, ref int i, int depth)

@@ -26,7 +26,11 @@ namespace Hydra.Progress
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         public delegate uint AbiVersionFn();
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate uint AbiMinorFn();
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         public delegate IntPtr ErrorNameFn(int code);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate IntPtr ValueNameFn(uint kind, ulong raw);
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         public delegate int LastErrorFn(byte* buf, UIntPtr cap, UIntPtr* needed);
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
@@ -45,6 +49,13 @@ namespace Hydra.Progress
         public delegate int ReadSlotFn(IntPtr probe, uint slot, HydraProbeSlot* output);
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         public delegate int MetaJsonFn(IntPtr probe, uint slot, byte* buf, UIntPtr cap, UIntPtr* needed);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate int DescribeFn(IntPtr probe, HydraProbeDescription* output);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate int ReadMetaFn(IntPtr probe, uint slot, HydraProbeMeta* output);
+
+        // Names of raw values below this are kept once fetched (per kind).
+        const int CachedNames = 64;
 
         public readonly string Path;
         public readonly AbiVersionFn AbiVersion;
@@ -58,6 +69,10 @@ namespace Hydra.Progress
         public readonly SlotCountFn SlotCount;
         public readonly ReadSlotFn ReadSlot;
         public readonly MetaJsonFn MetaJson;
+        public readonly DescribeFn Describe;
+        public readonly ReadMetaFn ReadMeta;
+        readonly ValueNameFn valueName;
+        readonly string[][] names = new string[HydraProbeAbi.ValueEngineHealth + 1][];
 
         static readonly Lazy<NativeApi> Instance =
             new Lazy<NativeApi>(Load, System.Threading.LazyThreadSafetyMode.ExecutionAndPublication);
@@ -75,7 +90,15 @@ namespace Hydra.Progress
                     $"{path} speaks hydra_probe ABI version {abi}; Hydra.Progress needs version " +
                     $"{HydraProbeAbi.AbiVersion}: use the libhydra_probe_ffi.so built from the same " +
                     "hydra-progress release as this assembly");
+            uint minor = Bind<AbiMinorFn>(lib, "hydra_probe_abi_minor")();
+            if (minor < HydraProbeAbi.AbiMinor)
+                throw new ProbeLibraryException(
+                    $"{path} speaks hydra_probe ABI {abi}.{minor}; Hydra.Progress needs {abi}.{HydraProbeAbi.AbiMinor} " +
+                    "or later: use the libhydra_probe_ffi.so built from the same hydra-progress release as this assembly");
             ErrorName = Bind<ErrorNameFn>(lib, "hydra_probe_error_name");
+            valueName = Bind<ValueNameFn>(lib, "hydra_probe_value_name");
+            for (int k = 0; k < names.Length; k++)
+                names[k] = new string[CachedNames];
             LastError = Bind<LastErrorFn>(lib, "hydra_probe_last_error");
             ThresholdsDefault = Bind<ThresholdsDefaultFn>(lib, "hydra_probe_thresholds_default");
             List = Bind<ListFn>(lib, "hydra_probe_list");
@@ -85,6 +108,30 @@ namespace Hydra.Progress
             SlotCount = Bind<SlotCountFn>(lib, "hydra_probe_slot_count");
             ReadSlot = Bind<ReadSlotFn>(lib, "hydra_probe_read_slot");
             MetaJson = Bind<MetaJsonFn>(lib, "hydra_probe_meta_json");
+            Describe = Bind<DescribeFn>(lib, "hydra_probe_describe");
+            ReadMeta = Bind<ReadMetaFn>(lib, "hydra_probe_read_meta");
+        }
+
+        /// <summary>
+        /// The meta JSON's name of raw value <paramref name="raw"/> of kind <paramref name="kind"/>
+        /// (<c>HydraProbeAbi.Value*</c>), from the native library: "decode", "tokens", ...,
+        /// "unknown". Interned, and kept for small values, so a read allocates no name.
+        /// </summary>
+        public string ValueName(uint kind, ulong raw)
+        {
+            string[] table = names[kind];
+            if (raw >= (ulong)table.Length)
+                return FetchName(kind, raw);
+            // Racing threads store the same interned string.
+            return table[raw] ?? (table[raw] = FetchName(kind, raw));
+        }
+
+        string FetchName(uint kind, ulong raw)
+        {
+            IntPtr p = valueName(kind, raw);
+            if (p == IntPtr.Zero)
+                throw new ArgumentOutOfRangeException(nameof(kind), $"hydra_probe_value_name knows no kind {kind}");
+            return string.Intern(Marshal.PtrToStringAnsi(p));
         }
 
         T Bind<T>(IntPtr lib, string symbol) where T : class
@@ -146,7 +193,10 @@ namespace Hydra.Progress
         }
     }
 
-    /// <summary>dlopen/dlsym of the C library (libdl.so.2; libc.so.6 on systems without it).</summary>
+    /// <summary>
+    /// dlopen/dlsym through libdl.so.2 (glibc; from 2.34 on the functions live in libc and
+    /// libdl.so.2 stays as its compatibility name).
+    /// </summary>
     internal static class Dl
     {
         const int RTLD_NOW = 2;
@@ -154,36 +204,15 @@ namespace Hydra.Progress
         [DllImport("libdl.so.2", EntryPoint = "dlopen")]
         static extern IntPtr DlOpen(string file, int mode);
         [DllImport("libdl.so.2", EntryPoint = "dlsym")]
-        static extern IntPtr DlSym(IntPtr handle, string name);
+        public static extern IntPtr Sym(IntPtr handle, string name);
         [DllImport("libdl.so.2", EntryPoint = "dlerror")]
         static extern IntPtr DlError();
 
-        [DllImport("libc.so.6", EntryPoint = "dlopen")]
-        static extern IntPtr COpen(string file, int mode);
-        [DllImport("libc.so.6", EntryPoint = "dlsym")]
-        static extern IntPtr CSym(IntPtr handle, string name);
-        [DllImport("libc.so.6", EntryPoint = "dlerror")]
-        static extern IntPtr CError();
-
-        static bool useLibc;
-
-        public static IntPtr Open(string file)
-        {
-            if (!useLibc)
-            {
-                try { return DlOpen(file, RTLD_NOW); }
-                catch (DllNotFoundException) { useLibc = true; }
-                catch (EntryPointNotFoundException) { useLibc = true; }
-            }
-            return COpen(file, RTLD_NOW);
-        }
-
-        public static IntPtr Sym(IntPtr handle, string name) =>
-            useLibc ? CSym(handle, name) : DlSym(handle, name);
+        public static IntPtr Open(string file) => DlOpen(file, RTLD_NOW);
 
         public static string Error()
         {
-            IntPtr e = useLibc ? CError() : DlError();
+            IntPtr e = DlError();
             return e == IntPtr.Zero ? "unknown dlopen error" : Marshal.PtrToStringAnsi(e);
         }
     }

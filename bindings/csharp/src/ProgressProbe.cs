@@ -2,6 +2,7 @@
 
 using System;
 using System.Collections.Generic;
+using System.IO;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
@@ -25,7 +26,7 @@ namespace Hydra.Progress
 
         readonly NativeApi api;
         readonly ProbeHandle handle;
-        readonly StringCache strings = new StringCache();
+        readonly EngineDescription description;
         Thresholds thresholds;
 
         // One growable buffer per thread for the meta JSON (never shared, never freed).
@@ -81,6 +82,17 @@ namespace Hydra.Progress
                 throw failure;
             }
             SlotCount = (int)Math.Min(count, int.MaxValue);
+            // The engine's strings never change for a handle: read and decode them once.
+            HydraProbeDescription desc = default(HydraProbeDescription);
+            desc.Size = (uint)sizeof(HydraProbeDescription);
+            rc = api.Describe(raw, &desc);
+            if (rc != HydraProbeAbi.Ok)
+            {
+                var failure = Errors.Failure(api, "hydra_probe_describe", rc);
+                handle.Dispose();
+                throw failure;
+            }
+            description = new EngineDescription(ref desc);
             this.thresholds = Thresholds.Default;
             if (thresholds != null)
             {
@@ -95,8 +107,10 @@ namespace Hydra.Progress
 
         /// <summary>
         /// The engines publishing in <paramref name="dir"/> (null or "" = $HYDRA_PROGRESS_DIR,
-        /// else /dev/shm/hydra-progress), sorted by id. A missing directory holds none.
+        /// else /dev/shm/hydra-progress), sorted by id; none in an empty directory.
         /// </summary>
+        /// <exception cref="DirectoryNotFoundException">The directory does not exist (engines create it when they start).</exception>
+        /// <exception cref="HydraProbeException">It cannot be read (<c>HYDRA_PROBE_E_IO</c>: not a directory, permission denied).</exception>
         public static IReadOnlyList<string> Engines(string dir = null)
         {
             var api = NativeApi.Get();
@@ -116,6 +130,8 @@ namespace Hydra.Progress
                     capacity = n + 16; // engines may appear between the two calls
                     continue;
                 }
+                if (rc == HydraProbeAbi.ENotFound)
+                    throw new DirectoryNotFoundException(Errors.Failure(api, "list engines", rc).Message);
                 if (rc != HydraProbeAbi.Ok)
                     throw Errors.Failure(api, "list engines", rc);
                 var result = new List<string>(n);
@@ -168,19 +184,7 @@ namespace Hydra.Progress
         {
             uint index = SlotIndex(slot);
             HydraProbeSlot s;
-            IntPtr h = AddRef();
-            try
-            {
-                // The message is read before the release, which may close the handle (and a
-                // native call clears this thread's message).
-                int rc = api.ReadSlot(h, index, &s);
-                if (rc != HydraProbeAbi.Ok)
-                    throw Errors.Failure(api, $"read slot {slot}", rc);
-            }
-            finally
-            {
-                handle.DangerousRelease();
-            }
+            Release(api.ReadSlot(AddRef(), index, &s), "read slot", slot);
             return new SlotSnapshot(ref s);
         }
 
@@ -198,13 +202,26 @@ namespace Hydra.Progress
         /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
         public SlotMeta ReadMeta(int slot)
         {
+            uint index = SlotIndex(slot);
+            HydraProbeMeta m;
+            m.Size = (uint)sizeof(HydraProbeMeta);
+            Release(api.ReadMeta(AddRef(), index, &m), "read meta of slot", slot);
+            // A torn slot's meta carries the reason as text, which only the JSON has (a rare
+            // case: its writer died or stalled in the middle of an update).
+            if (m.Slot.SlotClass == SlotClass.Torn)
+                return ReadMetaFromJson(slot);
+            return description.Meta(ref m, api);
+        }
+
+        SlotMeta ReadMetaFromJson(int slot)
+        {
             int len;
             byte[] buf = ReadMetaBytes(slot, out len);
             fixed (byte* p = buf)
             {
                 try
                 {
-                    return MetaJson.Parse(p, len, strings);
+                    return MetaJson.Parse(p, len);
                 }
                 catch (FormatException e)
                 {
@@ -287,6 +304,25 @@ namespace Hydra.Progress
                 throw new SlotOutOfRangeException($"read slot {slot}", HydraProbeAbi.ESlotOutOfRange,
                     "HYDRA_PROBE_E_SLOT_OUT_OF_RANGE", $"slot {slot} is negative");
             return (uint)slot;
+        }
+
+        /// <summary>
+        /// Ends a native call made on <see cref="AddRef"/>'s handle: releases the handle, and
+        /// throws the call's failure, its message read first (the release may close the
+        /// handle, and any native call clears this thread's message). The operation's text
+        /// is built only on failure, so a read allocates nothing here.
+        /// </summary>
+        void Release(int rc, string operation, int slot)
+        {
+            try
+            {
+                if (rc != HydraProbeAbi.Ok)
+                    throw Errors.Failure(api, $"{operation} {slot}", rc);
+            }
+            finally
+            {
+                handle.DangerousRelease();
+            }
         }
 
         IntPtr AddRef()

@@ -175,7 +175,7 @@ namespace Hydra.Progress
                 throw new System.ArgumentNullException(nameof(json));
             byte[] bytes = Encoding.UTF8.GetBytes(json);
             fixed (byte* p = bytes)
-                return MetaJson.Parse(p, bytes.Length, null);
+                return MetaJson.Parse(p, bytes.Length);
         }
 
         /// <inheritdoc/>

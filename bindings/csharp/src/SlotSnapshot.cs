@@ -14,12 +14,15 @@ namespace Hydra.Progress
     {
         const long NsPerTick = 100;
 
+        // The native read, copied whole; every property is computed from it.
+        readonly HydraProbeSlot s;
+
         /// <summary>Slot index.</summary>
-        public int Slot { get; }
+        public int Slot => (int)s.Slot;
         /// <summary>Failed seqlock attempts before the consistent copy.</summary>
-        public uint ReadRetries { get; }
+        public uint ReadRetries => s.ReadRetries;
         /// <summary>The verdict: slot class and engine health.</summary>
-        public Classification Classification { get; }
+        public Classification Classification => new Classification(s.SlotClass, s.EngineHealth);
         /// <summary>The slot's class.</summary>
         public SlotClass Class => Classification.SlotClass;
         /// <summary>The engine's health.</summary>
@@ -27,107 +30,73 @@ namespace Hydra.Progress
         /// <summary>Stuck: see <see cref="Hydra.Progress.Classification.IsStuck"/>.</summary>
         public bool IsStuck => Classification.IsStuck;
         /// <summary>The CLOCK_MONOTONIC instant (ns) every age is measured from.</summary>
-        public ulong NowNs { get; }
+        public ulong NowNs => s.NowNs;
         /// <summary>Task id; changes when the slot takes a new task (0 = never used).</summary>
-        public ulong TaskId { get; }
+        public ulong TaskId => s.TaskId;
         /// <summary>The phase (<see cref="SlotPhase.Unknown"/> for a value from a newer writer).</summary>
-        public SlotPhase Phase { get; }
+        public SlotPhase Phase => Names.PhaseOf(s.Phase);
         /// <summary>The raw phase word.</summary>
-        public ulong PhaseRaw { get; }
-        /// <summary>How the last task ended.</summary>
-        public FinishReason FinishReason { get; }
+        public ulong PhaseRaw => s.Phase;
+        /// <summary>How the last task ended: "none", "completed", "cancelled", "error" or "unknown" (a newer writer's value).</summary>
+        public string FinishReason => NativeApi.Get().ValueName(HydraProbeAbi.ValueFinishReason, s.FinishReason);
         /// <summary>The raw finish-reason word.</summary>
-        public ulong FinishReasonRaw { get; }
+        public ulong FinishReasonRaw => s.FinishReason;
         /// <summary>The raw error code of the last task (0 none; see layout/FORMAT.md).</summary>
-        public ulong ErrorCode { get; }
-        /// <summary>Unit of the work counters.</summary>
-        public WorkUnit WorkUnit { get; }
+        public ulong ErrorCode => s.ErrorCode;
+        /// <summary>Unit of the work counters: "tokens", "bytes", "none" or "unknown" (a newer writer's value).</summary>
+        public string WorkUnit => NativeApi.Get().ValueName(HydraProbeAbi.ValueWorkUnit, s.WorkUnit);
         /// <summary>The raw work-unit word.</summary>
-        public ulong WorkUnitRaw { get; }
+        public ulong WorkUnitRaw => s.WorkUnit;
         /// <summary>Work done in the current phase.</summary>
-        public ulong WorkDone { get; }
+        public ulong WorkDone => s.WorkDone;
         /// <summary>Work total of the current phase; null when unknown (the segment's 0).</summary>
-        public ulong? WorkTotal { get; }
+        public ulong? WorkTotal => s.WorkTotal == 0 ? (ulong?)null : s.WorkTotal;
         /// <summary>Prompt tokens reused from the KV cache.</summary>
-        public ulong TokensCached { get; }
+        public ulong TokensCached => s.TokensCached;
         /// <summary>Tokens in the slot's KV cache.</summary>
-        public ulong NPast { get; }
+        public ulong NPast => s.NPast;
         /// <summary>Slot context size in tokens.</summary>
-        public ulong NCtx { get; }
+        public ulong NCtx => s.NCtx;
         /// <summary>Bytes a state save of the slot would produce now.</summary>
-        public ulong StateSize { get; }
+        public ulong StateSize => s.StateSize;
         /// <summary>When the current (or last) task started (CLOCK_MONOTONIC ns, 0 = never).</summary>
-        public ulong TaskStartNs { get; }
+        public ulong TaskStartNs => s.TaskStartNs;
         /// <summary>When the current phase started (CLOCK_MONOTONIC ns, 0 = none).</summary>
-        public ulong PhaseStartNs { get; }
+        public ulong PhaseStartNs => s.PhaseStartNs;
         /// <summary>When the work done last advanced (CLOCK_MONOTONIC ns, 0 = never).</summary>
-        public ulong LastProgressNs { get; }
+        public ulong LastProgressNs => s.LastProgressNs;
         /// <summary>Start of the step in flight (CLOCK_MONOTONIC ns); 0 when none runs.</summary>
-        public ulong StepStartNs { get; }
+        public ulong StepStartNs => s.StepStartNs;
         /// <summary>Tokens (or bytes) the step in flight carries.</summary>
-        public ulong StepSize { get; }
+        public ulong StepSize => s.StepSize;
         /// <summary>Duration of the last finished step, ns.</summary>
-        public ulong LastStepNs { get; }
+        public ulong LastStepNs => s.LastStepNs;
         /// <summary>Steps finished in the current phase.</summary>
-        public ulong StepsDone { get; }
+        public ulong StepsDone => s.StepsDone;
         /// <summary>Tasks queued for the slot.</summary>
-        public ulong Pending { get; }
+        public ulong Pending => s.Pending;
         /// <summary><c>WorkDone / WorkTotal</c> in 0..1; null when unknown.</summary>
-        public double? Progress { get; }
+        public double? Progress => Figure(s.Progress);
         /// <summary>Observed rate in work units per second; null when unknown.</summary>
-        public double? RatePerS { get; }
+        public double? RatePerS => Figure(s.RatePerS);
         /// <summary>Seconds to finish the phase at that rate; null when unknown.</summary>
-        public double? EtaS { get; }
+        public double? EtaS => Figure(s.EtaS);
         /// <summary>Time since the slot last moved (progress, or its phase start); null when never.</summary>
-        public TimeSpan? LastProgressAge { get; }
+        public TimeSpan? LastProgressAge => Age(s.LastProgressAgeNs);
         /// <summary>Time since the current phase started; null when no phase runs.</summary>
-        public TimeSpan? PhaseAge { get; }
+        public TimeSpan? PhaseAge => Age(s.PhaseAgeNs);
         /// <summary>Time since the step in flight started; null when no step runs.</summary>
-        public TimeSpan? StepAge { get; }
+        public TimeSpan? StepAge => Age(s.StepAgeNs);
         /// <summary>Predicted duration of the step in flight; null when unknown.</summary>
-        public TimeSpan? ExpectedStep { get; }
+        public TimeSpan? ExpectedStep => Age(s.ExpectedStepNs);
         /// <summary>Silence beyond which this slot counts as stalled.</summary>
-        public TimeSpan StallThreshold { get; }
+        public TimeSpan StallThreshold => FromNs(s.StallThresholdNs);
         /// <summary>Time since the engine loop's last heartbeat.</summary>
-        public TimeSpan HeartbeatAge { get; }
+        public TimeSpan HeartbeatAge => FromNs(s.HeartbeatAgeNs);
 
-        internal SlotSnapshot(ref HydraProbeSlot s)
+        internal SlotSnapshot(ref HydraProbeSlot slot)
         {
-            Slot = (int)s.Slot;
-            ReadRetries = s.ReadRetries;
-            Classification = new Classification(s.SlotClass, s.EngineHealth);
-            NowNs = s.NowNs;
-            TaskId = s.TaskId;
-            PhaseRaw = s.Phase;
-            Phase = Names.PhaseOf(s.Phase);
-            FinishReasonRaw = s.FinishReason;
-            FinishReason = Names.FinishReasonOf(s.FinishReason);
-            ErrorCode = s.ErrorCode;
-            WorkUnitRaw = s.WorkUnit;
-            WorkUnit = Names.WorkUnitOf(s.WorkUnit);
-            WorkDone = s.WorkDone;
-            WorkTotal = s.WorkTotal == 0 ? (ulong?)null : s.WorkTotal;
-            TokensCached = s.TokensCached;
-            NPast = s.NPast;
-            NCtx = s.NCtx;
-            StateSize = s.StateSize;
-            TaskStartNs = s.TaskStartNs;
-            PhaseStartNs = s.PhaseStartNs;
-            LastProgressNs = s.LastProgressNs;
-            StepStartNs = s.StepStartNs;
-            StepSize = s.StepSize;
-            LastStepNs = s.LastStepNs;
-            StepsDone = s.StepsDone;
-            Pending = s.Pending;
-            Progress = Figure(s.Progress);
-            RatePerS = Figure(s.RatePerS);
-            EtaS = Figure(s.EtaS);
-            LastProgressAge = Age(s.LastProgressAgeNs);
-            PhaseAge = Age(s.PhaseAgeNs);
-            StepAge = Age(s.StepAgeNs);
-            ExpectedStep = Age(s.ExpectedStepNs);
-            StallThreshold = FromNs(s.StallThresholdNs);
-            HeartbeatAge = FromNs(s.HeartbeatAgeNs);
+            s = slot;
         }
 
         // The C ABI writes -1 for unknown figures and ages; anything negative or not finite
@@ -143,6 +112,6 @@ namespace Hydra.Progress
         public override string ToString() =>
             $"slot {Slot}: {Phase.ToString().ToLowerInvariant()} {WorkDone}/" +
             (WorkTotal.HasValue ? WorkTotal.Value.ToString() : "?") +
-            $" {WorkUnit.ToString().ToLowerInvariant()}, {Classification}";
+            $" {WorkUnit}, {Classification}";
     }
 }

@@ -81,3 +81,59 @@ namespace Hydra.Progress.Tests
         }
     }
 }
+
+namespace Hydra.Progress.Tests
+{
+    internal static class MetaBytes
+    {
+        /// <summary>
+        /// Checks that ReadMeta's JSON is the native library's meta JSON byte for byte: reads
+        /// (ReadMeta, native JSON, ReadMeta) until the two ReadMeta agree (nothing moved
+        /// between them, not even a millisecond of an age), then the native JSON read between
+        /// them must be the same text. Returns how many such moments were checked, up to
+        /// <paramref name="want"/>, within <paramref name="tries"/> attempts.
+        /// </summary>
+        public static int Check(ProgressProbe p, int slot, int want, int tries, string what)
+        {
+            int done = 0;
+            string a = null, b = null;
+            for (int i = 0; i < tries && done < want; i++)
+            {
+                a = p.ReadMeta(slot).ToJson();
+                string native = p.ReadMetaJson(slot);
+                b = p.ReadMeta(slot).ToJson();
+                if (a != b)
+                    continue;
+                Assert.Equal(native, a, $"{what}: ReadMeta's JSON vs the native meta JSON of the same moment");
+                done++;
+            }
+            if (done < want)
+                Console.WriteLine($"     {what}: {done} of {want} moments without change; the last two reads:\n     {a}\n     {b}");
+            return done;
+        }
+
+        /// <summary>
+        /// ReadMeta, then the native meta JSON: after taking the native read's four clock
+        /// ages (each at least ReadMeta's, null in both or neither), every byte of
+        /// ReadMeta's JSON must be the native JSON's. For segments where only the clock moves.
+        /// </summary>
+        public static void CheckAligned(ProgressProbe p, int slot, string what)
+        {
+            SlotMeta a = p.ReadMeta(slot);
+            string native = p.ReadMetaJson(slot);
+            SlotMeta n = SlotMeta.FromJson(native);
+            Assert.True(a.ElapsedMs <= n.ElapsedMs, $"{what}: elapsed_ms went back");
+            a.ElapsedMs = n.ElapsedMs;
+            a.LastProgressAgeMs = Later(a.LastProgressAgeMs, n.LastProgressAgeMs, what + ": last_progress_age_ms");
+            a.StepAgeMs = Later(a.StepAgeMs, n.StepAgeMs, what + ": step_age_ms");
+            a.HeartbeatAgeMs = Later(a.HeartbeatAgeMs, n.HeartbeatAgeMs, what + ": heartbeat_age_ms");
+            Assert.Equal(native, a.ToJson(), $"{what}: ReadMeta's JSON vs the native meta JSON, ages aligned");
+        }
+
+        static ulong? Later(ulong? first, ulong? then, string what)
+        {
+            Assert.True(first.HasValue == then.HasValue && (!first.HasValue || first <= then), $"{what}: {first} then {then}");
+            return then;
+        }
+    }
+}

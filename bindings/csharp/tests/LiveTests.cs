@@ -197,6 +197,18 @@ namespace Hydra.Progress.Tests
             }
         }
 
+        public void MetaBytesMatch()
+        {
+            Engine.Prefill(1, "Byte for byte");
+            Assert.Equal(20, MetaBytes.Check(Probe, 1, 20, 100000, "idle slot 1"), "idle moments checked");
+            var t = Decoding(0, 4000);
+            int n = MetaBytes.Check(Probe, 0, 20, 100000, "decoding slot 0");
+            Assert.True(n >= 1, $"no moment without change in 100,000 tries during the decode ({n})");
+            Console.WriteLine($"     {n} moments of a decoding slot checked byte for byte");
+            Engine.Kill();
+            t.Join(Limit);
+        }
+
         public void MetaDuringDecode()
         {
             var t = Decoding(0, 4000);

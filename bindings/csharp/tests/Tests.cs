@@ -38,6 +38,7 @@ namespace Hydra.Progress.Tests
             runner.Run("live: engines are discovered", () => { using (var live = new LiveEngine()) live.Discovery(); });
             runner.Run("live: ReadMeta agrees with hydra-probe meta during a long decode", () => { using (var live = new LiveEngine()) live.MetaDuringDecode(); });
             runner.Run("live: ReadMeta agrees with hydra-probe meta during a long chunked prefill", () => { using (var live = new LiveEngine()) live.MetaDuringPrefill(); });
+            runner.Run("live: ReadMeta's JSON is the native meta JSON byte for byte (idle, decoding)", () => { using (var live = new LiveEngine()) live.MetaBytesMatch(); });
             runner.Run("live: tokens are monotonic within a task (ReadMeta and ReadSlot)", () => { using (var live = new LiveEngine()) live.MonotonicTokens(); });
             runner.Run("live: thresholds decide slow and stalled; IsStuck/Classify", () => { using (var live = new LiveEngine()) live.ThresholdVerdicts(); });
             runner.Run("live: 8 threads x 10,000 reads, no error", () => { using (var live = new LiveEngine()) live.ConcurrentReads(); });
@@ -91,7 +92,7 @@ namespace Hydra.Progress.Tests
         {
             string headerPath = Bins.Require("HYDRA_PROBE_HEADER");
             string header = File.ReadAllText(headerPath);
-            var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds" };
+            var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds", "HydraProbeMeta", "HydraProbeDescription", "HydraProbeStr" };
             // A C program, generated from the header's own field lists, prints every size and offset.
             var c = new StringBuilder("#include <stdio.h>\n#include <stddef.h>\n#include \"hydra_probe.h\"\nint main(void) {\n");
             foreach (string s in structs)
@@ -129,12 +130,12 @@ namespace Hydra.Progress.Tests
                 Assert.Equal(int.Parse(w[3]), Marshal.SizeOf(ft), $"sizeof({w[0]}.{w[1]})");
                 checkedFields++;
             }
-            Assert.True(checkedFields >= 37, $"only {checkedFields} fields checked");
+            Assert.True(checkedFields >= 37 + 17 + 9 + 2, $"only {checkedFields} fields checked");
 
             // Enums: every enumerator of the header, and no other, with the same value.
             foreach (var pair in new[] { Tuple.Create("HYDRA_PROBE_SLOT_CLASS_", typeof(SlotClass)), Tuple.Create("HYDRA_PROBE_ENGINE_HEALTH_", typeof(EngineHealth)) })
             {
-                var ms = Regex.Matches(header, pair.Item1 + @"(\w+) = (-?\d+)");
+                var ms = Regex.Matches(header, "#define " + pair.Item1 + @"(\w+) (-?\d+)");
                 Assert.Equal(Enum.GetValues(pair.Item2).Length, ms.Count, $"enumerators of {pair.Item2.Name}");
                 foreach (Match m in ms)
                     Assert.Equal(int.Parse(m.Groups[2].Value), (int)Enum.Parse(pair.Item2, Pascal(m.Groups[1].Value)), $"{pair.Item1}{m.Groups[1].Value}");
@@ -155,6 +156,11 @@ namespace Hydra.Progress.Tests
                 Assert.Equal(int.Parse(m.Groups[2].Value), (int)f.GetValue(null), $"HYDRA_PROBE_{m.Groups[1].Value}");
             }
             Assert.Equal(uint.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ABI_VERSION (\d+)").Groups[1].Value), HydraProbeAbi.AbiVersion, "ABI version");
+            Assert.Equal(uint.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ABI_MINOR (\d+)").Groups[1].Value), HydraProbeAbi.AbiMinor, "ABI minor");
+            var kinds = Regex.Matches(header, @"#define HYDRA_PROBE_VALUE_(\w+) (\d+)");
+            Assert.Equal(6, kinds.Count, "value kinds");
+            foreach (Match m in kinds)
+                Assert.Equal(uint.Parse(m.Groups[2].Value), (uint)typeof(HydraProbeAbi).GetField("Value" + Pascal(m.Groups[1].Value)).GetValue(null), "HYDRA_PROBE_VALUE_" + m.Groups[1].Value);
             Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ENGINE_ID_LEN (\d+)").Groups[1].Value), HydraProbeAbi.EngineIdLen, "engine id length");
             Directory.Delete(dir, true);
         }
@@ -337,7 +343,14 @@ namespace Hydra.Progress.Tests
             Assert.True(e.NativeMessage.Length > 0 && e.Message.Contains(e.NativeMessage), "message: " + e.Message);
             Assert.Throws<EngineNotFoundException>(() => ProgressProbe.Open(Path.Combine(dir, "gone.hps")), "missing path");
             Assert.Equal(0, ProgressProbe.Engines(dir).Count, "no engines in an empty directory");
-            Assert.Equal(0, ProgressProbe.Engines(Path.Combine(dir, "missing")).Count, "a missing directory holds none");
+            string missing = Path.Combine(dir, "missing");
+            var gone = Assert.Throws<DirectoryNotFoundException>(() => ProgressProbe.Engines(missing), "a missing directory");
+            Assert.True(gone.Message.Contains(missing) && gone.Message.Contains("HYDRA_PROBE_E_NOT_FOUND"), "names the directory: " + gone.Message);
+            string file = Path.Combine(dir, "a-file");
+            File.WriteAllText(file, "x");
+            var unreadable = Assert.Throws<HydraProbeException>(() => ProgressProbe.Engines(file), "a file as the directory");
+            Assert.Equal(HydraProbeAbi.EIo, unreadable.Code, "code of an unreadable directory");
+            Assert.True(unreadable.Message.Contains(file), "names the directory: " + unreadable.Message);
             var bad = Assert.Throws<EngineNotFoundException>(() => new ProgressProbe("bad id", dir), "an id that names no segment");
             Console.WriteLine("     " + bad.Message);
             Assert.Throws<ArgumentNullException>(() => new ProgressProbe(null), "null engine");
@@ -392,6 +405,7 @@ namespace Hydra.Progress.Tests
                             Assert.Equal(s, meta.SlotId, $"{id}: meta slot");
                             string json = p.ReadMetaJson(s);
                             Assert.Equal(json, SlotMeta.FromJson(json).ToJson(), $"{id} slot {s}: C# JSON of the native JSON");
+                            MetaBytes.CheckAligned(p, s, $"{id} slot {s}");
                         }
                         Assert.Throws<SlotOutOfRangeException>(() => p.ReadSlot(p.SlotCount), $"{id}: slot past the end");
                     }

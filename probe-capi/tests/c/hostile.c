@@ -18,6 +18,8 @@ int main(int argc, char **argv) {
     const char *dir = argv[1];
     HydraProbe *p = NULL;
     HydraProbeSlot slot;
+    HydraProbeMeta meta;
+    HydraProbeDescription desc;
     HydraProbeEngineId ids[1];
     HydraProbeThresholds t;
     size_t n = 0, needed = 0;
@@ -37,6 +39,10 @@ int main(int argc, char **argv) {
     CHECK("slot_count_null_probe", hydra_probe_slot_count(NULL, &count));
     CHECK("read_slot_null_probe", hydra_probe_read_slot(NULL, 0, &slot));
     CHECK("meta_null_probe", hydra_probe_meta_json(NULL, 0, msg, sizeof msg, &needed));
+    CHECK("read_meta_null_probe", hydra_probe_read_meta(NULL, 0, &meta));
+    CHECK("describe_null_probe", hydra_probe_describe(NULL, &desc));
+    CHECK("value_name_unknown_kind", hydra_probe_value_name(99, 0) == NULL ? 0 : 1);
+    CHECK("value_name_unknown_value", strcmp(hydra_probe_value_name(HYDRA_PROBE_VALUE_PHASE, 1000), "unknown"));
     CHECK("thresholds_default_null", hydra_probe_thresholds_default(NULL));
     CHECK("set_thresholds_null_probe", hydra_probe_set_thresholds(NULL, &t));
     CHECK("last_error_null_buf", hydra_probe_last_error(NULL, 8, &needed));
@@ -55,7 +61,8 @@ int main(int argc, char **argv) {
     CHECK("open_empty_engine", hydra_probe_open(dir, "", &p));
     CHECK("open_missing_path", hydra_probe_open(dir, "/nonexistent/x.hps", &p));
     CHECK("list_missing_dir", hydra_probe_list("/nonexistent/hydra", ids, 1, &n));
-    CHECK("list_missing_dir_is_empty", n == 0 ? 0 : 1);
+    hydra_probe_last_error(msg, sizeof msg, &needed);
+    CHECK("list_missing_dir_named", strstr(msg, "/nonexistent/hydra") ? 0 : 1);
 
     /* A valid handle, misused. */
     CHECK("open_e1", hydra_probe_open(dir, "e1", &p));
@@ -64,6 +71,19 @@ int main(int argc, char **argv) {
     CHECK("read_slot_out_of_range", hydra_probe_read_slot(p, 1000000, &slot));
     CHECK("meta_out_of_range", hydra_probe_meta_json(p, 99, msg, sizeof msg, &needed));
     CHECK("meta_null_buf", hydra_probe_meta_json(p, 0, NULL, 10, &needed));
+    CHECK("read_meta_null_out", hydra_probe_read_meta(p, 0, NULL));
+    meta.size = 8;
+    CHECK("read_meta_size_too_small", hydra_probe_read_meta(p, 0, &meta));
+    meta.size = sizeof meta;
+    CHECK("read_meta_out_of_range", hydra_probe_read_meta(p, 99, &meta));
+    CHECK("read_meta_ok", hydra_probe_read_meta(p, 0, &meta));
+    CHECK("read_meta_size_filled", meta.size == sizeof meta ? 0 : 1);
+    CHECK("describe_null_out", hydra_probe_describe(p, NULL));
+    desc.size = 0;
+    CHECK("describe_size_too_small", hydra_probe_describe(p, &desc));
+    desc.size = sizeof desc;
+    CHECK("describe_ok", hydra_probe_describe(p, &desc));
+    CHECK("describe_engine_id", (desc.engine_id.len == 2 && strcmp(desc.engine_id.ptr, "e1") == 0) ? 0 : 1);
     CHECK("meta_size_query", hydra_probe_meta_json(p, 0, NULL, 0, &needed));
     CHECK("meta_size_query_needed", needed > 100 ? 0 : 1);
     CHECK("meta_too_small", hydra_probe_meta_json(p, 0, small, sizeof small, &needed));
@@ -95,6 +115,8 @@ int main(int argc, char **argv) {
         printf("open %s %d\n", label, (int)rc);
         if (rc == HYDRA_PROBE_OK) {
             printf("read %s %d\n", label, (int)hydra_probe_read_slot(p, 0, &slot));
+            meta.size = sizeof meta;
+            printf("read_meta %s %d\n", label, (int)hydra_probe_read_meta(p, 0, &meta));
             hydra_probe_close(p);
         } else {
             hydra_probe_last_error(msg, sizeof msg, NULL);
