@@ -359,7 +359,8 @@ impl Error {
         }
     }
 
-    pub(crate) fn io(
+    /// An [`Error::Io`]: `op` ("open", "read directory", ...) failed on `path`.
+    pub fn io(
         op: &'static str,
         path: impl Into<PathBuf>,
         source: impl Into<std::io::Error>,

@@ -183,7 +183,7 @@ mod tests {
         let dir = tmp.path().join("segs");
         for engine in [None, Some("zz")] {
             match resolve(&dir, engine) {
-                Err(e @ ProbeError::Io { .. }) => {
+                Err(e @ ProbeError::Layout(hydra_layout::Error::Io { .. })) => {
                     assert!(e.to_string().contains(&*dir.to_string_lossy()), "{e}")
                 }
                 other => panic!("missing directory, {engine:?}: {other:?}"),

@@ -10,17 +10,6 @@ pub enum ProbeError {
     /// Opening, validating or reading a segment failed.
     #[error(transparent)]
     Layout(#[from] hydra_layout::Error),
-    /// A system call on the segment directory or a file in it failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done ("read directory", "unlink", ...).
-        op: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
     /// The directory holds no segment.
     #[error("no engines found in {dir}")]
     NoEngines {
@@ -73,23 +62,19 @@ impl ProbeError {
         use hydra_layout::ErrorKind;
         match self {
             Self::Layout(e) => e.kind(),
-            Self::Io { source, .. } => ErrorKind::of_io(source),
             Self::NoEngines { .. } | Self::UnknownEngine { .. } => ErrorKind::NotFound,
             Self::AmbiguousEngine { .. } => ErrorKind::InvalidArgument,
             Self::SlotOutOfRange { .. } => ErrorKind::SlotOutOfRange,
         }
     }
 
-    /// An [`ProbeError::Io`]: `op` ("read directory", ...) failed on `path`.
+    /// A failed system call: `op` ("read directory", ...) on `path`, as the layout's
+    /// [`hydra_layout::Error::Io`] (one I/O error type for every reader surface).
     pub fn io(
         op: &'static str,
         path: impl Into<PathBuf>,
         source: impl Into<std::io::Error>,
     ) -> Self {
-        Self::Io {
-            op,
-            path: path.into(),
-            source: source.into(),
-        }
+        Self::Layout(hydra_layout::Error::io(op, path, source))
     }
 }
