@@ -97,12 +97,22 @@ pub fn pos_set(batch: *mut LlamaBatchExt, idx: i32, pos: i32) {
     }
 }
 
-/// Counts the recorded content of `batch` into `scan`; false when this thread has no
-/// record of it.
+/// Counts the recorded content of `batch` into `scan`, by runs of entries of one sequence
+/// (as [`BatchScan::read`] does); false when this thread has no record of it.
 pub fn fill(batch: *mut LlamaBatchExt, scan: &mut BatchScan) -> bool {
     with(batch, false, |s| {
-        for (&seq, &pos) in s.seq.iter().zip(&s.pos) {
-            scan.add(seq, pos);
+        let n = s.seq.len();
+        let mut i = 0;
+        while i < n {
+            let (seq, start) = (s.seq[i], i);
+            let mut span: Option<(i32, i32)> = None;
+            while i < n && s.seq[i] == seq {
+                if let Some(p) = s.pos[i] {
+                    span = Some(span.map_or((p, p), |(lo, hi)| (lo.min(p), hi.max(p))));
+                }
+                i += 1;
+            }
+            scan.add_run(seq, i - start, span);
         }
         for &(idx, seq) in &s.extra {
             scan.add(seq, s.pos.get(idx).copied().flatten());
@@ -145,5 +155,24 @@ mod tests {
         assert_eq!(scan.shares().count(), 0);
         freed(b);
         assert!(!fill(b, &mut scan));
+    }
+
+    #[test]
+    fn runs_skip_unset_positions_and_break_on_another_sequence() {
+        let b = 0x2000 as *mut LlamaBatchExt;
+        for (i, seq) in [(0, 1), (1, 1), (2, 0), (3, 1), (4, 9)] {
+            added(b, i, seq);
+        }
+        pos_set(b, 1, 40);
+        pos_set(b, 3, 7);
+        let mut scan = BatchScan::new(2);
+        assert!(fill(b, &mut scan));
+        let got: Vec<_> = scan
+            .shares()
+            .map(|(s, x)| (s, x.count, x.min_pos, x.max_pos))
+            .collect();
+        assert_eq!(got, vec![(1, 3, Some(7), Some(40)), (0, 1, None, None)]);
+        assert_eq!(scan.ignored, 1, "sequence 9 has no slot");
+        freed(b);
     }
 }
