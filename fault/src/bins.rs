@@ -60,3 +60,8 @@ pub fn probe() -> PathBuf {
 pub fn exporter() -> PathBuf {
     bin("hydra-exporter")
 }
+
+/// `libhydra_preload.so`, the `LD_PRELOAD` library (the cdylib of `hydra-preload`).
+pub fn preload_library() -> PathBuf {
+    bin("libhydra_preload.so")
+}
