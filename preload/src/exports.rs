@@ -273,55 +273,43 @@ pub unsafe extern "C-unwind" fn llama_batch_ext_free(batch: *mut LlamaBatchExt) 
     unsafe { real(batch) }
 }
 
-/// `int32_t llama_batch_ext_add(struct llama_batch_ext *, llama_seq_id)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_batch_ext_add`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_batch_ext_add(
-    batch: *mut LlamaBatchExt,
-    seq_id: LlamaSeqId,
-) -> i32 {
-    let real = real!(batch_ext_add, -1);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let idx = unsafe { real(batch, seq_id) };
-    interpose::record(|| ext::added(batch, idx, seq_id));
-    idx
+/// An entry-adding builder call: the real function, then (when it returned an index) the
+/// record of the entry's sequence. Returns the real function's index.
+macro_rules! batch_ext_add {
+    ($(#[doc = $doc:literal])* $name:ident, $field:ident $(, $arg:ident: $ty:ty)*) => {
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        #[doc = concat!("llama.h's contract for `", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(
+            batch: *mut LlamaBatchExt,
+            seq_id: LlamaSeqId
+            $(, $arg: $ty)*
+        ) -> i32 {
+            let real = real!($field, -1);
+            // SAFETY: the host's arguments go to the real function unchanged.
+            let idx = unsafe { real(batch, seq_id $(, $arg)*) };
+            interpose::record(|| ext::added(batch, idx, seq_id));
+            idx
+        }
+    };
 }
 
-/// `int32_t llama_batch_ext_add_token(struct llama_batch_ext *, llama_seq_id, llama_token)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_batch_ext_add_token`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_batch_ext_add_token(
-    batch: *mut LlamaBatchExt,
-    seq_id: LlamaSeqId,
-    id: LlamaToken,
-) -> i32 {
-    let real = real!(batch_ext_add_token, -1);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let idx = unsafe { real(batch, seq_id, id) };
-    interpose::record(|| ext::added(batch, idx, seq_id));
-    idx
-}
+batch_ext_add!(
+    /// `int32_t llama_batch_ext_add(struct llama_batch_ext *, llama_seq_id)`.
+    llama_batch_ext_add, batch_ext_add
+);
 
-/// `int32_t llama_batch_ext_add_embd(struct llama_batch_ext *, llama_seq_id, struct llama_embd)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_batch_ext_add_embd`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_batch_ext_add_embd(
-    batch: *mut LlamaBatchExt,
-    seq_id: LlamaSeqId,
-    embd: LlamaEmbd,
-) -> i32 {
-    let real = real!(batch_ext_add_embd, -1);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let idx = unsafe { real(batch, seq_id, embd) };
-    interpose::record(|| ext::added(batch, idx, seq_id));
-    idx
-}
+batch_ext_add!(
+    /// `int32_t llama_batch_ext_add_token(struct llama_batch_ext *, llama_seq_id, llama_token)`.
+    llama_batch_ext_add_token, batch_ext_add_token, id: LlamaToken
+);
+
+batch_ext_add!(
+    /// `int32_t llama_batch_ext_add_embd(struct llama_batch_ext *, llama_seq_id, struct llama_embd)`.
+    llama_batch_ext_add_embd, batch_ext_add_embd, embd: LlamaEmbd
+);
 
 /// `bool llama_batch_ext_add_seq(struct llama_batch_ext *, int32_t idx, llama_seq_id)`.
 ///

@@ -70,7 +70,17 @@ pub fn added(batch: *mut LlamaBatchExt, idx: i32, seq: i32) {
         return;
     };
     with(batch, true, |s| {
-        if idx >= s.seq.len() {
+        let len = s.seq.len();
+        if idx == len {
+            // The common case: builder calls append in order.
+            s.seq.push(seq);
+            s.pos.push(None);
+            return;
+        }
+        if idx > len {
+            if idx - len > MAX_GAP {
+                return;
+            }
             s.seq.resize(idx + 1, -1);
             s.pos.resize(idx + 1, None);
         }
@@ -78,6 +88,10 @@ pub fn added(batch: *mut LlamaBatchExt, idx: i32, seq: i32) {
         s.pos[idx] = None;
     });
 }
+
+/// The most entries an add may skip ahead of the last one (llama.cpp returns the next
+/// index; a wild index is not recorded rather than allocated for).
+const MAX_GAP: usize = 1 << 16;
 
 /// Entry `idx` was added to sequence `seq` too.
 pub fn seq_added(batch: *mut LlamaBatchExt, idx: i32, seq: i32) {
@@ -173,6 +187,20 @@ mod tests {
             .collect();
         assert_eq!(got, vec![(1, 3, Some(7), Some(40)), (0, 1, None, None)]);
         assert_eq!(scan.ignored, 1, "sequence 9 has no slot");
+        freed(b);
+    }
+
+    #[test]
+    fn out_of_order_and_wild_indices() {
+        let b = 0x3000 as *mut LlamaBatchExt;
+        added(b, 2, 1);
+        added(b, 0, 1);
+        added(b, i32::MAX, 0); // never allocated for
+        let mut scan = BatchScan::new(2);
+        assert!(fill(b, &mut scan));
+        let got: Vec<_> = scan.shares().map(|(s, x)| (s, x.count)).collect();
+        // Entry 1 was never added: it reads as sequence -1 (no slot).
+        assert_eq!((got, scan.ignored), (vec![(1, 2)], 1));
         freed(b);
     }
 }

@@ -1,4 +1,4 @@
-//! Shared by the preload's integration tests: the built library and the reader binaries
+//! Shared by the preload's integration tests: the built library and the probe binary
 //! (built by `hydra_fault::bins` in this test's target directory and profile), and a
 //! `hydra-probe` runner.
 
@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-pub use hydra_fault::bins::{exporter, preload_library as preload_so, probe};
+pub use hydra_fault::bins::{preload_library as preload_so, probe};
 
 /// Runs `hydra-probe <args> --dir <dir>` and returns (exit code, stdout).
 pub fn run_probe(dir: &Path, args: &[&str]) -> (i32, String) {
