@@ -61,7 +61,8 @@ pub fn exporter() -> PathBuf {
     bin("hydra-exporter")
 }
 
-/// `libhydra_preload.so`, the `LD_PRELOAD` library (the cdylib of `hydra-preload`).
+/// `libhydra_preload.so`, the `LD_PRELOAD` library: the cdylib of `hydra-preload`, which a
+/// test build leaves in `deps/` (only `cargo build` copies it up a level).
 pub fn preload_library() -> PathBuf {
-    bin("libhydra_preload.so")
+    bin("deps/libhydra_preload.so")
 }
