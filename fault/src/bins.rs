@@ -60,3 +60,9 @@ pub fn probe() -> PathBuf {
 pub fn exporter() -> PathBuf {
     bin("hydra-exporter")
 }
+
+/// `libhydra_preload.so`, the `LD_PRELOAD` library: the cdylib of `hydra-preload`, which a
+/// test build leaves in `deps/` (only `cargo build` copies it up a level).
+pub fn preload_library() -> PathBuf {
+    bin("deps/libhydra_preload.so")
+}

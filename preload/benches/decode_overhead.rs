@@ -5,6 +5,7 @@
 //! `cargo bench -p hydra-preload --bench decode_overhead`
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use hydra_preload::batch::OwnedBatch;
 use hydra_preload::describe::ContextFacts;
 use hydra_preload::ext;
 use hydra_preload::ffi::{LlamaBatch, LlamaBatchExt, LlamaContext};
@@ -28,44 +29,12 @@ unsafe extern "C-unwind" fn fake_process(
     0
 }
 
-/// A batch of `per_seq` tokens for each of `seqs` sequences, over owned arrays.
-struct Batch {
-    pos: Vec<i32>,
-    n_seq_id: Vec<i32>,
-    ids: Vec<i32>,
-    ptrs: Vec<*mut i32>,
-}
-
-impl Batch {
-    fn new(seqs: i32, per_seq: i32) -> Self {
-        let mut b = Batch {
-            pos: vec![],
-            n_seq_id: vec![],
-            ids: vec![],
-            ptrs: vec![],
-        };
-        for s in 0..seqs {
-            for p in 0..per_seq {
-                b.pos.push(p);
-                b.n_seq_id.push(1);
-                b.ids.push(s);
-            }
-        }
-        let base = b.ids.as_mut_ptr();
-        // SAFETY: every offset is below `ids.len()`.
-        b.ptrs = (0..b.ids.len()).map(|i| unsafe { base.add(i) }).collect();
-        b
-    }
-
-    fn raw(&mut self) -> LlamaBatch {
-        LlamaBatch {
-            n_tokens: self.pos.len() as i32,
-            pos: self.pos.as_mut_ptr(),
-            n_seq_id: self.n_seq_id.as_mut_ptr(),
-            seq_id: self.ptrs.as_mut_ptr(),
-            ..LlamaBatch::empty(0)
-        }
-    }
+/// A batch of `per_seq` tokens for each of `seqs` sequences, at positions 0...
+fn batch(seqs: i32, per_seq: i32) -> OwnedBatch {
+    let tokens: Vec<(i32, i32)> = (0..seqs)
+        .flat_map(|s| (0..per_seq).map(move |p| (p, s)))
+        .collect();
+    OwnedBatch::single(&tokens)
 }
 
 fn bench(c: &mut Criterion) {
@@ -82,7 +51,7 @@ fn bench(c: &mut Criterion) {
     };
     let mut g = c.benchmark_group("llama_decode");
     for (name, seqs, per_seq) in [("1seq_x1", 1, 1), ("4seq_x1", 4, 1), ("1seq_x512", 1, 512)] {
-        let mut b = Batch::new(seqs, per_seq);
+        let mut b = batch(seqs, per_seq);
         let raw = b.raw();
         g.bench_function(format!("{name}/direct"), |bn| {
             // SAFETY: the stand-in reads nothing behind its arguments.
@@ -95,25 +64,33 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
-    // llama-server's path: the builder calls of a one-token batch (recorded by the
-    // preload's wrappers) and llama_process.
+    // llama-server's path: llama_process of an extended batch, whose builder calls the
+    // preload's wrappers record (their share is counted here too).
     let ext_cell = Box::new(0u8);
     let b = &*ext_cell as *const u8 as *mut LlamaBatchExt;
     g.bench_function("ext_1seq_x1/direct", |bn| {
         // SAFETY: the stand-in reads nothing behind its arguments.
         bn.iter(|| unsafe { fake_process(black_box(ctx), 1, black_box(b)) })
     });
-    let mut pos = 0;
-    g.bench_function("ext_1seq_x1/wrapped", |bn| {
-        bn.iter(|| {
-            ext::cleared(b);
-            ext::added(b, 0, 0);
-            ext::pos_set(b, 0, pos);
-            pos += 1;
-            // SAFETY: the stand-in reads nothing behind its arguments.
-            unsafe { interpose::process_with(fake_process, black_box(ctx), 1, black_box(b), facts) }
-        })
-    });
+    // One decode token, then a 512-token prompt chunk: the record of every builder call
+    // (`_clear`, then `_add_token` and `_set_pos` per token), then llama_process.
+    for (name, n) in [("ext_1seq_x1", 1), ("ext_1seq_x512", 512)] {
+        let mut pos = 0;
+        g.bench_function(format!("{name}/wrapped"), |bn| {
+            bn.iter(|| {
+                ext::cleared(b);
+                for i in 0..n {
+                    interpose::record(|| ext::added(b, i, 0));
+                    interpose::record(|| ext::pos_set(b, i, pos));
+                    pos = pos.wrapping_add(1);
+                }
+                // SAFETY: the stand-in reads nothing behind its arguments.
+                unsafe {
+                    interpose::process_with(fake_process, black_box(ctx), 1, black_box(b), facts)
+                }
+            })
+        });
+    }
     // The sweeper's share: one pass over the registry with nothing to end.
     g.bench_function("idle_sweep", |bn| {
         bn.iter_batched(

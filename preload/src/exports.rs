@@ -12,30 +12,18 @@ use crate::symbols;
 use hydra_layout::Phase;
 use std::ffi::c_char;
 
+/// The real `llama_<field>` from [`symbols`], or (logged once) a return of `$fail`.
 macro_rules! real {
-    ($field:ident, $name:literal) => {
+    ($field:ident $(, $fail:expr)?) => {
         match symbols::get().$field {
             Some(f) => f,
             None => {
                 warn_once!(concat!(
-                    "no real ",
-                    $name,
-                    " after this library; doing nothing"
+                    "no real llama_",
+                    stringify!($field),
+                    " after this library; each call returns at once"
                 ));
-                return;
-            }
-        }
-    };
-    ($field:ident, $name:literal, $fail:expr) => {
-        match symbols::get().$field {
-            Some(f) => f,
-            None => {
-                warn_once!(concat!(
-                    "no real ",
-                    $name,
-                    " after this library; returning failure"
-                ));
-                return $fail;
+                return $($fail)?;
             }
         }
     };
@@ -47,7 +35,7 @@ macro_rules! real {
 /// llama.h's contract for `llama_decode`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_decode(ctx: *mut LlamaContext, batch: LlamaBatch) -> i32 {
-    let real = real!(decode, "llama_decode", -1);
+    let real = real!(decode, -1);
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { interpose::decode(real, ctx, batch) }
 }
@@ -63,13 +51,18 @@ pub unsafe extern "C-unwind" fn llama_memory_seq_rm(
     p0: LlamaPos,
     p1: LlamaPos,
 ) -> bool {
-    let real = real!(memory_seq_rm, "llama_memory_seq_rm", false);
+    let real = real!(memory_seq_rm, false);
     // SAFETY: the host's arguments go to the real function unchanged.
-    let ok = unsafe { real(mem, seq_id, p0, p1) };
-    if ok {
-        interpose::seq_removed_from_memory(mem, seq_id, p0, p1);
+    unsafe {
+        seq_rm(
+            real,
+            mem,
+            seq_id,
+            p0,
+            p1,
+            interpose::seq_removed_from_memory,
+        )
     }
-    ok
 }
 
 /// `bool llama_kv_self_seq_rm(struct llama_context *, llama_seq_id, llama_pos, llama_pos)`
@@ -84,11 +77,37 @@ pub unsafe extern "C-unwind" fn llama_kv_self_seq_rm(
     p0: LlamaPos,
     p1: LlamaPos,
 ) -> bool {
-    let real = real!(kv_self_seq_rm, "llama_kv_self_seq_rm", false);
+    let real = real!(kv_self_seq_rm, false);
     // SAFETY: the host's arguments go to the real function unchanged.
-    let ok = unsafe { real(ctx, seq_id, p0, p1) };
+    unsafe {
+        seq_rm(
+            real,
+            ctx,
+            seq_id,
+            p0,
+            p1,
+            interpose::seq_removed_from_context,
+        )
+    }
+}
+
+/// A sequence removal from `target` (a memory or a context): the real call, then, if it
+/// succeeded, `removed` records it. Returns what the real call returned.
+///
+/// # Safety
+/// `real` may be called with these arguments (the host's, passed on unchanged).
+unsafe fn seq_rm<T>(
+    real: unsafe extern "C-unwind" fn(*mut T, LlamaSeqId, LlamaPos, LlamaPos) -> bool,
+    target: *mut T,
+    seq_id: LlamaSeqId,
+    p0: LlamaPos,
+    p1: LlamaPos,
+    removed: fn(*mut T, i32, i32, i32),
+) -> bool {
+    // SAFETY: forwarded from this function's contract.
+    let ok = unsafe { real(target, seq_id, p0, p1) };
     if ok {
-        interpose::seq_removed_from_context(ctx, seq_id, p0, p1);
+        removed(target, seq_id, p0, p1);
     }
     ok
 }
@@ -99,7 +118,7 @@ pub unsafe extern "C-unwind" fn llama_kv_self_seq_rm(
 /// llama.h's contract for `llama_memory_clear`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_memory_clear(mem: *mut LlamaMemory, data: bool) {
-    let real = real!(memory_clear, "llama_memory_clear");
+    let real = real!(memory_clear);
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { real(mem, data) };
     interpose::memory_cleared(mem);
@@ -111,109 +130,70 @@ pub unsafe extern "C-unwind" fn llama_memory_clear(mem: *mut LlamaMemory, data: 
 /// llama.h's contract for `llama_free`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_free(ctx: *mut LlamaContext) {
-    let real = real!(free, "llama_free");
+    let real = real!(free);
     interpose::context_freed(ctx);
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(ctx) }
 }
 
-/// `size_t llama_state_seq_get_data(ctx, uint8_t * dst, size_t size, llama_seq_id)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_state_seq_get_data`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_state_seq_get_data(
-    ctx: *mut LlamaContext,
-    dst: *mut u8,
-    size: usize,
-    seq_id: LlamaSeqId,
-) -> usize {
-    let real = real!(state_seq_get_data, "llama_state_seq_get_data", 0);
-    let t = interpose::transfer_started(ctx, seq_id, Phase::Save, size as u64);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let n = unsafe { real(ctx, dst, size, seq_id) };
-    interpose::transfer_finished(ctx, t, n, None);
-    n
+/// A state save or restore shim: the real function, run as a transfer of sequence `$seq`
+/// (see [`interpose::transfer`]) of `$total` bytes (0 when unknown); returns what the real
+/// function returned.
+macro_rules! state_transfer {
+    ($(#[doc = $doc:literal])* $name:ident, $field:ident, $phase:expr,
+     ($ctx:ident: $ctx_ty:ty $(, $arg:ident: $ty:ty)*), seq: $seq:ident, total: $total:expr) => {
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        #[doc = concat!("llama.h's contract for `", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name($ctx: $ctx_ty $(, $arg: $ty)*) -> usize {
+            let real = real!($field, 0);
+            interpose::transfer($ctx, $seq, Some($phase), $total, || {
+                // SAFETY: the host's arguments go to the real function unchanged.
+                (unsafe { real($ctx $(, $arg)*) }, None)
+            })
+        }
+    };
 }
 
-/// `size_t llama_state_seq_set_data(ctx, const uint8_t * src, size_t size, llama_seq_id)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_state_seq_set_data`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_state_seq_set_data(
-    ctx: *mut LlamaContext,
-    src: *const u8,
-    size: usize,
-    dest_seq_id: LlamaSeqId,
-) -> usize {
-    let real = real!(state_seq_set_data, "llama_state_seq_set_data", 0);
-    let t = interpose::transfer_started(ctx, dest_seq_id, Phase::Restore, size as u64);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let n = unsafe { real(ctx, src, size, dest_seq_id) };
-    interpose::transfer_finished(ctx, t, n, None);
-    n
-}
+state_transfer!(
+    /// `size_t llama_state_seq_get_data(ctx, uint8_t * dst, size_t size, llama_seq_id)`.
+    llama_state_seq_get_data, state_seq_get_data, Phase::Save,
+    (ctx: *mut LlamaContext, dst: *mut u8, size: usize, seq_id: LlamaSeqId),
+    seq: seq_id, total: size as u64
+);
 
-/// `size_t llama_state_seq_get_data_ext(ctx, dst, size, seq_id, flags)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_state_seq_get_data_ext`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_state_seq_get_data_ext(
-    ctx: *mut LlamaContext,
-    dst: *mut u8,
-    size: usize,
-    seq_id: LlamaSeqId,
-    flags: LlamaStateSeqFlags,
-) -> usize {
-    let real = real!(state_seq_get_data_ext, "llama_state_seq_get_data_ext", 0);
-    let t = interpose::transfer_started(ctx, seq_id, Phase::Save, size as u64);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let n = unsafe { real(ctx, dst, size, seq_id, flags) };
-    interpose::transfer_finished(ctx, t, n, None);
-    n
-}
+state_transfer!(
+    /// `size_t llama_state_seq_set_data(ctx, const uint8_t * src, size_t size, llama_seq_id)`.
+    llama_state_seq_set_data, state_seq_set_data, Phase::Restore,
+    (ctx: *mut LlamaContext, src: *const u8, size: usize, dest_seq_id: LlamaSeqId),
+    seq: dest_seq_id, total: size as u64
+);
 
-/// `size_t llama_state_seq_set_data_ext(ctx, src, size, dest_seq_id, flags)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_state_seq_set_data_ext`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_state_seq_set_data_ext(
-    ctx: *mut LlamaContext,
-    src: *const u8,
-    size: usize,
-    dest_seq_id: LlamaSeqId,
-    flags: LlamaStateSeqFlags,
-) -> usize {
-    let real = real!(state_seq_set_data_ext, "llama_state_seq_set_data_ext", 0);
-    let t = interpose::transfer_started(ctx, dest_seq_id, Phase::Restore, size as u64);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let n = unsafe { real(ctx, src, size, dest_seq_id, flags) };
-    interpose::transfer_finished(ctx, t, n, None);
-    n
-}
+state_transfer!(
+    /// `size_t llama_state_seq_get_data_ext(ctx, dst, size, seq_id, flags)`.
+    llama_state_seq_get_data_ext, state_seq_get_data_ext, Phase::Save,
+    (ctx: *mut LlamaContext, dst: *mut u8, size: usize, seq_id: LlamaSeqId,
+     flags: LlamaStateSeqFlags),
+    seq: seq_id, total: size as u64
+);
 
-/// `size_t llama_state_seq_save_file(ctx, path, seq_id, tokens, n_token_count)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_state_seq_save_file`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_state_seq_save_file(
-    ctx: *mut LlamaContext,
-    filepath: *const c_char,
-    seq_id: LlamaSeqId,
-    tokens: *const LlamaToken,
-    n_token_count: usize,
-) -> usize {
-    let real = real!(state_seq_save_file, "llama_state_seq_save_file", 0);
-    let t = interpose::transfer_started(ctx, seq_id, Phase::Save, 0);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let n = unsafe { real(ctx, filepath, seq_id, tokens, n_token_count) };
-    interpose::transfer_finished(ctx, t, n, None);
-    n
-}
+state_transfer!(
+    /// `size_t llama_state_seq_set_data_ext(ctx, src, size, dest_seq_id, flags)`.
+    llama_state_seq_set_data_ext, state_seq_set_data_ext, Phase::Restore,
+    (ctx: *mut LlamaContext, src: *const u8, size: usize, dest_seq_id: LlamaSeqId,
+     flags: LlamaStateSeqFlags),
+    seq: dest_seq_id, total: size as u64
+);
+
+state_transfer!(
+    /// `size_t llama_state_seq_save_file(ctx, path, seq_id, tokens, n_token_count)`.
+    llama_state_seq_save_file, state_seq_save_file, Phase::Save,
+    (ctx: *mut LlamaContext, filepath: *const c_char, seq_id: LlamaSeqId,
+     tokens: *const LlamaToken, n_token_count: usize),
+    seq: seq_id, total: 0
+);
 
 /// `size_t llama_state_seq_load_file(ctx, path, dest_seq_id, tokens_out, n_token_capacity,
 /// n_token_count_out)`. With `tokens_out` null it only counts tokens and is not a restore.
@@ -229,31 +209,28 @@ pub unsafe extern "C-unwind" fn llama_state_seq_load_file(
     n_token_capacity: usize,
     n_token_count_out: *mut usize,
 ) -> usize {
-    let real = real!(state_seq_load_file, "llama_state_seq_load_file", 0);
-    let t = if tokens_out.is_null() {
-        None
-    } else {
-        interpose::transfer_started(ctx, dest_seq_id, Phase::Restore, 0)
-    };
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let n = unsafe {
-        real(
-            ctx,
-            filepath,
-            dest_seq_id,
-            tokens_out,
-            n_token_capacity,
-            n_token_count_out,
-        )
-    };
-    let n_past = if n > 0 && !n_token_count_out.is_null() {
-        // SAFETY: the caller passed a valid `size_t *`, which the real function just set.
-        Some(unsafe { *n_token_count_out } as u64)
-    } else {
-        None
-    };
-    interpose::transfer_finished(ctx, t, n, n_past);
-    n
+    let real = real!(state_seq_load_file, 0);
+    let phase = (!tokens_out.is_null()).then_some(Phase::Restore);
+    interpose::transfer(ctx, dest_seq_id, phase, 0, || {
+        // SAFETY: the host's arguments go to the real function unchanged.
+        let n = unsafe {
+            real(
+                ctx,
+                filepath,
+                dest_seq_id,
+                tokens_out,
+                n_token_capacity,
+                n_token_count_out,
+            )
+        };
+        let n_past = if n > 0 && !n_token_count_out.is_null() {
+            // SAFETY: the caller passed a valid `size_t *`, which the real function just set.
+            Some(unsafe { *n_token_count_out } as u64)
+        } else {
+            None
+        };
+        (n, n_past)
+    })
 }
 
 /// `int32_t llama_process(ctx, enum llama_process_type type, struct llama_batch_ext *)`:
@@ -267,7 +244,7 @@ pub unsafe extern "C-unwind" fn llama_process(
     kind: i32,
     batch: *mut LlamaBatchExt,
 ) -> i32 {
-    let real = real!(process, "llama_process", -1);
+    let real = real!(process, -1);
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { interpose::process_with(real, ctx, kind, batch, || interpose::facts(ctx)) }
 }
@@ -278,7 +255,7 @@ pub unsafe extern "C-unwind" fn llama_process(
 /// llama.h's contract for `llama_batch_ext_clear`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_batch_ext_clear(batch: *mut LlamaBatchExt) {
-    let real = real!(batch_ext_clear, "llama_batch_ext_clear");
+    let real = real!(batch_ext_clear);
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(batch) };
     interpose::record(|| ext::cleared(batch));
@@ -290,61 +267,49 @@ pub unsafe extern "C-unwind" fn llama_batch_ext_clear(batch: *mut LlamaBatchExt)
 /// llama.h's contract for `llama_batch_ext_free`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn llama_batch_ext_free(batch: *mut LlamaBatchExt) {
-    let real = real!(batch_ext_free, "llama_batch_ext_free");
+    let real = real!(batch_ext_free);
     interpose::record(|| ext::freed(batch));
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(batch) }
 }
 
-/// `int32_t llama_batch_ext_add(struct llama_batch_ext *, llama_seq_id)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_batch_ext_add`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_batch_ext_add(
-    batch: *mut LlamaBatchExt,
-    seq_id: LlamaSeqId,
-) -> i32 {
-    let real = real!(batch_ext_add, "llama_batch_ext_add", -1);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let idx = unsafe { real(batch, seq_id) };
-    interpose::record(|| ext::added(batch, idx, seq_id));
-    idx
+/// An entry-adding builder call: the real function, then (when it returned an index) the
+/// record of the entry's sequence. Returns the real function's index.
+macro_rules! batch_ext_add {
+    ($(#[doc = $doc:literal])* $name:ident, $field:ident $(, $arg:ident: $ty:ty)*) => {
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        #[doc = concat!("llama.h's contract for `", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(
+            batch: *mut LlamaBatchExt,
+            seq_id: LlamaSeqId
+            $(, $arg: $ty)*
+        ) -> i32 {
+            let real = real!($field, -1);
+            // SAFETY: the host's arguments go to the real function unchanged.
+            let idx = unsafe { real(batch, seq_id $(, $arg)*) };
+            interpose::record(|| ext::added(batch, idx, seq_id));
+            idx
+        }
+    };
 }
 
-/// `int32_t llama_batch_ext_add_token(struct llama_batch_ext *, llama_seq_id, llama_token)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_batch_ext_add_token`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_batch_ext_add_token(
-    batch: *mut LlamaBatchExt,
-    seq_id: LlamaSeqId,
-    id: LlamaToken,
-) -> i32 {
-    let real = real!(batch_ext_add_token, "llama_batch_ext_add_token", -1);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let idx = unsafe { real(batch, seq_id, id) };
-    interpose::record(|| ext::added(batch, idx, seq_id));
-    idx
-}
+batch_ext_add!(
+    /// `int32_t llama_batch_ext_add(struct llama_batch_ext *, llama_seq_id)`.
+    llama_batch_ext_add, batch_ext_add
+);
 
-/// `int32_t llama_batch_ext_add_embd(struct llama_batch_ext *, llama_seq_id, struct llama_embd)`.
-///
-/// # Safety
-/// llama.h's contract for `llama_batch_ext_add_embd`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn llama_batch_ext_add_embd(
-    batch: *mut LlamaBatchExt,
-    seq_id: LlamaSeqId,
-    embd: LlamaEmbd,
-) -> i32 {
-    let real = real!(batch_ext_add_embd, "llama_batch_ext_add_embd", -1);
-    // SAFETY: the host's arguments go to the real function unchanged.
-    let idx = unsafe { real(batch, seq_id, embd) };
-    interpose::record(|| ext::added(batch, idx, seq_id));
-    idx
-}
+batch_ext_add!(
+    /// `int32_t llama_batch_ext_add_token(struct llama_batch_ext *, llama_seq_id, llama_token)`.
+    llama_batch_ext_add_token, batch_ext_add_token, id: LlamaToken
+);
+
+batch_ext_add!(
+    /// `int32_t llama_batch_ext_add_embd(struct llama_batch_ext *, llama_seq_id, struct llama_embd)`.
+    llama_batch_ext_add_embd, batch_ext_add_embd, embd: LlamaEmbd
+);
 
 /// `bool llama_batch_ext_add_seq(struct llama_batch_ext *, int32_t idx, llama_seq_id)`.
 ///
@@ -356,7 +321,7 @@ pub unsafe extern "C-unwind" fn llama_batch_ext_add_seq(
     idx: i32,
     seq_id: LlamaSeqId,
 ) -> bool {
-    let real = real!(batch_ext_add_seq, "llama_batch_ext_add_seq", false);
+    let real = real!(batch_ext_add_seq, false);
     // SAFETY: the host's arguments go to the real function unchanged.
     let ok = unsafe { real(batch, idx, seq_id) };
     if ok {
@@ -375,7 +340,7 @@ pub unsafe extern "C-unwind" fn llama_batch_ext_set_pos(
     idx: i32,
     pos: *const LlamaPos,
 ) -> bool {
-    let real = real!(batch_ext_set_pos, "llama_batch_ext_set_pos", false);
+    let real = real!(batch_ext_set_pos, false);
     // SAFETY: the host's arguments go to the real function unchanged.
     let ok = unsafe { real(batch, idx, pos) };
     if ok && !pos.is_null() {

@@ -70,7 +70,17 @@ pub fn added(batch: *mut LlamaBatchExt, idx: i32, seq: i32) {
         return;
     };
     with(batch, true, |s| {
-        if idx >= s.seq.len() {
+        let len = s.seq.len();
+        if idx == len {
+            // The common case: builder calls append in order.
+            s.seq.push(seq);
+            s.pos.push(None);
+            return;
+        }
+        if idx > len {
+            if idx - len > MAX_GAP {
+                return;
+            }
             s.seq.resize(idx + 1, -1);
             s.pos.resize(idx + 1, None);
         }
@@ -78,6 +88,10 @@ pub fn added(batch: *mut LlamaBatchExt, idx: i32, seq: i32) {
         s.pos[idx] = None;
     });
 }
+
+/// The most entries an add may skip ahead of the last one (llama.cpp returns the next
+/// index; a wild index is not recorded rather than allocated for).
+const MAX_GAP: usize = 1 << 16;
 
 /// Entry `idx` was added to sequence `seq` too.
 pub fn seq_added(batch: *mut LlamaBatchExt, idx: i32, seq: i32) {
@@ -97,12 +111,22 @@ pub fn pos_set(batch: *mut LlamaBatchExt, idx: i32, pos: i32) {
     }
 }
 
-/// Counts the recorded content of `batch` into `scan`; false when this thread has no
-/// record of it.
+/// Counts the recorded content of `batch` into `scan`, by runs of entries of one sequence
+/// (as [`BatchScan::read`] does); false when this thread has no record of it.
 pub fn fill(batch: *mut LlamaBatchExt, scan: &mut BatchScan) -> bool {
     with(batch, false, |s| {
-        for (&seq, &pos) in s.seq.iter().zip(&s.pos) {
-            scan.add(seq, pos);
+        let n = s.seq.len();
+        let mut i = 0;
+        while i < n {
+            let (seq, start) = (s.seq[i], i);
+            let mut span: Option<(i32, i32)> = None;
+            while i < n && s.seq[i] == seq {
+                if let Some(p) = s.pos[i] {
+                    span = Some(span.map_or((p, p), |(lo, hi)| (lo.min(p), hi.max(p))));
+                }
+                i += 1;
+            }
+            scan.add_run(seq, i - start, span);
         }
         for &(idx, seq) in &s.extra {
             scan.add(seq, s.pos.get(idx).copied().flatten());
@@ -145,5 +169,38 @@ mod tests {
         assert_eq!(scan.shares().count(), 0);
         freed(b);
         assert!(!fill(b, &mut scan));
+    }
+
+    #[test]
+    fn runs_skip_unset_positions_and_break_on_another_sequence() {
+        let b = 0x2000 as *mut LlamaBatchExt;
+        for (i, seq) in [(0, 1), (1, 1), (2, 0), (3, 1), (4, 9)] {
+            added(b, i, seq);
+        }
+        pos_set(b, 1, 40);
+        pos_set(b, 3, 7);
+        let mut scan = BatchScan::new(2);
+        assert!(fill(b, &mut scan));
+        let got: Vec<_> = scan
+            .shares()
+            .map(|(s, x)| (s, x.count, x.min_pos, x.max_pos))
+            .collect();
+        assert_eq!(got, vec![(1, 3, Some(7), Some(40)), (0, 1, None, None)]);
+        assert_eq!(scan.ignored, 1, "sequence 9 has no slot");
+        freed(b);
+    }
+
+    #[test]
+    fn out_of_order_and_wild_indices() {
+        let b = 0x3000 as *mut LlamaBatchExt;
+        added(b, 2, 1);
+        added(b, 0, 1);
+        added(b, i32::MAX, 0); // never allocated for
+        let mut scan = BatchScan::new(2);
+        assert!(fill(b, &mut scan));
+        let got: Vec<_> = scan.shares().map(|(s, x)| (s, x.count)).collect();
+        // Entry 1 was never added: it reads as sequence -1 (no slot).
+        assert_eq!((got, scan.ignored), (vec![(1, 2)], 1));
+        freed(b);
     }
 }

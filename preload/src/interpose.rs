@@ -9,7 +9,6 @@ use crate::ffi::*;
 use crate::log::warn_once;
 use crate::registry;
 use crate::symbols;
-use crate::tracker::Transfer;
 use hydra_layout::{clock, Phase};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -152,35 +151,34 @@ pub fn context_freed(ctx: *mut LlamaContext) {
     });
 }
 
-/// A state save (`phase` save) or restore of `seq` of `total` bytes (0 unknown) starts.
-pub fn transfer_started(
+/// A state save (`phase` save) or restore of `seq` of `total` bytes (0 unknown) around
+/// `call`, which runs the real function and returns the bytes it moved (0: failed) and,
+/// for a restore that tells it, the cache's token count. `phase` `None`: not a transfer
+/// (only `call` runs). Returns the bytes `call` returned.
+pub fn transfer(
     ctx: *mut LlamaContext,
     seq: i32,
-    phase: Phase,
+    phase: Option<Phase>,
     total: u64,
-) -> Option<Transfer> {
-    guarded(|| {
-        registry::with_tracker(
-            ctx,
-            || facts(ctx),
-            |t| t.transfer_started(seq, phase, total, clock::monotonic_ns()),
-        )
-        .flatten()
-    })
-}
-
-/// The transfer moved `bytes` (0: failed); a restore may tell the cache's token count.
-pub fn transfer_finished(
-    ctx: *mut LlamaContext,
-    t: Option<Transfer>,
-    bytes: usize,
-    n_past: Option<u64>,
-) {
-    if let Some(x) = t {
+    call: impl FnOnce() -> (usize, Option<u64>),
+) -> usize {
+    let started = phase.and_then(|phase| {
+        guarded(|| {
+            registry::with_tracker(
+                ctx,
+                || facts(ctx),
+                |t| t.transfer_started(seq, phase, total, clock::monotonic_ns()),
+            )
+            .flatten()
+        })
+    });
+    let (bytes, n_past) = call();
+    if let Some(x) = started {
         guarded(|| {
             registry::with_existing(ctx, |t| {
                 t.transfer_finished(x, bytes as u64, n_past, clock::monotonic_ns())
             })
         });
     }
+    bytes
 }

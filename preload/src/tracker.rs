@@ -335,6 +335,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::OwnedBatch;
     use hydra_layout::{SegmentConfig, SegmentReader};
 
     fn tracker(dir: &std::path::Path, slots: usize) -> Tracker {
@@ -348,40 +349,8 @@ mod tests {
         Tracker::new(w, 512, 1024)
     }
 
-    /// A batch over owned arrays: `(pos, seq)` per token.
-    struct B {
-        pos: Vec<i32>,
-        n: Vec<i32>,
-        ids: Vec<i32>,
-        ptrs: Vec<*mut i32>,
-    }
-
-    impl B {
-        fn new(tokens: &[(i32, i32)]) -> Self {
-            let mut b = B {
-                pos: tokens.iter().map(|t| t.0).collect(),
-                n: vec![1; tokens.len()],
-                ids: tokens.iter().map(|t| t.1).collect(),
-                ptrs: vec![],
-            };
-            let base = b.ids.as_mut_ptr();
-            // SAFETY: i < ids.len().
-            b.ptrs = (0..tokens.len()).map(|i| unsafe { base.add(i) }).collect();
-            b
-        }
-        fn raw(&mut self) -> LlamaBatch {
-            LlamaBatch {
-                n_tokens: self.pos.len() as i32,
-                pos: self.pos.as_mut_ptr(),
-                n_seq_id: self.n.as_mut_ptr(),
-                seq_id: self.ptrs.as_mut_ptr(),
-                ..LlamaBatch::empty(0)
-            }
-        }
-    }
-
     fn step(t: &mut Tracker, tokens: &[(i32, i32)], ret: i32, now: u64) {
-        let mut b = B::new(tokens);
+        let mut b = OwnedBatch::single(tokens);
         // SAFETY: `b` owns every array of the batch.
         unsafe { t.decode_started(&b.raw(), now) }.unwrap();
         t.decode_finished(ret, now + 10);
@@ -391,7 +360,7 @@ mod tests {
     fn prompt_chunks_are_prefill_single_tokens_decode_totals_unknown() {
         let tmp = tempfile::tempdir().unwrap();
         let mut t = tracker(tmp.path(), 2);
-        let mut b = B::new(&[(0, 1), (1, 1), (2, 1)]);
+        let mut b = OwnedBatch::single(&[(0, 1), (1, 1), (2, 1)]);
         // SAFETY: `b` owns every array of the batch.
         unsafe { t.decode_started(&b.raw(), 100) }.unwrap();
         let s = *t.slot(1).unwrap();
@@ -492,7 +461,7 @@ mod tests {
         assert_eq!(t.sweep_idle(1_000, 1_000), 0, "not quiet long enough");
         assert_eq!(t.sweep_idle(1_110, 1_000), 1);
         assert_eq!(t.slot(1).unwrap().phase, Phase::Idle);
-        let mut b = B::new(&[(3, 1)]);
+        let mut b = OwnedBatch::single(&[(3, 1)]);
         // SAFETY: `b` owns every array of the batch.
         unsafe { t.decode_started(&b.raw(), 5_000) }.unwrap();
         assert_eq!(

@@ -102,12 +102,12 @@ fn run_host(
 #[test]
 fn preloaded_host_publishes_each_context_and_behaves_the_same() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(host) = compile(tmp.path()) else {
-        assert!(
-            common::allow_skip(),
-            "no C compiler (cc) to build the stand-in libllama"
-        );
-        println!("skipped: no C compiler");
+    let Some(host) = hydra_fault::require::or_skip(
+        "preloaded_host_publishes_each_context_and_behaves_the_same",
+        compile(tmp.path()),
+        "no C compiler (cc, or $CC) to build the stand-in libllama",
+        "apt-get install gcc",
+    ) else {
         return;
     };
     let so = common::preload_so();

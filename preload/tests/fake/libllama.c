@@ -1,20 +1,9 @@
 /* A stand-in libllama with the llama.h signatures the preload wraps or queries (and
  * deliberately no llama_get_model, to check that a missing symbol is only absent).
  * llama_decode returns 1 for a batch of 77 tokens (no KV room), -1 for an empty one. */
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdlib.h>
 
-typedef struct llama_batch {
-    int32_t n_tokens;
-    int32_t *token;
-    float *embd;
-    int32_t *pos;
-    int32_t *n_seq_id;
-    int32_t **seq_id;
-    int8_t *logits;
-} llama_batch;
+#include "llama.h"
 
 struct llama_memory_i { int unused; };
 struct llama_context {
