@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 /// Slots in the corpus's template segment.
 pub const SLOTS: usize = 4;
 
+/// The engine id in the template segment's header: a file of its bytes reads as a valid
+/// segment only as `<TEMPLATE_ID>.hps` (FORMAT §2.2).
+pub const TEMPLATE_ID: &str = "template";
+
 /// What a reader must do with a case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -86,7 +90,7 @@ pub fn template() -> Vec<u8> {
     let tmp = crate::scratch("hydra-corpus-template.");
     let mut w = SegmentWriter::create(&SegmentConfig {
         dir: tmp.path().to_path_buf(),
-        engine_id: "template".into(),
+        engine_id: TEMPLATE_ID.into(),
         slot_count: SLOTS,
         description: EngineDescription {
             model_name: "corpus-model".into(),

@@ -311,14 +311,14 @@ fn a_segment_resized_while_mapped_is_reported_never_a_sigbus() {
     let root = scratch("hydra-resize.");
     let dir = root.path();
     let bytes = corpus::template();
-    let path = dir.join("resized.hps");
+    let path = dir.join(format!("{}.hps", corpus::TEMPLATE_ID));
     std::fs::write(&path, &bytes).unwrap();
 
     let reader = SegmentReader::open(&path).expect("open");
     let collector = Collector::new(dir, Thresholds::default());
     assert!(collector.collect().engines[0].view.is_ok());
     let cdir = CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
-    let cid = CString::new("resized").unwrap();
+    let cid = CString::new(corpus::TEMPLATE_ID).unwrap();
     let mut cprobe = std::ptr::null_mut();
     // SAFETY: NUL-terminated strings and a valid out pointer.
     let rc = unsafe { c::hydra_probe_open(cdir.as_ptr(), cid.as_ptr(), &mut cprobe) };
@@ -391,7 +391,7 @@ fn readers_survive_a_file_that_keeps_changing_size() {
     let root = scratch("hydra-resize-loop.");
     let dir = root.path().to_path_buf();
     let bytes = corpus::template();
-    let path = dir.join("flapping.hps");
+    let path = dir.join(format!("{}.hps", corpus::TEMPLATE_ID));
     std::fs::write(&path, &bytes).unwrap();
     let reader = SegmentReader::open(&path).expect("open");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

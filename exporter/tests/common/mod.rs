@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// One second in ns.
 pub const S: u64 = 1_000_000_000;
 
-pub use hydra_fault::segments::{decode, description, Scratch};
+pub use hydra_fault::segments::{decode, Scratch};
 
 /// A state save in flight: `done` of `total` bytes.
 pub fn save(now: u64, done: u64, total: u64) -> SlotState {

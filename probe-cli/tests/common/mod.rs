@@ -6,7 +6,7 @@
 
 pub mod fake;
 
-use hydra_layout::{clock, Phase, SlotState, WorkUnit};
+use hydra_layout::{clock, SlotState};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
