@@ -17,6 +17,7 @@ pub mod config;
 pub mod http;
 pub mod progress;
 pub mod task;
+pub mod tokenize;
 
 use crate::server::config::ServerConfig;
 use crate::server::task::TaskSender;
