@@ -128,6 +128,9 @@ fn init_logging(default: &str) {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     hydra_engine::threads::set_cpu_threads(args.threads)?;
+    if let (Some(path), None) = (&args.model, &args.tokenizer_json) {
+        eprintln!("{}", hydra_engine::model::describe_gguf(path)?);
+    }
     let config = ServerConfig {
         model: match args.model {
             Some(path) => ModelSource::Gguf(path),

@@ -87,6 +87,7 @@ pub fn router(state: AppState) -> Router {
                 .layer(DefaultBodyLimit::max(state_limit)),
         )
         .route("/slots/{id}/state/meta", get(meta))
+        .merge(crate::server::tokenize::routes(state.shared.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(json_limit))
         .with_state(state)
@@ -374,7 +375,7 @@ impl AppState {
                 ))
             }
             (Some(text), None) => {
-                tok.encode(&text, p.add_bos.unwrap_or_else(|| tok.add_bos_by_default()))
+                tok.try_encode(&text, p.add_bos.unwrap_or_else(|| tok.add_bos_by_default()))?
             }
             (None, Some(ids)) => ids,
         };
