@@ -165,11 +165,18 @@ fn llama_cpp_vocab_vectors() {
     }
     let mut failures = Vec::new();
     for name in &names {
+        let started = std::time::Instant::now();
         let o = check_vocab(&dir, name);
+        let took = started.elapsed().as_secs_f64();
         match &o.refused {
             Some(msg) => println!("vocab {:<16} refused: {msg}", o.name),
-            None if o.total == 0 => println!("vocab {:<16} loads (no test vectors)", o.name),
-            None => println!("vocab {:<16} {}/{} match", o.name, o.passed, o.total),
+            None if o.total == 0 => {
+                println!("vocab {:<16} loads (no test vectors), {took:.1} s", o.name)
+            }
+            None => println!(
+                "vocab {:<16} {}/{} match, {took:.1} s",
+                o.name, o.passed, o.total
+            ),
         }
         let required = REQUIRED.contains(&name.as_str());
         if required && o.refused.is_some() {

@@ -8,27 +8,14 @@
 //!   asks for; `parse_special` recognises control tokens written in the text.
 //! - `/detokenize`: `{"tokens": [...]}` -> `{"content": "..."}`.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::routing::post;
-use axum::{Json, Router};
-use serde::de::DeserializeOwned;
+use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::server::api_error::ApiError;
-use crate::server::compute::Shared;
-
-/// The two routes, with the shared state they read (merged into the main router).
-pub fn routes<S: Clone + Send + Sync + 'static>(shared: Arc<Shared>) -> Router<S> {
-    Router::new()
-        .route("/tokenize", post(tokenize))
-        .route("/detokenize", post(detokenize))
-        .with_state(shared)
-}
-
+use crate::server::http::{engine_error, AppState};
 /// Body of `POST /tokenize`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,16 +56,13 @@ pub struct DetokenizeResponse {
     pub content: String,
 }
 
-fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.map_err(|r| ApiError::BadRequest(r.body_text()))?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))
-}
-
-async fn tokenize(
-    State(shared): State<Arc<Shared>>,
+/// `POST /tokenize`.
+pub(crate) async fn tokenize(
+    State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
-    let req: TokenizeRequest = parse(body)?;
+    let req: TokenizeRequest = state.json(body)?;
+    let shared = state.shared().clone();
     // Long texts take milliseconds: off the async workers, which also serve /slots.
     let tokens = tokio::task::spawn_blocking(move || {
         shared
@@ -86,19 +70,24 @@ async fn tokenize(
             .tokenize(&req.content, req.add_special, req.parse_special)
     })
     .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?
-    .map_err(ApiError::from)?;
+    .map_err(|e| {
+        tracing::error!(error = %e, "tokenize task failed");
+        ApiError::Internal
+    })?
+    .map_err(engine_error)?;
     Ok(Json(TokenizeResponse { tokens }))
 }
 
-async fn detokenize(
-    State(shared): State<Arc<Shared>>,
+/// `POST /detokenize`.
+pub(crate) async fn detokenize(
+    State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
-    let req: DetokenizeRequest = parse(body)?;
-    let content = shared
+    let req: DetokenizeRequest = state.json(body)?;
+    let content = state
+        .shared()
         .tokenizer
         .decode(&req.tokens)
-        .map_err(ApiError::from)?;
+        .map_err(engine_error)?;
     Ok(Json(DetokenizeResponse { content }))
 }
