@@ -6,6 +6,11 @@
 //! For each file: greedy tokens over 32 steps equal the reference's; the logits of
 //! every step agree within `TOLERANCE` of the largest logit; chunked prefill and a KV
 //! state saved and restored into another slot give the same tokens.
+//!
+//! candle's quantized models read no RoPE scaling, so the scaled files are checked
+//! against each other: the same weights with `rope.scaling.*` metadata and with the
+//! `rope_freqs.weight` divisors llama.cpp's converter writes (computed by the generator
+//! the converter's way) give the same logits, and different ones from the unscaled file.
 //! Missing Python packages or vectors fail the test unless `HYDRA_ALLOW_SKIP=1`.
 
 use std::path::{Path, PathBuf};
@@ -17,9 +22,14 @@ use candle_core::{Device, Tensor};
 use hydra_engine::{Conversion, LoadOptions, Logits, Model, Slots};
 
 /// Largest |ours - reference| allowed, relative to the largest |reference logit|
-/// of the step. The same kernels run in the same order for llama and qwen2; qwen3's
-/// reference uses candle's CPU flash attention, which sums in another order.
+/// of the step. The same kernels run in the same order for llama and qwen2 (measured
+/// difference 0); qwen3's reference uses candle's CPU flash attention, which sums in
+/// another order, and computes its RoPE frequencies in f64.
 const TOLERANCE: f32 = 1e-4;
+/// Two spellings of the same RoPE scaling: the frequencies differ in the last bits.
+const SAME_SCALING: f32 = 1e-5;
+/// A RoPE scaling must move the logits at least this much (relative) to count as applied.
+const SCALING_EFFECT: f32 = 1e-3;
 const STEPS: usize = 32;
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. 日本語 1234!";
 
@@ -31,8 +41,14 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The test models' directory, made (once per generator version) if needed.
+/// The test models' directory, made (once per generator version) if needed; the
+/// tests of this file share one generator run.
 fn test_models() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_test_models).clone()
+}
+
+fn make_test_models() -> Option<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/make_gguf.py");
     let source = std::fs::read(&script).expect("read make_gguf.py");
     let cache = std::env::var_os("HYDRA_CACHE_DIR")
@@ -185,6 +201,32 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>) {
     }
 }
 
+/// Our greedy tokens and each step's logits over `STEPS` steps.
+fn greedy_run(dir: &Path, file: &str) -> (String, Vec<u32>, Vec<Vec<f32>>) {
+    let path = dir.join(format!("{file}.gguf"));
+    let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
+    let arch = model.info().architecture.clone();
+    let prompt = model
+        .tokenizer()
+        .encode(PROMPT, model.tokenizer().add_bos_by_default());
+    let mut slots = Slots::new(model, 1, 256).unwrap();
+    let mut logits = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
+    let (mut tokens, mut all) = (Vec::new(), Vec::new());
+    for _ in 0..STEPS {
+        let next = logits.argmax();
+        tokens.push(next);
+        all.push(logits.as_slice().to_vec());
+        logits = slots.decode_step(0, next).unwrap();
+    }
+    (arch, tokens, all)
+}
+
+fn worst_step(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .zip(b)
+        .fold(0f32, |m, (x, y)| m.max(max_rel_diff(x, y)))
+}
+
 #[test]
 fn families_match_candle_reference_models() {
     let Some(dir) = test_models() else { return };
@@ -194,6 +236,42 @@ fn families_match_candle_reference_models() {
     check_family(&dir, "llama-bpe", "llama", Some("llama-bpe"));
     // Qwen2: Q/K/V biases, NeoX RoPE, tied embeddings.
     check_family(&dir, "qwen2", "qwen2", Some("qwen2"));
-    // Qwen3: per-head Q/K norms, head size 32 != 64 / 4.
+    // Qwen3: per-head Q/K norms, head size 32 != 64 / 4, tied embeddings.
     check_family(&dir, "qwen3", "qwen3", Some("qwen2"));
+}
+
+#[test]
+fn mistral_and_rope_scaling_variants() {
+    let Some(dir) = test_models() else { return };
+    let (_, plain_tokens, plain) = greedy_run(&dir, "llama-spm");
+    // `mistral` runs as llama: the same weights give the same logits.
+    let (arch, tokens, logits) = greedy_run(&dir, "mistral");
+    assert_eq!(arch, "mistral");
+    assert_eq!(tokens, plain_tokens, "mistral");
+    assert_eq!(worst_step(&logits, &plain), 0.0, "mistral");
+    let mut scaled = Vec::new();
+    for (meta, freqs) in [
+        ("llama-linear", "llama-linear-freqs"),
+        ("llama-llama3", "llama-llama3-freqs"),
+    ] {
+        let (_, t_meta, l_meta) = greedy_run(&dir, meta);
+        let (_, t_freqs, l_freqs) = greedy_run(&dir, freqs);
+        let same = worst_step(&l_meta, &l_freqs);
+        let effect = worst_step(&l_meta, &plain);
+        println!(
+            "{meta}: metadata vs rope_freqs.weight {same:.2e}, vs unscaled {effect:.2e} of the largest logit"
+        );
+        assert_eq!(t_meta, t_freqs, "{meta}: greedy tokens");
+        assert!(same <= SAME_SCALING, "{meta}: {same:e}");
+        assert!(
+            effect >= SCALING_EFFECT,
+            "{meta}: scaling not applied ({effect:e})"
+        );
+        scaled.push(l_meta);
+    }
+    let between = worst_step(&scaled[0], &scaled[1]);
+    assert!(
+        between >= SCALING_EFFECT,
+        "linear and llama3 agree: {between:e}"
+    );
 }
