@@ -34,7 +34,8 @@ enum Command {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// GGUF model file (llama family).
+    /// GGUF model file: architecture llama, mistral, qwen2 or qwen3; tokenizer llama
+    /// (SentencePiece) or gpt2 (byte-level BPE with a pre-tokenizer llama.cpp knows).
     #[arg(
         long,
         value_name = "PATH.gguf",

@@ -79,19 +79,7 @@ fn smollm2_answers_paris_and_matches_reference() {
     let prompt = model.tokenizer().encode(&prompt_text, false);
     let mut slots = Slots::new(model.clone(), 1, 512).unwrap();
     let logits = slots.prefill(0, &prompt, 32, &mut ()).unwrap();
-    let params = GenerateParams {
-        n_predict: 32,
-        stop_at_eos: false,
-    };
-    let out = generate(
-        &mut slots,
-        0,
-        logits,
-        &mut Sampler::greedy(),
-        &params,
-        &mut (),
-    )
-    .unwrap();
+    let out = common::generate_greedy(&mut slots, 0, logits, common::params(32, false), &mut ());
     let text = model.tokenizer().decode(&out.tokens).unwrap();
     println!("SmolLM2 says: {text:?}");
     assert!(text.contains("Paris"), "answer: {text:?}");

@@ -42,6 +42,19 @@ fn tokenize_and_detokenize_roundtrip_with_llama_cpp_shapes() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["tokens"].as_array().unwrap().len(), "<|eos|>".len());
 
+    // with_pieces: each token with its text, or its bytes where they are part of a
+    // character (llama.cpp's shape).
+    let (status, body) = post(&e, "/tokenize", r#"{"content":"hé","with_pieces":true}"#);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["tokens"],
+        serde_json::json!([
+            {"id": 104, "piece": "h"},
+            {"id": 0xc3, "piece": [0xc3]},
+            {"id": 0xa9, "piece": [0xa9]},
+        ])
+    );
+
     let (status, body) = post(&e, "/detokenize", &format!(r#"{{"tokens":{ids:?}}}"#));
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["content"], "hé<|eos|>x");
@@ -125,17 +138,10 @@ fn write_metadata_only(path: &Path, md: &[(&str, Value)]) {
 /// serves, `None` (the line comes before the model loads; the server is then stopped);
 /// for a file it refuses, the code it exits with by itself.
 fn serve_stderr_first_line(model: &Path, refused: bool) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--threads",
-            "1",
-            "--no-publish",
-        ])
-        .arg("--model")
-        .arg(model)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-engine"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--threads", "1"]);
+    cmd.args(["--no-publish", "--model"]).arg(model);
+    let mut child = cmd
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

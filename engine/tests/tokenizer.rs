@@ -31,12 +31,20 @@ fn gguf_and_tokenizer_json_agree() {
         .map(|(i, t)| (t.clone(), serde_json::Value::from(i)))
         .collect();
     let n = tokens.len();
+    // Every field a tokenizer.json written by `tokenizers` carries.
+    let added = |id: usize, content: &str| {
+        serde_json::json!({
+            "id": id, "content": content, "special": true, "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false
+        })
+    };
     let json = serde_json::json!({
-        "added_tokens": [
-            {"id": n - 2, "content": "<|endoftext|>", "special": true},
-            {"id": n - 1, "content": "<|im_start|>", "special": true}
-        ],
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false},
+        "version": "1.0",
+        "added_tokens": [added(n - 2, "<|endoftext|>"), added(n - 1, "<|im_start|>")],
+        "pre_tokenizer": {
+            "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+            "use_regex": true
+        },
         "model": {
             "type": "BPE",
             "vocab": vocab,

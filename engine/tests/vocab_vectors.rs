@@ -196,3 +196,38 @@ fn input_split_matches_llama_cpp() {
         vec!["a", "", " b\n"]
     );
 }
+
+/// Control tokens written in the text, with `parse_special` (llama.cpp's
+/// `tokenizer_st_partition`): each is its own id, and the text around them is
+/// tokenized as if alone; for SentencePiece that includes the space prefix after
+/// every control token (llama.cpp's `is_prev_special`). BOS comes first with
+/// `add_special` where the vocabulary asks for it.
+#[test]
+fn control_tokens_in_text_split_it_as_llama_cpp_does() {
+    let Some(dir) = vocab_dir() else { return };
+    for (name, open, close) in [
+        ("llama-spm", "<s>", "</s>"),
+        ("llama-bpe", "<|start_header_id|>", "<|eot_id|>"),
+        ("qwen2", "<|im_start|>", "<|im_end|>"),
+    ] {
+        let tok = Tokenizer::from_gguf_file(&dir.join(format!("ggml-vocab-{name}.gguf"))).unwrap();
+        let id = |s: &str| {
+            let ids = tok.tokenize(s, false, true).unwrap();
+            assert_eq!(ids.len(), 1, "{name}: {s} is one control token: {ids:?}");
+            assert!(tok.is_special(ids[0]), "{name}: {s}");
+            ids[0]
+        };
+        let plain = |s: &str| tok.tokenize(s, false, false).unwrap();
+        let text = format!("{open}Hello{close} world");
+        let mut want = Vec::new();
+        want.extend(tok.add_bos_by_default().then(|| tok.bos_token()).flatten());
+        want.push(id(open));
+        want.extend(plain("Hello"));
+        want.push(id(close));
+        want.extend(plain(" world"));
+        assert_eq!(tok.tokenize(&text, true, true).unwrap(), want, "{name}");
+        // Without parse_special the markers are ordinary text.
+        let literal = tok.tokenize(&text, false, false).unwrap();
+        assert!(!literal.contains(&id(open)), "{name}: {literal:?}");
+    }
+}

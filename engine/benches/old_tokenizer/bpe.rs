@@ -8,24 +8,6 @@ use super::pretok::PreTokenizer;
 /// Marks a byte the vocabulary has no token for.
 const MISSING: u32 = u32::MAX;
 
-/// GPT-2's reversible map from bytes to printable characters.
-pub fn bytes_to_unicode() -> [char; 256] {
-    let mut map = ['\0'; 256];
-    let mut n = 0u32;
-    for b in 0..256u32 {
-        let printable =
-            (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
-        let c = if printable {
-            b
-        } else {
-            n += 1;
-            255 + n
-        };
-        map[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
-    }
-    map
-}
-
 /// The BPE model: byte symbols, merge ranks and the pre-tokenizer.
 #[derive(Debug, Clone)]
 pub struct Bpe {
@@ -46,7 +28,7 @@ impl Bpe {
         pre: PreTokenizer,
         unk: Option<u32>,
     ) -> Result<Self, String> {
-        let b2u = bytes_to_unicode();
+        let b2u = hydra_engine::tokenizer::bytes_to_unicode();
         let mut byte_ids = [MISSING; 256];
         for (b, c) in b2u.iter().enumerate() {
             if let Some(&id) = vocab.get(&c.to_string()) {

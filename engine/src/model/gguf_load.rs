@@ -16,18 +16,27 @@ use super::{LoadOptions, Model, Parts};
 use crate::error::{EngineError, Result};
 use crate::tokenizer::{SpecialIds, Tokenizer};
 
+/// Open a GGUF file and read its header (metadata and tensor index); the reader is
+/// left for the tensors.
+pub(crate) fn read_header(path: &Path) -> Result<(Content, BufReader<File>)> {
+    let mut reader = BufReader::new(File::open(path).map_err(|source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?);
+    let ct = Content::read(&mut reader).map_err(|e| EngineError::InvalidModel {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    Ok((ct, reader))
+}
+
 pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<Model> {
     let start = Instant::now();
     let invalid = |message: String| EngineError::InvalidModel {
         path: path.to_path_buf(),
         message,
     };
-    let io = |source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut reader = BufReader::new(File::open(path).map_err(io)?);
-    let ct = Content::read(&mut reader).map_err(|e| invalid(e.to_string()))?;
+    let (ct, mut reader) = read_header(path)?;
     let md = &ct.metadata;
     let s = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
     let arch = s("general.architecture").unwrap_or_default();

@@ -2,7 +2,7 @@
 
 pub mod builtin;
 pub mod config;
-mod gguf_load;
+pub(crate) mod gguf_load;
 pub(crate) mod llama;
 pub mod quant;
 pub(crate) mod qwen2;

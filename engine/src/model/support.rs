@@ -62,17 +62,7 @@ impl Support {
 /// qwen2, tokenizer gpt2, pre-tokenizer qwen2"), reading only its metadata;
 /// a file the engine cannot serve is the error naming the key and value.
 pub fn describe_gguf(path: &Path) -> Result<String> {
-    let mut f =
-        std::io::BufReader::new(std::fs::File::open(path).map_err(|source| EngineError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?);
-    let ct = candle_core::quantized::gguf_file::Content::read(&mut f).map_err(|e| {
-        EngineError::InvalidModel {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        }
-    })?;
+    let (ct, _) = super::gguf_load::read_header(path)?;
     let s = Support::check(&ct.metadata, path)?;
     Ok(format!("model {}: {s}", path.display()))
 }

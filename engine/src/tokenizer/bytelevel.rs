@@ -3,8 +3,9 @@
 
 use std::sync::OnceLock;
 
-/// The character each byte is written as.
-pub(crate) fn bytes_to_unicode() -> [char; 256] {
+/// The character each byte is written as in a byte-level BPE vocabulary (GPT-2's
+/// `bytes_to_unicode`), in byte order.
+pub fn bytes_to_unicode() -> [char; 256] {
     let mut map = ['\0'; 256];
     let mut n = 0u32;
     for b in 0..256u32 {

@@ -48,15 +48,25 @@ pub(crate) mod token_type {
 /// The SentencePiece word-boundary mark.
 pub(crate) const SPM_SPACE: char = '\u{2581}';
 
-/// The tokenizer metadata of a GGUF file.
+/// The tokenizer metadata of a GGUF file: `tokenizer.ggml.tokens` (each token's text,
+/// by id), `scores` (SentencePiece merge priority, 0 where absent), `token_type` (see
+/// [`token_type`], normal where absent), `merges` (`"left right"`, highest priority
+/// first) and the scalar keys.
 #[derive(Debug, Clone)]
 pub(crate) struct GgufVocab {
-    /// `tokenizer.ggml.pre`.
-    pub(crate) pre: Option<String>,
     pub(crate) tokens: Vec<String>,
     pub(crate) scores: Vec<f32>,
     pub(crate) types: Vec<i32>,
     pub(crate) merges: Vec<String>,
+    pub(crate) keys: SpecialKeys,
+}
+
+/// `tokenizer.ggml.pre`, `tokenizer.ggml.{bos,eos,eot,unknown}_token_id` (each only if
+/// in the vocabulary; eot: end of turn) and `tokenizer.ggml.add_{bos,eos}_token`,
+/// `add_space_prefix` (SentencePiece; default true), as the file gives them.
+#[derive(Debug, Clone)]
+pub(crate) struct SpecialKeys {
+    pub(crate) pre: Option<String>,
     pub(crate) bos: Option<u32>,
     pub(crate) eos: Option<u32>,
     pub(crate) eot: Option<u32>,
@@ -111,7 +121,6 @@ impl GgufVocab {
         };
         let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
         Ok(Self {
-            pre: get_str("tokenizer.ggml.pre"),
             merges: strings(md, "tokenizer.ggml.merges", false)?,
             scores: {
                 let mut s = scores;
@@ -119,13 +128,16 @@ impl GgufVocab {
                 s
             },
             types: pad(types),
-            bos: in_range(get_u32("tokenizer.ggml.bos_token_id")),
-            eos: in_range(get_u32("tokenizer.ggml.eos_token_id")),
-            eot: in_range(get_u32("tokenizer.ggml.eot_token_id")),
-            unk: in_range(get_u32("tokenizer.ggml.unknown_token_id")),
-            add_bos: get_bool("tokenizer.ggml.add_bos_token"),
-            add_eos: get_bool("tokenizer.ggml.add_eos_token"),
-            add_space_prefix: get_bool("tokenizer.ggml.add_space_prefix"),
+            keys: SpecialKeys {
+                pre: get_str("tokenizer.ggml.pre"),
+                bos: in_range(get_u32("tokenizer.ggml.bos_token_id")),
+                eos: in_range(get_u32("tokenizer.ggml.eos_token_id")),
+                eot: in_range(get_u32("tokenizer.ggml.eot_token_id")),
+                unk: in_range(get_u32("tokenizer.ggml.unknown_token_id")),
+                add_bos: get_bool("tokenizer.ggml.add_bos_token"),
+                add_eos: get_bool("tokenizer.ggml.add_eos_token"),
+                add_space_prefix: get_bool("tokenizer.ggml.add_space_prefix"),
+            },
             tokens,
         })
     }
@@ -191,6 +203,7 @@ impl GgufVocab {
         ranked.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
         let merges = ranked.into_iter().map(|(_, _, a, b)| (a, b)).collect();
         let unk = self
+            .keys
             .unk
             .or(Some(0))
             .filter(|&u| (u as usize) < self.tokens.len());
@@ -204,7 +217,7 @@ impl GgufVocab {
         let mut hf = HfTokenizer::new(bpe);
         let space = SPM_SPACE.to_string();
         let replace = Replace::new(" ", space.as_str()).map_err(hf_err)?;
-        let normalizer: NormalizerWrapper = if self.add_space_prefix.unwrap_or(true) {
+        let normalizer: NormalizerWrapper = if self.keys.add_space_prefix.unwrap_or(true) {
             NormSequence::new(vec![Prepend::new(space.clone()).into(), replace.into()]).into()
         } else {
             replace.into()
@@ -247,7 +260,7 @@ impl GgufVocab {
         let mut builder = BPE::builder()
             .vocab_and_merges(vocab, merges)
             .ignore_merges(pre.ignore_merges);
-        if let Some(u) = self.unk {
+        if let Some(u) = self.keys.unk {
             builder = builder.unk_token(self.tokens[u as usize].clone());
         }
         let bpe = builder.build().map_err(hf_err)?;
@@ -282,10 +295,10 @@ impl GgufVocab {
 
     /// The pre-tokenizer of a `gpt2` vocabulary, or the error naming the key.
     pub(crate) fn pre_tokenizer(&self) -> Result<PreTokenizerSpec> {
-        PreTokenizerSpec::from_gguf_name(self.pre.as_deref()).ok_or_else(|| {
+        PreTokenizerSpec::from_gguf_name(self.keys.pre.as_deref()).ok_or_else(|| {
             EngineError::UnsupportedTokenizer {
                 key: "tokenizer.ggml.pre".into(),
-                value: self.pre.clone().unwrap_or_default(),
+                value: self.keys.pre.clone().unwrap_or_default(),
                 supported: KNOWN.join(", "),
             }
         })

@@ -23,6 +23,7 @@ use candle_core::quantized::gguf_file::Value;
 use tokenizers::Tokenizer as HfTokenizer;
 
 use crate::error::{EngineError, Result};
+pub use bytelevel::bytes_to_unicode;
 use gguf::{hf_err, GgufVocab};
 
 /// Family name reported for GPT-2 style byte-level BPE vocabularies.
@@ -125,18 +126,7 @@ impl Tokenizer {
 
     /// Read only the tokenizer of a GGUF file (its metadata, not its weights).
     pub fn from_gguf_file(path: &std::path::Path) -> Result<Self> {
-        let mut f = std::io::BufReader::new(std::fs::File::open(path).map_err(|source| {
-            EngineError::Io {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?);
-        let ct = candle_core::quantized::gguf_file::Content::read(&mut f).map_err(|e| {
-            EngineError::InvalidModel {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            }
-        })?;
+        let (ct, _) = crate::model::gguf_load::read_header(path)?;
         Self::from_gguf_metadata(&ct.metadata)
     }
 
@@ -165,9 +155,9 @@ impl Tokenizer {
         // llama.cpp's defaults where the file names no BOS/EOS.
         let (bos_default, eos_default) = if spm { (1, 2) } else { (11, 11) };
         let in_vocab = |id: u32| ((id as usize) < n).then_some(id);
-        let bos = v.bos.or_else(|| in_vocab(bos_default));
+        let bos = v.keys.bos.or_else(|| in_vocab(bos_default));
         let mut eos = Vec::new();
-        for id in [v.eos.or_else(|| in_vocab(eos_default)), v.eot]
+        for id in [v.keys.eos.or_else(|| in_vocab(eos_default)), v.keys.eot]
             .into_iter()
             .flatten()
         {
@@ -185,8 +175,8 @@ impl Tokenizer {
             byte_specials: Vec::new(),
             bos,
             eos,
-            add_bos: v.add_bos.unwrap_or(add_bos_default),
-            add_eos: v.add_eos.unwrap_or(false),
+            add_bos: v.keys.add_bos.unwrap_or(add_bos_default),
+            add_eos: v.keys.add_eos.unwrap_or(false),
         })
     }
 
