@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
 use hydra_engine::{
-    generate, EngineError, FinishReason, FnObserver, GenerateParams, LoadOptions, Logits, Model,
-    Sampler, SamplerConfig, Slots, StateError, StepDone, StepStart,
+    generate, EngineError, FinishReason, FnObserver, LoadOptions, Logits, Model, Sampler,
+    SamplerConfig, Slots, StateError, StepDone, StepStart,
 };
 
 fn builtin() -> Arc<Model> {

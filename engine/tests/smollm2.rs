@@ -7,9 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use hydra_engine::model::quant::convert_gguf_file;
-use hydra_engine::{
-    generate, Conversion, GenerateParams, LoadOptions, Model, Sampler, Slots, Tokenizer,
-};
+use hydra_engine::{Conversion, LoadOptions, Model, Slots, Tokenizer};
 
 /// Expected ids from Hugging Face `tokenizers` built from this GGUF's vocab
 /// and merges with SmolLM2's pre-tokenizer (Digits(individual) + ByteLevel).
