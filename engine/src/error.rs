@@ -31,7 +31,7 @@ pub enum EngineError {
     },
     /// The model's architecture is not one the engine implements.
     #[error(
-        "unsupported model architecture {architecture:?} in {path} (supported: llama, mistral)"
+        "unsupported model architecture in {path}: general.architecture = {architecture:?} (supported: llama, mistral, qwen2, qwen3)"
     )]
     UnsupportedArchitecture {
         /// The model file.
@@ -40,12 +40,14 @@ pub enum EngineError {
         architecture: String,
     },
     /// The tokenizer family named by the model is not implemented.
-    #[error(
-        "unsupported tokenizer family {family:?} (supported: gpt2 byte-level BPE, hydra-bytes)"
-    )]
+    #[error("unsupported tokenizer: {key} = {value:?} (supported: {supported})")]
     UnsupportedTokenizer {
-        /// `tokenizer.ggml.model` (or the `tokenizer.json` model type).
-        family: String,
+        /// The metadata key (`tokenizer.ggml.model`, `tokenizer.ggml.pre`, ...).
+        key: String,
+        /// Its value in the file.
+        value: String,
+        /// The values this build reads.
+        supported: String,
     },
     /// The tokenizer data is inconsistent.
     #[error("invalid tokenizer: {0}")]

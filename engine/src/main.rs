@@ -34,7 +34,8 @@ enum Command {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// GGUF model file (llama family).
+    /// GGUF model file: architecture llama, mistral, qwen2 or qwen3; tokenizer llama
+    /// (SentencePiece) or gpt2 (byte-level BPE with a pre-tokenizer llama.cpp knows).
     #[arg(
         long,
         value_name = "PATH.gguf",
@@ -128,6 +129,9 @@ fn init_logging(default: &str) {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     hydra_engine::threads::set_cpu_threads(args.threads)?;
+    if let (Some(path), None) = (&args.model, &args.tokenizer_json) {
+        eprintln!("{}", hydra_engine::model::describe_gguf(path)?);
+    }
     let config = ServerConfig {
         model: match args.model {
             Some(path) => ModelSource::Gguf(path),

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
 use hydra_engine::{
-    generate, EngineError, FinishReason, FnObserver, GenerateParams, LoadOptions, Logits, Model,
-    Sampler, SamplerConfig, Slots, StateError, StepDone, StepStart,
+    generate, EngineError, FinishReason, FnObserver, LoadOptions, Logits, Model, Sampler,
+    SamplerConfig, Slots, StateError, StepDone, StepStart,
 };
 
 fn builtin() -> Arc<Model> {
@@ -17,20 +17,7 @@ fn builtin() -> Arc<Model> {
 
 fn greedy(slots: &mut Slots, slot: usize, prompt: &[u32], n: usize) -> Vec<u32> {
     let logits = slots.prefill(slot, prompt, 64, &mut ()).unwrap();
-    let params = GenerateParams {
-        n_predict: n,
-        stop_at_eos: true,
-    };
-    generate(
-        slots,
-        slot,
-        logits,
-        &mut Sampler::greedy(),
-        &params,
-        &mut (),
-    )
-    .unwrap()
-    .tokens
+    common::generate_greedy(slots, slot, logits, common::params(n, true), &mut ()).tokens
 }
 
 #[test]
@@ -67,11 +54,8 @@ fn builtin_model_generates_deterministically() {
     for _ in 0..2 {
         slots.erase(0).unwrap();
         let l = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
-        let params = GenerateParams {
-            n_predict: 32,
-            stop_at_eos: false,
-        };
         let mut s = Sampler::new(cfg).unwrap();
+        let params = common::params(32, false);
         runs.push(
             generate(&mut slots, 0, l, &mut s, &params, &mut ())
                 .unwrap()
@@ -261,19 +245,7 @@ fn observer_reports_progress_and_cancel_keeps_done_chunks() {
             }
         },
     };
-    let params = GenerateParams {
-        n_predict: 20,
-        stop_at_eos: false,
-    };
-    let g = generate(
-        &mut slots,
-        0,
-        full,
-        &mut Sampler::greedy(),
-        &params,
-        &mut obs,
-    )
-    .unwrap();
+    let g = common::generate_greedy(&mut slots, 0, full, common::params(20, false), &mut obs);
     assert_eq!(g.finish, FinishReason::Cancelled);
     assert_eq!(g.tokens, seen);
     assert_eq!(g.tokens.len(), 5);
@@ -337,11 +309,7 @@ fn bad_input_is_a_typed_error_not_a_panic() {
     // generate stops cleanly at the context limit.
     slots.erase(1).unwrap();
     let l1 = slots.prefill(1, &long[..60], 8, &mut ()).unwrap();
-    let params = GenerateParams {
-        n_predict: 10,
-        stop_at_eos: false,
-    };
-    let g = generate(&mut slots, 1, l1, &mut Sampler::greedy(), &params, &mut ()).unwrap();
+    let g = common::generate_greedy(&mut slots, 1, l1, common::params(10, false), &mut ());
     assert_eq!(g.finish, FinishReason::ContextFull);
     assert_eq!(g.tokens.len(), 4);
     drop(l);
@@ -375,28 +343,14 @@ fn state_save_restore_continues_identically() {
     assert_eq!(slots.n_past(1).unwrap(), prompt.len());
     assert_eq!(slots.state_size(1).unwrap(), size);
 
-    let params = GenerateParams {
-        n_predict: 24,
-        stop_at_eos: false,
-    };
-    let a = generate(
+    let a = common::generate_greedy(
         &mut slots,
         0,
         logits.clone(),
-        &mut Sampler::greedy(),
-        &params,
+        common::params(24, false),
         &mut (),
-    )
-    .unwrap();
-    let b = generate(
-        &mut slots,
-        1,
-        logits,
-        &mut Sampler::greedy(),
-        &params,
-        &mut (),
-    )
-    .unwrap();
+    );
+    let b = common::generate_greedy(&mut slots, 1, logits, common::params(24, false), &mut ());
     assert_eq!(a.tokens, b.tokens);
     assert_eq!(a.next_logits, b.next_logits);
 

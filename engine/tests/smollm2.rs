@@ -7,9 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use hydra_engine::model::quant::convert_gguf_file;
-use hydra_engine::{
-    generate, Conversion, GenerateParams, LoadOptions, Model, Sampler, Slots, Tokenizer,
-};
+use hydra_engine::{Conversion, LoadOptions, Model, Slots, Tokenizer};
 
 /// Expected ids from Hugging Face `tokenizers` built from this GGUF's vocab
 /// and merges with SmolLM2's pre-tokenizer (Digits(individual) + ByteLevel).
@@ -79,19 +77,7 @@ fn smollm2_answers_paris_and_matches_reference() {
     let prompt = model.tokenizer().encode(&prompt_text, false);
     let mut slots = Slots::new(model.clone(), 1, 512).unwrap();
     let logits = slots.prefill(0, &prompt, 32, &mut ()).unwrap();
-    let params = GenerateParams {
-        n_predict: 32,
-        stop_at_eos: false,
-    };
-    let out = generate(
-        &mut slots,
-        0,
-        logits,
-        &mut Sampler::greedy(),
-        &params,
-        &mut (),
-    )
-    .unwrap();
+    let out = common::generate_greedy(&mut slots, 0, logits, common::params(32, false), &mut ());
     let text = model.tokenizer().decode(&out.tokens).unwrap();
     println!("SmolLM2 says: {text:?}");
     assert!(text.contains("Paris"), "answer: {text:?}");

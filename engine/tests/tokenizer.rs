@@ -1,4 +1,5 @@
-//! Tokenizer loading paths: GGUF metadata, tokenizer.json, unsupported families.
+//! Tokenizer loading paths: GGUF metadata, tokenizer.json, unsupported families,
+//! and the BOS/EOS/special-token flags llama.cpp reads from the metadata.
 
 mod common;
 
@@ -30,12 +31,20 @@ fn gguf_and_tokenizer_json_agree() {
         .map(|(i, t)| (t.clone(), serde_json::Value::from(i)))
         .collect();
     let n = tokens.len();
+    // Every field a tokenizer.json written by `tokenizers` carries.
+    let added = |id: usize, content: &str| {
+        serde_json::json!({
+            "id": id, "content": content, "special": true, "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false
+        })
+    };
     let json = serde_json::json!({
-        "added_tokens": [
-            {"id": n - 2, "content": "<|endoftext|>", "special": true},
-            {"id": n - 1, "content": "<|im_start|>", "special": true}
-        ],
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false},
+        "version": "1.0",
+        "added_tokens": [added(n - 2, "<|endoftext|>"), added(n - 1, "<|im_start|>")],
+        "pre_tokenizer": {
+            "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+            "use_regex": true
+        },
         "model": {
             "type": "BPE",
             "vocab": vocab,
@@ -62,18 +71,21 @@ fn gguf_and_tokenizer_json_agree() {
 #[test]
 fn unsupported_tokenizers_are_clear_errors() {
     let (mut md, _) = tiny();
-    md.insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
+    md.insert("tokenizer.ggml.model".into(), Value::String("bert".into()));
     let e = Tokenizer::from_gguf_metadata(&md).unwrap_err();
     assert!(matches!(e, EngineError::UnsupportedTokenizer { .. }), "{e}");
-    assert!(e.to_string().contains("\"llama\""), "{e}");
+    assert!(
+        e.to_string().contains("tokenizer.ggml.model = \"bert\""),
+        "{e}"
+    );
 
     let (mut md, _) = tiny();
-    md.insert(
-        "tokenizer.ggml.pre".into(),
-        Value::String("llama-bpe".into()),
-    );
+    md.insert("tokenizer.ggml.pre".into(), Value::String("tekken".into()));
     let e = Tokenizer::from_gguf_metadata(&md).unwrap_err();
-    assert!(e.to_string().contains("llama-bpe"), "{e}");
+    assert!(
+        e.to_string().contains("tokenizer.ggml.pre = \"tekken\""),
+        "{e}"
+    );
 
     let e = Tokenizer::from_gguf_metadata(&HashMap::new()).unwrap_err();
     assert!(matches!(e, EngineError::InvalidTokenizer(_)), "{e}");
@@ -84,4 +96,37 @@ fn unsupported_tokenizers_are_clear_errors() {
     )
     .unwrap_err();
     assert!(matches!(e, EngineError::UnsupportedTokenizer { .. }), "{e}");
+}
+
+#[test]
+fn special_flags_come_from_the_metadata() {
+    let (mut md, tokens) = tiny();
+    let n = tokens.len() as u32;
+    let (eos, im_start) = (n - 2, n - 1);
+    let t = Tokenizer::from_gguf_metadata(&md).unwrap();
+    assert_eq!(t.pre_tokenizer(), Some("gpt2"));
+    assert!(!t.add_bos_by_default());
+    // Control tokens are recognised only when asked to.
+    let with = t.tokenize("<|im_start|>hello", false, true).unwrap();
+    assert_eq!(with[0], im_start);
+    let without = t.tokenize("<|im_start|>hello", false, false).unwrap();
+    assert!(!without.contains(&im_start));
+    assert_eq!(t.decode(&without).unwrap(), "<|im_start|>hello");
+
+    md.insert("tokenizer.ggml.bos_token_id".into(), Value::U32(im_start));
+    md.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(true));
+    md.insert("tokenizer.ggml.add_eos_token".into(), Value::Bool(true));
+    let t = Tokenizer::from_gguf_metadata(&md).unwrap();
+    assert!(t.add_bos_by_default());
+    let ids = t.tokenize("hello", true, false).unwrap();
+    assert_eq!((ids[0], *ids.last().unwrap()), (im_start, eos));
+    assert_eq!(
+        t.tokenize("hello", false, false).unwrap().len(),
+        ids.len() - 2
+    );
+
+    // A file without tokenizer.ggml.pre gets llama.cpp's "default" pre-tokenizer.
+    md.remove("tokenizer.ggml.pre");
+    let t = Tokenizer::from_gguf_metadata(&md).unwrap();
+    assert_eq!(t.pre_tokenizer(), Some("default"));
 }

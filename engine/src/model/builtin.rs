@@ -26,7 +26,7 @@ use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
-use super::config::LlamaConfig;
+use super::config::{Architecture, LlamaConfig, RopeScaling};
 use crate::error::Result;
 use crate::hash::hash64;
 use crate::tokenizer::bytes;
@@ -60,6 +60,9 @@ impl Default for BuiltinSpec {
                 n_ctx_train: 4096,
                 rope_theta: 10_000.0,
                 rms_eps: 1e-5,
+                head_dim: 32,
+                arch: Architecture::Llama,
+                rope_scaling: RopeScaling::None,
             },
             seed: BUILTIN_SEED,
         }

@@ -1,6 +1,90 @@
 //! Hyper-parameters of a llama-family model.
 
+use super::transformer::AttentionParts;
+use super::{llama, qwen2, qwen3};
 use crate::error::{EngineError, Result};
+
+/// The decoder families the engine runs (one file each under `model/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Architecture {
+    /// `llama`, `mistral`.
+    #[default]
+    Llama,
+    /// `qwen2`: Q/K/V biases, NeoX RoPE.
+    Qwen2,
+    /// `qwen3`: per-head Q/K norms, NeoX RoPE.
+    Qwen3,
+}
+
+impl Architecture {
+    /// The family of a `general.architecture` value, if the engine runs it.
+    pub fn from_gguf(name: &str) -> Option<Self> {
+        if llama::ARCHITECTURES.contains(&name) {
+            Some(Self::Llama)
+        } else if qwen2::ARCHITECTURES.contains(&name) {
+            Some(Self::Qwen2)
+        } else if qwen3::ARCHITECTURES.contains(&name) {
+            Some(Self::Qwen3)
+        } else {
+            None
+        }
+    }
+
+    /// Every `general.architecture` value the engine runs.
+    pub fn supported() -> Vec<&'static str> {
+        [
+            llama::ARCHITECTURES,
+            qwen2::ARCHITECTURES,
+            qwen3::ARCHITECTURES,
+        ]
+        .concat()
+    }
+
+    /// Whether RoPE rotates the two halves of a head (GPT-NeoX) rather than adjacent pairs.
+    pub fn rope_neox(self) -> bool {
+        match self {
+            Self::Llama => llama::ROPE_NEOX,
+            Self::Qwen2 => qwen2::ROPE_NEOX,
+            Self::Qwen3 => qwen3::ROPE_NEOX,
+        }
+    }
+
+    pub(crate) fn attention_parts(self) -> AttentionParts {
+        match self {
+            Self::Llama => llama::PARTS,
+            Self::Qwen2 => qwen2::PARTS,
+            Self::Qwen3 => qwen3::PARTS,
+        }
+    }
+}
+
+/// How RoPE frequencies are scaled for contexts beyond the trained one.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    #[default]
+    None,
+    /// Every frequency divided by `factor` (`rope.scaling.type = linear`).
+    Linear {
+        /// `rope.scaling.factor`.
+        factor: f32,
+    },
+    /// Llama 3.1's scaling: long wavelengths divided by `factor`, short ones
+    /// kept, a smooth blend between (`rope.scaling.type = llama3`).
+    Llama3 {
+        /// `rope.scaling.factor`.
+        factor: f32,
+        /// `rope.scaling.low_freq_factor`.
+        low_freq_factor: f32,
+        /// `rope.scaling.high_freq_factor`.
+        high_freq_factor: f32,
+        /// `rope.scaling.original_context_length`.
+        original_context: usize,
+    },
+    /// One divisor per rotated pair, from the file's `rope_freqs.weight`
+    /// (how llama.cpp's converter stores Llama 3.1's scaling).
+    Factors(Vec<f32>),
+}
 
 /// Shape and numeric constants of a llama-family decoder.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,12 +107,18 @@ pub struct LlamaConfig {
     pub rope_theta: f32,
     /// RMS norm epsilon.
     pub rms_eps: f64,
+    /// Size of one attention head (`attention.key_length`, else `n_embd / n_head`).
+    pub head_dim: usize,
+    /// The decoder family.
+    pub arch: Architecture,
+    /// RoPE frequency scaling.
+    pub rope_scaling: RopeScaling,
 }
 
 impl LlamaConfig {
     /// Size of one attention head.
     pub fn head_dim(&self) -> usize {
-        self.n_embd / self.n_head
+        self.head_dim
     }
 
     /// Check the relations the forward pass relies on.
@@ -42,11 +132,8 @@ impl LlamaConfig {
         if self.n_layer == 0 || self.n_embd == 0 || self.n_head == 0 || self.n_kv_head == 0 {
             return bad(format!("zero-sized dimension in {self:?}"));
         }
-        if self.n_embd % self.n_head != 0 {
-            return bad(format!(
-                "embedding size {} is not a multiple of the head count {}",
-                self.n_embd, self.n_head
-            ));
+        if self.head_dim == 0 {
+            return bad("zero head size".into());
         }
         if self.n_head % self.n_kv_head != 0 {
             return bad(format!(
@@ -56,6 +143,15 @@ impl LlamaConfig {
         }
         if self.head_dim() % 2 != 0 {
             return bad(format!("head size {} is odd", self.head_dim()));
+        }
+        if let RopeScaling::Factors(f) = &self.rope_scaling {
+            if f.len() != self.head_dim / 2 {
+                return bad(format!(
+                    "rope_freqs.weight has {} factors, expected {}",
+                    f.len(),
+                    self.head_dim / 2
+                ));
+            }
         }
         if self.vocab_size == 0 || self.n_ctx_train == 0 {
             return bad("empty vocabulary or context".into());

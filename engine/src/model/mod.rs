@@ -2,9 +2,15 @@
 
 pub mod builtin;
 pub mod config;
-mod gguf_load;
+pub(crate) mod gguf_load;
 pub(crate) mod llama;
 pub mod quant;
+pub(crate) mod qwen2;
+pub(crate) mod qwen3;
+mod support;
+pub(crate) mod transformer;
+
+pub use support::{describe_gguf, Support};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,8 +24,8 @@ use crate::hash::Hasher64;
 use crate::tokenizer::Tokenizer;
 use builtin::{BuiltinSpec, BUILTIN_DTYPE, BUILTIN_NAME};
 use config::LlamaConfig;
-use llama::LlamaWeights;
 use quant::Conversion;
+use transformer::DecoderWeights;
 
 /// How to load a model file.
 #[derive(Debug, Clone, Default)]
@@ -44,8 +50,10 @@ pub struct ModelInfo {
     pub quantization: String,
     /// The file loaded; `None` for the embedded model.
     pub path: Option<PathBuf>,
-    /// Tokenizer family ("gpt2", "hydra-bytes").
+    /// Tokenizer family ("gpt2", "llama", "hydra-bytes").
     pub tokenizer_family: String,
+    /// Pre-tokenizer of a byte-level BPE vocabulary (`tokenizer.ggml.pre`).
+    pub tokenizer_pre: Option<String>,
     /// Context length the model was trained with.
     pub n_ctx_train: usize,
     /// Vocabulary size (rows of the embedding matrix); valid ids are below it.
@@ -73,7 +81,7 @@ pub struct Model {
     info: ModelInfo,
     config: LlamaConfig,
     tokenizer: Tokenizer,
-    pub(crate) weights: LlamaWeights,
+    pub(crate) weights: DecoderWeights,
 }
 
 /// The parts a loader hands to [`Model::assemble`].
@@ -90,8 +98,8 @@ pub(crate) struct Parts {
 }
 
 impl Model {
-    /// Load a GGUF file of the llama family (llama, mistral; grouped-query
-    /// attention and tied embeddings included).
+    /// Load a GGUF file of a supported family (llama, mistral, qwen2, qwen3;
+    /// grouped-query attention, tied embeddings and RoPE scaling included).
     pub fn load_gguf(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self> {
         gguf_load::load(path.as_ref(), opts)
     }
@@ -162,13 +170,14 @@ impl Model {
         let fingerprint = h.finish();
         let source = p.path.clone().unwrap_or_else(|| PathBuf::from("<builtin>"));
         let dev = p.device.open()?;
-        let weights = LlamaWeights::from_tensors(&p.config, p.tensors, &dev, &source)?;
+        let weights = DecoderWeights::from_tensors(&p.config, p.tensors, &dev, &source)?;
         let info = ModelInfo {
             name: p.name,
             architecture: p.architecture,
             quantization: p.quantization,
             path: p.path,
             tokenizer_family: p.tokenizer.family().to_string(),
+            tokenizer_pre: p.tokenizer.pre_tokenizer().map(str::to_string),
             n_ctx_train: p.config.n_ctx_train,
             vocab_size: p.config.vocab_size,
             bos_token: p.tokenizer.bos_token(),

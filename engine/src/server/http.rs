@@ -42,9 +42,14 @@ impl From<TaskError> for ApiError {
 }
 
 /// An engine error met while validating a request in the front end, classified the one
-/// way the compute thread classifies it.
-fn engine_error(e: crate::EngineError) -> ApiError {
-    ApiError::from(TaskError::from(e))
+/// way the compute thread classifies it; an internal one is logged here, its text never
+/// reaching the client.
+pub(crate) fn engine_error(e: crate::EngineError) -> ApiError {
+    let e = TaskError::from(e);
+    if e.is_internal() {
+        tracing::error!(error = %e, "request failed");
+    }
+    ApiError::from(e)
 }
 
 /// Shared state of every handler: one `Clone` struct of `Arc`s.
@@ -87,6 +92,8 @@ pub fn router(state: AppState) -> Router {
                 .layer(DefaultBodyLimit::max(state_limit)),
         )
         .route("/slots/{id}/state/meta", get(meta))
+        .route("/tokenize", post(crate::server::tokenize::tokenize))
+        .route("/detokenize", post(crate::server::tokenize::detokenize))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(json_limit))
         .with_state(state)
@@ -352,7 +359,12 @@ impl AppState {
         }
     }
 
-    fn json<T: DeserializeOwned>(
+    /// What the handlers share with the compute thread.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub(crate) fn json<T: DeserializeOwned>(
         &self,
         body: Result<Bytes, BytesRejection>,
     ) -> Result<T, ApiError> {
@@ -373,9 +385,9 @@ impl AppState {
                     "missing \"prompt\" (text) or \"tokens\" (ids)".into(),
                 ))
             }
-            (Some(text), None) => {
-                tok.encode(&text, p.add_bos.unwrap_or_else(|| tok.add_bos_by_default()))
-            }
+            (Some(text), None) => tok
+                .try_encode(&text, p.add_bos.unwrap_or_else(|| tok.add_bos_by_default()))
+                .map_err(engine_error)?,
             (None, Some(ids)) => ids,
         };
         if tokens.is_empty() {

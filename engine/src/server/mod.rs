@@ -20,6 +20,7 @@ pub mod http;
 pub mod progress;
 pub mod task;
 pub mod task_error;
+pub mod tokenize;
 
 use crate::server::config::ServerConfig;
 use crate::server::task::TaskSender;

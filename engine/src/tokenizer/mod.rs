@@ -1,30 +1,69 @@
-//! Tokenizers: GPT-2 style byte-level BPE read from a GGUF's
-//! `tokenizer.ggml.*` metadata or from a `tokenizer.json`, and the byte
-//! tokenizer of the embedded model.
+//! Tokenizers: SentencePiece (`llama`) and byte-level BPE (`gpt2`)
+//! vocabularies read from a GGUF's `tokenizer.ggml.*` metadata or from a
+//! Hugging Face `tokenizer.json`, run by the Hugging Face `tokenizers` crate;
+//! and the byte tokenizer of the embedded model.
 //!
-//! Special tokens (control and user-defined tokens, such as `<|im_start|>`)
-//! written literally in the text are recognised by [`Tokenizer::encode`].
+//! Encoding follows llama.cpp's `llama_tokenize`: [`Tokenizer::tokenize`]
+//! takes its `add_special` and `parse_special` flags. Special tokens (control
+//! tokens such as `<|im_start|>`) written in the text are recognised when
+//! `parse_special` is set; user-defined tokens always are. Decoding is a
+//! lookup of the bytes each token stands for, so that streamed output can hold
+//! back a character split across tokens.
 
-mod bpe;
+mod bytelevel;
 pub mod bytes;
+mod gguf;
 mod json;
 mod pretok;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::Value;
+use tokenizers::Tokenizer as HfTokenizer;
 
 use crate::error::{EngineError, Result};
-use bpe::Bpe;
-use pretok::PreTokenizer;
+pub use bytelevel::bytes_to_unicode;
+use gguf::{hf_err, GgufVocab};
 
 /// Family name reported for GPT-2 style byte-level BPE vocabularies.
 pub const GPT2_FAMILY: &str = "gpt2";
+/// Family name reported for SentencePiece vocabularies (Llama 2, Mistral, Phi-3).
+pub const SPM_FAMILY: &str = "llama";
 
-#[derive(Debug, Clone)]
+/// The tokenizer models `tokenizer.ggml.model` may name.
+const SUPPORTED_MODELS: &str = "llama (SentencePiece), gpt2 (byte-level BPE), hydra-bytes";
+
+#[derive(Clone)]
 enum Encoder {
     Bytes,
-    Bpe(Box<Bpe>),
+    /// Shared: clones of a [`Tokenizer`] (the model's, the server's) cost nothing.
+    Hf {
+        /// Matches special tokens written in the text.
+        parse_special: Arc<HfTokenizer>,
+        /// Encodes special tokens' text as ordinary text.
+        plain: Arc<HfTokenizer>,
+    },
+}
+
+impl std::fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bytes => f.write_str("Bytes"),
+            Self::Hf { .. } => f.write_str("HuggingFace"),
+        }
+    }
+}
+
+impl Encoder {
+    fn hf(tokenizer: HfTokenizer) -> Self {
+        let mut plain = tokenizer.clone();
+        plain.set_encode_special_tokens(true);
+        Self::Hf {
+            parse_special: Arc::new(tokenizer),
+            plain: Arc::new(plain),
+        }
+    }
 }
 
 /// Ids of the special tokens a vocabulary file may not carry itself.
@@ -44,240 +83,167 @@ pub struct SpecialIds {
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     family: String,
+    pre: Option<String>,
     encoder: Encoder,
     /// Bytes each token decodes to.
     pieces: Vec<Vec<u8>>,
-    /// Special tokens matched literally in text, longest first.
-    specials: Vec<(String, u32)>,
+    /// Special tokens of the byte tokenizer, matched literally, longest first.
+    byte_specials: Vec<(String, u32)>,
     is_special: Vec<bool>,
     bos: Option<u32>,
     eos: Vec<u32>,
     add_bos: bool,
+    add_eos: bool,
 }
 
 impl Tokenizer {
     /// The byte tokenizer of the embedded model (see [`bytes`]).
     pub fn bytes() -> Self {
         let pieces = bytes::pieces();
-        let specials = bytes::SPECIALS
+        let mut byte_specials: Vec<(String, u32)> = bytes::SPECIALS
             .iter()
             .enumerate()
             .map(|(i, s)| (s.to_string(), 256 + i as u32))
             .collect();
-        Self::assemble(
-            bytes::FAMILY.into(),
-            Encoder::Bytes,
-            pieces,
-            specials,
-            Some(bytes::BOS),
-            vec![bytes::EOS],
-            false,
-        )
-    }
-
-    fn assemble(
-        family: String,
-        encoder: Encoder,
-        pieces: Vec<Vec<u8>>,
-        mut specials: Vec<(String, u32)>,
-        bos: Option<u32>,
-        eos: Vec<u32>,
-        add_bos: bool,
-    ) -> Self {
+        byte_specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
         let mut is_special = vec![false; pieces.len()];
-        specials.retain(|(s, id)| !s.is_empty() && (*id as usize) < pieces.len());
-        for (_, id) in &specials {
+        for (_, id) in &byte_specials {
             is_special[*id as usize] = true;
         }
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
-        let n = pieces.len() as u32;
         Self {
-            family,
-            encoder,
+            family: bytes::FAMILY.into(),
+            pre: None,
+            encoder: Encoder::Bytes,
             pieces,
-            specials,
+            byte_specials,
             is_special,
-            bos: bos.filter(|&b| b < n),
-            eos: eos.into_iter().filter(|&e| e < n).collect(),
-            add_bos,
+            bos: Some(bytes::BOS),
+            eos: vec![bytes::EOS],
+            add_bos: false,
+            add_eos: false,
         }
     }
 
     /// Read only the tokenizer of a GGUF file (its metadata, not its weights).
     pub fn from_gguf_file(path: &std::path::Path) -> Result<Self> {
-        let mut f = std::io::BufReader::new(std::fs::File::open(path).map_err(|source| {
-            EngineError::Io {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?);
-        let ct = candle_core::quantized::gguf_file::Content::read(&mut f).map_err(|e| {
-            EngineError::InvalidModel {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            }
-        })?;
+        let (ct, _) = crate::model::gguf_load::read_header(path)?;
         Self::from_gguf_metadata(&ct.metadata)
     }
 
     /// Read a tokenizer from GGUF metadata (`tokenizer.ggml.*`).
     ///
-    /// Supports `tokenizer.ggml.model = "gpt2"` with the `gpt2`/`default` and
-    /// `smollm` pre-tokenizers; anything else is
-    /// [`EngineError::UnsupportedTokenizer`].
+    /// `tokenizer.ggml.model` may be `llama` (SentencePiece) or `gpt2`
+    /// (byte-level BPE, with one of the pre-tokenizers llama.cpp names in
+    /// `tokenizer.ggml.pre`); anything else is
+    /// [`EngineError::UnsupportedTokenizer`] naming the key and its value.
     pub fn from_gguf_metadata(md: &HashMap<String, Value>) -> Result<Self> {
-        let get_str = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
-        let get_u32 = |k: &str| md.get(k).and_then(|v| v.to_u32().ok());
-        let model = get_str("tokenizer.ggml.model").ok_or_else(|| {
-            EngineError::InvalidTokenizer("the model has no tokenizer.ggml.model metadata".into())
-        })?;
+        let (model, _) = Self::gguf_kind(md)?;
         if model == bytes::FAMILY {
             return Ok(Self::bytes());
         }
-        if model != GPT2_FAMILY {
-            return Err(EngineError::UnsupportedTokenizer { family: model });
-        }
-        let pre_name = get_str("tokenizer.ggml.pre");
-        let pre = PreTokenizer::from_gguf_name(pre_name.as_deref()).ok_or_else(|| {
-            EngineError::UnsupportedTokenizer {
-                family: format!(
-                    "gpt2 with pre-tokenizer {:?} (supported: default, gpt2, smollm, starcoder)",
-                    pre_name.unwrap_or_default()
-                ),
-            }
-        })?;
-        let strings = |k: &str| -> Result<Vec<String>> {
-            let v = md
-                .get(k)
-                .ok_or_else(|| EngineError::InvalidTokenizer(format!("missing {k}")))?;
-            let v = v
-                .to_vec()
-                .map_err(|_| EngineError::InvalidTokenizer(format!("{k} is not an array")))?;
-            v.iter()
-                .map(|s| {
-                    s.to_string().cloned().map_err(|_| {
-                        EngineError::InvalidTokenizer(format!("{k} holds a non-string"))
-                    })
-                })
-                .collect()
+        let v = GgufVocab::read(md)?;
+        let spm = model == SPM_FAMILY;
+        let (hf, pieces, pre) = if spm {
+            let (hf, pieces) = v.build_spm()?;
+            (hf, pieces, None)
+        } else {
+            let pre = v.pre_tokenizer()?;
+            let (hf, pieces) = v.build_bpe(&pre)?;
+            (hf, pieces, Some(pre))
         };
-        let tokens = strings("tokenizer.ggml.tokens")?;
-        let merges = strings("tokenizer.ggml.merges")?;
-        let types: Vec<i32> = match md.get("tokenizer.ggml.token_type").map(|v| v.to_vec()) {
-            Some(Ok(v)) => v.iter().map(|t| t.to_i32().unwrap_or(1)).collect(),
-            _ => vec![1; tokens.len()],
-        };
-        let merges: Vec<(String, String)> = merges
-            .iter()
-            .filter_map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-            })
-            .collect();
-        // Control (3) and user-defined (4) tokens are matched literally.
-        let specials: Vec<(String, u32)> = tokens
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| matches!(types.get(*i), Some(3) | Some(4)))
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let n = v.tokens.len();
+        // llama.cpp's defaults where the file names no BOS/EOS.
+        let (bos_default, eos_default) = if spm { (1, 2) } else { (11, 11) };
+        let in_vocab = |id: u32| ((id as usize) < n).then_some(id);
+        let bos = v.keys.bos.or_else(|| in_vocab(bos_default));
         let mut eos = Vec::new();
-        for k in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
-            if let Some(id) = get_u32(k) {
-                if !eos.contains(&id) {
-                    eos.push(id);
-                }
+        for id in [v.keys.eos.or_else(|| in_vocab(eos_default)), v.keys.eot]
+            .into_iter()
+            .flatten()
+        {
+            if !eos.contains(&id) {
+                eos.push(id);
             }
         }
-        let add_bos = md
-            .get("tokenizer.ggml.add_bos_token")
-            .and_then(|v| v.to_bool().ok())
-            .unwrap_or(false);
-        Self::gpt2(
-            tokens,
-            &merges,
-            specials,
-            pre,
-            SpecialIds {
-                bos: get_u32("tokenizer.ggml.bos_token_id"),
-                eos,
-                unk: get_u32("tokenizer.ggml.unknown_token_id"),
-                add_bos,
-            },
-        )
+        let add_bos_default = spm || pre.as_ref().is_some_and(|p| p.ignore_merges);
+        Ok(Self {
+            family: model.clone(),
+            pre: pre.map(|p| p.name),
+            encoder: Encoder::hf(hf),
+            is_special: (0..n).map(|i| v.is_special(i)).collect(),
+            pieces,
+            byte_specials: Vec::new(),
+            bos,
+            eos,
+            add_bos: v.keys.add_bos.unwrap_or(add_bos_default),
+            add_eos: v.keys.add_eos.unwrap_or(false),
+        })
     }
 
-    /// Read a Hugging Face `tokenizer.json` (byte-level BPE only). `bos`,
-    /// `eos` and `add_bos` come from elsewhere (the GGUF), as
-    /// `tokenizer.json` does not carry them.
+    /// The tokenizer family (`tokenizer.ggml.model`) and pre-tokenizer
+    /// (`tokenizer.ggml.pre`, byte-level BPE only) GGUF metadata names,
+    /// checked without building the tokenizer: an unsupported value is
+    /// [`EngineError::UnsupportedTokenizer`] naming the key and the value.
+    pub fn gguf_kind(md: &HashMap<String, Value>) -> Result<(String, Option<String>)> {
+        let model = md
+            .get("tokenizer.ggml.model")
+            .and_then(|v| v.to_string().ok())
+            .ok_or_else(|| {
+                EngineError::InvalidTokenizer(
+                    "the model has no tokenizer.ggml.model metadata".into(),
+                )
+            })?;
+        match model.as_str() {
+            bytes::FAMILY | SPM_FAMILY => Ok((model.clone(), None)),
+            GPT2_FAMILY => {
+                let pre = md
+                    .get("tokenizer.ggml.pre")
+                    .and_then(|v| v.to_string().ok());
+                let spec = pretok::PreTokenizerSpec::from_gguf_name(pre.map(String::as_str))
+                    .ok_or_else(|| EngineError::UnsupportedTokenizer {
+                        key: "tokenizer.ggml.pre".into(),
+                        value: pre.cloned().unwrap_or_default(),
+                        supported: pretok::KNOWN.join(", "),
+                    })?;
+                Ok((model.clone(), Some(spec.name)))
+            }
+            _ => Err(EngineError::UnsupportedTokenizer {
+                key: "tokenizer.ggml.model".into(),
+                value: model.clone(),
+                supported: SUPPORTED_MODELS.into(),
+            }),
+        }
+    }
+
+    /// Read a Hugging Face `tokenizer.json` (BPE models). `bos`, `eos` and
+    /// `add_bos` come from elsewhere (the GGUF), as `tokenizer.json` does not
+    /// carry them.
     pub fn from_tokenizer_json(text: &str, ids: SpecialIds) -> Result<Self> {
         let j = json::parse(text)?;
-        let ids = SpecialIds {
-            unk: ids.unk.or(j.unk),
-            ..ids
-        };
-        Self::gpt2(j.tokens, &j.merges, j.specials, j.pre, ids)
+        let n = j.pieces.len() as u32;
+        Ok(Self {
+            family: GPT2_FAMILY.into(),
+            pre: Some("tokenizer.json".into()),
+            encoder: Encoder::hf(j.hf),
+            pieces: j.pieces,
+            byte_specials: Vec::new(),
+            is_special: j.special,
+            bos: ids.bos.filter(|&b| b < n),
+            eos: ids.eos.into_iter().filter(|&e| e < n).collect(),
+            add_bos: ids.add_bos,
+            add_eos: false,
+        })
     }
 
-    fn gpt2(
-        tokens: Vec<String>,
-        merges: &[(String, String)],
-        specials: Vec<(String, u32)>,
-        pre: PreTokenizer,
-        ids: SpecialIds,
-    ) -> Result<Self> {
-        let SpecialIds {
-            bos,
-            eos,
-            unk,
-            add_bos,
-        } = ids;
-        let vocab: HashMap<String, u32> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        let bpe = Bpe::new(&vocab, merges, pre, unk)?;
-        let b2u = bpe::bytes_to_unicode();
-        let mut u2b: HashMap<char, u8> = HashMap::with_capacity(256);
-        for (b, c) in b2u.iter().enumerate() {
-            u2b.insert(*c, b as u8);
-        }
-        let special_ids: std::collections::HashSet<u32> = specials.iter().map(|s| s.1).collect();
-        let pieces = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                if special_ids.contains(&(i as u32)) {
-                    return t.as_bytes().to_vec();
-                }
-                let mut out = Vec::with_capacity(t.len());
-                for c in t.chars() {
-                    match u2b.get(&c) {
-                        Some(b) => out.push(*b),
-                        None => {
-                            let mut buf = [0u8; 4];
-                            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                        }
-                    }
-                }
-                out
-            })
-            .collect();
-        Ok(Self::assemble(
-            GPT2_FAMILY.into(),
-            Encoder::Bpe(Box::new(bpe)),
-            pieces,
-            specials,
-            bos,
-            eos,
-            add_bos,
-        ))
-    }
-
-    /// The family name ("gpt2", "hydra-bytes").
+    /// The family name ("gpt2", "llama", "hydra-bytes").
     pub fn family(&self) -> &str {
         &self.family
+    }
+
+    /// The pre-tokenizer of a byte-level BPE vocabulary (`tokenizer.ggml.pre`,
+    /// "default" when the file names none); `None` for other families.
+    pub fn pre_tokenizer(&self) -> Option<&str> {
+        self.pre.as_deref()
     }
 
     /// Number of tokens.
@@ -300,28 +266,78 @@ impl Tokenizer {
         self.add_bos
     }
 
-    /// Whether `id` is a special (control) token.
+    /// Whether `id` is a special (control or user-defined) token.
     pub fn is_special(&self, id: u32) -> bool {
         self.is_special.get(id as usize).copied().unwrap_or(false)
     }
 
-    /// Encode `text`; special tokens written literally are recognised.
-    /// With `add_bos`, the BOS token (if any) is put first.
+    /// Encode `text`, recognising special tokens written in it; with `add_bos`,
+    /// the BOS token (if any) is put first. Use [`Self::try_encode`] to see
+    /// the (rare) errors of the underlying tokenizer, which this logs and
+    /// answers with no tokens.
     pub fn encode(&self, text: &str, add_bos: bool) -> Vec<u32> {
+        self.try_encode(text, add_bos).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "tokenizer failed; no tokens");
+            Vec::new()
+        })
+    }
+
+    /// [`Self::encode`], with the tokenizer's errors.
+    pub fn try_encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_bos {
-            if let Some(b) = self.bos {
-                out.push(b);
+            out.extend(self.bos);
+        }
+        self.encode_text(text, true, &mut out)?;
+        Ok(out)
+    }
+
+    /// llama.cpp's `llama_tokenize`: with `add_special`, BOS and EOS as the
+    /// vocabulary asks (`tokenizer.ggml.add_bos_token`, `add_eos_token`);
+    /// with `parse_special`, control tokens written in the text are
+    /// recognised (user-defined tokens always are).
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos {
+            out.extend(self.bos);
+        }
+        self.encode_text(text, parse_special, &mut out)?;
+        if add_special && self.add_eos {
+            out.extend(self.eos.first());
+        }
+        Ok(out)
+    }
+
+    fn encode_text(&self, text: &str, parse_special: bool, out: &mut Vec<u32>) -> Result<()> {
+        match &self.encoder {
+            Encoder::Bytes => {
+                self.encode_bytes(text, parse_special, out);
+                Ok(())
+            }
+            Encoder::Hf {
+                parse_special: with,
+                plain,
+            } => {
+                let hf = if parse_special { with } else { plain };
+                let enc = hf.encode_fast(text, false).map_err(hf_err)?;
+                out.extend_from_slice(enc.get_ids());
+                Ok(())
             }
         }
+    }
+
+    /// The byte tokenizer: one token per byte, specials matched literally.
+    fn encode_bytes(&self, text: &str, parse_special: bool, out: &mut Vec<u32>) {
         let mut rest = text;
         while !rest.is_empty() {
             // Earliest special occurrence (longest first at the same position).
             let mut found: Option<(usize, &str, u32)> = None;
-            for (s, id) in &self.specials {
-                if let Some(p) = rest.find(s.as_str()) {
-                    if found.is_none_or(|(fp, _, _)| p < fp) {
-                        found = Some((p, s, *id));
+            if parse_special {
+                for (s, id) in &self.byte_specials {
+                    if let Some(p) = rest.find(s.as_str()) {
+                        if found.is_none_or(|(fp, _, _)| p < fp) {
+                            found = Some((p, s, *id));
+                        }
                     }
                 }
             }
@@ -329,7 +345,7 @@ impl Tokenizer {
                 Some((p, s, id)) => (&rest[..p], Some((id, p + s.len()))),
                 None => (rest, None),
             };
-            self.encode_plain(plain, &mut out);
+            out.extend(plain.bytes().map(u32::from));
             match next {
                 Some((id, end)) => {
                     out.push(id);
@@ -337,14 +353,6 @@ impl Tokenizer {
                 }
                 None => break,
             }
-        }
-        out
-    }
-
-    fn encode_plain(&self, text: &str, out: &mut Vec<u32>) {
-        match &self.encoder {
-            Encoder::Bytes => out.extend(text.bytes().map(u32::from)),
-            Encoder::Bpe(bpe) => bpe.encode(text, out),
         }
     }
 
@@ -370,7 +378,9 @@ impl Tokenizer {
         }
     }
 
-    /// Decode ids to text; specials render as their text, invalid UTF-8 as U+FFFD.
+    /// Decode ids to text: the pieces one after the other (specials as their
+    /// text, SentencePiece's `▁` as a space, as llama.cpp's `/detokenize`),
+    /// invalid UTF-8 as U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         let mut bytes = Vec::new();
         for &id in ids {

@@ -14,23 +14,34 @@ pub fn real_model(test: &str) -> Option<PathBuf> {
     hydra_fault::require::smollm2_gguf(test)
 }
 
+/// Greedy generation of up to `n_predict` tokens in `slot` from `first`, with
+/// `observer` seeing every step.
+pub fn generate_greedy<O: hydra_engine::StepObserver>(
+    slots: &mut hydra_engine::Slots,
+    slot: usize,
+    first: hydra_engine::Logits,
+    params: hydra_engine::GenerateParams,
+    observer: &mut O,
+) -> hydra_engine::Generation {
+    let mut sampler = hydra_engine::Sampler::greedy();
+    hydra_engine::generate(slots, slot, first, &mut sampler, &params, observer).unwrap()
+}
+
+/// Generation parameters: `n_predict` tokens, stopping at EOS or not.
+pub fn params(n_predict: usize, stop_at_eos: bool) -> hydra_engine::GenerateParams {
+    hydra_engine::GenerateParams {
+        n_predict,
+        stop_at_eos,
+    }
+}
+
 /// GPT-2 byte-level vocabulary of 256 byte tokens, a few merges, and two
 /// specials (`<|endoftext|>` EOS, `<|im_start|>`), as GGUF metadata.
 pub fn tiny_gpt2_metadata() -> (Vec<(String, Value)>, usize) {
-    // GPT-2 bytes_to_unicode, in byte order.
-    let mut byte_chars = Vec::new();
-    let mut n = 0u32;
-    for b in 0..256u32 {
-        let printable =
-            (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
-        let c = if printable {
-            b
-        } else {
-            n += 1;
-            255 + n
-        };
-        byte_chars.push(char::from_u32(c).unwrap().to_string());
-    }
+    let byte_chars: Vec<String> = hydra_engine::tokenizer::bytes_to_unicode()
+        .iter()
+        .map(char::to_string)
+        .collect();
     let merges = [
         ("Ġ", "t"),
         ("h", "e"),

@@ -1,34 +1,16 @@
-//! GPT-2 style byte-level BPE over a vocabulary and a ranked merge list.
+//! The engine's previous hand-written byte-level BPE (before the `tokenizers`
+//! crate), kept only to measure the new tokenizer against it.
 
 use std::collections::HashMap;
 
 use super::pretok::PreTokenizer;
-use crate::error::{EngineError, Result};
 
 /// Marks a byte the vocabulary has no token for.
 const MISSING: u32 = u32::MAX;
 
-/// GPT-2's reversible map from bytes to printable characters.
-pub(crate) fn bytes_to_unicode() -> [char; 256] {
-    let mut map = ['\0'; 256];
-    let mut n = 0u32;
-    for b in 0..256u32 {
-        let printable =
-            (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
-        let c = if printable {
-            b
-        } else {
-            n += 1;
-            255 + n
-        };
-        map[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
-    }
-    map
-}
-
 /// The BPE model: byte symbols, merge ranks and the pre-tokenizer.
 #[derive(Debug, Clone)]
-pub(crate) struct Bpe {
+pub struct Bpe {
     /// Token id of each single byte (`MISSING` when the vocabulary lacks it).
     byte_ids: [u32; 256],
     /// Stands in for bytes the vocabulary lacks; without it they are dropped.
@@ -40,13 +22,13 @@ pub(crate) struct Bpe {
 
 impl Bpe {
     /// Build from byte-level vocabulary strings (`"Ġthe"`) and `"a b"` merges.
-    pub(crate) fn new(
+    pub fn new(
         vocab: &HashMap<String, u32>,
         merges: &[(String, String)],
         pre: PreTokenizer,
         unk: Option<u32>,
-    ) -> Result<Self> {
-        let b2u = bytes_to_unicode();
+    ) -> Result<Self, String> {
+        let b2u = hydra_engine::tokenizer::bytes_to_unicode();
         let mut byte_ids = [MISSING; 256];
         for (b, c) in b2u.iter().enumerate() {
             if let Some(&id) = vocab.get(&c.to_string()) {
@@ -55,9 +37,9 @@ impl Bpe {
         }
         // Some vocabularies (SmolLM2) lack a few control bytes; printable ASCII is a must.
         if let Some(b) = (b'!'..=b'~').find(|&b| byte_ids[b as usize] == MISSING) {
-            return Err(EngineError::InvalidTokenizer(format!(
+            return Err(format!(
                 "byte-level vocabulary lacks the token for byte 0x{b:02x}"
-            )));
+            ));
         }
         let mut map = HashMap::with_capacity(merges.len());
         for (rank, (a, b)) in merges.iter().enumerate() {
@@ -78,7 +60,7 @@ impl Bpe {
     }
 
     /// Encode ordinary text (no special tokens) into `out`.
-    pub(crate) fn encode(&self, text: &str, out: &mut Vec<u32>) {
+    pub fn encode(&self, text: &str, out: &mut Vec<u32>) {
         let mut pieces = Vec::new();
         self.pre.split(text, &mut pieces);
         let mut syms = Vec::new();

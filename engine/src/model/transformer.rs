@@ -1,0 +1,408 @@
+//! The decoder every supported family shares: RoPE, attention (with the
+//! optional Q/K/V biases and per-head Q/K norms some families add), the
+//! SwiGLU MLP and the block stack, run over one slot's KV cache.
+//!
+//! The arithmetic follows candle-transformers' quantized models
+//! (`quantized_llama`, `quantized_qwen2`) step for step (same kernels in the
+//! same order), so greedy tokens agree with those references; what differs is
+//! that the KV cache lives outside the weights, one per slot. The families
+//! themselves ([`super::llama`], [`super::qwen2`], [`super::qwen3`]) only say
+//! which of the optional pieces they have.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, IndexOp, Module, Tensor, D};
+use candle_nn::Embedding;
+use candle_transformers::quantized_nn::RmsNorm;
+
+use super::config::{LlamaConfig, RopeScaling};
+use crate::error::{EngineError, Result};
+
+/// One layer's cached keys and values, each `(1, n_kv_head, n_past, head_dim)` f32.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LayerKv {
+    pub(crate) kv: Option<(Tensor, Tensor)>,
+}
+
+/// The inverse frequencies of each rotated pair, with the configured scaling.
+pub(crate) fn rope_frequencies(cfg: &LlamaConfig) -> Vec<f32> {
+    let head_dim = cfg.head_dim();
+    let base: Vec<f32> = (0..head_dim)
+        .step_by(2)
+        .map(|i| 1f32 / cfg.rope_theta.powf(i as f32 / head_dim as f32))
+        .collect();
+    match &cfg.rope_scaling {
+        RopeScaling::None => base,
+        RopeScaling::Linear { factor } => base.iter().map(|f| f / factor).collect(),
+        RopeScaling::Factors(factors) => base.iter().zip(factors).map(|(f, d)| f / d).collect(),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_context,
+        } => {
+            let old = *original_context as f32;
+            let low_wavelen = old / low_freq_factor;
+            let high_wavelen = old / high_freq_factor;
+            base.iter()
+                .map(|&f| {
+                    let wavelen = 2.0 * std::f32::consts::PI / f;
+                    if wavelen < high_wavelen {
+                        f
+                    } else if wavelen > low_wavelen {
+                        f / factor
+                    } else {
+                        let smooth = (old / wavelen - low_freq_factor)
+                            / (high_freq_factor - low_freq_factor);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+/// Precomputed RoPE tables for positions `0..n_ctx`.
+#[derive(Debug, Clone)]
+pub(crate) struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+    n_ctx: usize,
+    /// Rotate halves (`x[i]`, `x[i + d/2]`, GPT-NeoX) rather than adjacent pairs.
+    neox: bool,
+}
+
+impl Rope {
+    pub(crate) fn new(cfg: &LlamaConfig, n_ctx: usize, device: &Device) -> Result<Self> {
+        let theta = rope_frequencies(cfg);
+        let theta = Tensor::new(theta.as_slice(), device)?;
+        let idx_theta = Tensor::arange(0, n_ctx as u32, device)?
+            .to_dtype(DType::F32)?
+            .reshape((n_ctx, 1))?
+            .matmul(&theta.reshape((1, theta.elem_count()))?)?;
+        Ok(Self {
+            cos: idx_theta.cos()?,
+            sin: idx_theta.sin()?,
+            n_ctx,
+            neox: cfg.arch.rope_neox(),
+        })
+    }
+
+    fn apply(&self, x: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
+        let (_b, _h, seq_len, _d) = x.dims4()?;
+        let cos = self.cos.narrow(0, index_pos, seq_len)?;
+        let sin = self.sin.narrow(0, index_pos, seq_len)?;
+        if self.neox {
+            candle_nn::rotary_emb::rope(&x.contiguous()?, &cos, &sin)
+        } else {
+            candle_nn::rotary_emb::rope_i(&x.contiguous()?, &cos, &sin)
+        }
+    }
+}
+
+/// Optional parts of the attention block, as a family has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AttentionParts {
+    /// Biases on the Q, K and V projections (Qwen2).
+    pub(crate) qkv_bias: bool,
+    /// RMS norm of each head of Q and K before RoPE (Qwen3).
+    pub(crate) qk_norm: bool,
+}
+
+#[derive(Debug)]
+struct Attention {
+    wq: QMatMul,
+    wk: QMatMul,
+    wv: QMatMul,
+    wo: QMatMul,
+    bias: Option<[Tensor; 3]>,
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
+}
+
+#[derive(Debug)]
+struct Mlp {
+    w_gate: QMatMul,
+    w_down: QMatMul,
+    w_up: QMatMul,
+}
+
+impl Mlp {
+    fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
+        let gate = self.w_gate.forward(xs)?;
+        let up = self.w_up.forward(xs)?;
+        self.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)
+    }
+}
+
+#[derive(Debug)]
+struct Layer {
+    attn: Attention,
+    mlp: Mlp,
+    attn_norm: RmsNorm,
+    ffn_norm: RmsNorm,
+}
+
+/// The weights of a decoder, shared by every slot.
+#[derive(Debug)]
+pub(crate) struct DecoderWeights {
+    cfg: LlamaConfig,
+    embeddings: Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    output: QMatMul,
+    neg_inf: Tensor,
+    device: Device,
+}
+
+fn take(
+    tensors: &mut HashMap<String, QTensor>,
+    name: &str,
+    dims: &[usize],
+) -> Result<QTensor, String> {
+    let t = tensors
+        .remove(name)
+        .ok_or_else(|| format!("missing tensor {name}"))?;
+    // candle reports (rows, cols), the reverse of the GGUF dims.
+    if t.shape().dims() != dims {
+        return Err(format!(
+            "tensor {name} has shape {:?}, expected {dims:?}",
+            t.shape().dims()
+        ));
+    }
+    Ok(t)
+}
+
+impl DecoderWeights {
+    /// Build from named GGUF tensors (`token_embd.weight`, `blk.N.attn_q.weight`, ...).
+    /// `output.weight` is optional (tied embeddings).
+    ///
+    /// A missing or misshapen tensor is an [`EngineError::InvalidModel`] naming `source`.
+    pub(crate) fn from_tensors(
+        cfg: &LlamaConfig,
+        mut tensors: HashMap<String, QTensor>,
+        device: &Device,
+        source: &Path,
+    ) -> Result<Self> {
+        let invalid = |message: String| EngineError::InvalidModel {
+            path: source.to_path_buf(),
+            message,
+        };
+        let parts = cfg.arch.attention_parts();
+        let (e, v, hd) = (cfg.n_embd, cfg.vocab_size, cfg.head_dim());
+        let (q_dim, kv_dim) = (cfg.n_head * hd, cfg.n_kv_head * hd);
+        let tok = take(&mut tensors, "token_embd.weight", &[v, e]).map_err(invalid)?;
+        let embeddings = Embedding::new(tok.dequantize(device)?, e);
+        let output = if tensors.contains_key("output.weight") {
+            QMatMul::from_qtensor(take(&mut tensors, "output.weight", &[v, e]).map_err(invalid)?)?
+        } else {
+            // Tied embeddings: the output projection reuses the quantized embedding matrix.
+            QMatMul::from_arc(Arc::new(tok))?
+        };
+        let norm = take(&mut tensors, "output_norm.weight", &[e]).map_err(invalid)?;
+        let norm = RmsNorm::from_qtensor(norm, cfg.rms_eps)?;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let mut get = |name: &str, dims: &[usize]| -> Result<QTensor> {
+                take(&mut tensors, &format!("blk.{i}.{name}"), dims).map_err(invalid)
+            };
+            let mm = QMatMul::from_qtensor;
+            let bias = if parts.qkv_bias {
+                Some([
+                    get("attn_q.bias", &[q_dim])?.dequantize(device)?,
+                    get("attn_k.bias", &[kv_dim])?.dequantize(device)?,
+                    get("attn_v.bias", &[kv_dim])?.dequantize(device)?,
+                ])
+            } else {
+                None
+            };
+            let qk_norm = if parts.qk_norm {
+                Some((
+                    RmsNorm::from_qtensor(get("attn_q_norm.weight", &[hd])?, cfg.rms_eps)?,
+                    RmsNorm::from_qtensor(get("attn_k_norm.weight", &[hd])?, cfg.rms_eps)?,
+                ))
+            } else {
+                None
+            };
+            layers.push(Layer {
+                attn: Attention {
+                    wq: mm(get("attn_q.weight", &[q_dim, e])?)?,
+                    wk: mm(get("attn_k.weight", &[kv_dim, e])?)?,
+                    wv: mm(get("attn_v.weight", &[kv_dim, e])?)?,
+                    wo: mm(get("attn_output.weight", &[e, q_dim])?)?,
+                    bias,
+                    qk_norm,
+                },
+                mlp: Mlp {
+                    w_gate: mm(get("ffn_gate.weight", &[cfg.n_ff, e])?)?,
+                    w_down: mm(get("ffn_down.weight", &[e, cfg.n_ff])?)?,
+                    w_up: mm(get("ffn_up.weight", &[cfg.n_ff, e])?)?,
+                },
+                attn_norm: RmsNorm::from_qtensor(get("attn_norm.weight", &[e])?, cfg.rms_eps)?,
+                ffn_norm: RmsNorm::from_qtensor(get("ffn_norm.weight", &[e])?, cfg.rms_eps)?,
+            });
+        }
+        Ok(Self {
+            cfg: cfg.clone(),
+            embeddings,
+            layers,
+            norm,
+            output,
+            neg_inf: Tensor::new(f32::NEG_INFINITY, device)?,
+            device: device.clone(),
+        })
+    }
+
+    pub(crate) fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Q, K (after the optional bias and per-head norm, before RoPE) and V,
+    /// each `(1, heads, seq, head_dim)`.
+    fn qkv(&self, attn: &Attention, xs: &Tensor) -> candle_core::Result<[Tensor; 3]> {
+        let cfg = &self.cfg;
+        let (b, s, _) = xs.dims3()?;
+        let hd = cfg.head_dim();
+        let mut q = attn.wq.forward(xs)?;
+        let mut k = attn.wk.forward(xs)?;
+        let mut v = attn.wv.forward(xs)?;
+        if let Some([bq, bk, bv]) = &attn.bias {
+            q = q.broadcast_add(bq)?;
+            k = k.broadcast_add(bk)?;
+            v = v.broadcast_add(bv)?;
+        }
+        let mut q = q.reshape((b, s, cfg.n_head, hd))?;
+        let mut k = k.reshape((b, s, cfg.n_kv_head, hd))?;
+        if let Some((qn, kn)) = &attn.qk_norm {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        Ok([
+            q.transpose(1, 2)?,
+            k.transpose(1, 2)?,
+            v.reshape((b, s, cfg.n_kv_head, hd))?
+                .transpose(1, 2)?
+                .contiguous()?,
+        ])
+    }
+
+    /// Run `tokens` (already range-checked) at positions `index_pos..`, appending
+    /// to `cache`, and return the logits of the last position as a `(vocab,)` f32 tensor.
+    ///
+    /// Each layer's cache is replaced as soon as that layer has run, as candle's reference
+    /// does, so the old buffers are freed and reused at once. If a later layer fails (only
+    /// a failing tensor operation can, inputs are validated first), some layers already
+    /// hold the new positions: the caller must then discard the whole cache
+    /// ([`crate::Slots`] erases the slot).
+    pub(crate) fn forward(
+        &self,
+        tokens: &[u32],
+        index_pos: usize,
+        cache: &mut [LayerKv],
+        rope: &Rope,
+    ) -> Result<Tensor> {
+        let seq_len = tokens.len();
+        if index_pos + seq_len > rope.n_ctx || cache.len() != self.layers.len() {
+            return Err(EngineError::InvalidOption {
+                name: "forward",
+                message: "position beyond the RoPE table or cache/layer mismatch".into(),
+            });
+        }
+        let cfg = &self.cfg;
+        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim());
+        let x = Tensor::new(tokens, &self.device)?.unsqueeze(0)?;
+        let mask = if seq_len == 1 {
+            None
+        } else {
+            Some(candle_transformers::utils::build_causal_mask(
+                seq_len,
+                index_pos,
+                &self.device,
+            )?)
+        };
+        let mut h = self.embeddings.forward(&x)?;
+        for (layer, lkv) in self.layers.iter().zip(cache.iter_mut()) {
+            let residual = &h;
+            let xs = layer.attn_norm.forward(&h)?;
+            let (b, s, _) = xs.dims3()?;
+            let [q, k, v] = self.qkv(&layer.attn, &xs)?;
+            let q = rope.apply(&q, index_pos)?;
+            let k = rope.apply(&k, index_pos)?;
+            let (k, v) = match &lkv.kv {
+                Some((kc, vc)) if index_pos > 0 => {
+                    (Tensor::cat(&[kc, &k], 2)?, Tensor::cat(&[vc, &v], 2)?)
+                }
+                _ => (k, v),
+            };
+            // Replace this layer's cache at once, as candle's reference does: the previous
+            // buffers are freed here and the allocator reuses them for the next layer's
+            // concatenation (holding every layer's old cache until the end of the forward
+            // cost ~10% of decode speed on SmolLM2 in fresh allocations).
+            lkv.kv = Some((k.clone(), v.clone()));
+            let k = candle_transformers::utils::repeat_kv(k, n_head / n_kv)?;
+            let v = candle_transformers::utils::repeat_kv(v, n_head / n_kv)?;
+            let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
+            let att = match &mask {
+                None => att,
+                Some(m) => {
+                    let m = m.broadcast_as(att.shape())?;
+                    m.where_cond(&self.neg_inf.broadcast_as(att.shape().dims())?, &att)?
+                }
+            };
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            let y = att.matmul(&v.contiguous()?)?;
+            let y = y.transpose(1, 2)?.reshape(&[b, s, n_head * hd])?;
+            let y = layer.attn.wo.forward(&y)?;
+            let h1 = (y + residual)?;
+
+            let residual = &h1;
+            let xs = layer.ffn_norm.forward(&h1)?;
+            h = (layer.mlp.forward(&xs)? + residual)?;
+        }
+        let h = self.norm.forward(&h)?;
+        let last = h.i((.., seq_len - 1, ..))?;
+        let logits = self.output.forward(&last)?.squeeze(0)?;
+        let logits = logits.to_dtype(DType::F32)?;
+        debug_assert_eq!(logits.dim(D::Minus1)?, cfg.vocab_size);
+        Ok(logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::builtin::BuiltinSpec;
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let mut cfg = BuiltinSpec::default().config;
+        cfg.rope_theta = 500_000.0;
+        let plain = rope_frequencies(&cfg);
+        cfg.rope_scaling = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_context: 8192,
+        };
+        let scaled = rope_frequencies(&cfg);
+        // Wavelength below 8192/4 tokens: unchanged; above 8192: divided by the factor.
+        for (p, s) in plain.iter().zip(&scaled) {
+            let wavelen = 2.0 * std::f32::consts::PI / p;
+            if wavelen < 2048.0 {
+                assert_eq!(p, s);
+            } else if wavelen > 8192.0 {
+                assert!((s - p / 8.0).abs() <= 1e-12_f32.max(p * 1e-6), "{p} {s}");
+            } else {
+                assert!(*s < *p && *s > p / 8.0, "{p} {s}");
+            }
+        }
+        cfg.rope_scaling = RopeScaling::Linear { factor: 4.0 };
+        let lin = rope_frequencies(&cfg);
+        assert!(plain
+            .iter()
+            .zip(&lin)
+            .all(|(p, l)| (p / 4.0 - l).abs() <= p * 1e-6));
+    }
+}

@@ -1,0 +1,277 @@
+//! Every architecture the engine runs, against candle-transformers' own quantized
+//! models on the same file: random-weight GGUFs (2 layers, width 64) carrying real
+//! llama.cpp vocabularies, written at test time by `tests/models/make_gguf.py` (the
+//! PyPI `gguf` package) into a cache outside the repository, keyed by the script's hash.
+//!
+//! For each file: greedy tokens over 32 steps equal the reference's; the logits of
+//! every step agree within `TOLERANCE` of the largest logit; chunked prefill and a KV
+//! state saved and restored into another slot give the same tokens.
+//!
+//! candle's quantized models read no RoPE scaling, so the scaled files are checked
+//! against each other: the same weights with `rope.scaling.*` metadata and with the
+//! `rope_freqs.weight` divisors llama.cpp's converter writes (computed by the generator
+//! the converter's way) give the same logits, and different ones from the unscaled file.
+//! Missing Python packages or vectors fail the test unless `HYDRA_ALLOW_SKIP=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use hydra_engine::{Conversion, LoadOptions, Logits, Model, Slots};
+
+/// Largest |ours - reference| allowed, relative to the largest |reference logit|
+/// of the step. The same kernels run in the same order for llama and qwen2 (measured
+/// difference 0); qwen3's reference uses candle's CPU flash attention, which sums in
+/// another order, and computes its RoPE frequencies in f64.
+const TOLERANCE: f32 = 1e-4;
+/// Two spellings of the same RoPE scaling: the frequencies differ in the last bits.
+const SAME_SCALING: f32 = 1e-5;
+/// A RoPE scaling must move the logits at least this much (relative) to count as applied.
+const SCALING_EFFECT: f32 = 1e-3;
+const STEPS: usize = 32;
+const PROMPT: &str = "The quick brown fox jumps over the lazy dog. 日本語 1234!";
+
+fn allow_skip() -> bool {
+    std::env::var("HYDRA_ALLOW_SKIP").is_ok_and(|v| v == "1")
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The test models' directory, made (once per generator version) if needed; the
+/// tests of this file share one generator run.
+fn test_models() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_test_models).clone()
+}
+
+fn make_test_models() -> Option<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/make_gguf.py");
+    let source = std::fs::read(&script).expect("read make_gguf.py");
+    let cache = std::env::var_os("HYDRA_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("hydra-progress"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hydra-progress"))
+        })
+        .expect("no cache directory (set HYDRA_CACHE_DIR)");
+    let dir = cache
+        .join("test-models")
+        .join(format!("{:016x}", hydra_engine::hash::hash64(&source)));
+    let vocab = Command::new("bash")
+        .arg(repo_root().join("scripts/llama-cpp.sh"))
+        .arg("vocab")
+        .output();
+    let vocab = match vocab {
+        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
+        other => {
+            assert!(allow_skip(), "llama.cpp vocab files unavailable: {other:?}");
+            println!("SKIPPED: llama.cpp vocab files unavailable");
+            return None;
+        }
+    };
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg("--vocab-dir")
+        .arg(&vocab)
+        .arg("--out")
+        .arg(&dir)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Some(dir),
+        other => {
+            assert!(
+                allow_skip(),
+                "make_gguf.py failed (pip install gguf numpy; or HYDRA_ALLOW_SKIP=1): {other:?}"
+            );
+            println!("SKIPPED: cannot write the test models");
+            None
+        }
+    }
+}
+
+/// The reference model's forward, one of candle-transformers' quantized models.
+enum Reference {
+    Llama(candle_transformers::models::quantized_llama::ModelWeights),
+    Qwen2(candle_transformers::models::quantized_qwen2::ModelWeights),
+    Qwen3(candle_transformers::models::quantized_qwen3::ModelWeights),
+}
+
+impl Reference {
+    fn load(path: &Path, arch: &str) -> Self {
+        use candle_transformers::models::{quantized_llama, quantized_qwen2, quantized_qwen3};
+        let dev = Device::Cpu;
+        let mut f = std::fs::File::open(path).unwrap();
+        let ct = gguf_file::Content::read(&mut f).unwrap();
+        match arch {
+            "llama" => {
+                Self::Llama(quantized_llama::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap())
+            }
+            "qwen2" => {
+                Self::Qwen2(quantized_qwen2::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap())
+            }
+            "qwen3" => {
+                Self::Qwen3(quantized_qwen3::ModelWeights::from_gguf(ct, &mut f, &dev).unwrap())
+            }
+            other => panic!("no reference for {other}"),
+        }
+    }
+
+    fn forward(&mut self, tokens: &[u32], pos: usize) -> Vec<f32> {
+        let x = Tensor::new(tokens, &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let l = match self {
+            Self::Llama(m) => m.forward(&x, pos),
+            Self::Qwen2(m) => m.forward(&x, pos),
+            Self::Qwen3(m) => m.forward(&x, pos),
+        }
+        .unwrap();
+        l.flatten_all().unwrap().to_vec1().unwrap()
+    }
+}
+
+fn max_rel_diff(ours: &[f32], reference: &[f32]) -> f32 {
+    assert_eq!(ours.len(), reference.len());
+    let scale = reference.iter().fold(1f32, |m, v| m.max(v.abs()));
+    ours.iter()
+        .zip(reference)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+        / scale
+}
+
+fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>) {
+    let path = dir.join(format!("{file}.gguf"));
+    let opts = LoadOptions {
+        conversion: Conversion::Never,
+        ..Default::default()
+    };
+    let model = Arc::new(Model::load_gguf(&path, &opts).unwrap());
+    let info = model.info();
+    assert_eq!(info.architecture, arch);
+    assert_eq!(info.tokenizer_pre.as_deref(), pre, "{file}");
+    let prompt = model
+        .tokenizer()
+        .encode(PROMPT, model.tokenizer().add_bos_by_default());
+    assert!(prompt.len() > 8, "{file}: {prompt:?}");
+
+    let mut reference = Reference::load(&path, arch);
+    let mut ref_logits = reference.forward(&prompt, 0);
+    let mut slots = Slots::new(model.clone(), 3, 256).unwrap();
+    let mut logits = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
+    let mut worst = 0f32;
+    let mut ours_tokens = Vec::new();
+    let mut ref_tokens = Vec::new();
+    for step in 0..STEPS {
+        worst = worst.max(max_rel_diff(logits.as_slice(), &ref_logits));
+        let next = logits.argmax();
+        let ref_next = Logits::from(ref_logits.clone()).argmax();
+        ours_tokens.push(next);
+        ref_tokens.push(ref_next);
+        assert_eq!(
+            next, ref_next,
+            "{file}: greedy tokens differ at step {step}"
+        );
+        logits = slots.decode_step(0, next).unwrap();
+        ref_logits = reference.forward(&[next], prompt.len() + step);
+    }
+    println!("{file} ({arch}): {STEPS} greedy tokens equal, max logit difference {worst:.2e} of the largest logit");
+    assert!(worst <= TOLERANCE, "{file}: logits differ by {worst:e}");
+
+    // Chunked prefill (chunks of 3) gives the same continuation.
+    let first = slots.prefill(1, &prompt, 3, &mut ()).unwrap();
+    assert_eq!(first.argmax(), ours_tokens[0], "{file}: chunked prefill");
+    // A saved state restored into another slot continues the same way.
+    let mut state = Vec::new();
+    slots.save_state(1, &mut state, &mut |_, _| {}).unwrap();
+    let len = state.len() as u64;
+    slots
+        .restore_state(2, &mut state.as_slice(), len, &mut |_, _| {})
+        .unwrap();
+    let mut tok = ours_tokens[0];
+    for (i, want) in ours_tokens.iter().enumerate().skip(1).take(8) {
+        tok = slots.decode_step(2, tok).unwrap().argmax();
+        assert_eq!(tok, *want, "{file}: restored slot, step {i}");
+    }
+}
+
+/// Our greedy tokens and each step's logits over `STEPS` steps.
+fn greedy_run(dir: &Path, file: &str) -> (String, Vec<u32>, Vec<Vec<f32>>) {
+    let path = dir.join(format!("{file}.gguf"));
+    let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
+    let arch = model.info().architecture.clone();
+    let prompt = model
+        .tokenizer()
+        .encode(PROMPT, model.tokenizer().add_bos_by_default());
+    let mut slots = Slots::new(model, 1, 256).unwrap();
+    let mut logits = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
+    let (mut tokens, mut all) = (Vec::new(), Vec::new());
+    for _ in 0..STEPS {
+        let next = logits.argmax();
+        tokens.push(next);
+        all.push(logits.as_slice().to_vec());
+        logits = slots.decode_step(0, next).unwrap();
+    }
+    (arch, tokens, all)
+}
+
+fn worst_step(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .zip(b)
+        .fold(0f32, |m, (x, y)| m.max(max_rel_diff(x, y)))
+}
+
+#[test]
+fn families_match_candle_reference_models() {
+    let Some(dir) = test_models() else { return };
+    // Llama 2 / Mistral style (SentencePiece vocabulary).
+    check_family(&dir, "llama-spm", "llama", None);
+    // Llama 3 style (byte-level BPE, llama-bpe pre-tokenizer).
+    check_family(&dir, "llama-bpe", "llama", Some("llama-bpe"));
+    // Qwen2: Q/K/V biases, NeoX RoPE, tied embeddings.
+    check_family(&dir, "qwen2", "qwen2", Some("qwen2"));
+    // Qwen3: per-head Q/K norms, head size 32 != 64 / 4, tied embeddings.
+    check_family(&dir, "qwen3", "qwen3", Some("qwen2"));
+}
+
+#[test]
+fn mistral_and_rope_scaling_variants() {
+    let Some(dir) = test_models() else { return };
+    let (_, plain_tokens, plain) = greedy_run(&dir, "llama-spm");
+    // `mistral` runs as llama: the same weights give the same logits.
+    let (arch, tokens, logits) = greedy_run(&dir, "mistral");
+    assert_eq!(arch, "mistral");
+    assert_eq!(tokens, plain_tokens, "mistral");
+    assert_eq!(worst_step(&logits, &plain), 0.0, "mistral");
+    let mut scaled = Vec::new();
+    for (meta, freqs) in [
+        ("llama-linear", "llama-linear-freqs"),
+        ("llama-llama3", "llama-llama3-freqs"),
+    ] {
+        let (_, t_meta, l_meta) = greedy_run(&dir, meta);
+        let (_, t_freqs, l_freqs) = greedy_run(&dir, freqs);
+        let same = worst_step(&l_meta, &l_freqs);
+        let effect = worst_step(&l_meta, &plain);
+        println!(
+            "{meta}: metadata vs rope_freqs.weight {same:.2e}, vs unscaled {effect:.2e} of the largest logit"
+        );
+        assert_eq!(t_meta, t_freqs, "{meta}: greedy tokens");
+        assert!(same <= SAME_SCALING, "{meta}: {same:e}");
+        assert!(
+            effect >= SCALING_EFFECT,
+            "{meta}: scaling not applied ({effect:e})"
+        );
+        scaled.push(l_meta);
+    }
+    let between = worst_step(&scaled[0], &scaled[1]);
+    assert!(
+        between >= SCALING_EFFECT,
+        "linear and llama3 agree: {between:e}"
+    );
+}

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Write small random-weight GGUF models that carry a real vocabulary.
+
+Each model copies every `tokenizer.*` key of one of llama.cpp's vocab-only
+files (models/ggml-vocab-<name>.gguf) and adds seeded random weights for one
+architecture, small enough to run in a test (2 layers, width 64). The engine's
+tests compare these files' greedy tokens and logits with candle-transformers'
+own quantized models.
+
+    make_gguf.py --vocab-dir DIR --out DIR [NAME ...]
+
+Writes OUT/<NAME>.gguf for every NAME of MODELS (all by default) that is not
+there yet. Needs the `gguf` and `numpy` packages (pip install gguf numpy).
+The output depends only on this file: bump VERSION when the models change.
+"""
+
+import argparse
+import os
+import struct
+import sys
+
+import numpy as np
+
+try:
+    import gguf
+except ImportError:
+    sys.exit("make_gguf.py: the `gguf` package is missing (pip install gguf numpy)")
+
+VERSION = 2
+
+# Llama 3.1's scaling, with an original context short enough that the head's
+# frequencies fall in all three bands (kept, blended, divided).
+LLAMA3 = ("llama3", 8.0, 1.0, 4.0, 256)
+
+# name: (architecture, vocab file, shape and options). Models with the same `seed`
+# have the same weights, so the RoPE variants can be compared with each other.
+MODELS = {
+    # Llama 2 / Mistral style: SentencePiece vocabulary, separate output matrix.
+    "llama-spm": ("llama", "llama-spm", dict(tied=False)),
+    # Llama 3 style: byte-level BPE (llama-bpe), grouped-query attention, theta 500000.
+    "llama-bpe": ("llama", "llama-bpe", dict(tied=False, theta=500000.0)),
+    # Qwen2.5 style: Q/K/V biases, tied embeddings.
+    "qwen2": ("qwen2", "qwen2", dict(tied=True, theta=1000000.0)),
+    # Qwen3 style: per-head Q/K norms, head size 32 (not width / heads), tied embeddings.
+    "qwen3": ("qwen3", "qwen2", dict(tied=True, theta=1000000.0, head_dim=32)),
+    # `mistral` is read as llama: the llama-spm weights under the other name.
+    "mistral": ("mistral", "llama-spm", dict(tied=False, seed="llama-spm")),
+    # RoPE scaling, each spelled two ways: as metadata and as llama.cpp's converter
+    # writes it (`rope_freqs.weight`, one divisor per rotated pair).
+    "llama-linear": ("llama", "llama-spm", dict(tied=False, seed="llama-spm", scaling=("linear", 4.0))),
+    "llama-linear-freqs": ("llama", "llama-spm", dict(tied=False, seed="llama-spm", freqs=("linear", 4.0))),
+    "llama-llama3": ("llama", "llama-spm", dict(tied=False, seed="llama-spm", scaling=LLAMA3)),
+    "llama-llama3-freqs": ("llama", "llama-spm", dict(tied=False, seed="llama-spm", freqs=LLAMA3)),
+}
+
+N_LAYER, N_EMBD, N_HEAD, N_KV_HEAD, N_FF, N_CTX = 2, 64, 4, 2, 128, 512
+
+
+# Scalar value types of the GGUF format: struct code by GGUFValueType.
+SCALARS = {
+    gguf.GGUFValueType.UINT8: "B", gguf.GGUFValueType.INT8: "b",
+    gguf.GGUFValueType.UINT16: "H", gguf.GGUFValueType.INT16: "h",
+    gguf.GGUFValueType.UINT32: "I", gguf.GGUFValueType.INT32: "i",
+    gguf.GGUFValueType.FLOAT32: "f", gguf.GGUFValueType.BOOL: "?",
+    gguf.GGUFValueType.UINT64: "Q", gguf.GGUFValueType.INT64: "q",
+    gguf.GGUFValueType.FLOAT64: "d",
+}
+
+
+def read_metadata(path):
+    """The key/value pairs of a GGUF file as (key, type, value, array element type).
+
+    gguf.GGUFReader maps every string of a 150k-token vocabulary as its own numpy
+    view (over a minute per file); the header is read directly here instead."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    if buf[:4] != b"GGUF":
+        sys.exit(f"make_gguf.py: {path} is not a GGUF file")
+    _version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+    pos = 24
+
+    def string():
+        nonlocal pos
+        (n,) = struct.unpack_from("<Q", buf, pos)
+        pos += 8 + n
+        return buf[pos - n:pos].decode("utf-8")
+
+    def value(vtype):
+        nonlocal pos
+        if vtype == gguf.GGUFValueType.STRING:
+            return string()
+        if vtype == gguf.GGUFValueType.ARRAY:
+            sys.exit("make_gguf.py: nested GGUF arrays are not supported")
+        code = SCALARS[vtype]
+        (v,) = struct.unpack_from("<" + code, buf, pos)
+        pos += struct.calcsize(code)
+        return v
+
+    out = []
+    for _ in range(n_kv):
+        key = string()
+        (vtype,) = struct.unpack_from("<I", buf, pos)
+        pos += 4
+        vtype = gguf.GGUFValueType(vtype)
+        if vtype != gguf.GGUFValueType.ARRAY:
+            out.append((key, vtype, value(vtype), None))
+            continue
+        sub, n = struct.unpack_from("<IQ", buf, pos)
+        pos += 12
+        sub = gguf.GGUFValueType(sub)
+        if sub in SCALARS:
+            code = SCALARS[sub]
+            items = list(struct.unpack_from(f"<{n}{code}", buf, pos))
+            pos += n * struct.calcsize(code)
+        else:
+            items = [value(sub) for _ in range(n)]
+        out.append((key, vtype, items, sub))
+    return out
+
+
+def copy_tokenizer(vocab_path, writer):
+    """Copy every `tokenizer.*` key; returns the vocabulary size."""
+    n_vocab = None
+    for key, vtype, val, sub in read_metadata(vocab_path):
+        if not key.startswith("tokenizer."):
+            continue
+        writer.add_key_value(key, val, vtype, sub_type=sub)
+        if key == "tokenizer.ggml.tokens":
+            n_vocab = len(val)
+    if n_vocab is None:
+        sys.exit(f"make_gguf.py: {vocab_path} has no tokenizer.ggml.tokens")
+    return n_vocab
+
+
+def rope_factors(scaling, head_dim, theta):
+    """The divisors llama.cpp's converter stores in `rope_freqs.weight`
+    (conversion/llama.py, `generate_extra_tensors`)."""
+    freqs = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    if scaling[0] == "linear":
+        return np.full(len(freqs), scaling[1], dtype=np.float32)
+    _, factor, low, high, old_ctx = scaling
+    low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+    out = []
+    for f in freqs:
+        wavelen = 2 * np.pi / f
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_model(name, arch, vocab_path, opts, out_path):
+    seed = opts.get("seed", name)
+    rng = np.random.default_rng(sum(map(ord, seed)) * 7919 + VERSION)
+    tmp = f"{out_path}.{os.getpid()}.tmp"  # tests may run two writers at once
+    w = gguf.GGUFWriter(tmp, arch)
+    w.add_name(f"hydra-test-{name}")
+    n_vocab = copy_tokenizer(vocab_path, w)
+    head_dim = opts.get("head_dim", N_EMBD // N_HEAD)
+    q_dim, kv_dim = N_HEAD * head_dim, N_KV_HEAD * head_dim
+    w.add_block_count(N_LAYER)
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_KV_HEAD)
+    w.add_rope_dimension_count(head_dim)
+    theta = opts.get("theta", 10000.0)
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(1e-6)
+    # candle-transformers' quantized_qwen3 builds its RoPE tables in this dtype
+    # (0 = f32; without the key, f16, which alone moves its logits by ~1%).
+    w.add_uint32("general.dtype", 0)
+    if "scaling" in opts:
+        kind, factor = opts["scaling"][:2]
+        w.add_string(f"{arch}.rope.scaling.type", kind)
+        w.add_float32(f"{arch}.rope.scaling.factor", factor)
+        if kind == "llama3":
+            _, _, low, high, old_ctx = opts["scaling"]
+            w.add_float32(f"{arch}.rope.scaling.low_freq_factor", low)
+            w.add_float32(f"{arch}.rope.scaling.high_freq_factor", high)
+            w.add_uint32(f"{arch}.rope.scaling.original_context_length", old_ctx)
+    if "head_dim" in opts:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+
+    def mat(tname, rows, cols, std):
+        data = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+        q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
+        w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+
+    def vec(tname, n, mean, std):
+        data = (mean + rng.standard_normal(n) * std).astype(np.float32)
+        w.add_tensor(tname, data)
+
+    if "freqs" in opts:
+        w.add_tensor("rope_freqs.weight", rope_factors(opts["freqs"], head_dim, theta))
+    mat("token_embd.weight", n_vocab, N_EMBD, 1.0)
+    if not opts["tied"]:
+        mat("output.weight", n_vocab, N_EMBD, 1.0 / np.sqrt(N_EMBD))
+    vec("output_norm.weight", N_EMBD, 1.0, 0.1)
+    for i in range(N_LAYER):
+        p = f"blk.{i}"
+        mat(f"{p}.attn_q.weight", q_dim, N_EMBD, 1.0 / np.sqrt(N_EMBD))
+        mat(f"{p}.attn_k.weight", kv_dim, N_EMBD, 1.0 / np.sqrt(N_EMBD))
+        mat(f"{p}.attn_v.weight", kv_dim, N_EMBD, 1.0 / np.sqrt(N_EMBD))
+        mat(f"{p}.attn_output.weight", N_EMBD, q_dim, 1.0 / np.sqrt(q_dim))
+        mat(f"{p}.ffn_gate.weight", N_FF, N_EMBD, 1.0 / np.sqrt(N_EMBD))
+        mat(f"{p}.ffn_up.weight", N_FF, N_EMBD, 1.0 / np.sqrt(N_EMBD))
+        mat(f"{p}.ffn_down.weight", N_EMBD, N_FF, 1.0 / np.sqrt(N_FF))
+        vec(f"{p}.attn_norm.weight", N_EMBD, 1.0, 0.1)
+        vec(f"{p}.ffn_norm.weight", N_EMBD, 1.0, 0.1)
+        if arch == "qwen2":
+            vec(f"{p}.attn_q.bias", q_dim, 0.0, 0.5)
+            vec(f"{p}.attn_k.bias", kv_dim, 0.0, 0.5)
+            vec(f"{p}.attn_v.bias", kv_dim, 0.0, 0.5)
+        if arch == "qwen3":
+            vec(f"{p}.attn_q_norm.weight", head_dim, 1.0, 0.1)
+            vec(f"{p}.attn_k_norm.weight", head_dim, 1.0, 0.1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, out_path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab-dir", required=True, help="directory of ggml-vocab-*.gguf")
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--version", action="store_true", help="print the generator version")
+    ap.add_argument("names", nargs="*", help=f"models to write (default: all of {', '.join(MODELS)})")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for name in args.names or MODELS:
+        if name not in MODELS:
+            sys.exit(f"make_gguf.py: unknown model {name!r} (known: {', '.join(MODELS)})")
+        arch, vocab, opts = MODELS[name]
+        out_path = os.path.join(args.out, f"{name}.gguf")
+        if os.path.exists(out_path):
+            continue
+        vocab_path = os.path.join(args.vocab_dir, f"ggml-vocab-{vocab}.gguf")
+        write_model(name, arch, vocab_path, opts, out_path)
+        print(out_path)
+
+
+if __name__ == "__main__":
+    main()
