@@ -13,6 +13,23 @@ fn count(log: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains(needle)).count()
 }
 
+/// Scrapes twice: the directory is up (no reason label), holds no engine, and `/healthz`
+/// answers 200.
+fn assert_up_and_empty(exporter: &Exporter) {
+    for _ in 0..2 {
+        let m = exporter.get("/metrics");
+        assert_eq!(
+            sample(&m.body, r#"hydra_dir_up{reason=""}"#),
+            Some(1.0),
+            "{}",
+            m.body
+        );
+        assert_eq!(sample(&m.body, r#"hydra_dir_up{reason="not_found"}"#), None);
+        assert_eq!(sample(&m.body, "hydra_exporter_engines"), Some(0.0));
+    }
+    assert_eq!(exporter.get("/healthz").status, 200);
+}
+
 #[test]
 fn a_missing_directory_is_an_error_metric_logged_once_per_change() {
     let s = Scratch::new();
@@ -41,18 +58,7 @@ fn a_missing_directory_is_an_error_metric_logged_once_per_change() {
 
     // The directory appears (empty): up, no engines, healthy.
     std::fs::create_dir(&missing).unwrap();
-    for _ in 0..2 {
-        let m = exporter.get("/metrics");
-        assert_eq!(
-            sample(&m.body, r#"hydra_dir_up{reason=""}"#),
-            Some(1.0),
-            "{}",
-            m.body
-        );
-        assert_eq!(sample(&m.body, r#"hydra_dir_up{reason="not_found"}"#), None);
-        assert_eq!(sample(&m.body, "hydra_exporter_engines"), Some(0.0));
-    }
-    assert_eq!(exporter.get("/healthz").status, 200);
+    assert_up_and_empty(&exporter);
 
     // Gone again: down once more.
     std::fs::remove_dir(&missing).unwrap();
@@ -73,22 +79,15 @@ fn a_missing_directory_is_an_error_metric_logged_once_per_change() {
 fn a_readable_empty_directory_is_up_and_quiet() {
     let s = Scratch::new();
     let exporter = Exporter::start(&s.dir, &[]);
-    for _ in 0..2 {
-        let m = exporter.get("/metrics");
-        assert_eq!(
-            sample(&m.body, r#"hydra_dir_up{reason=""}"#),
-            Some(1.0),
-            "{}",
-            m.body
-        );
-        assert_eq!(
-            sample(
-                &m.body,
-                r#"hydra_exporter_read_errors_total{kind="directory"}"#
-            ),
-            Some(0.0)
-        );
-    }
+    assert_up_and_empty(&exporter);
+    let m = exporter.get("/metrics");
+    assert_eq!(
+        sample(
+            &m.body,
+            r#"hydra_exporter_read_errors_total{kind="directory"}"#
+        ),
+        Some(0.0)
+    );
     let log = exporter.log();
     assert_eq!(count(&log, DOWN) + count(&log, UP_AGAIN), 0, "{log}");
 }

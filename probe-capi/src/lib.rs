@@ -708,7 +708,11 @@ pub unsafe extern "C" fn hydra_probe_list(
                     dir.display()
                 ),
             ),
-            _ => probe_error(ProbeError::io("read directory", &dir, e)),
+            _ => probe_error(ProbeError::from(hydra_layout::Error::io(
+                "read directory",
+                &dir,
+                e,
+            ))),
         })?;
         // SAFETY: `count` is not NULL and the caller guarantees it is writable.
         unsafe { count.write(found.len()) };

@@ -51,8 +51,9 @@ pub(super) fn run(ctx: &Context, engine: Option<&str>, out: &mut dyn Write) -> a
             check_one(name, &path, &mut all);
         }
         None => {
-            let found =
-                scan(&ctx.dir).map_err(|e| ProbeError::io("read directory", &ctx.dir, e))?;
+            let found = scan(&ctx.dir).map_err(|e| {
+                ProbeError::from(hydra_layout::Error::io("read directory", &ctx.dir, e))
+            })?;
             if found.segments.is_empty() && found.strays.is_empty() {
                 return Err(ProbeError::NoEngines {
                     dir: ctx.dir.clone(),

@@ -52,7 +52,8 @@ fn row(ctx: &Context, engine_id: String, path: PathBuf) -> Row {
 }
 
 pub(super) fn run(ctx: &Context, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let found = scan(&ctx.dir).map_err(|e| ProbeError::io("read directory", &ctx.dir, e))?;
+    let found = scan(&ctx.dir)
+        .map_err(|e| ProbeError::from(hydra_layout::Error::io("read directory", &ctx.dir, e)))?;
     let mut rows: Vec<Row> = found
         .segments
         .into_iter()

@@ -104,7 +104,10 @@ pub fn discover(dir: &Path) -> std::io::Result<Vec<Discovered>> {
 /// - `None`: the only segment in `dir`; [`ProbeError::NoEngines`] or
 ///   [`ProbeError::AmbiguousEngine`] otherwise.
 pub fn resolve(dir: &Path, engine: Option<&str>) -> Result<PathBuf, ProbeError> {
-    let listing = || discover(dir).map_err(|e| ProbeError::io("read directory", dir, e));
+    let listing = || {
+        discover(dir)
+            .map_err(|e| ProbeError::from(hydra_layout::Error::io("read directory", dir, e)))
+    };
     let Some(name) = engine else {
         let mut found = listing()?;
         return match found.len() {

@@ -67,14 +67,4 @@ impl ProbeError {
             Self::SlotOutOfRange { .. } => ErrorKind::SlotOutOfRange,
         }
     }
-
-    /// A failed system call: `op` ("read directory", ...) on `path`, as the layout's
-    /// [`hydra_layout::Error::Io`] (one I/O error type for every reader surface).
-    pub fn io(
-        op: &'static str,
-        path: impl Into<PathBuf>,
-        source: impl Into<std::io::Error>,
-    ) -> Self {
-        Self::Layout(hydra_layout::Error::io(op, path, source))
-    }
 }

@@ -25,7 +25,7 @@
 //! # fn main() -> Result<(), hydra_probe::ProbeError> {
 //! let dir = naming::resolve_dir(None);
 //! for found in hydra_probe::discover(&dir)
-//!     .map_err(|e| hydra_probe::ProbeError::io("read directory", &dir, e))?
+//!     .map_err(|e| hydra_layout::Error::io("read directory", &dir, e))?
 //! {
 //!     let reader = hydra_layout::SegmentReader::open(&found.path)?;
 //!     let view = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())?;
