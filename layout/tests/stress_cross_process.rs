@@ -4,7 +4,8 @@
 //! that `k` never goes backwards, and that reads rarely give up.
 //!
 //! `HYDRA_STRESS_SNAPSHOTS` sets the number of snapshots (default 10 million);
-//! `HYDRA_STRESS_TIMEOUT_S` the time limit (default 120 s). Run with `--nocapture` to see
+//! `HYDRA_STRESS_TIMEOUT_S` the time limit (default 120 s), at which a slow machine stops
+//! early, having taken at least a million. Run with `--nocapture` to see
 //! the figures.
 //!
 //! It needs optimised code: unoptimised, 10 million snapshots took 277 s and a reader is
@@ -20,6 +21,8 @@ use std::time::{Duration, Instant};
 
 const ENGINE_ID: &str = "stress";
 const CHILD: &str = "child_stress_writer";
+/// The fewest snapshots a run cut short by `HYDRA_STRESS_TIMEOUT_S` may end with.
+const MIN_SNAPSHOTS: u64 = 1_000_000;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -104,15 +107,21 @@ fn seqlock_snapshots_are_consistent_across_processes() {
     let mut k_changes = 0u64;
     let mut bad: Vec<String> = Vec::new();
     let mut bad_count = 0u64;
+    let mut taken = 0u64;
     for i in 0..target {
         if i % 65_536 == 0 && start.elapsed() > limit {
-            panic!(
-                "gave up after {:?}: only {i} of {target} snapshots taken \
-                 (set HYDRA_STRESS_SNAPSHOTS lower or run with --release)\n{}",
+            // A slow machine ends the run at the time limit; it must still have taken
+            // enough snapshots to mean something.
+            assert!(
+                i >= MIN_SNAPSHOTS,
+                "gave up after {:?}: only {i} of {target} snapshots taken, fewer than \
+                 {MIN_SNAPSHOTS} (set HYDRA_STRESS_SNAPSHOTS lower or run with --release)\n{}",
                 start.elapsed(),
                 child.logs()
             );
+            break;
         }
+        taken += 1;
         match reader.slot(0) {
             Ok(snap) => {
                 ok += 1;
@@ -140,10 +149,10 @@ fn seqlock_snapshots_are_consistent_across_processes() {
     // The writer must have been running all along, or the test proved nothing.
     child.assert_running("after the snapshots");
     let status = child.kill_and_reap();
-    let rate = target as f64 / elapsed.as_secs_f64();
+    let rate = taken as f64 / elapsed.as_secs_f64();
     let writes = last_k.saturating_sub(first_k);
     let report = format!(
-        "stress: idle-slot snapshot {baseline_ns:.0} ns; {target} snapshots of the busy slot in \
+        "stress: idle-slot snapshot {baseline_ns:.0} ns; {taken} of {target} snapshots of the busy slot in \
          {elapsed:.2?} ({rate:.0}/s); ok {ok}, retried {retried} \
          ({retries} retries in all), contended {contended}, torn {torn}, inconsistent \
          {bad_count}; writer went from k={first_k} to k={last_k} ({:.0} publishes/s), \
@@ -165,8 +174,8 @@ fn seqlock_snapshots_are_consistent_across_processes() {
     // Gave-up reads must be rare (< 0.1 %). A torn report from a live writer can only come
     // from the writer being descheduled mid-update for the whole retry budget.
     assert!(
-        contended * 1000 < target,
+        contended * 1000 < taken,
         "too many contended reads: {report}"
     );
-    assert!(torn * 1000 < target, "too many torn reads: {report}");
+    assert!(torn * 1000 < taken, "too many torn reads: {report}");
 }
