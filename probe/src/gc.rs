@@ -276,4 +276,25 @@ mod tests {
         assert_eq!(action_of(&out, "c").action, GcAction::Removed, "{out:?}");
         assert!(action_of(&out, "c").reason.contains("closed"));
     }
+
+    #[test]
+    fn keeps_a_segment_planted_under_another_engines_name() {
+        // A closed segment of engine "c" copied by hand to "planted.hps": its header does
+        // not name the file (FORMAT 2.2), so it is not a valid segment and gc leaves it
+        // for an operator rather than deleting what it cannot identify.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("segs");
+        let w = writer(&dir, "c");
+        std::fs::hard_link(w.path(), dir.join("planted.hps")).unwrap();
+        w.close().unwrap();
+        let out = gc(&dir, &GcOptions::default()).unwrap();
+        let planted = action_of(&out, "planted");
+        assert_eq!(planted.action, GcAction::Kept, "{out:?}");
+        assert!(
+            planted.reason.contains("engine id mismatch"),
+            "{}",
+            planted.reason
+        );
+        assert!(dir.join("planted.hps").exists());
+    }
 }
