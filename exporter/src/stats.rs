@@ -244,6 +244,20 @@ impl Default for ExporterStats {
 mod tests {
     use super::*;
 
+    #[test]
+    fn every_reader_kind_has_a_label_exported_from_the_start() {
+        for kind in hydra_layout::ErrorKind::ALL {
+            let label = ErrorKind::of_layout(kind);
+            assert!(
+                ErrorKind::ALL.contains(&label),
+                "{kind:?} maps to {label:?}, which is not exported at 0"
+            );
+        }
+        let names: std::collections::BTreeSet<_> =
+            ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), ErrorKind::ALL.len(), "{names:?}");
+    }
+
     fn up_series(stats: &ExporterStats, reason: &'static str) -> i64 {
         stats.dir_up.get_or_create(&ReasonLabel { reason }).get()
     }

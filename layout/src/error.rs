@@ -277,6 +277,29 @@ impl ErrorKind {
         }
     }
 
+    /// Every kind, in declaration order.
+    pub const ALL: [ErrorKind; 19] = [
+        Self::NotFound,
+        Self::Io,
+        Self::InvalidArgument,
+        Self::EngineIdInUse,
+        Self::UnsafeDirectory,
+        Self::Symlink,
+        Self::NotRegularFile,
+        Self::WrongOwner,
+        Self::Truncated,
+        Self::BadMagic,
+        Self::ByteOrder,
+        Self::UnsupportedVersion,
+        Self::BadGeometry,
+        Self::SizeChanged,
+        Self::NotReady,
+        Self::BadState,
+        Self::SlotOutOfRange,
+        Self::Torn,
+        Self::EngineIdMismatch,
+    ];
+
     /// The kind's name in snake case ("not_found", "bad_magic", ...): the one spelling
     /// of kinds in labels, JSON and messages.
     pub fn as_str(self) -> &'static str {
@@ -375,3 +398,17 @@ impl Error {
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorKind;
+
+    #[test]
+    fn every_kind_is_listed_once_with_its_own_name() {
+        let names: std::collections::BTreeSet<_> =
+            ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        // Distinct names mean no kind is listed twice. (A new kind must also be added to
+        // `ALL` by hand: `as_str`'s exhaustive match is what reminds.)
+        assert_eq!(names.len(), ErrorKind::ALL.len(), "{names:?}");
+    }
+}
