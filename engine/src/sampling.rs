@@ -236,7 +236,7 @@ pub fn generate<O: StepObserver + ?Sized>(
             finish = FinishReason::Cancelled;
             break;
         }
-        logits = slots.decode_step(slot, t)?;
+        logits = slots.decode_step_observed(slot, t, observer)?;
         tokens.push(t);
         let step = StepDone {
             slot,

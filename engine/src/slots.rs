@@ -12,8 +12,10 @@ use std::time::Instant;
 
 use crate::error::{EngineError, Result};
 use crate::kv_state;
+use candle_core::Device;
+
 use crate::model::llama::{LayerKv, Rope};
-use crate::model::Model;
+use crate::model::{LayerHook, Model};
 
 /// Next-token scores over the vocabulary (f32, unnormalised).
 ///
@@ -94,6 +96,29 @@ pub trait StepObserver {
     /// Called after each step is committed to the slot.
     fn after_step(&mut self, _step: &StepDone) -> ControlFlow<()> {
         ControlFlow::Continue(())
+    }
+    /// Called inside a step's forward after each transformer layer of `slot` is issued
+    /// on `device` (see [`LayerHook`] for what that means on an asynchronous device).
+    fn layer_done(
+        &mut self,
+        _slot: usize,
+        _device: &Device,
+        _layers_done: usize,
+        _n_layers: usize,
+    ) {
+    }
+}
+
+/// Hands a step observer's per-layer calls to a forward, for one slot.
+struct SlotLayers<'a, O: ?Sized> {
+    slot: usize,
+    observer: &'a mut O,
+}
+
+impl<O: StepObserver + ?Sized> LayerHook for SlotLayers<'_, O> {
+    fn layer_done(&mut self, device: &Device, layers_done: usize, n_layers: usize) {
+        self.observer
+            .layer_done(self.slot, device, layers_done, n_layers);
     }
 }
 
@@ -267,7 +292,7 @@ impl Slots {
             if observer.before_step(&step).is_break() {
                 return Err(EngineError::Cancelled { slot, done, n_past });
             }
-            let logits = self.forward(slot, chunk)?;
+            let logits = self.forward(slot, chunk, observer)?;
             done += chunk.len();
             let n_past = self.slots[slot].n_past;
             let step = StepDone {
@@ -298,31 +323,49 @@ impl Slots {
     /// Append one token to `slot` (which must already hold something) and
     /// return the logits for the next one.
     pub fn decode_step(&mut self, slot: usize, token: u32) -> Result<Logits> {
+        self.decode_step_observed(slot, token, &mut ())
+    }
+
+    /// [`Slots::decode_step`], with `observer` hearing each layer of the forward
+    /// ([`StepObserver::layer_done`]; the step's own before/after calls are the caller's).
+    pub fn decode_step_observed<O: StepObserver + ?Sized>(
+        &mut self,
+        slot: usize,
+        token: u32,
+        observer: &mut O,
+    ) -> Result<Logits> {
         if self.is_empty(slot)? {
             return Err(EngineError::EmptySlot { slot });
         }
         self.model.check_tokens(&[token])?;
         self.check_fits(slot, 1)?;
-        self.forward(slot, &[token])
+        self.forward(slot, &[token], observer)
     }
 
     /// One forward over checked tokens. A forward that fails part way leaves some layers
     /// holding the new positions and others not, so the slot is erased rather than left
     /// inconsistent (the error is returned; the slot reads as empty afterwards).
-    fn forward(&mut self, slot: usize, tokens: &[u32]) -> Result<Logits> {
+    fn forward<O: StepObserver + ?Sized>(
+        &mut self,
+        slot: usize,
+        tokens: &[u32],
+        observer: &mut O,
+    ) -> Result<Logits> {
         let n_layer = self.model.config().n_layer;
         let s = &mut self.slots[slot];
-        let logits = match self
-            .model
-            .weights
-            .forward(tokens, s.n_past, &mut s.layers, &self.rope)
-        {
-            Ok(logits) => logits,
-            Err(e) => {
-                *s = Slot::empty(n_layer);
-                return Err(e);
-            }
-        };
+        let mut hook = SlotLayers { slot, observer };
+        let logits =
+            match self
+                .model
+                .weights
+                .forward(tokens, s.n_past, &mut s.layers, &self.rope, &mut hook)
+            {
+                Ok(logits) => logits,
+                Err(e) => {
+                    *s = Slot::empty(n_layer);
+                    return Err(e);
+                }
+            };
         s.n_past += tokens.len();
         let logits = Logits::from(logits.to_vec1::<f32>()?);
         s.logits = Some(logits.clone());

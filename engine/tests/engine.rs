@@ -465,3 +465,46 @@ fn unsupported_files_are_clear_errors() {
     // The file is unreadable before the device matters; either error is clear.
     assert!(!e.to_string().is_empty());
 }
+
+/// Hears every step and every layer inside it.
+#[derive(Default)]
+struct LayerLog {
+    /// (slot, layers_done, n_layers) in order.
+    layers: Vec<(usize, usize, usize)>,
+    steps: usize,
+}
+
+impl hydra_engine::StepObserver for LayerLog {
+    fn after_step(&mut self, _step: &StepDone) -> ControlFlow<()> {
+        self.steps += 1;
+        ControlFlow::Continue(())
+    }
+    fn layer_done(
+        &mut self,
+        slot: usize,
+        _device: &candle_core::Device,
+        layers_done: usize,
+        n_layers: usize,
+    ) {
+        self.layers.push((slot, layers_done, n_layers));
+    }
+}
+
+#[test]
+fn every_layer_of_every_step_is_heard_in_order() {
+    let model = builtin();
+    let n_layer = model.config().n_layer;
+    let mut slots = Slots::new(model.clone(), 2, 256).unwrap();
+    let prompt: Vec<u32> = (0..40).map(|i| 65 + i % 26).collect();
+    let mut log = LayerLog::default();
+    let logits = slots.prefill(1, &prompt, 16, &mut log).unwrap();
+    let generated =
+        common::generate_greedy(&mut slots, 1, logits, common::params(5, false), &mut log);
+    assert_eq!(generated.tokens.len(), 5);
+    // 3 prefill chunks and 5 decode steps, each with every layer once, 1..=n in order.
+    assert_eq!(log.steps, 3 + 5);
+    let expected: Vec<_> = (0..log.steps)
+        .flat_map(|_| (1..=n_layer).map(|k| (1, k, n_layer)))
+        .collect();
+    assert_eq!(log.layers, expected);
+}

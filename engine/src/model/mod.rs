@@ -3,6 +3,7 @@
 pub mod builtin;
 pub mod config;
 pub(crate) mod gguf_load;
+pub mod layer_hook;
 pub(crate) mod llama;
 pub mod quant;
 pub(crate) mod qwen2;
@@ -10,6 +11,7 @@ pub(crate) mod qwen3;
 mod support;
 pub(crate) mod transformer;
 
+pub use layer_hook::LayerHook;
 pub use support::{describe_gguf, Support};
 
 use std::collections::HashMap;

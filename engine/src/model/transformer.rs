@@ -19,6 +19,7 @@ use candle_nn::Embedding;
 use candle_transformers::quantized_nn::RmsNorm;
 
 use super::config::{LlamaConfig, RopeScaling};
+use super::layer_hook::LayerHook;
 use crate::error::{EngineError, Result};
 
 /// One layer's cached keys and values, each `(1, n_kv_head, n_past, head_dim)` f32.
@@ -290,6 +291,7 @@ impl DecoderWeights {
 
     /// Run `tokens` (already range-checked) at positions `index_pos..`, appending
     /// to `cache`, and return the logits of the last position as a `(vocab,)` f32 tensor.
+    /// `hook` hears each layer as it is issued.
     ///
     /// Each layer's cache is replaced as soon as that layer has run, as candle's reference
     /// does, so the old buffers are freed and reused at once. If a later layer fails (only
@@ -302,6 +304,7 @@ impl DecoderWeights {
         index_pos: usize,
         cache: &mut [LayerKv],
         rope: &Rope,
+        hook: &mut dyn LayerHook,
     ) -> Result<Tensor> {
         let seq_len = tokens.len();
         if index_pos + seq_len > rope.n_ctx || cache.len() != self.layers.len() {
@@ -323,7 +326,8 @@ impl DecoderWeights {
             )?)
         };
         let mut h = self.embeddings.forward(&x)?;
-        for (layer, lkv) in self.layers.iter().zip(cache.iter_mut()) {
+        let n_layers = self.layers.len();
+        for (i, (layer, lkv)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
             let residual = &h;
             let xs = layer.attn_norm.forward(&h)?;
             let (b, s, _) = xs.dims3()?;
@@ -360,6 +364,7 @@ impl DecoderWeights {
             let residual = &h1;
             let xs = layer.ffn_norm.forward(&h1)?;
             h = (layer.mlp.forward(&xs)? + residual)?;
+            hook.layer_done(&self.device, i + 1, n_layers);
         }
         let h = self.norm.forward(&h)?;
         let last = h.i((.., seq_len - 1, ..))?;
