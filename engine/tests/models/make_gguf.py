@@ -3,14 +3,15 @@
 
 Each model copies every `tokenizer.*` key of one of llama.cpp's vocab-only
 files (models/ggml-vocab-<name>.gguf) and adds seeded random weights for one
-architecture, small enough to run in a test (2 layers, width 64). The engine's
+architecture, small enough to run in a test (2 layers, width 64); SIZED adds a
+~1B-parameter llama for measuring a GPU. The engine's
 tests compare these files' greedy tokens and logits with candle-transformers'
 own quantized models.
 
     make_gguf.py --vocab-dir DIR --out DIR [NAME ...]
 
-Writes OUT/<NAME>.gguf for every NAME of MODELS (all by default) that is not
-there yet. Needs the `gguf` and `numpy` packages (pip install gguf numpy).
+Writes OUT/<NAME>.gguf for every NAME of MODELS (all by default) or SIZED that
+is not there yet. Needs the `gguf` and `numpy` packages (pip install gguf numpy).
 The output depends only on this file: bump VERSION when the models change.
 """
 
@@ -53,7 +54,17 @@ MODELS = {
     "llama-llama3-freqs": ("llama", "llama-spm", dict(tied=False, seed="llama-spm", freqs=LLAMA3)),
 }
 
-N_LAYER, N_EMBD, N_HEAD, N_KV_HEAD, N_FF, N_CTX = 2, 64, 4, 2, 128, 512
+# Shape of the test models: (layers, width, heads, KV heads, feed-forward width, context).
+SMALL = (2, 64, 4, 2, 128, 512)
+# TinyLlama-1.1B's shape: the ~1B-parameter model of the GPU device check
+# (scripts/device-check.sh), with a context long enough for a 4096-token prefill.
+ONE_B = (22, 2048, 32, 4, 5632, 8192)
+
+# Models written only when named (too large for the test suite), in MODELS' form.
+SIZED = {
+    # reuse: one random matrix per shape, shared by every layer (a 22x faster write).
+    "llama-1b": ("llama", "llama-spm", dict(tied=False, shape=ONE_B, reuse=True)),
+}
 
 
 # Scalar value types of the GGUF format: struct code by GGUFValueType.
@@ -160,14 +171,15 @@ def write_model(name, arch, vocab_path, opts, out_path):
     w = gguf.GGUFWriter(tmp, arch)
     w.add_name(f"hydra-test-{name}")
     n_vocab = copy_tokenizer(vocab_path, w)
-    head_dim = opts.get("head_dim", N_EMBD // N_HEAD)
-    q_dim, kv_dim = N_HEAD * head_dim, N_KV_HEAD * head_dim
-    w.add_block_count(N_LAYER)
-    w.add_context_length(N_CTX)
-    w.add_embedding_length(N_EMBD)
-    w.add_feed_forward_length(N_FF)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_KV_HEAD)
+    n_layer, n_embd, n_head, n_kv_head, n_ff, n_ctx = opts.get("shape", SMALL)
+    head_dim = opts.get("head_dim", n_embd // n_head)
+    q_dim, kv_dim = n_head * head_dim, n_kv_head * head_dim
+    w.add_block_count(n_layer)
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv_head)
     w.add_rope_dimension_count(head_dim)
     theta = opts.get("theta", 10000.0)
     w.add_rope_freq_base(theta)
@@ -188,9 +200,13 @@ def write_model(name, arch, vocab_path, opts, out_path):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
 
+    made = {}
+
     def mat(tname, rows, cols, std):
-        data = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
-        q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
+        q = made.get((rows, cols, std)) if opts.get("reuse") else None
+        if q is None:
+            data = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+            q = made[rows, cols, std] = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
         w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
 
     def vec(tname, n, mean, std):
@@ -199,21 +215,21 @@ def write_model(name, arch, vocab_path, opts, out_path):
 
     if "freqs" in opts:
         w.add_tensor("rope_freqs.weight", rope_factors(opts["freqs"], head_dim, theta))
-    mat("token_embd.weight", n_vocab, N_EMBD, 1.0)
+    mat("token_embd.weight", n_vocab, n_embd, 1.0)
     if not opts["tied"]:
-        mat("output.weight", n_vocab, N_EMBD, 1.0 / np.sqrt(N_EMBD))
-    vec("output_norm.weight", N_EMBD, 1.0, 0.1)
-    for i in range(N_LAYER):
+        mat("output.weight", n_vocab, n_embd, 1.0 / np.sqrt(n_embd))
+    vec("output_norm.weight", n_embd, 1.0, 0.1)
+    for i in range(n_layer):
         p = f"blk.{i}"
-        mat(f"{p}.attn_q.weight", q_dim, N_EMBD, 1.0 / np.sqrt(N_EMBD))
-        mat(f"{p}.attn_k.weight", kv_dim, N_EMBD, 1.0 / np.sqrt(N_EMBD))
-        mat(f"{p}.attn_v.weight", kv_dim, N_EMBD, 1.0 / np.sqrt(N_EMBD))
-        mat(f"{p}.attn_output.weight", N_EMBD, q_dim, 1.0 / np.sqrt(q_dim))
-        mat(f"{p}.ffn_gate.weight", N_FF, N_EMBD, 1.0 / np.sqrt(N_EMBD))
-        mat(f"{p}.ffn_up.weight", N_FF, N_EMBD, 1.0 / np.sqrt(N_EMBD))
-        mat(f"{p}.ffn_down.weight", N_EMBD, N_FF, 1.0 / np.sqrt(N_FF))
-        vec(f"{p}.attn_norm.weight", N_EMBD, 1.0, 0.1)
-        vec(f"{p}.ffn_norm.weight", N_EMBD, 1.0, 0.1)
+        mat(f"{p}.attn_q.weight", q_dim, n_embd, 1.0 / np.sqrt(n_embd))
+        mat(f"{p}.attn_k.weight", kv_dim, n_embd, 1.0 / np.sqrt(n_embd))
+        mat(f"{p}.attn_v.weight", kv_dim, n_embd, 1.0 / np.sqrt(n_embd))
+        mat(f"{p}.attn_output.weight", n_embd, q_dim, 1.0 / np.sqrt(q_dim))
+        mat(f"{p}.ffn_gate.weight", n_ff, n_embd, 1.0 / np.sqrt(n_embd))
+        mat(f"{p}.ffn_up.weight", n_ff, n_embd, 1.0 / np.sqrt(n_embd))
+        mat(f"{p}.ffn_down.weight", n_embd, n_ff, 1.0 / np.sqrt(n_ff))
+        vec(f"{p}.attn_norm.weight", n_embd, 1.0, 0.1)
+        vec(f"{p}.ffn_norm.weight", n_embd, 1.0, 0.1)
         if arch == "qwen2":
             vec(f"{p}.attn_q.bias", q_dim, 0.0, 0.5)
             vec(f"{p}.attn_k.bias", kv_dim, 0.0, 0.5)
@@ -233,13 +249,17 @@ def main():
     ap.add_argument("--vocab-dir", required=True, help="directory of ggml-vocab-*.gguf")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--version", action="store_true", help="print the generator version")
-    ap.add_argument("names", nargs="*", help=f"models to write (default: all of {', '.join(MODELS)})")
+    ap.add_argument(
+        "names", nargs="*",
+        help=f"models to write (default: all of {', '.join(MODELS)}; also {', '.join(SIZED)})",
+    )
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    known = {**MODELS, **SIZED}
     for name in args.names or MODELS:
-        if name not in MODELS:
-            sys.exit(f"make_gguf.py: unknown model {name!r} (known: {', '.join(MODELS)})")
-        arch, vocab, opts = MODELS[name]
+        if name not in known:
+            sys.exit(f"make_gguf.py: unknown model {name!r} (known: {', '.join(known)})")
+        arch, vocab, opts = known[name]
         out_path = os.path.join(args.out, f"{name}.gguf")
         if os.path.exists(out_path):
             continue
