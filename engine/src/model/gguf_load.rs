@@ -90,7 +90,10 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions) -> Result<Model> {
     for name in names {
         let t = ct
             .tensor(&mut reader, name, &device)
-            .map_err(|e| invalid(format!("tensor {name}: {e}")))?;
+            .map_err(|e| match EngineError::from(e) {
+                EngineError::Candle(e) => invalid(format!("tensor {name}: {e}")),
+                out_of_memory => out_of_memory,
+            })?;
         let is_matrix = t.shape().rank() == 2;
         if is_matrix {
             before.push(t.dtype());

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::quantized::QTensor;
+use candle_core::quantized::{QStorage, QTensor};
 
 use crate::device::DeviceSpec;
 use crate::error::Result;
@@ -120,10 +120,13 @@ impl Model {
         let tensors = tensors
             .into_iter()
             .map(|(n, t)| {
+                // The same blocks on every device (not re-quantized there), so that the
+                // fingerprint, and with it a saved KV state, is the same on CPU and GPU.
                 let t = if dev.is_cpu() {
                     t
                 } else {
-                    QTensor::quantize(&t.dequantize(&dev)?, t.dtype())?
+                    let storage = QStorage::from_data(t.data()?, &dev, t.dtype())?;
+                    QTensor::new(storage, t.shape().clone())?
                 };
                 Ok((n, t))
             })

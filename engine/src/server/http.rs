@@ -106,6 +106,7 @@ async fn health(State(s): State<AppState>) -> Json<serde_json::Value> {
         "slots": s.shared.n_slots,
         "n_ctx": s.shared.n_ctx,
         "model": s.shared.model_info.name,
+        "device": s.shared.model_info.device.to_string(),
         "publishing": s.shared.reader.is_some(),
     }))
 }

@@ -90,13 +90,14 @@ impl From<EngineError> for TaskError {
             EngineError::State(_) => Self::StateRejected(text),
             EngineError::Cancelled { .. } => Self::Cancelled,
             EngineError::StateIo(_) => Self::Io(text),
-            EngineError::Candle(_) => Self::Compute(text),
+            EngineError::Candle(_) | EngineError::OutOfMemory(_) => Self::Compute(text),
             EngineError::Io { .. }
             | EngineError::InvalidModel { .. }
             | EngineError::UnsupportedArchitecture { .. }
             | EngineError::UnsupportedTokenizer { .. }
             | EngineError::InvalidTokenizer(_)
-            | EngineError::InvalidDevice { .. } => Self::Internal(text),
+            | EngineError::InvalidDevice { .. }
+            | EngineError::DeviceUnavailable { .. } => Self::Internal(text),
         }
     }
 }
@@ -111,6 +112,11 @@ mod tests {
         let e = TaskError::from(candle);
         assert_eq!(e.segment_code(), ErrorCode::Compute);
         assert!(e.is_internal());
+        // A request that runs the GPU out of memory fails alone; the engine goes on.
+        let oom = EngineError::OutOfMemory(candle_core::Error::Msg("out of memory".into()));
+        let e = TaskError::from(oom);
+        assert_eq!(e.segment_code(), ErrorCode::Compute);
+        assert!(e.to_string().contains("out of device memory"), "{e}");
         let io = EngineError::StateIo(std::io::Error::other("broken pipe"));
         assert_eq!(TaskError::from(io).segment_code(), ErrorCode::Io);
     }

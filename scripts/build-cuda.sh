@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The CUDA build of hydra-engine (`--features cuda`) and hydra-probe, against the CUDA 13.0
+# toolkit of scripts/cuda-toolkit.sh, in a cargo target directory kept in the cache (outside
+# the repository, keyed by the toolkit version) so that later builds are incremental.
+#
+#   scripts/build-cuda.sh build       build (incrementally); print the directory holding
+#                                     hydra-engine and hydra-probe
+#   scripts/build-cuda.sh env         build, then print the `export` lines the CUDA binary
+#                                     test (engine/tests/cuda_binary.rs) reads:
+#                                     HYDRA_CUDA_ENGINE, HYDRA_CUDA_LIBRARY_PATH
+#   scripts/build-cuda.sh cargo-env   install the toolkit (once), then print the `export`
+#                                     lines under which `cargo build|check --release
+#                                     --features cuda -p hydra-engine` uses it and the
+#                                     cached target directory
+#   scripts/build-cuda.sh bundle      build, then write target/hydra-cuda.tar.xz: the
+#                                     stripped binaries, a `run` wrapper that finds the
+#                                     CUDA libraries of the machine's PyTorch wheels,
+#                                     scripts/device-check.sh and what it needs (the GGUF
+#                                     generator, its `gguf` package, a vocabulary)
+#
+# CUDA_COMPUTE_CAP (default 90: an H100/H200) selects the GPU generation candle's kernels
+# are compiled for: PTX for compute_90a, which the driver compiles at load, plus SASS for
+# sm_90a for the kernels linked in as a static library. Builds with different values share
+# the target directory but rebuild candle's kernels. Progress goes to stderr.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+toolkit="$root/scripts/cuda-toolkit.sh"
+cache_root=${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}
+compute_cap=${CUDA_COMPUTE_CAP:-90}
+bundle=$root/target/hydra-cuda.tar.xz
+# Pure-Python packages the device check's model generator imports, carried in the bundle
+# (the GPU machine has numpy but no `gguf`; `gguf` imports `yaml`, which runs without its
+# optional C extension whatever the Python version).
+bundle_wheels=("gguf==0.19.0" "PyYAML==6.0.2")
+
+say() { printf 'build-cuda: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+usage() {
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# The toolkit's `export` lines plus the build's own: the cached target directory and the
+# compute capability.
+cargo_env() {
+  "$toolkit" env
+  printf 'export CARGO_TARGET_DIR=%q\n' "$cache_root/cuda-target-$("$toolkit" version)"
+  printf 'export CUDA_COMPUTE_CAP=%q\n' "$compute_cap"
+}
+
+build() {
+  eval "$(cargo_env)"
+  say "cargo build --release --features cuda (hydra-engine, hydra-probe) into $CARGO_TARGET_DIR"
+  local t0=$SECONDS
+  (cd "$root" && nice -n 5 cargo build --release --locked --quiet -p hydra-engine \
+    -p hydra-probe-cli --features hydra-engine/cuda)
+  say "built in $((SECONDS - t0)) s"
+  echo "$CARGO_TARGET_DIR/release"
+}
+
+print_test_env() {
+  local out prefix
+  out=$(build)
+  prefix=$("$toolkit" prefix)
+  printf 'export HYDRA_CUDA_ENGINE=%q\n' "$out/hydra-engine"
+  # The toolkit's libraries, and its driver stub for machines without the NVIDIA driver.
+  printf 'export HYDRA_CUDA_LIBRARY_PATH=%q\n' "$prefix/lib64:$prefix/lib64/stubs"
+}
+
+make_bundle() {
+  local out stage
+  out=$(build)
+  command -v xz >/dev/null || die "xz is needed (apt-get install xz-utils)"
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' RETURN
+  local b=$stage/hydra-cuda
+  mkdir -p "$b/bin" "$b/python" "$b/models"
+  strip -o "$b/bin/hydra-engine" "$out/hydra-engine"
+  strip -o "$b/bin/hydra-probe" "$out/hydra-probe"
+  cp "$root/scripts/cuda-run.sh" "$b/run"
+  cp "$root/scripts/device-check.sh" "$root/scripts/device_check.py" "$b/"
+  cp "$root/engine/tests/models/make_gguf.py" "$b/models/make_gguf.py"
+  cp "$("$root/scripts/llama-cpp.sh" vocab)/ggml-vocab-llama-spm.gguf" "$b/models/"
+  python3 -m pip download --quiet --no-deps --only-binary :all: -d "$stage/wheels" \
+    "${bundle_wheels[@]}" >&2
+  local whl
+  for whl in "$stage"/wheels/*.whl; do
+    unzip -q -o "$whl" -x '*.dist-info/*' -d "$b/python"
+  done
+  {
+    echo "hydra-progress $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
+    echo "CUDA toolkit $(basename "$("$toolkit" prefix)"), CUDA_COMPUTE_CAP=$compute_cap"
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  } >"$b/BUILD-INFO"
+  mkdir -p "$(dirname "$bundle")"
+  tar -C "$stage" -cf - hydra-cuda | xz -T0 -6 >"$bundle.tmp"
+  mv "$bundle.tmp" "$bundle"
+  say "bundle $(du -h "$bundle" | cut -f1) ($(du -sh "$b" | cut -f1) unpacked)"
+  echo "$bundle"
+}
+
+case "${1:-}" in
+  build) build ;;
+  env) print_test_env ;;
+  cargo-env) cargo_env ;;
+  bundle) make_bundle ;;
+  *) usage ;;
+esac
