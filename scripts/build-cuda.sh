@@ -35,12 +35,6 @@ bundle=$root/target/hydra-cuda.tar.xz
 bundle_wheels=("gguf==0.19.0" "PyYAML==6.0.2")
 
 say() { printf 'build-cuda: %s\n' "$*" >&2; }
-die() { say "$*"; exit 1; }
-
-usage() {
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
 
 # The toolkit's `export` lines plus the build's own: the cached target directory and the
 # compute capability.
@@ -51,7 +45,9 @@ cargo_env() {
 }
 
 build() {
-  eval "$(cargo_env)"
+  local env
+  env=$(cargo_env)
+  eval "$env"
   say "cargo build --release --features cuda (hydra-engine, hydra-probe) into $CARGO_TARGET_DIR"
   local t0=$SECONDS
   (cd "$root" && nice -n 5 cargo build --release --locked --quiet -p hydra-engine \
@@ -72,7 +68,7 @@ print_test_env() {
 make_bundle() {
   local out stage
   out=$(build)
-  command -v xz >/dev/null || die "xz is needed (apt-get install xz-utils)"
+  command -v xz >/dev/null || { say "xz is needed (apt-get install xz-utils)"; exit 1; }
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' RETURN
   local b=$stage/hydra-cuda
@@ -106,5 +102,5 @@ case "${1:-}" in
   env) print_test_env ;;
   cargo-env) cargo_env ;;
   bundle) make_bundle ;;
-  *) usage ;;
+  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
