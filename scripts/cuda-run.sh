@@ -7,7 +7,7 @@
 #   ./run --library-path        print the LD_LIBRARY_PATH it would use
 #
 # The bundle carries no CUDA library. The engine needs libcublas.so.13, libcublasLt.so.13,
-# libcurand.so.10, libnvrtc.so.13, libcudart.so.13 (the `nvidia-*` wheels PyTorch's CUDA 13
+# libcurand.so.10, libcudart.so.13 (the `nvidia-*` wheels PyTorch's CUDA 13
 # builds install, under site-packages/nvidia/*/lib) and the driver's libcuda.so.1 (driver
 # 580 or newer). The wheels are found through the Python of $HYDRA_PYTHON, else python3,
 # else by looking for site-packages/nvidia under /opt, /usr and $HOME. Directories

@@ -206,7 +206,7 @@ class Context:
             "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "host": platform.node(),
             "device": args.device,
-            "build": read(os.path.join(self.bundle, "BUILD-INFO")).strip(),
+            "build": "; ".join(read(os.path.join(self.bundle, "BUILD-INFO")).split("\n")).strip("; "),
             "steps": {},
         }
 
