@@ -12,6 +12,8 @@
 #                                     lines under which `cargo build|check --release
 #                                     --features cuda -p hydra-engine` uses it and the
 #                                     cached target directory
+#   scripts/build-cuda.sh unit-tests  run the engine's CUDA-only unit tests (device::cuda:
+#                                     error classification; no GPU needed)
 #   scripts/build-cuda.sh bundle      build, then write target/hydra-cuda.tar.xz: the
 #                                     stripped binaries, a `run` wrapper that finds the
 #                                     CUDA libraries of the machine's PyTorch wheels,
@@ -65,6 +67,16 @@ print_test_env() {
   printf 'export HYDRA_CUDA_LIBRARY_PATH=%q\n' "$prefix/lib64:$prefix/lib64/stubs"
 }
 
+unit_tests() {
+  local env prefix
+  env=$(cargo_env)
+  eval "$env"
+  prefix=$("$toolkit" prefix)
+  # The test binary links the CUDA libraries: the toolkit's, and its driver stub.
+  (cd "$root" && LD_LIBRARY_PATH="$prefix/lib64:$prefix/lib64/stubs" nice -n 5 \
+    cargo test --release --locked -p hydra-engine --features cuda --lib device)
+}
+
 make_bundle() {
   local out stage
   out=$(build)
@@ -101,6 +113,7 @@ case "${1:-}" in
   build) build ;;
   env) print_test_env ;;
   cargo-env) cargo_env ;;
+  unit-tests) unit_tests ;;
   bundle) make_bundle ;;
-  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2 ;;
 esac

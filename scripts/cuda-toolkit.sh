@@ -57,7 +57,7 @@ say() { printf 'cuda-toolkit: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
 usage() {
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
+  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
   exit 2
 }
 

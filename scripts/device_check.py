@@ -24,7 +24,8 @@ model `llama-1b`), then, on the GPU:
 Every step is bounded (its own timeout, and an overall deadline) and records its failure
 in the JSON instead of stopping the others. Results: OUT/device-check.json and
 OUT/device-check.md (a table), rewritten after every step so that a run cut short still
-leaves what it measured; engine logs in OUT/logs/.
+leaves what it measured; engine logs in OUT/logs/. The model and the segments live in a
+temporary directory, removed at the end.
 """
 
 import argparse
@@ -33,6 +34,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -481,7 +483,7 @@ def state_payload(state):
     return state[:header_len], np.frombuffer(body, dtype="<f4")
 
 
-def compare_devices(ctx, label, gpu_args, cpu_args, request):
+def compare_devices(ctx, label, names, gpu_args, cpu_args, request):
     """Greedy tokens on the GPU and the CPU engine for the same request (32 steps), then a
     KV state saved on each restored on the other, and the next 8 greedy tokens on both."""
     with Engine(ctx, f"{label}-gpu", gpu_args, 240) as g, \
@@ -523,15 +525,16 @@ def compare_devices(ctx, label, gpu_args, cpu_args, request):
             out["state_bytes"] = len(saved["cpu"])
             return out
 
-        ctx.step(f"greedy{label and '_' + label}", greedy)
-        ctx.step(f"kv_state{label and '_' + label}", kv_state)
+        ctx.step(names[0], greedy)
+        ctx.step(names[1], kv_state)
     return {}
 
 
 def step_builtin_devices(ctx):
     """The embedded model (the issue's 32-step greedy check)."""
     text = {"prompt": "The progress of a prefill is published after every chunk"}
-    return compare_devices(ctx, "", ["--builtin", "--device", ctx.device, "--slots", "2"],
+    return compare_devices(ctx, "builtin", ("greedy", "kv_state"),
+                           ["--builtin", "--device", ctx.device, "--slots", "2"],
                            ["--builtin", "--device", "cpu", "--slots", "2"], text)
 
 
@@ -540,7 +543,8 @@ def step_model_devices(ctx):
     if not ctx.model:
         raise StepFailed("no model (make_model failed)")
     common = ["--model", ctx.model, "--slots", "2", "--ctx", "1024"]
-    return compare_devices(ctx, "model", common + ["--device", ctx.device],
+    return compare_devices(ctx, "model", ("greedy_model", "kv_state_model"),
+                           common + ["--device", ctx.device],
                            common + ["--device", "cpu"], {"tokens": prompt(16, 500)})
 
 
@@ -555,6 +559,8 @@ def main():
                     help="make_gguf.py model to measure (default llama-1b; a small one "
                          "such as llama-spm checks the script itself on a CPU)")
     args = ap.parse_args()
+    # A SIGTERM (a time limit) unwinds like an exception, so every engine is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ctx = Context(args)
     ctx.step("gpu", step_gpu)
     ctx.step("make_model", step_make_model)
@@ -563,6 +569,7 @@ def main():
     ctx.step("builtin_devices", step_builtin_devices)
     ctx.step("model_devices", step_model_devices)
     ctx.write()
+    shutil.rmtree(ctx.work, ignore_errors=True)  # the model and the segments
     failed = [k for k, v in ctx.results["steps"].items() if not v.get("ok")]
     print(f"device-check: {len(ctx.results['steps']) - len(failed)} steps ok, "
           f"{len(failed)} failed{': ' + ', '.join(failed) if failed else ''}", file=sys.stderr)

@@ -15,6 +15,7 @@ echo "== CUDA build: hydra-engine --features cuda (incremental; cached outside t
 # (an assignment first, so that a failed build stops the run).
 cuda_env=$(scripts/build-cuda.sh env)
 eval "$cuda_env"
+scripts/build-cuda.sh unit-tests
 
 echo "== cargo test --workspace"
 cargo test --workspace
