@@ -251,16 +251,10 @@ impl Generator {
     /// `token` is in the slot (which now holds `n_past` tokens) and `logits` follow it;
     /// returns what the step reports after its forward.
     pub fn accept(&mut self, slot: usize, token: u32, logits: Logits, n_past: usize) -> StepDone {
+        let step = self.step_start(slot, n_past.saturating_sub(1));
         self.tokens.push(token);
         self.logits = logits;
-        StepDone {
-            slot,
-            n_tokens: 1,
-            done: self.tokens.len(),
-            total: self.params.n_predict,
-            n_past,
-            token: Some(token),
-        }
+        step.finished(n_past, Some(token))
     }
 
     /// Tokens generated so far.

@@ -70,6 +70,21 @@ pub struct StepStart {
     pub n_past: usize,
 }
 
+impl StepStart {
+    /// What this step reports once committed: its tokens done, the slot holding `n_past`,
+    /// and for generation the token it accepted.
+    pub fn finished(&self, n_past: usize, token: Option<u32>) -> StepDone {
+        StepDone {
+            slot: self.slot,
+            n_tokens: self.n_tokens,
+            done: self.done + self.n_tokens,
+            total: self.total,
+            n_past,
+            token,
+        }
+    }
+}
+
 /// Sent to [`StepObserver::after_step`] once a step is committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepDone {
@@ -334,17 +349,9 @@ impl Slots {
             return Err(EngineError::Cancelled { slot, done, n_past });
         }
         let logits = self.forward(&[(slot, chunk)], observer)?.swap_remove(0);
-        let done = done + chunk.len();
-        let n_past = self.slots[slot].n_past();
-        let step = StepDone {
-            slot,
-            n_tokens: chunk.len(),
-            done,
-            total,
-            n_past,
-            token: None,
-        };
+        let step = step.finished(self.slots[slot].n_past(), None);
         if observer.after_step(&step).is_break() {
+            let (done, n_past) = (step.done, step.n_past);
             return Err(EngineError::Cancelled { slot, done, n_past });
         }
         Ok(logits)

@@ -126,6 +126,24 @@ struct Attention {
     qk_norm: Option<(RmsNorm, RmsNorm)>,
 }
 
+/// Rows from which a CPU weight matmul dequantizes the matrix and runs candle's f32 GEMM
+/// instead of the quantized kernel: `engine/benches/qmatmul.rs` measured one SmolLM2 layer
+/// at 0.20x the quantized kernel's time for 64 rows and 0.11-0.20x for 128-512, the
+/// dequantization included (BENCHMARKS.md, #13). Decode steps (a row per slot) keep the
+/// quantized kernel, which reads 4x fewer bytes per weight.
+const DEQUANT_MIN_ROWS: usize = 64;
+
+/// `xs @ w^T` for the rows of `xs`, by the rule of [`DEQUANT_MIN_ROWS`].
+fn weight_matmul(w: &QMatMul, xs: &Tensor) -> candle_core::Result<Tensor> {
+    let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
+    match w {
+        QMatMul::QTensor(q) if rows >= DEQUANT_MIN_ROWS && xs.device().is_cpu() => {
+            xs.broadcast_matmul(&q.dequantize(xs.device())?.t()?)
+        }
+        _ => w.forward(xs),
+    }
+}
+
 #[derive(Debug)]
 struct Mlp {
     w_gate: QMatMul,
@@ -135,9 +153,9 @@ struct Mlp {
 
 impl Mlp {
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        let gate = self.w_gate.forward(xs)?;
-        let up = self.w_up.forward(xs)?;
-        self.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)
+        let gate = weight_matmul(&self.w_gate, xs)?;
+        let up = weight_matmul(&self.w_up, xs)?;
+        weight_matmul(&self.w_down, &(candle_nn::ops::silu(&gate)? * up)?)
     }
 }
 
@@ -269,9 +287,9 @@ impl DecoderWeights {
         let cfg = &self.cfg;
         let (b, s, _) = xs.dims3()?;
         let hd = cfg.head_dim();
-        let mut q = attn.wq.forward(xs)?;
-        let mut k = attn.wk.forward(xs)?;
-        let mut v = attn.wv.forward(xs)?;
+        let mut q = weight_matmul(&attn.wq, xs)?;
+        let mut k = weight_matmul(&attn.wk, xs)?;
+        let mut v = weight_matmul(&attn.wv, xs)?;
         if let Some([bq, bk, bv]) = &attn.bias {
             q = q.broadcast_add(bq)?;
             k = k.broadcast_add(bk)?;
@@ -359,7 +377,7 @@ impl DecoderWeights {
             } else {
                 Tensor::cat(&ys, 1)?
             };
-            let y = layer.attn.wo.forward(&y)?;
+            let y = weight_matmul(&layer.attn.wo, &y)?;
             let h1 = (y + residual)?;
             let residual = &h1;
             let xs = layer.ffn_norm.forward(&h1)?;
