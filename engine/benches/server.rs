@@ -90,12 +90,14 @@ fn run_reader(segment: &Path) {
     }
 }
 
-/// `hydra-engine serve --builtin` with 2 slots of 4096 tokens, this bench's own binary.
+/// `hydra-engine serve --builtin` with 2 slots of 4096 tokens, this bench's own binary, on
+/// the serial schedule (whose queue the `?via=queue` figure measures).
 fn start_engine(dir: &Path, id: &str, threads: usize, publish: bool, cpus: Option<&str>) -> Server {
     let mut o = EngineOpts::new(dir, id);
     o.threads = threads;
     o.cpus = cpus.map(str::to_string);
     o.bin = Some(env!("CARGO_BIN_EXE_hydra-engine").into());
+    o.extra.extend(["--schedule".into(), "serial".into()]);
     if !publish {
         o.extra.push("--no-publish".into());
     }

@@ -27,7 +27,7 @@ use candle_core::{Device, Tensor};
 use crate::error::{EngineError, Result, StateError};
 use crate::hash::Hasher64;
 use crate::model::config::LlamaConfig;
-use crate::model::llama::LayerKv;
+use crate::model::kv_cache::KvCache;
 
 /// First bytes of every state.
 pub const MAGIC: [u8; 8] = *b"HYDRAKV\0";
@@ -174,12 +174,12 @@ impl<W: Write + ?Sized> Out<'_, W> {
 pub(crate) fn save<W: Write + ?Sized>(
     cfg: &LlamaConfig,
     fingerprint: u64,
-    n_past: usize,
-    layers: &[LayerKv],
+    cache: &KvCache,
     logits: Option<&[f32]>,
     w: &mut W,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<u64> {
+    let n_past = cache.len();
     let header = StateHeader {
         version: VERSION,
         dtype: DTYPE_F32,
@@ -201,8 +201,8 @@ pub(crate) fn save<W: Write + ?Sized>(
     };
     out.put(&header.encode())?;
     if n_past > 0 {
-        for l in layers {
-            let Some((k, v)) = &l.kv else {
+        for i in 0..cfg.n_layer {
+            let Some((k, v)) = cache.layer(i) else {
                 return Err(EngineError::InvalidOption {
                     name: "slot",
                     message: "slot has tokens but a layer has no cache".into(),
@@ -270,7 +270,7 @@ pub(crate) fn restore<R: Read + ?Sized>(
     r: &mut R,
     total_len: u64,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<(usize, Vec<LayerKv>, Option<Vec<f32>>)> {
+) -> Result<(KvCache, Option<Vec<f32>>)> {
     let min = (HEADER_LEN + TRAILER_LEN) as u64;
     if total_len < HEADER_LEN as u64 {
         return Err(StateError::Truncated {
@@ -337,10 +337,10 @@ pub(crate) fn restore<R: Read + ?Sized>(
     progress(done, expected);
     let (n_kv, hd) = (cfg.n_kv_head, cfg.head_dim());
     let per_tensor = n_kv * n_past * hd * 4;
-    let mut layers = vec![LayerKv::default(); cfg.n_layer];
+    let mut layers = Vec::with_capacity(cfg.n_layer);
     if n_past > 0 {
         let mut bytes = vec![0u8; per_tensor];
-        for l in layers.iter_mut() {
+        for _ in 0..cfg.n_layer {
             let mut pair = Vec::with_capacity(2);
             for _ in 0..2 {
                 for c in bytes.chunks_mut(CHUNK) {
@@ -356,7 +356,7 @@ pub(crate) fn restore<R: Read + ?Sized>(
             }
             let v = pair.pop();
             let k = pair.pop();
-            l.kv = k.zip(v);
+            layers.extend(k.zip(v));
         }
     }
     let mut logits = None;
@@ -382,5 +382,5 @@ pub(crate) fn restore<R: Read + ?Sized>(
     if found != computed {
         return Err(StateError::Corrupt { found, computed }.into());
     }
-    Ok((n_past, layers, logits))
+    Ok((KvCache::from_layers(layers, n_past), logits))
 }

@@ -52,6 +52,8 @@ pub use model::builtin::BuiltinSpec;
 pub use model::config::LlamaConfig;
 pub use model::quant::{Conversion, QuantTarget};
 pub use model::{LoadOptions, Model, ModelInfo};
-pub use sampling::{generate, FinishReason, GenerateParams, Generation, Sampler, SamplerConfig};
+pub use sampling::{
+    generate, FinishReason, GenerateParams, Generation, Generator, Sampler, SamplerConfig,
+};
 pub use slots::{FnObserver, Logits, Slots, StepDone, StepObserver, StepStart};
 pub use tokenizer::{SpecialIds, StreamDecoder, Tokenizer};

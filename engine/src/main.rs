@@ -6,7 +6,7 @@ mod demo;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use hydra_engine::server::config::{ModelSource, ServerConfig};
+use hydra_engine::server::config::{ModelSource, Schedule, ServerConfig, DEFAULT_UBATCH};
 use hydra_engine::{Conversion, DeviceSpec, LoadOptions};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -66,8 +66,12 @@ struct ServeArgs {
     #[arg(long, default_value_t = 2048)]
     ctx: usize,
     /// Prefill chunk size in tokens; progress is published after every chunk.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = DEFAULT_UBATCH)]
     ubatch: usize,
+    /// How the compute thread orders work: batched (every decoding slot advances one token
+    /// per forward, prefill chunks interleaved) or serial (one task at a time, FIFO).
+    #[arg(long, default_value_t = Schedule::Batched)]
+    schedule: Schedule,
     /// CPU threads for compute.
     #[arg(long, default_value_t = default_threads())]
     threads: usize,
@@ -178,6 +182,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         slots: args.slots,
         ctx: args.ctx,
         ubatch: args.ubatch,
+        schedule: args.schedule,
         engine_id: args.engine_id,
         progress_dir: hydra_layout::naming::resolve_dir(args.progress_dir.as_deref()),
         listen: args.listen,

@@ -4,6 +4,7 @@
 use std::ops::ControlFlow;
 
 use crate::error::{EngineError, Result};
+use crate::model::Model;
 use crate::slots::{Logits, Slots, StepDone, StepObserver, StepStart};
 
 /// Sampling settings. `temperature == 0` is greedy.
@@ -191,6 +192,86 @@ pub struct Generation {
     pub next_logits: Logits,
 }
 
+/// One generation, a step at a time: which token comes next, when it stops, and what each
+/// step reports. [`generate`] drives it to the end for one slot; the server's batched
+/// schedule drives one per busy slot, a step of each in every forward.
+#[derive(Debug, Clone)]
+pub struct Generator {
+    params: GenerateParams,
+    tokens: Vec<u32>,
+    logits: Logits,
+}
+
+impl Generator {
+    /// A generation continuing from the logits `first` (those of the prefill, or of the
+    /// previous generation).
+    pub fn new(first: Logits, params: GenerateParams) -> Self {
+        Self {
+            params,
+            tokens: Vec::with_capacity(params.n_predict.min(4096)),
+            logits: first,
+        }
+    }
+
+    /// The token to decode next into a slot holding `n_past` of `n_ctx` tokens, or why
+    /// the generation ends here: `n_predict` reached, EOS sampled (with `stop_at_eos`),
+    /// or the context full. Draws from `sampler` (once per call that samples).
+    pub fn next_token(
+        &mut self,
+        sampler: &mut Sampler,
+        model: &Model,
+        n_past: usize,
+        n_ctx: usize,
+    ) -> std::result::Result<u32, FinishReason> {
+        if self.tokens.len() >= self.params.n_predict {
+            return Err(FinishReason::Length);
+        }
+        let t = sampler.sample(&self.logits);
+        if self.params.stop_at_eos && model.is_eos(t) {
+            return Err(FinishReason::Eos);
+        }
+        if n_past >= n_ctx {
+            return Err(FinishReason::ContextFull);
+        }
+        Ok(t)
+    }
+
+    /// What the step that decodes `token` into `slot` (holding `n_past` tokens) reports
+    /// before its forward.
+    pub fn step_start(&self, slot: usize, n_past: usize) -> StepStart {
+        StepStart {
+            slot,
+            n_tokens: 1,
+            done: self.tokens.len(),
+            total: self.params.n_predict,
+            n_past,
+        }
+    }
+
+    /// `token` is in the slot (which now holds `n_past` tokens) and `logits` follow it;
+    /// returns what the step reports after its forward.
+    pub fn accept(&mut self, slot: usize, token: u32, logits: Logits, n_past: usize) -> StepDone {
+        let step = self.step_start(slot, n_past.saturating_sub(1));
+        self.tokens.push(token);
+        self.logits = logits;
+        step.finished(n_past, Some(token))
+    }
+
+    /// Tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The generation, ended for `finish`.
+    pub fn finish(self, finish: FinishReason) -> Generation {
+        Generation {
+            tokens: self.tokens,
+            finish,
+            next_logits: self.logits,
+        }
+    }
+}
+
 /// Generate up to `params.n_predict` tokens in `slot`, starting from the
 /// logits `first` (those returned by the prefill or by the previous call).
 ///
@@ -210,60 +291,33 @@ pub fn generate<O: StepObserver + ?Sized>(
 ) -> Result<Generation> {
     let model = slots.model().clone();
     let n_ctx = slots.n_ctx();
-    let mut tokens = Vec::with_capacity(params.n_predict.min(n_ctx));
-    let mut logits = first;
-    let mut finish = FinishReason::Length;
+    let mut gen = Generator::new(first, *params);
     let start = std::time::Instant::now();
-    while tokens.len() < params.n_predict {
-        let t = sampler.sample(&logits);
-        if params.stop_at_eos && model.is_eos(t) {
-            finish = FinishReason::Eos;
-            break;
-        }
+    let finish = loop {
         let n_past = slots.n_past(slot)?;
-        if n_past >= n_ctx {
-            finish = FinishReason::ContextFull;
-            break;
-        }
-        let step = StepStart {
-            slot,
-            n_tokens: 1,
-            done: tokens.len(),
-            total: params.n_predict,
-            n_past,
+        let t = match gen.next_token(sampler, &model, n_past, n_ctx) {
+            Ok(t) => t,
+            Err(finish) => break finish,
         };
-        if let ControlFlow::Break(()) = observer.before_step(&step) {
-            finish = FinishReason::Cancelled;
-            break;
+        if let ControlFlow::Break(()) = observer.before_step(&gen.step_start(slot, n_past)) {
+            break FinishReason::Cancelled;
         }
-        logits = slots.decode_step_observed(slot, t, observer)?;
-        tokens.push(t);
-        let step = StepDone {
-            slot,
-            n_tokens: 1,
-            done: tokens.len(),
-            total: params.n_predict,
-            n_past: n_past + 1,
-            token: Some(t),
-        };
-        if let ControlFlow::Break(()) = observer.after_step(&step) {
-            finish = FinishReason::Cancelled;
-            break;
+        let logits = slots.decode_step_observed(slot, t, observer)?;
+        if let ControlFlow::Break(()) =
+            observer.after_step(&gen.accept(slot, t, logits, n_past + 1))
+        {
+            break FinishReason::Cancelled;
         }
-    }
+    };
     let secs = start.elapsed().as_secs_f64();
     tracing::debug!(
         slot,
-        n_tokens = tokens.len(),
-        tokens_per_s = tokens.len() as f64 / secs.max(1e-9),
+        n_tokens = gen.tokens().len(),
+        tokens_per_s = gen.tokens().len() as f64 / secs.max(1e-9),
         finish = ?finish,
         "generation done"
     );
-    Ok(Generation {
-        tokens,
-        finish,
-        next_logits: logits,
-    })
+    Ok(gen.finish(finish))
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use crate::error::{EngineError, Result};
 use crate::kv_state;
 use candle_core::Device;
 
-use crate::model::llama::{LayerKv, Rope};
+use crate::model::kv_cache::KvCache;
+use crate::model::llama::{Rope, Sequence};
 use crate::model::{LayerHook, Model};
 
 /// Next-token scores over the vocabulary (f32, unnormalised).
@@ -69,6 +70,21 @@ pub struct StepStart {
     pub n_past: usize,
 }
 
+impl StepStart {
+    /// What this step reports once committed: its tokens done, the slot holding `n_past`,
+    /// and for generation the token it accepted.
+    pub fn finished(&self, n_past: usize, token: Option<u32>) -> StepDone {
+        StepDone {
+            slot: self.slot,
+            n_tokens: self.n_tokens,
+            done: self.done + self.n_tokens,
+            total: self.total,
+            n_past,
+            token,
+        }
+    }
+}
+
 /// Sent to [`StepObserver::after_step`] once a step is committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepDone {
@@ -109,26 +125,29 @@ pub trait StepObserver {
     }
 }
 
-/// Hands a step observer's per-layer calls to a forward, for one slot.
+/// Hands a forward's per-layer calls to a step observer, once for every slot the forward
+/// runs (a batched decode step is a step of each of its slots).
 struct SlotLayers<'a, O: ?Sized> {
-    slot: usize,
+    slots: &'a [usize],
     observer: &'a mut O,
 }
 
 impl<O: StepObserver + ?Sized> LayerHook for SlotLayers<'_, O> {
     fn layer_done(&mut self, device: &Device, layers_done: usize, n_layers: usize) {
-        self.observer
-            .layer_done(self.slot, device, layers_done, n_layers);
+        for &slot in self.slots {
+            self.observer
+                .layer_done(slot, device, layers_done, n_layers);
+        }
     }
 }
 
 /// The observer that watches nothing.
 impl StepObserver for () {}
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Slot {
-    layers: Vec<LayerKv>,
-    n_past: usize,
+    /// The cache; its length is the slot's n_past.
+    cache: KvCache,
     /// Next-token scores after the last token in the cache (None exactly when empty).
     /// Kept with the slot, and in its saved state, so a restored slot can decode at once.
     logits: Option<Logits>,
@@ -137,10 +156,13 @@ struct Slot {
 impl Slot {
     fn empty(n_layer: usize) -> Self {
         Self {
-            layers: vec![LayerKv::default(); n_layer],
-            n_past: 0,
+            cache: KvCache::new(n_layer),
             logits: None,
         }
+    }
+
+    fn n_past(&self) -> usize {
+        self.cache.len()
     }
 }
 
@@ -155,8 +177,10 @@ pub struct Slots {
 
 impl Slots {
     /// `n_slots` empty slots of `n_ctx` tokens each (`n_ctx = 0`: the
-    /// model's training context). KV memory grows with use: each cached
-    /// token costs [`crate::LlamaConfig::kv_bytes_per_token`] bytes.
+    /// model's training context). KV memory grows with use, in blocks (see
+    /// `model/kv_cache.rs`): each cached token costs
+    /// [`crate::LlamaConfig::kv_bytes_per_token`] bytes, and a slot's buffers hold at most
+    /// twice what it has cached (at least 256 tokens' worth once used).
     pub fn new(model: Arc<Model>, n_slots: usize, n_ctx: usize) -> Result<Self> {
         let cfg = model.config();
         let n_ctx = if n_ctx == 0 { cfg.n_ctx_train } else { n_ctx };
@@ -174,7 +198,7 @@ impl Slots {
             );
         }
         let rope = Rope::new(cfg, n_ctx, model.weights.device())?;
-        let slots = vec![Slot::empty(cfg.n_layer); n_slots];
+        let slots = (0..n_slots).map(|_| Slot::empty(cfg.n_layer)).collect();
         Ok(Self {
             model,
             rope,
@@ -211,17 +235,17 @@ impl Slots {
 
     /// Tokens cached in `slot`.
     pub fn n_past(&self, slot: usize) -> Result<usize> {
-        Ok(self.slot(slot)?.n_past)
+        Ok(self.slot(slot)?.n_past())
     }
 
     /// Whether `slot` holds nothing (decoding needs a prefill first).
     pub fn is_empty(&self, slot: usize) -> Result<bool> {
-        Ok(self.slot(slot)?.n_past == 0)
+        Ok(self.slot(slot)?.n_past() == 0)
     }
 
     /// Tokens cached across all slots.
     pub fn kv_cells_used(&self) -> usize {
-        self.slots.iter().map(|s| s.n_past).sum()
+        self.slots.iter().map(Slot::n_past).sum()
     }
 
     /// Drop everything `slot` holds.
@@ -232,7 +256,7 @@ impl Slots {
     }
 
     fn check_fits(&self, slot: usize, n_new: usize) -> Result<()> {
-        let n_past = self.slot(slot)?.n_past;
+        let n_past = self.slot(slot)?.n_past();
         if n_past + n_new > self.n_ctx {
             return Err(EngineError::ContextOverflow {
                 slot,
@@ -248,9 +272,7 @@ impl Slots {
     /// appending them to `slot` after whatever it already holds, and return
     /// the logits after the last token.
     ///
-    /// Everything is checked before any work: the slot exists, `tokens` is
-    /// not empty, every id is in the vocabulary, `ubatch >= 1`, and the
-    /// tokens fit in the context.
+    /// Everything is checked before any work ([`Slots::check_prefill`]).
     ///
     /// The observer hears `before_step` before each chunk and `after_step`
     /// once the chunk is in the cache. If it breaks, the call returns
@@ -264,49 +286,14 @@ impl Slots {
         ubatch: usize,
         observer: &mut O,
     ) -> Result<Logits> {
-        self.check_slot(slot)?;
-        if tokens.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if ubatch == 0 {
-            return Err(EngineError::InvalidOption {
-                name: "ubatch",
-                message: "must be at least 1".into(),
-            });
-        }
-        self.model.check_tokens(tokens)?;
-        self.check_fits(slot, tokens.len())?;
+        self.check_prefill(slot, tokens, ubatch)?;
         let start = Instant::now();
         let total = tokens.len();
         let mut done = 0;
         let mut last = None;
         for chunk in tokens.chunks(ubatch) {
-            let n_past = self.slots[slot].n_past;
-            let step = StepStart {
-                slot,
-                n_tokens: chunk.len(),
-                done,
-                total,
-                n_past,
-            };
-            if observer.before_step(&step).is_break() {
-                return Err(EngineError::Cancelled { slot, done, n_past });
-            }
-            let logits = self.forward(slot, chunk, observer)?;
+            last = Some(self.prefill_chunk(slot, chunk, done, total, observer)?);
             done += chunk.len();
-            let n_past = self.slots[slot].n_past;
-            let step = StepDone {
-                slot,
-                n_tokens: chunk.len(),
-                done,
-                total,
-                n_past,
-                token: None,
-            };
-            if observer.after_step(&step).is_break() {
-                return Err(EngineError::Cancelled { slot, done, n_past });
-            }
-            last = Some(logits);
         }
         let secs = start.elapsed().as_secs_f64();
         tracing::debug!(
@@ -318,6 +305,56 @@ impl Slots {
         );
         // `tokens` is not empty, so at least one chunk ran.
         last.ok_or(EngineError::EmptyPrompt)
+    }
+
+    /// What [`Slots::prefill`] checks before any work: the slot exists, `tokens` is not
+    /// empty, every id is in the vocabulary, `ubatch >= 1`, and the tokens fit in the
+    /// context.
+    pub fn check_prefill(&self, slot: usize, tokens: &[u32], ubatch: usize) -> Result<()> {
+        self.check_slot(slot)?;
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if ubatch == 0 {
+            return Err(EngineError::InvalidOption {
+                name: "ubatch",
+                message: "must be at least 1".into(),
+            });
+        }
+        self.model.check_tokens(tokens)?;
+        self.check_fits(slot, tokens.len())
+    }
+
+    /// One chunk of a prefill that [`Slots::check_prefill`] accepted: `done` of its `total`
+    /// tokens are already in the slot. The observer hears `before_step`, each layer, and
+    /// `after_step`; a break is [`EngineError::Cancelled`] (what is done stays).
+    pub fn prefill_chunk<O: StepObserver + ?Sized>(
+        &mut self,
+        slot: usize,
+        chunk: &[u32],
+        done: usize,
+        total: usize,
+        observer: &mut O,
+    ) -> Result<Logits> {
+        self.check_fits(slot, chunk.len())?;
+        let n_past = self.slots[slot].n_past();
+        let step = StepStart {
+            slot,
+            n_tokens: chunk.len(),
+            done,
+            total,
+            n_past,
+        };
+        if observer.before_step(&step).is_break() {
+            return Err(EngineError::Cancelled { slot, done, n_past });
+        }
+        let logits = self.forward(&[(slot, chunk)], observer)?.swap_remove(0);
+        let step = step.finished(self.slots[slot].n_past(), None);
+        if observer.after_step(&step).is_break() {
+            let (done, n_past) = (step.done, step.n_past);
+            return Err(EngineError::Cancelled { slot, done, n_past });
+        }
+        Ok(logits)
     }
 
     /// Append one token to `slot` (which must already hold something) and
@@ -334,42 +371,90 @@ impl Slots {
         token: u32,
         observer: &mut O,
     ) -> Result<Logits> {
-        if self.is_empty(slot)? {
-            return Err(EngineError::EmptySlot { slot });
-        }
-        self.model.check_tokens(&[token])?;
-        self.check_fits(slot, 1)?;
-        self.forward(slot, &[token], observer)
+        Ok(self
+            .decode_batch(&[(slot, token)], observer)?
+            .swap_remove(0))
     }
 
-    /// One forward over checked tokens. A forward that fails part way leaves some layers
-    /// holding the new positions and others not, so the slot is erased rather than left
-    /// inconsistent (the error is returned; the slot reads as empty afterwards).
+    /// One decode step for several slots in one forward: each `(slot, token)` appends
+    /// `token` to `slot`, and the logits for each slot's next token come back in the same
+    /// order. The weight matmuls run once over all the tokens; attention runs per slot
+    /// against its own cache. `observer` hears every layer once for each slot (the step's
+    /// own before/after calls are the caller's).
+    ///
+    /// Checked before any work: the slots exist, are distinct and hold something, the
+    /// tokens are in the vocabulary and fit. A failing forward leaves every slot as it was.
+    pub fn decode_batch<O: StepObserver + ?Sized>(
+        &mut self,
+        steps: &[(usize, u32)],
+        observer: &mut O,
+    ) -> Result<Vec<Logits>> {
+        for (i, &(slot, token)) in steps.iter().enumerate() {
+            if self.is_empty(slot)? {
+                return Err(EngineError::EmptySlot { slot });
+            }
+            if steps[..i].iter().any(|&(s, _)| s == slot) {
+                return Err(EngineError::InvalidOption {
+                    name: "slot",
+                    message: format!("slot {slot} appears twice in one decode step"),
+                });
+            }
+            self.model.check_tokens(&[token])?;
+            self.check_fits(slot, 1)?;
+        }
+        let seqs: Vec<(usize, &[u32])> = steps
+            .iter()
+            .map(|(slot, token)| (*slot, std::slice::from_ref(token)))
+            .collect();
+        self.forward(&seqs, observer)
+    }
+
+    /// One forward over checked, distinct slots and their tokens; the logits after each
+    /// slot's last token, in order. A failing forward leaves every slot as it was.
     fn forward<O: StepObserver + ?Sized>(
         &mut self,
-        slot: usize,
-        tokens: &[u32],
+        seqs: &[(usize, &[u32])],
         observer: &mut O,
-    ) -> Result<Logits> {
-        let n_layer = self.model.config().n_layer;
-        let s = &mut self.slots[slot];
-        let mut hook = SlotLayers { slot, observer };
-        let logits =
-            match self
-                .model
-                .weights
-                .forward(tokens, s.n_past, &mut s.layers, &self.rope, &mut hook)
-            {
-                Ok(logits) => logits,
-                Err(e) => {
-                    *s = Slot::empty(n_layer);
-                    return Err(e);
-                }
-            };
-        s.n_past += tokens.len();
-        let logits = Logits::from(logits.to_vec1::<f32>()?);
-        s.logits = Some(logits.clone());
-        Ok(logits)
+    ) -> Result<Vec<Logits>> {
+        let ids: Vec<usize> = seqs.iter().map(|(slot, _)| *slot).collect();
+        let mut by_slot: Vec<Option<&mut Slot>> = self.slots.iter_mut().map(Some).collect();
+        let mut picked = Vec::with_capacity(seqs.len());
+        for &(slot, tokens) in seqs {
+            let s =
+                by_slot
+                    .get_mut(slot)
+                    .and_then(Option::take)
+                    .ok_or(EngineError::InvalidOption {
+                        name: "slot",
+                        message: format!("slot {slot} is missing or appears twice in one forward"),
+                    })?;
+            picked.push((s, tokens));
+        }
+        let mut batch: Vec<Sequence<'_>> = Vec::with_capacity(picked.len());
+        let mut logits_of = Vec::with_capacity(picked.len());
+        for (s, tokens) in picked {
+            let Slot { cache, logits } = s;
+            batch.push(Sequence { tokens, cache });
+            logits_of.push(logits);
+        }
+        let mut hook = SlotLayers {
+            slots: &ids,
+            observer,
+        };
+        let rows = self
+            .model
+            .weights
+            .forward(&mut batch, &self.rope, &mut hook)?
+            .to_vec2::<f32>()?;
+        Ok(rows
+            .into_iter()
+            .zip(logits_of)
+            .map(|(row, slot_logits)| {
+                let l = Logits::from(row);
+                *slot_logits = Some(l.clone());
+                l
+            })
+            .collect())
     }
 
     /// The next-token scores after the last token `slot` holds (None when it is empty).
@@ -381,7 +466,7 @@ impl Slots {
     /// Exact size in bytes of [`Slots::save_state`]'s output for `slot` now.
     pub fn state_size(&self, slot: usize) -> Result<u64> {
         let s = self.slot(slot)?;
-        Ok(kv_state::state_size(self.model.config(), s.n_past))
+        Ok(kv_state::state_size(self.model.config(), s.n_past()))
     }
 
     /// Write `slot`'s KV state to `w` (format: [`crate::kv_state`]), calling
@@ -396,8 +481,7 @@ impl Slots {
         kv_state::save(
             self.model.config(),
             self.model.info().fingerprint,
-            s.n_past,
-            &s.layers,
+            &s.cache,
             s.logits.as_ref().map(Logits::as_slice),
             w,
             progress,
@@ -419,7 +503,7 @@ impl Slots {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<()> {
         self.check_slot(slot)?;
-        let (n_past, layers, logits) = kv_state::restore(
+        let (cache, logits) = kv_state::restore(
             self.model.config(),
             self.model.info().fingerprint,
             self.n_ctx,
@@ -429,8 +513,7 @@ impl Slots {
             progress,
         )?;
         self.slots[slot] = Slot {
-            layers,
-            n_past,
+            cache,
             logits: logits.map(Logits::from),
         };
         Ok(())

@@ -7,6 +7,17 @@
 //! The default is the number of physical cores. [`set_cpu_threads`] sets
 //! both variables, so it only has an effect when called before the first
 //! model is built or run; later calls change nothing for this process.
+//!
+//! [`run_in_pool`] runs the compute loop on a worker of rayon's global pool, the pool
+//! candle's small CPU ops use (RMS norm, RoPE, softmax: `par_chunks`; the f32 GEMM of
+//! attention). Called from a thread outside the pool, each of those ops is handed to a
+//! pool worker and the caller sleeps until it is woken again: two context switches per
+//! op, even for a one-row op that is never split, and five such ops per layer (two RMS
+//! norms, two RoPEs, a softmax), 150 per decoded token on SmolLM2's 30 layers.
+//! When the CPUs are shared with another busy process, each hand-off waits for the
+//! scheduler to run the worker, and decode collapses. Called from a pool worker, an op
+//! that is not split runs inline, and a split one runs its own halves unless an idle
+//! worker steals them: nothing waits on a thread that is not running.
 
 use crate::error::{EngineError, Result};
 
@@ -30,4 +41,11 @@ pub fn set_cpu_threads(n: usize) -> Result<()> {
 /// The thread count candle will use (or is using), as it computes it.
 pub fn cpu_threads() -> usize {
     candle_core::utils::get_num_threads()
+}
+
+/// Runs `f` on a worker thread of rayon's global pool (where candle's parallel CPU ops then
+/// run inline or with work stealing, see the module documentation); the calling thread
+/// blocks until `f` returns.
+pub fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
 }

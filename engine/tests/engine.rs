@@ -508,3 +508,85 @@ fn every_layer_of_every_step_is_heard_in_order() {
         .collect();
     assert_eq!(log.layers, expected);
 }
+
+#[test]
+fn a_batched_decode_step_is_heard_for_every_slot_of_the_batch() {
+    let model = builtin();
+    let n_layer = model.config().n_layer;
+    let mut slots = Slots::new(model.clone(), 3, 256).unwrap();
+    let prompt: Vec<u32> = (0..10).map(|i| 65 + i).collect();
+    for slot in [0, 2] {
+        slots.prefill(slot, &prompt, 64, &mut ()).unwrap();
+    }
+    let mut log = LayerLog::default();
+    let out = slots.decode_batch(&[(2, 70), (0, 71)], &mut log).unwrap();
+    assert_eq!(out.len(), 2);
+    // Each layer is heard once per slot of the batch, in the batch's order, layer by layer.
+    let expected: Vec<_> = (1..=n_layer)
+        .flat_map(|k| [(2, k, n_layer), (0, k, n_layer)])
+        .collect();
+    assert_eq!(log.layers, expected);
+    assert_eq!(slots.n_past(0).unwrap(), 11);
+    assert_eq!(slots.n_past(1).unwrap(), 0);
+    // A repeated, empty or out-of-range slot is refused before any work.
+    for bad in [
+        vec![(0, 1), (0, 2)],
+        vec![(0, 1), (1, 2)],
+        vec![(0, 1), (9, 2)],
+        vec![(0, 100_000)],
+    ] {
+        assert!(slots.decode_batch(&bad, &mut ()).is_err(), "{bad:?}");
+        assert_eq!(slots.n_past(0).unwrap(), 11, "{bad:?} changed nothing");
+    }
+}
+
+/// Greedy generation in several slots at once, one batched forward per step, against the
+/// same prompts generated one slot at a time.
+fn batched_matches_serial(model: Arc<Model>, prompts: &[Vec<u32>], n: usize) {
+    let mut serial = Slots::new(model.clone(), prompts.len(), 512).unwrap();
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(slot, p)| greedy(&mut serial, slot, p, n))
+        .collect();
+    let mut slots = Slots::new(model.clone(), prompts.len(), 512).unwrap();
+    let mut next: Vec<u32> = prompts
+        .iter()
+        .enumerate()
+        .map(|(slot, p)| slots.prefill(slot, p, 64, &mut ()).unwrap().argmax())
+        .collect();
+    let mut got = vec![Vec::new(); prompts.len()];
+    for _ in 0..n {
+        let steps: Vec<(usize, u32)> = next.iter().copied().enumerate().collect();
+        let logits = slots.decode_batch(&steps, &mut ()).unwrap();
+        for (slot, l) in logits.iter().enumerate() {
+            got[slot].push(next[slot]);
+            next[slot] = l.argmax();
+        }
+    }
+    for (slot, (g, w)) in got.iter().zip(&want).enumerate() {
+        let stop = w.len();
+        assert_eq!(&g[..stop], &w[..], "slot {slot}");
+    }
+}
+
+#[test]
+fn batched_decode_gives_the_serial_greedy_tokens() {
+    let model = builtin();
+    let tok = model.tokenizer();
+    let prompts: Vec<Vec<u32>> = ["Once upon a time", "The quick brown fox", "Hi", "1 2 3 4"]
+        .iter()
+        .map(|p| tok.encode(p, true))
+        .collect();
+    batched_matches_serial(model.clone(), &prompts, 24);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    common::write_test_gguf(&path, GgmlDType::Q8_0, 7);
+    let gguf = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
+    let tok = gguf.tokenizer();
+    let prompts: Vec<Vec<u32>> = ["hello the world", "the model", "hello"]
+        .iter()
+        .map(|p| tok.encode(p, false))
+        .collect();
+    batched_matches_serial(gguf, &prompts, 24);
+}

@@ -421,3 +421,75 @@ fn slots_endpoint_and_health_answer_from_the_segment() {
     assert_eq!(meta["n_past"].as_u64(), body["n_past"].as_u64());
     assert_eq!(meta["is_processing"], false);
 }
+
+/// Completions on `slots` slots posted at once; their `tokens`, by slot.
+fn concurrent_completions(e: &Engine, prompts: &[&str], n: usize) -> Vec<serde_json::Value> {
+    let threads: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(slot, prompt)| {
+            let url = e.url("/completion");
+            let body = serde_json::json!({
+                "prompt": prompt, "n_predict": n, "ignore_eos": true, "id_slot": slot,
+            })
+            .to_string();
+            std::thread::spawn(move || call(agent().post(&url), Some(&body)))
+        })
+        .collect();
+    threads
+        .into_iter()
+        .map(|t| {
+            let (status, body) = t.join().expect("completion thread");
+            assert_eq!(status, 200, "{body}");
+            body["tokens"].clone()
+        })
+        .collect()
+}
+
+#[test]
+fn batched_slots_decode_together_and_give_the_serial_tokens() {
+    let tmp = scratch();
+    let prompts = ["Once upon a time", "The quick brown fox", "1, 2, 3, "];
+    let n = 300;
+    let serial = Engine::start(
+        tmp.path(),
+        "serial",
+        &["--slots", "3", "--ctx", "2048", "--schedule", "serial"],
+    );
+    let want = concurrent_completions(&serial, &prompts, n);
+    drop(serial);
+
+    let e = Engine::start(tmp.path(), "batched", &["--slots", "3", "--ctx", "2048"]);
+    let reader = SegmentReader::open(e.segment()).expect("open segment");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Watches the segment for two or more slots decoding at the same moment.
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                let decoding = (0..3)
+                    .filter_map(|s| reader.slot(s).ok())
+                    .filter(|s| s.state.phase == Phase::Decode && s.state.work_done > 0)
+                    .count();
+                most = most.max(decoding);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            most
+        })
+    };
+    let got = concurrent_completions(&e, &prompts, n);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.join().expect("watcher");
+    for (slot, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g.as_array().map(Vec::len), Some(n), "slot {slot}");
+        assert_eq!(g, w, "slot {slot}: batched tokens differ from serial");
+    }
+    assert!(
+        most >= 2,
+        "the batched schedule never had two slots decoding at once"
+    );
+    let (status, slots) = get(&e, "/slots");
+    assert_eq!(status, 200, "{slots}");
+}

@@ -10,7 +10,7 @@ mod live_view;
 mod workload;
 
 use anyhow::Context as _;
-use hydra_engine::server::config::ServerConfig;
+use hydra_engine::server::config::{Schedule, ServerConfig};
 use hydra_engine::server::Server;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,6 +51,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| format!("demo-{}", std::process::id()));
     let mut config = ServerConfig::builtin(&engine_id, dir.clone(), args.slots);
     config.ubatch = args.ubatch;
+    // The demo shows the serial queue starving a meta query behind a long decode.
+    config.schedule = Schedule::Serial;
     config.ctx = (args.prompt_tokens + args.decode_tokens + 64).max(1024);
     println!(
         "hydra-engine demo: starting engine {engine_id:?} on the embedded model ({} slots)",

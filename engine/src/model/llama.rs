@@ -17,4 +17,4 @@ pub(crate) const PARTS: AttentionParts = AttentionParts {
 /// Adjacent-pair RoPE.
 pub(crate) const ROPE_NEOX: bool = false;
 
-pub(crate) use super::transformer::{LayerKv, Rope};
+pub(crate) use super::transformer::{Rope, Sequence};

@@ -3,6 +3,7 @@
 pub mod builtin;
 pub mod config;
 pub(crate) mod gguf_load;
+pub(crate) mod kv_cache;
 pub mod layer_hook;
 pub(crate) mod llama;
 pub mod quant;

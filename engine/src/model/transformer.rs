@@ -14,18 +14,21 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{DType, Device, IndexOp, Module, Tensor, D};
+use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::Embedding;
 use candle_transformers::quantized_nn::RmsNorm;
 
 use super::config::{LlamaConfig, RopeScaling};
+use super::kv_cache::KvCache;
 use super::layer_hook::LayerHook;
 use crate::error::{EngineError, Result};
 
-/// One layer's cached keys and values, each `(1, n_kv_head, n_past, head_dim)` f32.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LayerKv {
-    pub(crate) kv: Option<(Tensor, Tensor)>,
+/// One sequence of a forward: the tokens to run and the cache they extend.
+pub(crate) struct Sequence<'a> {
+    /// Tokens, already range-checked, at positions `cache.len()..`.
+    pub(crate) tokens: &'a [u32],
+    /// The slot's cache; the tokens are appended to it when the forward succeeds.
+    pub(crate) cache: &'a mut KvCache,
 }
 
 /// The inverse frequencies of each rotated pair, with the configured scaling.
@@ -123,6 +126,24 @@ struct Attention {
     qk_norm: Option<(RmsNorm, RmsNorm)>,
 }
 
+/// Rows from which a CPU weight matmul dequantizes the matrix and runs candle's f32 GEMM
+/// instead of the quantized kernel: `engine/benches/qmatmul.rs` measured one SmolLM2 layer
+/// at 0.20x the quantized kernel's time for 64 rows and 0.11-0.20x for 128-512, the
+/// dequantization included (BENCHMARKS.md, #13). Decode steps (a row per slot) keep the
+/// quantized kernel, which reads 4x fewer bytes per weight.
+const DEQUANT_MIN_ROWS: usize = 64;
+
+/// `xs @ w^T` for the rows of `xs`, by the rule of [`DEQUANT_MIN_ROWS`].
+fn weight_matmul(w: &QMatMul, xs: &Tensor) -> candle_core::Result<Tensor> {
+    let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
+    match w {
+        QMatMul::QTensor(q) if rows >= DEQUANT_MIN_ROWS && xs.device().is_cpu() => {
+            xs.broadcast_matmul(&q.dequantize(xs.device())?.t()?)
+        }
+        _ => w.forward(xs),
+    }
+}
+
 #[derive(Debug)]
 struct Mlp {
     w_gate: QMatMul,
@@ -132,9 +153,9 @@ struct Mlp {
 
 impl Mlp {
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        let gate = self.w_gate.forward(xs)?;
-        let up = self.w_up.forward(xs)?;
-        self.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)
+        let gate = weight_matmul(&self.w_gate, xs)?;
+        let up = weight_matmul(&self.w_up, xs)?;
+        weight_matmul(&self.w_down, &(candle_nn::ops::silu(&gate)? * up)?)
     }
 }
 
@@ -260,15 +281,15 @@ impl DecoderWeights {
         &self.device
     }
 
-    /// Q, K (after the optional bias and per-head norm, before RoPE) and V,
-    /// each `(1, heads, seq, head_dim)`.
+    /// Q, K (after the optional bias and per-head norm, before RoPE) and V of every row,
+    /// each `(1, rows, heads, head_dim)`.
     fn qkv(&self, attn: &Attention, xs: &Tensor) -> candle_core::Result<[Tensor; 3]> {
         let cfg = &self.cfg;
         let (b, s, _) = xs.dims3()?;
         let hd = cfg.head_dim();
-        let mut q = attn.wq.forward(xs)?;
-        let mut k = attn.wk.forward(xs)?;
-        let mut v = attn.wv.forward(xs)?;
+        let mut q = weight_matmul(&attn.wq, xs)?;
+        let mut k = weight_matmul(&attn.wk, xs)?;
+        let mut v = weight_matmul(&attn.wv, xs)?;
         if let Some([bq, bk, bv]) = &attn.bias {
             q = q.broadcast_add(bq)?;
             k = k.broadcast_add(bk)?;
@@ -280,98 +301,143 @@ impl DecoderWeights {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
         }
-        Ok([
-            q.transpose(1, 2)?,
-            k.transpose(1, 2)?,
-            v.reshape((b, s, cfg.n_kv_head, hd))?
-                .transpose(1, 2)?
-                .contiguous()?,
-        ])
+        Ok([q, k, v.reshape((b, s, cfg.n_kv_head, hd))?])
     }
 
-    /// Run `tokens` (already range-checked) at positions `index_pos..`, appending
-    /// to `cache`, and return the logits of the last position as a `(vocab,)` f32 tensor.
-    /// `hook` hears each layer as it is issued.
+    /// Run several sequences (a prefill chunk, one decode token per busy slot, or both) in
+    /// one forward, each at its own positions against its own cache, and return the logits
+    /// of each sequence's last position, `(sequences, vocab)` f32.
     ///
-    /// Each layer's cache is replaced as soon as that layer has run, as candle's reference
-    /// does, so the old buffers are freed and reused at once. If a later layer fails (only
-    /// a failing tensor operation can, inputs are validated first), some layers already
-    /// hold the new positions: the caller must then discard the whole cache
-    /// ([`crate::Slots`] erases the slot).
+    /// The tokens of every sequence are stacked as rows, so each weight matrix is applied
+    /// once to all of them; attention runs per sequence against its own cache (grouped-query
+    /// heads share their K/V head through a reshape, with no copy). `hook` hears each layer
+    /// as it is issued, once per forward (the caller fans it out to every slot).
+    ///
+    /// The caches only take the new tokens once every layer has run: a failed forward leaves
+    /// each of them holding what it held before.
     pub(crate) fn forward(
         &self,
-        tokens: &[u32],
-        index_pos: usize,
-        cache: &mut [LayerKv],
+        seqs: &mut [Sequence<'_>],
         rope: &Rope,
         hook: &mut dyn LayerHook,
     ) -> Result<Tensor> {
-        let seq_len = tokens.len();
-        if index_pos + seq_len > rope.n_ctx || cache.len() != self.layers.len() {
-            return Err(EngineError::InvalidOption {
-                name: "forward",
-                message: "position beyond the RoPE table or cache/layer mismatch".into(),
-            });
+        let bad = |message: &str| EngineError::InvalidOption {
+            name: "forward",
+            message: message.into(),
+        };
+        if seqs.is_empty() || seqs.iter().any(|s| s.tokens.is_empty()) {
+            return Err(bad("a forward needs at least one token per sequence"));
+        }
+        for s in seqs.iter() {
+            if s.cache.len() + s.tokens.len() > rope.n_ctx || s.cache.n_layer() != self.layers.len()
+            {
+                return Err(bad(
+                    "position beyond the RoPE table or cache/layer mismatch",
+                ));
+            }
+        }
+        for s in seqs.iter_mut() {
+            let total = s.cache.len() + s.tokens.len();
+            s.cache
+                .reserve(total, rope.n_ctx, &self.cfg, &self.device)?;
         }
         let cfg = &self.cfg;
-        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim());
-        let x = Tensor::new(tokens, &self.device)?.unsqueeze(0)?;
-        let mask = if seq_len == 1 {
-            None
-        } else {
-            Some(candle_transformers::utils::build_causal_mask(
-                seq_len,
-                index_pos,
-                &self.device,
-            )?)
-        };
+        let all: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        let n_rows = all.len();
+        let masks = seqs
+            .iter()
+            .map(|s| match s.tokens.len() {
+                1 => Ok(None),
+                n => candle_transformers::utils::build_causal_mask(n, s.cache.len(), &self.device)
+                    .map(Some),
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let x = Tensor::new(all.as_slice(), &self.device)?.unsqueeze(0)?;
         let mut h = self.embeddings.forward(&x)?;
         let n_layers = self.layers.len();
-        for (i, (layer, lkv)) in self.layers.iter().zip(cache.iter_mut()).enumerate() {
+        for (i, layer) in self.layers.iter().enumerate() {
             let residual = &h;
             let xs = layer.attn_norm.forward(&h)?;
-            let (b, s, _) = xs.dims3()?;
             let [q, k, v] = self.qkv(&layer.attn, &xs)?;
-            let q = rope.apply(&q, index_pos)?;
-            let k = rope.apply(&k, index_pos)?;
-            let (k, v) = match &lkv.kv {
-                Some((kc, vc)) if index_pos > 0 => {
-                    (Tensor::cat(&[kc, &k], 2)?, Tensor::cat(&[vc, &v], 2)?)
-                }
-                _ => (k, v),
+            let mut ys = Vec::with_capacity(seqs.len());
+            let mut row = 0;
+            for (s, mask) in seqs.iter().zip(&masks) {
+                let (n, pos) = (s.tokens.len(), s.cache.len());
+                let heads = |t: &Tensor| -> candle_core::Result<Tensor> {
+                    t.narrow(1, row, n)?.transpose(1, 2)?.contiguous()
+                };
+                let q = rope.apply(&heads(&q)?, pos)?;
+                let k = rope.apply(&heads(&k)?, pos)?;
+                let (k, v) = s.cache.append(i, &k, &heads(&v)?)?;
+                ys.push(self.attend(&q, &k, &v, mask.as_ref())?);
+                row += n;
+            }
+            let y = if ys.len() == 1 {
+                ys.swap_remove(0)
+            } else {
+                Tensor::cat(&ys, 1)?
             };
-            // Replace this layer's cache at once, as candle's reference does: the previous
-            // buffers are freed here and the allocator reuses them for the next layer's
-            // concatenation (holding every layer's old cache until the end of the forward
-            // cost ~10% of decode speed on SmolLM2 in fresh allocations).
-            lkv.kv = Some((k.clone(), v.clone()));
-            let k = candle_transformers::utils::repeat_kv(k, n_head / n_kv)?;
-            let v = candle_transformers::utils::repeat_kv(v, n_head / n_kv)?;
-            let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
-            let att = match &mask {
-                None => att,
-                Some(m) => {
-                    let m = m.broadcast_as(att.shape())?;
-                    m.where_cond(&self.neg_inf.broadcast_as(att.shape().dims())?, &att)?
-                }
-            };
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let y = att.matmul(&v.contiguous()?)?;
-            let y = y.transpose(1, 2)?.reshape(&[b, s, n_head * hd])?;
-            let y = layer.attn.wo.forward(&y)?;
+            let y = weight_matmul(&layer.attn.wo, &y)?;
             let h1 = (y + residual)?;
-
             let residual = &h1;
             let xs = layer.ffn_norm.forward(&h1)?;
             h = (layer.mlp.forward(&xs)? + residual)?;
             hook.layer_done(&self.device, i + 1, n_layers);
         }
+        for s in seqs.iter_mut() {
+            s.cache.commit(s.tokens.len());
+        }
         let h = self.norm.forward(&h)?;
-        let last = h.i((.., seq_len - 1, ..))?;
+        let last = if seqs.len() == 1 {
+            h.narrow(1, n_rows - 1, 1)?
+        } else {
+            let mut ends = Vec::with_capacity(seqs.len());
+            let mut end = 0u32;
+            for s in seqs.iter() {
+                end += s.tokens.len() as u32;
+                ends.push(end - 1);
+            }
+            h.index_select(&Tensor::new(ends.as_slice(), &self.device)?, 1)?
+        };
         let logits = self.output.forward(&last)?.squeeze(0)?;
         let logits = logits.to_dtype(DType::F32)?;
         debug_assert_eq!(logits.dim(D::Minus1)?, cfg.vocab_size);
         Ok(logits)
+    }
+
+    /// Attention of one sequence: `q` `(1, n_head, n, head_dim)` against its cache views
+    /// `k`, `v` `(1, n_kv_head, n_past + n, head_dim)`; returns `(1, n, n_head * head_dim)`.
+    ///
+    /// The query heads that share a K/V head are stacked as rows of one matmul against it
+    /// (`(1, n_kv, n_rep * n, head_dim)`), so the cache is read in place, never repeated.
+    fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
+        let cfg = &self.cfg;
+        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim());
+        let n_rep = n_head / n_kv;
+        let n = q.dim(2)?;
+        let len = k.dim(2)?;
+        let q = q.reshape((1, n_kv, n_rep * n, hd))?;
+        let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
+        let att = match mask {
+            None => att,
+            Some(m) => {
+                let att = att.reshape((1, n_kv, n_rep, n, len))?;
+                let m = m.broadcast_as(att.shape())?;
+                m.where_cond(&self.neg_inf.broadcast_as(att.shape().dims())?, &att)?
+                    .reshape((1, n_kv, n_rep * n, len))?
+            }
+        };
+        let att = candle_nn::ops::softmax_last_dim(&att)?;
+        let y = att.matmul(v)?;
+        y.reshape((1, n_head, n, hd))?
+            .transpose(1, 2)?
+            .reshape((1, n, n_head * hd))
     }
 }
 

@@ -1,15 +1,36 @@
-//! The compute thread: owns the model and every slot, takes tasks from the FIFO queue one
-//! at a time, and publishes progress on every step. It never waits on a reader: the
-//! segment is written with a seqlock, and replies go through oneshot channels.
+//! The compute thread: owns the model and every slot, takes tasks from the FIFO queue, and
+//! publishes progress on every step. It never waits on a reader: the segment is written
+//! with a seqlock, and replies go through oneshot channels.
+//!
+//! How the tasks are ordered is the schedule's ([`Schedule`]): [`serial`] runs one task at a
+//! time to completion; [`batched`] advances every decoding slot by one token per forward
+//! and interleaves prefill chunks. Both run the task bodies and publish through the pieces
+//! here.
+
+/// The step observer that publishes `$kind` steps of compute `$c` (a macro, not a method,
+/// so that it borrows only the publisher and the shutdown flag, leaving the slots free).
+macro_rules! step_publisher {
+    ($c:expr, $kind:expr) => {
+        $crate::server::progress::StepPublisher {
+            progress: &mut $c.progress,
+            kind: $kind,
+            shutdown: &$c.shutdown,
+        }
+    };
+}
+
+mod batched;
+mod serial;
 
 use crate::model::{Model, ModelInfo};
-use crate::sampling::{generate, FinishReason as GenFinish, GenerateParams, Sampler};
-use crate::server::config::{ModelSource, ServerConfig};
-use crate::server::progress::{Progress, StepPublisher, TokenKind};
+use crate::sampling::{generate, FinishReason as GenFinish, GenerateParams, Generation, Sampler};
+use crate::server::config::{ModelSource, Schedule, ServerConfig};
+use crate::server::progress::{Progress, TokenKind};
 use crate::server::task::{
     DecodeResult, DecodeSpec, PrefillResult, PrefillSpec, Reply, SaveStream, Task,
 };
 use crate::server::task_error::TaskError;
+use crate::slots::Logits;
 use crate::slots::Slots;
 use crate::tokenizer::Tokenizer;
 use anyhow::Context as _;
@@ -21,7 +42,7 @@ use hydra_layout::{
 use hydra_probe::{EngineView, HydraMeta, Thresholds};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -89,6 +110,7 @@ pub struct Compute {
     progress: Progress,
     shared: Arc<Shared>,
     ubatch: usize,
+    schedule: Schedule,
     next_task_id: u64,
     shutdown: Arc<AtomicBool>,
 }
@@ -173,6 +195,7 @@ impl Compute {
                 progress,
                 shared: shared.clone(),
                 ubatch: config.ubatch,
+                schedule: config.schedule,
                 next_task_id: 0,
                 shutdown,
             },
@@ -180,28 +203,23 @@ impl Compute {
         ))
     }
 
-    /// The loop: heartbeat, take the next task (waking at least every
-    /// [`IDLE_HEARTBEAT`] while idle), run it to completion, repeat until the queue closes.
+    /// Runs the schedule's loop until the queue closes and every task has ended, then
+    /// closes the segment.
     pub fn run(mut self, rx: Receiver<Task>) {
-        loop {
-            self.progress.heartbeat();
-            match rx.recv_timeout(IDLE_HEARTBEAT) {
-                Ok(task) => {
-                    if let Some(p) = &self.shared.pending {
-                        p.dequeued(task.slot());
-                    }
-                    if self.is_shutting_down() {
-                        task.reject(TaskError::ShuttingDown);
-                    } else {
-                        self.handle(task);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
+        tracing::info!(schedule = %self.schedule, ubatch = self.ubatch, "compute thread started");
+        match self.schedule {
+            Schedule::Serial => serial::run(&mut self, rx),
+            Schedule::Batched => batched::run(&mut self, rx),
         }
         self.progress.close();
         tracing::info!("compute thread stopped; progress segment closed");
+    }
+
+    /// A task taken off the queue: no longer pending in the segment.
+    fn dequeued(&self, task: &Task) {
+        if let Some(p) = &self.shared.pending {
+            p.dequeued(task.slot());
+        }
     }
 
     fn is_shutting_down(&self) -> bool {
@@ -279,19 +297,37 @@ impl Compute {
         total: u64,
         body: impl FnOnce(&mut Self, u64) -> Result<T, TaskError>,
     ) -> Result<T, TaskError> {
+        let task_id = self.begin_task(slot, phase, unit, total)?;
+        let result = body(self, task_id);
+        self.end_task(slot, &result);
+        result
+    }
+
+    /// Publishes the start of a new task on `slot` and returns its id.
+    fn begin_task(
+        &mut self,
+        slot: usize,
+        phase: Phase,
+        unit: WorkUnit,
+        total: u64,
+    ) -> Result<u64, TaskError> {
         self.check_slot(slot)?;
         self.next_task_id += 1;
         let task_id = self.next_task_id;
         self.progress.begin_task(slot, task_id, phase, unit, total);
-        let result = body(self, task_id);
-        let (reason, code) = match &result {
+        Ok(task_id)
+    }
+
+    /// Publishes the end of the task on `slot`: the finish reason and error code of its
+    /// result, and the cache as it is now.
+    fn end_task<T>(&mut self, slot: usize, result: &Result<T, TaskError>) {
+        let (reason, code) = match result {
             Ok(_) => (FinishReason::Completed, ErrorCode::None),
             Err(TaskError::Cancelled) => (FinishReason::Cancelled, ErrorCode::None),
             Err(e) => (FinishReason::Error, e.segment_code()),
         };
         let n_past = self.slots.n_past(slot).ok();
         self.progress.finish(slot, reason, code, n_past);
-        result
     }
 
     fn check_slot(&self, slot: usize) -> Result<(), TaskError> {
@@ -311,15 +347,21 @@ impl Compute {
         spec: &PrefillSpec,
     ) -> Result<PrefillResult, TaskError> {
         let start = Instant::now();
-        let mut observer = StepPublisher {
-            progress: &mut self.progress,
-            kind: TokenKind::Prompt,
-            shutdown: &self.shutdown,
-        };
+        let mut observer = step_publisher!(self, TokenKind::Prompt);
         self.slots
             .prefill(slot, &spec.tokens, self.ubatch, &mut observer)?;
+        self.prefill_result(slot, task_id, spec.tokens.len(), start)
+    }
+
+    /// The reply of a prefill of `n` tokens into `slot` begun at `start`.
+    fn prefill_result(
+        &self,
+        slot: usize,
+        task_id: u64,
+        n: usize,
+        start: Instant,
+    ) -> Result<PrefillResult, TaskError> {
         let secs = start.elapsed().as_secs_f64();
-        let n = spec.tokens.len();
         tracing::info!(
             slot,
             tokens = n,
@@ -342,28 +384,10 @@ impl Compute {
         task_id: u64,
         spec: &DecodeSpec,
     ) -> Result<DecodeResult, TaskError> {
-        if self.slots.is_empty(slot)? {
-            return Err(TaskError::EmptySlot(format!(
-                "slot {slot} is empty: prefill a prompt before decoding"
-            )));
-        }
-        let Some(first) = self.slots.last_logits(slot)?.cloned() else {
-            return Err(TaskError::EmptySlot(format!(
-                "slot {slot} is empty: prefill a prompt before decoding"
-            )));
-        };
-        let mut sampler = Sampler::new(spec.sampler)?;
-        let params = GenerateParams {
-            n_predict: spec.n_predict,
-            stop_at_eos: spec.stop_at_eos,
-        };
+        let (first, mut sampler, params) = self.decode_start(slot, spec)?;
         let start = Instant::now();
         let cpu_start = process_cpu_ns();
-        let mut observer = StepPublisher {
-            progress: &mut self.progress,
-            kind: TokenKind::Generated,
-            shutdown: &self.shutdown,
-        };
+        let mut observer = step_publisher!(self, TokenKind::Generated);
         let generation = generate(
             &mut self.slots,
             slot,
@@ -372,6 +396,42 @@ impl Compute {
             &params,
             &mut observer,
         )?;
+        self.decode_result(slot, task_id, generation, start, cpu_start)
+    }
+
+    /// What a decode on `slot` starts from: the slot's last logits, the sampler and the
+    /// generation settings; refused when the slot is empty or the sampler invalid.
+    fn decode_start(
+        &self,
+        slot: usize,
+        spec: &DecodeSpec,
+    ) -> Result<(Logits, Sampler, GenerateParams), TaskError> {
+        let empty = || {
+            TaskError::EmptySlot(format!(
+                "slot {slot} is empty: prefill a prompt before decoding"
+            ))
+        };
+        if self.slots.is_empty(slot)? {
+            return Err(empty());
+        }
+        let first = self.slots.last_logits(slot)?.cloned().ok_or_else(empty)?;
+        let sampler = Sampler::new(spec.sampler)?;
+        let params = GenerateParams {
+            n_predict: spec.n_predict,
+            stop_at_eos: spec.stop_at_eos,
+        };
+        Ok((first, sampler, params))
+    }
+
+    /// The reply of a generation on `slot` begun at `start` (process CPU clock `cpu_start`).
+    fn decode_result(
+        &self,
+        slot: usize,
+        task_id: u64,
+        generation: Generation,
+        start: Instant,
+        cpu_start: u64,
+    ) -> Result<DecodeResult, TaskError> {
         let secs = start.elapsed().as_secs_f64();
         let cpu_ms = process_cpu_ns().saturating_sub(cpu_start) as f64 / 1e6;
         let n = generation.tokens.len();

@@ -1,8 +1,52 @@
 //! What the engine serves and how.
 
+use crate::error::EngineError;
 use crate::model::LoadOptions;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
+
+/// How the compute thread orders its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Schedule {
+    /// Continuous batching (default): every slot with decode work advances one token in
+    /// one forward per iteration, prefill chunks interleave with those steps, and the other
+    /// tasks run between iterations as soon as their slot is free.
+    #[default]
+    Batched,
+    /// One task at a time from the FIFO queue, each run to completion (the shape of
+    /// llama.cpp's server queue, whose meta queries wait behind a long decode).
+    Serial,
+}
+
+impl FromStr for Schedule {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<Self, EngineError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "batched" => Ok(Self::Batched),
+            "serial" => Ok(Self::Serial),
+            _ => Err(EngineError::InvalidOption {
+                name: "schedule",
+                message: format!("{s:?}: expected batched or serial"),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Batched => "batched",
+            Self::Serial => "serial",
+        })
+    }
+}
+
+/// Default prefill chunk size, tokens (progress moves per layer inside a chunk, so a large
+/// chunk keeps it fine-grained while the weight matmuls run on many rows at once).
+pub const DEFAULT_UBATCH: usize = 512;
 
 /// Where the weights come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +72,8 @@ pub struct ServerConfig {
     pub ctx: usize,
     /// Prefill chunk size, tokens: progress is published after every chunk.
     pub ubatch: usize,
+    /// How the compute thread orders its work.
+    pub schedule: Schedule,
     /// Engine id: names the progress segment.
     pub engine_id: String,
     /// Directory of progress segments.
@@ -50,7 +96,8 @@ impl ServerConfig {
             model_alias: None,
             slots,
             ctx: 0,
-            ubatch: 64,
+            ubatch: DEFAULT_UBATCH,
+            schedule: Schedule::default(),
             engine_id: engine_id.to_owned(),
             progress_dir,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),

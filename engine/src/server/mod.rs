@@ -52,7 +52,7 @@ impl Server {
         let (tx, rx) = std::sync::mpsc::channel();
         let compute_thread = std::thread::Builder::new()
             .name("compute".into())
-            .spawn(move || compute.run(rx))
+            .spawn(move || crate::threads::run_in_pool(move || compute.run(rx)))
             .context("cannot spawn the compute thread")?;
 
         let runtime = tokio::runtime::Builder::new_multi_thread()

