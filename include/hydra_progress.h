@@ -154,7 +154,8 @@ enum hydra_error_code {
 enum hydra_capability {
     HYDRA_CAP_COMPLETION = 1 << 0,         /* text completion */
     HYDRA_CAP_STATE_SAVE_RESTORE = 1 << 1, /* KV state save and restore */
-    HYDRA_CAP_CHUNKED_PREFILL = 1 << 2     /* chunked prefill with per-chunk progress */
+    HYDRA_CAP_CHUNKED_PREFILL = 1 << 2,    /* chunked prefill with per-chunk progress */
+    HYDRA_CAP_LAYER_PROGRESS = 1 << 3      /* v1.1: publishes the layer position in a step */
 };
 
 /* Results of the helpers below. */
@@ -553,14 +554,17 @@ static inline int hydra_slot_read(const volatile hydra_slot_v1 *s, hydra_slot_v1
 
 /*
  * The layer position inside the step in flight of `copy` (a consistent copy from
- * hydra_slot_read of a segment whose geometry is `g`): returns 1 and sets *done, *total
- * and *at_ns when the writer publishes positions (v1.1), a step is in flight, the position
- * names that step and counts something; 0 otherwise (unknown for a v1.0 writer, none
- * between steps or while only an earlier step's position is published).
+ * hydra_slot_read of a segment whose geometry is `g` and whose header's
+ * model_capabilities is `capabilities`): returns 1 and sets *done, *total and *at_ns when
+ * the writer publishes positions (v1.1 and HYDRA_CAP_LAYER_PROGRESS), a step is in flight,
+ * the position names that step and counts something; 0 otherwise (unknown for other
+ * writers, none between steps or while only an earlier step's position is published).
  */
-static inline int hydra_slot_layer(const hydra_geometry *g, const hydra_slot_v1 *copy,
-                                   uint64_t *done, uint64_t *total, uint64_t *at_ns) {
-    if (g->version_minor < HYDRA_SUBSTEP_MINOR || copy->step_start_ns == 0 ||
+static inline int hydra_slot_layer(const hydra_geometry *g, uint64_t capabilities,
+                                   const hydra_slot_v1 *copy, uint64_t *done, uint64_t *total,
+                                   uint64_t *at_ns) {
+    if (g->version_minor < HYDRA_SUBSTEP_MINOR || !(capabilities & HYDRA_CAP_LAYER_PROGRESS) ||
+        copy->step_start_ns == 0 ||
         copy->substep_step != copy->step_start_ns || copy->substep_total == 0)
         return 0;
     *done = copy->substep_done;

@@ -221,4 +221,7 @@ pub mod capabilities {
     pub const STATE_SAVE_RESTORE: u64 = 1 << 1;
     /// Chunked prefill with per-chunk progress.
     pub const CHUNKED_PREFILL: u64 = 1 << 2;
+    /// The writer publishes the layer position inside each step (the substep words of
+    /// format v1.1). Without it a reader reports the position unknown, whatever the minor.
+    pub const LAYER_PROGRESS: u64 = 1 << 3;
 }

@@ -58,6 +58,6 @@ pub use reader::{
 pub use seqlock::ReadPolicy;
 pub use slot::{ErrorCode, FinishReason, Phase, SlotState, Substep, WorkUnit};
 pub use writer::{
-    segment_len, EngineDescription, PendingCounter, SegmentConfig, SegmentWriter,
-    SubstepPublisher, WriterCounters, MAX_SLOTS, SEGMENT_MODE,
+    segment_len, EngineDescription, PendingCounter, SegmentConfig, SegmentWriter, SubstepPublisher,
+    WriterCounters, MAX_SLOTS, SEGMENT_MODE,
 };

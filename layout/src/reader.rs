@@ -94,6 +94,13 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Whether the writer publishes the layer position inside a step: format v1.1 or later
+    /// and the `LAYER_PROGRESS` capability.
+    pub fn publishes_substeps(&self) -> bool {
+        self.version_minor >= slot::SUBSTEP_MINOR
+            && self.description.capabilities & h::capabilities::LAYER_PROGRESS != 0
+    }
+
     /// Converts a CLOCK_MONOTONIC timestamp of this boot to Unix-epoch ns using the anchors.
     pub fn to_realtime_ns(&self, monotonic_ns: u64) -> u64 {
         let offset = self.created_realtime_ns as i128 - self.created_monotonic_ns as i128;
@@ -141,7 +148,8 @@ pub struct SlotSnapshot {
     /// Tasks queued for the slot (outside the seqlock; read Relaxed).
     pub pending: u64,
     /// The layer position inside the step (format v1.1), read in the same consistent copy
-    /// as `state`; None when the writer's minor predates it (unknown). Use
+    /// as `state`; None when the writer does not publish it (a v1.0 writer, or no
+    /// `LAYER_PROGRESS` capability: unknown). Use
     /// [`SlotSnapshot::layer`] for the position of the step in flight.
     pub substep: Option<Substep>,
     /// Sequence value of the copy (even).
@@ -491,8 +499,9 @@ impl SegmentReader {
             base: self.geometry.slot_offset + slot * self.geometry.slot_stride,
         };
         let pending = || self.words.load(record.base + slot::PENDING_OFFSET);
-        if self.identity.version_minor < slot::SUBSTEP_MINOR {
-            // A v1.0 writer: its reserved words mean nothing, the position is unknown.
+        if !self.identity.publishes_substeps() {
+            // A v1.0 writer, or one that does not publish layer positions: the words mean
+            // nothing and the position is unknown.
             return match seqlock::read::<_, { slot::DATA_WORDS }>(&record, self.policy) {
                 Ok(ok) => Ok(SlotSnapshot {
                     state: SlotState::from_words(&ok.words),

@@ -411,7 +411,11 @@ mod loom_model {
                 let w = ok.words;
                 assert_eq!(w[0], w[1], "writer A's pair mixed: {w:?}");
                 assert_eq!(w[2], w[3], "writer B's pair mixed: {w:?}");
-                assert_eq!(ok.seq, 2 * (w[0] + w[2]), "sequence and data disagree: {w:?}");
+                assert_eq!(
+                    ok.seq,
+                    2 * (w[0] + w[2]),
+                    "sequence and data disagree: {w:?}"
+                );
             }
         }
         let mut builder = loom::model::Builder::new();
@@ -438,7 +442,11 @@ mod loom_model {
                 },
             )
             .expect("no writer left: the record is stable");
-            assert_eq!((end.words, end.seq), ([1, 1, 1, 1], 4), "an update was lost");
+            assert_eq!(
+                (end.words, end.seq),
+                ([1, 1, 1, 1], 4),
+                "an update was lost"
+            );
         });
     }
 }

@@ -259,6 +259,7 @@ fn expected_layout() -> BTreeMap<String, String> {
             capabilities::STATE_SAVE_RESTORE,
         ),
         ("HYDRA_CAP_CHUNKED_PREFILL", capabilities::CHUNKED_PREFILL),
+        ("HYDRA_CAP_LAYER_PROGRESS", capabilities::LAYER_PROGRESS),
     ];
     for &(name, value) in constants {
         put(name, value.to_string());
@@ -308,7 +309,9 @@ fn config(dir: &Path, id: &str) -> SegmentConfig {
         description: EngineDescription {
             model_name: "SmolLM2-135M ✓".into(),
             device: "cpu".into(),
-            capabilities: capabilities::COMPLETION | capabilities::CHUNKED_PREFILL,
+            capabilities: capabilities::COMPLETION
+                | capabilities::CHUNKED_PREFILL
+                | capabilities::LAYER_PROGRESS,
             ..Default::default()
         },
     }
@@ -360,7 +363,7 @@ fn c_reader_reads_a_rust_segment() {
     assert_eq!(get(&out, "version_minor"), h::VERSION_MINOR.to_string());
     assert_eq!(get(&out, "slot_count"), "3");
     assert_eq!(get(&out, "pid"), std::process::id().to_string());
-    assert_eq!(get(&out, "capabilities"), "5");
+    assert_eq!(get(&out, "capabilities"), "13");
     assert_eq!(get(&out, "liveness"), "live");
 
     // Slot 0: only a substep published (one update), its v1.0 words all zero.

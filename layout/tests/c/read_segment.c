@@ -81,7 +81,8 @@ int main(int argc, char **argv) {
         P(pending)
 #undef P
         uint64_t done, total, at_ns;
-        if (rc == HYDRA_OK && hydra_slot_layer(&g, &copy, &done, &total, &at_ns))
+        if (rc == HYDRA_OK && hydra_slot_layer(&g, hydra_load(&h->model_capabilities), &copy, &done,
+                                              &total, &at_ns))
             printf("slot%llu.layer %llu/%llu at %llu\n", (unsigned long long)i,
                    (unsigned long long)done, (unsigned long long)total,
                    (unsigned long long)at_ns);
