@@ -213,7 +213,7 @@ fn calls_publish_the_records_the_reader_expects() {
     assert_eq!(h.counters.requests_waiting, 1);
     assert!(h.heartbeat_ns >= s.state.step_start_ns);
     assert_eq!(reader.identity().description.model_alias, "alias");
-    assert_eq!(reader.identity().description.capabilities, 3);
+    assert_eq!(reader.identity().description.capabilities, 11);
 
     // SAFETY: `w` is the open handle; it is closed last.
     unsafe {

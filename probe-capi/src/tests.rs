@@ -478,7 +478,11 @@ fn read_layer_gives_the_position_inside_the_step_and_the_stalled_layer() {
     .unwrap();
     let now = hydra_layout::clock::monotonic_ns();
     let mut s = decoding(now);
-    s.start_step(1, now - 100_000_000_000);
+    // 10 tokens in 100 s (a 100 s stall threshold: 10 x 10 s per token), the last 300 s
+    // ago, and the step after it in flight since.
+    s.phase_start_ns = now - 400_000_000_000;
+    s.last_progress_ns = now - 300_000_000_000;
+    s.start_step(1, now - 300_000_000_000);
     w.publish(0, &s).unwrap();
     let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
     let mut h: *mut HydraProbe = ptr::null_mut();
@@ -503,13 +507,13 @@ fn read_layer_gives_the_position_inside_the_step_and_the_stalled_layer() {
             (1, 0, -1)
         );
         assert_eq!(layer.stalled_at_layer, -1);
-        // Layer 7 of 30, finished 40 s ago: the counter is frozen, stalled at layer 7.
+        // Layer 7 of 30, finished 150 s ago: the counter is frozen, stalled at layer 7.
         w.publish_substep(
             0,
             &hydra_layout::Substep {
                 done: 7,
                 total: 30,
-                at_ns: now - 40_000_000_000,
+                at_ns: now - 150_000_000_000,
                 step_start_ns: s.step_start_ns,
             },
         )
@@ -519,7 +523,7 @@ fn read_layer_gives_the_position_inside_the_step_and_the_stalled_layer() {
             (layer.in_step, layer.layers_done, layer.n_layers),
             (1, 7, 30)
         );
-        assert!(layer.layer_age_ns >= 40_000_000_000);
+        assert!(layer.layer_age_ns >= 150_000_000_000);
         assert_eq!(layer.stalled_at_layer, 7);
         assert_eq!(
             hydra_probe_read_layer(h, 5, &mut layer),
