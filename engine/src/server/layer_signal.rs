@@ -140,8 +140,10 @@ impl DeviceLayerSignal {
     }
 }
 
-/// The compute stream's host callbacks (`cuLaunchHostFunc`).
+/// The compute stream's host callbacks (`cuLaunchHostFunc`): the engine's only unsafe code
+/// (cudarc has no safe API for it).
 #[cfg(feature = "cuda")]
+#[allow(unsafe_code)]
 mod cuda {
     use super::CallbackQueue;
     use candle_core::cuda::cudarc::driver::{result::stream::launch_host_function, CudaStream};
