@@ -917,13 +917,28 @@ pub unsafe extern "C" fn hydra_probe_read_slot(
     slot: u32,
     out: *mut HydraProbeSlot,
 ) -> i32 {
+    // SAFETY: the caller guarantees `probe` is NULL or an open handle, `out` NULL or writable.
+    unsafe { read_into(probe, slot, out, HydraProbeSlot::from_view) }
+}
+
+/// The body of the per-slot reads: checks the handle and `out`, reads slot `slot` now and
+/// writes what `make` makes of it to `*out`.
+///
+/// # Safety
+/// `probe` is NULL or an open handle; `out` is NULL or writable.
+unsafe fn read_into<T>(
+    probe: *const HydraProbe,
+    slot: u32,
+    out: *mut T,
+    make: impl FnOnce(&EngineView, &SlotView) -> T,
+) -> i32 {
     guard(|| {
         // SAFETY: the caller guarantees `probe` is NULL or an open handle.
         let probe = unsafe { handle(probe) }?;
         let out = out_ptr(out, "out")?;
         let view = probe.capture()?;
         let v = view.slot(slot as usize).map_err(probe_error)?;
-        let value = HydraProbeSlot::from_view(&view, v);
+        let value = make(&view, v);
         // SAFETY: `out` is not NULL and the caller guarantees it is writable.
         unsafe { out.write(value) };
         Ok(())
@@ -944,17 +959,8 @@ pub unsafe extern "C" fn hydra_probe_read_layer(
     slot: u32,
     out: *mut HydraProbeLayer,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller guarantees `probe` is NULL or an open handle.
-        let probe = unsafe { handle(probe) }?;
-        let out = out_ptr(out, "out")?;
-        let view = probe.capture()?;
-        let v = view.slot(slot as usize).map_err(probe_error)?;
-        let value = HydraProbeLayer::from_view(v);
-        // SAFETY: `out` is not NULL and the caller guarantees it is writable.
-        unsafe { out.write(value) };
-        Ok(())
-    })
+    // SAFETY: the caller guarantees `probe` is NULL or an open handle, `out` NULL or writable.
+    unsafe { read_into(probe, slot, out, |_, v| HydraProbeLayer::from_view(v)) }
 }
 
 /// Fills `*out` with the engine's fixed description: its id, model strings, device and
