@@ -488,7 +488,11 @@ mod tests {
         std::fs::write(&old, &bytes).unwrap();
         let r0 = SegmentReader::open(&old).unwrap();
         let m0 = HydraMeta::from_view(&EngineView::capture(&r0, now, &t).unwrap(), 0).unwrap();
-        assert_eq!(m0.classification, SlotClass::Orphaned, "a copy has no live writer");
+        assert_eq!(
+            m0.classification,
+            SlotClass::Orphaned,
+            "a copy has no live writer"
+        );
         assert_eq!(m0.stalled_at_layer, None);
         let json: serde_json::Value = serde_json::from_str(&m0.to_json()).unwrap();
         for field in [
