@@ -29,7 +29,9 @@
 // checks `hydra_probe_abi_minor() >= N` at start-up. Minor 1 added
 // `hydra_probe_abi_minor`, `hydra_probe_describe`, `hydra_probe_read_meta` and
 // `hydra_probe_value_name`, and made `hydra_probe_list` fail on a missing directory.
-#define HYDRA_PROBE_ABI_MINOR 1
+// Minor 2 added `hydra_probe_read_layer` and `HydraProbeLayer` (the layer position inside
+// a step, format v1.1), and the layer fields of `hydra_probe_meta_json`'s object.
+#define HYDRA_PROBE_ABI_MINOR 2
 
 // Bytes of [`HydraProbeEngineId::id`]: the longest engine id (63 bytes) plus its NUL.
 #define HYDRA_PROBE_ENGINE_ID_LEN 64
@@ -209,6 +211,26 @@ typedef struct HydraProbeSlot {
   uint64_t heartbeat_age_ns;
 } HydraProbeSlot;
 
+// The layer position inside slot's step in flight (segment format v1.1). Added in ABI
+// minor 2.
+typedef struct HydraProbeLayer {
+  // 1 when the engine publishes layer positions (format v1.1 or later); 0 when it does
+  // not (a v1.0 writer): then the position is unknown and the fields below are 0 or -1.
+  uint32_t published;
+  // 1 when the step in flight has a known position (`layers_done` of `n_layers`); 0
+  // between steps, or before the step's first layer finished.
+  uint32_t in_step;
+  // Layers of the step's forward finished.
+  uint64_t layers_done;
+  // Layers in the forward.
+  uint64_t n_layers;
+  // ns since the last layer finished; -1 when unknown.
+  int64_t layer_age_ns;
+  // For a stalled slot whose position is known: the layer counter it stopped at (the
+  // slot is "stalled at layer k"); -1 otherwise.
+  int64_t stalled_at_layer;
+} HydraProbeLayer;
+
 // A string owned by a handle: `ptr` is NUL-terminated UTF-8 and stays valid until
 // `hydra_probe_close`; `len` is its length in bytes without the NUL (the string itself may
 // hold a NUL when a writer put one there: trust `len`).
@@ -248,7 +270,9 @@ typedef struct HydraProbeDescription {
 // with its class and the engine's health, plus the figures the meta JSON derives from
 // it. With `hydra_probe_describe`'s strings this is every field of the meta JSON but a
 // torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
-// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes.
+// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
+// version 2 (ABI minor 2) appends `layer` (408 bytes). A caller built against version 1
+// sets `size` 368 and gets the version 1 fields.
 typedef struct HydraProbeMeta {
   // Set by the caller to `sizeof(HydraProbeMeta)` before the call; the library stores
   // the bytes it filled (fields added later go at the end).
@@ -286,6 +310,9 @@ typedef struct HydraProbeMeta {
   uint64_t stall_threshold_ms;
   // ms since the engine loop's last heartbeat.
   uint64_t heartbeat_age_ms;
+  // Version 2 (ABI minor 2): the layer position inside the step in flight, as
+  // `hydra_probe_read_layer` gives it for the same read.
+  struct HydraProbeLayer layer;
 } HydraProbeMeta;
 
 // No task.
@@ -424,6 +451,18 @@ int32_t hydra_probe_slot_count(const struct HydraProbe *probe, uint32_t *count);
 int32_t hydra_probe_read_slot(const struct HydraProbe *probe,
                               uint32_t slot,
                               struct HydraProbeSlot *out);
+
+// Reads slot `slot` now (the same read and classification as `hydra_probe_read_slot`)
+// and fills `*out` with the layer position inside its step in flight. Added in ABI minor
+// 2: check `hydra_probe_abi_minor() >= 2` first.
+//
+// Errors: those of `hydra_probe_read_slot`.
+//
+// # Safety
+// `probe` is NULL or an open handle; `out` is NULL or writable.
+int32_t hydra_probe_read_layer(const struct HydraProbe *probe,
+                               uint32_t slot,
+                               struct HydraProbeLayer *out);
 
 // Fills `*out` with the engine's fixed description: its id, model strings, device and
 // capability bits. The strings belong to the handle and stay valid until

@@ -36,7 +36,11 @@
  *   write: seq = s+1 (relaxed); fence(release); data words (relaxed); seq = s+2 (release)
  *   read:  s1 = seq (relaxed); fence(acquire); if s1 odd retry;
  *          data words (relaxed); fence(acquire); s2 = seq (relaxed); ok iff s1 == s2
- * Words `task_id` .. `steps_done` are guarded; `pending` is outside the seqlock.
+ * Words `task_id` .. `steps_done` are guarded, and from v1.1 (version_minor >= 1) also
+ * `substep_done` .. `substep_step`; `pending` is outside the seqlock. In v1.1 two threads
+ * of the writer process may update a record (the compute thread, and the one that sees a
+ * layer finish, e.g. a CUDA host callback); the writer serialises them itself, so the
+ * reader's protocol is unchanged.
  *
  * Requires GCC or Clang (__atomic builtins), C11 or later.
  */
@@ -65,7 +69,9 @@ extern "C" {
 /* Readers accept exactly this major and ANY minor (never test the minor for equality). */
 #define HYDRA_VERSION_MAJOR UINT64_C(1)
 /* The minor this header describes. */
-#define HYDRA_VERSION_MINOR UINT64_C(0)
+#define HYDRA_VERSION_MINOR UINT64_C(1)
+/* The first minor whose writers publish the substep words (the layer position). */
+#define HYDRA_SUBSTEP_MINOR UINT64_C(1)
 
 /* v1.0 header length: what a writer of v1.0 writes and the minimum a reader accepts. */
 #define HYDRA_HEADER_LEN 1024
@@ -148,7 +154,8 @@ enum hydra_error_code {
 enum hydra_capability {
     HYDRA_CAP_COMPLETION = 1 << 0,         /* text completion */
     HYDRA_CAP_STATE_SAVE_RESTORE = 1 << 1, /* KV state save and restore */
-    HYDRA_CAP_CHUNKED_PREFILL = 1 << 2     /* chunked prefill with per-chunk progress */
+    HYDRA_CAP_CHUNKED_PREFILL = 1 << 2,    /* chunked prefill with per-chunk progress */
+    HYDRA_CAP_LAYER_PROGRESS = 1 << 3      /* v1.1: publishes the layer position in a step */
 };
 
 /* Results of the helpers below. */
@@ -240,7 +247,12 @@ typedef struct hydra_slot_v1 {
     uint64_t step_size;        /* 128 tokens (or bytes) the step in flight carries */
     uint64_t last_step_ns;     /* 136 duration of the last finished step, ns */
     uint64_t steps_done;       /* 144 steps finished in the current phase */
-    uint64_t reserved_guarded[5]; /* 152 zero; seqlock-guarded in later minors */
+    /* --- v1.1 (version_minor >= 1): the position inside the step in flight --- */
+    uint64_t substep_done;     /* 152 layers of the forward finished */
+    uint64_t substep_total;    /* 160 layers in the forward; 0 = no position */
+    uint64_t substep_ns;       /* 168 CLOCK_MONOTONIC when substep_done last changed */
+    uint64_t substep_step;     /* 176 step_start_ns of the step the position belongs to */
+    uint64_t reserved_guarded[1]; /* 184 zero; seqlock-guarded in later minors */
     /* --- outside the seqlock, own cache line --- */
     uint64_t pending;          /* 192 tasks queued for the slot (atomic add/sub) */
     uint64_t reserved_tail[7]; /* 200 zero */
@@ -252,6 +264,9 @@ typedef struct hydra_slot_v1 {
     X(work_total) X(tokens_cached) X(n_past) X(n_ctx) X(state_size) X(task_start_ns)     \
     X(phase_start_ns) X(last_progress_ns) X(step_start_ns) X(step_size) X(last_step_ns)  \
     X(steps_done)
+
+/* The v1.1 guarded words (meaningful only when version_minor >= HYDRA_SUBSTEP_MINOR). */
+#define HYDRA_SLOT_SUBSTEP_WORDS(X) X(substep_done) X(substep_total) X(substep_ns) X(substep_step)
 
 /* ---------------------------------------------------------------------------------- */
 /* Layout checks                                                                      */
@@ -336,7 +351,11 @@ HYDRA_ASSERT_OFFSET(hydra_slot_v1, step_start_ns, 120);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, step_size, 128);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, last_step_ns, 136);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, steps_done, 144);
-HYDRA_ASSERT_OFFSET(hydra_slot_v1, reserved_guarded, 152);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, substep_done, 152);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, substep_total, 160);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, substep_ns, 168);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, substep_step, 176);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, reserved_guarded, 184);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, pending, 192);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, reserved_tail, 200);
 
@@ -472,7 +491,8 @@ static inline const volatile hydra_slot_v1 *hydra_slot_at(const volatile void *b
  * making at most `max_attempts` attempts (at least one), each followed by
  * HYDRA_SPIN_HINT(). Returns:
  *   HYDRA_OK              `out` holds a consistent copy; out->seq is the even sequence,
- *                         out->pending a separate relaxed load, reserved words zero;
+ *                         out->pending a separate relaxed load, reserved words zero; the
+ *                         substep words are copied too (see hydra_slot_layer);
  *   HYDRA_READ_TORN       every odd sequence seen was the same value and no even one came
  *                         after it: the writer stopped (or died) mid-update. `out` holds a
  *                         best-effort, possibly inconsistent copy and out->seq that odd value;
@@ -500,6 +520,7 @@ static inline int hydra_slot_read(const volatile hydra_slot_v1 *s, hydra_slot_v1
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
 #define HYDRA_COPY_WORD_(field) out->field = hydra_load(&s->field);
         HYDRA_SLOT_GUARDED_WORDS(HYDRA_COPY_WORD_)
+        HYDRA_SLOT_SUBSTEP_WORDS(HYDRA_COPY_WORD_)
 #undef HYDRA_COPY_WORD_
         if (s1 & 1) {
             if (!saw_odd) {
@@ -529,6 +550,27 @@ static inline int hydra_slot_read(const volatile hydra_slot_v1 *s, hydra_slot_v1
         return HYDRA_READ_TORN;
     }
     return HYDRA_READ_CONTENDED;
+}
+
+/*
+ * The layer position inside the step in flight of `copy` (a consistent copy from
+ * hydra_slot_read of a segment whose geometry is `g` and whose header's
+ * model_capabilities is `capabilities`): returns 1 and sets *done, *total and *at_ns when
+ * the writer publishes positions (v1.1 and HYDRA_CAP_LAYER_PROGRESS), a step is in flight,
+ * the position names that step and counts something; 0 otherwise (unknown for other
+ * writers, none between steps or while only an earlier step's position is published).
+ */
+static inline int hydra_slot_layer(const hydra_geometry *g, uint64_t capabilities,
+                                   const hydra_slot_v1 *copy, uint64_t *done, uint64_t *total,
+                                   uint64_t *at_ns) {
+    if (g->version_minor < HYDRA_SUBSTEP_MINOR || !(capabilities & HYDRA_CAP_LAYER_PROGRESS) ||
+        copy->step_start_ns == 0 ||
+        copy->substep_step != copy->step_start_ns || copy->substep_total == 0)
+        return 0;
+    *done = copy->substep_done;
+    *total = copy->substep_total;
+    *at_ns = copy->substep_ns;
+    return 1;
 }
 
 /*

@@ -130,6 +130,10 @@
 // Capability bit: chunked prefill with per-chunk progress.
 #define HYDRA_WRITER_CAP_CHUNKED_PREFILL (1 << 2)
 
+// Capability bit: the engine publishes the layer position inside each step
+// ([`hydra_writer_layer_done`]); without it readers report the position unknown.
+#define HYDRA_WRITER_CAP_LAYER_PROGRESS (1 << 3)
+
 // A segment being written (opaque to C).
 typedef struct HydraWriter HydraWriter;
 
@@ -325,6 +329,43 @@ int32_t hydra_writer_heartbeat(struct HydraWriter *writer);
 // `writer` is NULL or an open handle; `counters` is NULL or readable.
 int32_t hydra_writer_set_counters(struct HydraWriter *writer,
                                   const struct HydraWriterCounters *counters);
+
+// Layer `layers_done` of the `n_layers` in the forward of `slot`'s step in flight has
+// finished (format v1.1; create the segment with [`HYDRA_WRITER_CAP_LAYER_PROGRESS`] so
+// that readers show it): publishes the slot's layer position, stamped now, for the step
+// in flight now. Call it where the layer's work is complete (after each layer on the CPU).
+// On an asynchronous device, where the host only enqueues the layer, read the step with
+// [`hydra_writer_step_id`] when enqueueing and publish from the device's host callback
+// with [`hydra_writer_layer_done_in_step`]. Does not touch the rest of the record.
+//
+// # Safety
+// `writer` is NULL or an open handle.
+int32_t hydra_writer_layer_done(struct HydraWriter *writer,
+                                uint32_t slot,
+                                uint64_t layers_done,
+                                uint64_t n_layers);
+
+// Stores in `*step` the id of `slot`'s step in flight (its start time, `STEP_START_NS`;
+// 0 when no step runs), for [`hydra_writer_layer_done_in_step`].
+//
+// # Safety
+// `writer` is NULL or an open handle; `step` is NULL or writable.
+int32_t hydra_writer_step_id(const struct HydraWriter *writer, uint32_t slot, uint64_t *step);
+
+// Layer `layers_done` of the `n_layers` in the forward of step `step` (from
+// [`hydra_writer_step_id`]) on `slot` has finished: publishes the layer position, stamped
+// now. May be called from any thread, e.g. a CUDA host callback queued after the layer's
+// kernels (`cuLaunchHostFunc`), while the compute thread publishes the same slot: the
+// library serialises the two. Readers show the position only while `step` is the step in
+// flight, so a callback that runs late never shows as the next step's position.
+//
+// # Safety
+// `writer` is NULL or an open handle.
+int32_t hydra_writer_layer_done_in_step(const struct HydraWriter *writer,
+                                        uint32_t slot,
+                                        uint64_t step,
+                                        uint64_t layers_done,
+                                        uint64_t n_layers);
 
 // A task for `slot` was queued (any thread, lock-free): adds one to the slot's pending
 // count and to the engine's waiting-requests gauge.

@@ -111,6 +111,9 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_slot_last_progress_timestamp_seconds",
     "hydra_slot_last_progress_age_seconds",
     "hydra_slot_stall_threshold_seconds",
+    "hydra_slot_layers_done",
+    "hydra_slot_step_layers",
+    "hydra_slot_layer_age_seconds",
     "hydra_slot_phase_start_timestamp_seconds",
     "hydra_slot_state_size_bytes",
     "hydra_slot_n_past_tokens",
@@ -551,6 +554,27 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
         "hydra_slot_stall_threshold_seconds",
         "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step)",
         |_, s| Some(secs(s.stall_threshold_ns)),
+    );
+    per_active_slot(
+        x,
+        rows,
+        "hydra_slot_layers_done",
+        "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)",
+        |_, s| s.substep_done.map(int),
+    );
+    per_active_slot(
+        x,
+        rows,
+        "hydra_slot_step_layers",
+        "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)",
+        |_, s| s.substep_total.map(int),
+    );
+    per_active_slot(
+        x,
+        rows,
+        "hydra_slot_layer_age_seconds",
+        "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)",
+        |_, s| s.substep_age_ns.map(secs),
     );
     per_slot(
         x,

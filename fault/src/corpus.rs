@@ -96,6 +96,7 @@ pub fn template() -> Vec<u8> {
             model_name: "corpus-model".into(),
             model_quant: "Q8_0".into(),
             device: "cpu".into(),
+            capabilities: hydra_layout::header::capabilities::LAYER_PROGRESS,
             ..EngineDescription::default()
         },
     })
@@ -475,6 +476,34 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             &mut cases,
             "content-slots".into(),
             "slot words out of range, far-future times, a torn record".into(),
+            Expect::Readable,
+        );
+
+        // Layer positions (format v1.1) that no conforming writer leaves: more layers done
+        // than the forward has, a total of u64::MAX, a stamp in the far future, a position
+        // naming the step in flight of a slot with no step, and all ones.
+        let mut b = t.clone();
+        for i in 0..SLOTS {
+            let step = 1_000 + i as u64;
+            set_word(&mut b, slot(i, s::STEP_START_NS_OFFSET), step);
+            set_word(&mut b, slot(i, s::STEP_SIZE_OFFSET), 1);
+            set_word(&mut b, slot(i, s::SUBSTEP_STEP_OFFSET), step);
+        }
+        set_word(&mut b, slot(0, s::SUBSTEP_DONE_OFFSET), 99);
+        set_word(&mut b, slot(0, s::SUBSTEP_TOTAL_OFFSET), 3);
+        set_word(&mut b, slot(1, s::SUBSTEP_TOTAL_OFFSET), u64::MAX);
+        set_word(&mut b, slot(1, s::SUBSTEP_NS_OFFSET), u64::MAX);
+        set_word(&mut b, slot(2, s::STEP_START_NS_OFFSET), 0);
+        set_word(&mut b, slot(2, s::SUBSTEP_STEP_OFFSET), 0);
+        set_word(&mut b, slot(2, s::SUBSTEP_TOTAL_OFFSET), 30);
+        for off in (s::SUBSTEP_DONE_OFFSET..s::SUBSTEP_END).step_by(8) {
+            set_word(&mut b, slot(3, off), u64::MAX);
+        }
+        write(dir, "content-layers", &b);
+        add(
+            &mut cases,
+            "content-layers".into(),
+            "layer positions past their total, of u64::MAX layers, from the far future".into(),
             Expect::Readable,
         );
     }

@@ -34,8 +34,8 @@ use hydra_layout::header as h;
 use hydra_layout::{
     Error, Lifecycle, Liveness, OpenOptions, OwnerPolicy, ReadPolicy, SegmentReader,
 };
-use hydra_probe_cli::Cli;
 use hydra_probe::{EngineView, HydraMeta, Thresholds};
+use hydra_probe_cli::Cli;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::FileExt;

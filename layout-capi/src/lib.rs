@@ -25,7 +25,10 @@
 //! are memory-safe (they are serialised), but the intended model is that one thread (the
 //! compute loop) makes every call except the pending counters;
 //! [`hydra_writer_pending_queued`] and [`hydra_writer_pending_dequeued`] may be called from
-//! any thread at any time (they are lock-free atomic counters). [`hydra_writer_close`]
+//! any thread at any time (they are lock-free atomic counters), and so may
+//! [`hydra_writer_layer_done_in_step`] (a device's host callback publishing the layer
+//! position, format v1.1; the library serialises it with the compute thread's updates of
+//! the same slot). [`hydra_writer_close`]
 //! must be the last call on a handle, from any one thread, once no other thread uses it.
 //!
 //! # Conventions
@@ -40,7 +43,7 @@
 use hydra_ffi_support::{arg_str, copy_out, opt_str, out_ptr, Abi, ErrorKind, FfiError, Overflow};
 use hydra_layout::{
     clock, naming, EngineDescription, ErrorCode, FinishReason, PendingCounter, Phase,
-    SegmentConfig, SegmentWriter, SlotState, WorkUnit, WriterCounters,
+    SegmentConfig, SegmentWriter, SlotState, Substep, SubstepPublisher, WorkUnit, WriterCounters,
 };
 use std::cell::RefCell;
 use std::ffi::c_char;
@@ -125,6 +128,9 @@ pub const HYDRA_WRITER_CAP_COMPLETION: u64 = 1 << 0;
 pub const HYDRA_WRITER_CAP_STATE_SAVE_RESTORE: u64 = 1 << 1;
 /// Capability bit: chunked prefill with per-chunk progress.
 pub const HYDRA_WRITER_CAP_CHUNKED_PREFILL: u64 = 1 << 2;
+/// Capability bit: the engine publishes the layer position inside each step
+/// ([`hydra_writer_layer_done`]); without it readers report the position unknown.
+pub const HYDRA_WRITER_CAP_LAYER_PROGRESS: u64 = 1 << 3;
 
 // Every wire constant is the value the Rust format code writes (the reader ABI asserts the
 // same of its phase constants, so the two ABIs agree).
@@ -133,6 +139,7 @@ const _: () = {
     assert!(HYDRA_WRITER_CAP_COMPLETION == cap::COMPLETION);
     assert!(HYDRA_WRITER_CAP_STATE_SAVE_RESTORE == cap::STATE_SAVE_RESTORE);
     assert!(HYDRA_WRITER_CAP_CHUNKED_PREFILL == cap::CHUNKED_PREFILL);
+    assert!(HYDRA_WRITER_CAP_LAYER_PROGRESS == cap::LAYER_PROGRESS);
 
     assert!(HYDRA_WRITER_PHASE_IDLE == Phase::Idle.to_raw());
     assert!(HYDRA_WRITER_PHASE_QUEUED == Phase::Queued.to_raw());
@@ -206,6 +213,7 @@ struct Inner {
 pub struct HydraWriter {
     inner: Mutex<Inner>,
     pending: PendingCounter,
+    substeps: SubstepPublisher,
     path: String,
 }
 
@@ -305,6 +313,29 @@ fn error_code(raw: u64) -> Result<ErrorCode, FfiError> {
 }
 
 impl HydraWriter {
+    /// The `STEP_START_NS` of `slot`'s step in flight (0 when none).
+    fn step_in_flight(&self, slot: u32) -> Result<u64, FfiError> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .slots
+            .get(slot as usize)
+            .map(|s| s.step_start_ns)
+            .ok_or_else(|| slot_out_of_range(slot, inner.slots.len()))
+    }
+
+    /// Publishes `slot`'s layer position in step `step`, stamped now.
+    fn publish_layer(&self, slot: u32, step: u64, done: u64, total: u64) -> Result<(), FfiError> {
+        let substep = Substep {
+            done,
+            total,
+            at_ns: clock::monotonic_ns(),
+            step_start_ns: step,
+        };
+        self.substeps
+            .publish(slot as usize, &substep)
+            .map_err(FfiError::from)
+    }
+
     /// Runs `f` on slot `slot`'s mirror with the clock read once, publishes the record and,
     /// with `beat`, stores the loop heartbeat at the same instant.
     fn update(
@@ -316,12 +347,10 @@ impl HydraWriter {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let inner = &mut *inner;
         let count = inner.slots.len();
-        let s = inner.slots.get_mut(slot as usize).ok_or_else(|| {
-            FfiError::new(
-                ErrorKind::SlotOutOfRange,
-                format!("slot {slot} out of range: the segment has {count} slots"),
-            )
-        })?;
+        let s = inner
+            .slots
+            .get_mut(slot as usize)
+            .ok_or_else(|| slot_out_of_range(slot, count))?;
         let now = clock::monotonic_ns();
         f(s, now);
         inner.writer.publish(slot as usize, s)?;
@@ -439,6 +468,7 @@ pub unsafe extern "C" fn hydra_writer_create(
         writer.heartbeat(clock::monotonic_ns());
         let handle = Box::new(HydraWriter {
             pending: writer.pending_counter(),
+            substeps: writer.substep_publisher(),
             path: writer.path().display().to_string(),
             inner: Mutex::new(Inner { writer, slots }),
         });
@@ -776,6 +806,77 @@ pub unsafe extern "C" fn hydra_writer_set_counters(
     })
 }
 
+/// Layer `layers_done` of the `n_layers` in the forward of `slot`'s step in flight has
+/// finished (format v1.1; create the segment with [`HYDRA_WRITER_CAP_LAYER_PROGRESS`] so
+/// that readers show it): publishes the slot's layer position, stamped now, for the step
+/// in flight now. Call it where the layer's work is complete (after each layer on the CPU).
+/// On an asynchronous device, where the host only enqueues the layer, read the step with
+/// [`hydra_writer_step_id`] when enqueueing and publish from the device's host callback
+/// with [`hydra_writer_layer_done_in_step`]. Does not touch the rest of the record.
+///
+/// # Safety
+/// `writer` is NULL or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hydra_writer_layer_done(
+    writer: *mut HydraWriter,
+    slot: u32,
+    layers_done: u64,
+    n_layers: u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+        let w = unsafe { handle(writer) }?;
+        let step = w.step_in_flight(slot)?;
+        w.publish_layer(slot, step, layers_done, n_layers)
+    })
+}
+
+/// Stores in `*step` the id of `slot`'s step in flight (its start time, `STEP_START_NS`;
+/// 0 when no step runs), for [`hydra_writer_layer_done_in_step`].
+///
+/// # Safety
+/// `writer` is NULL or an open handle; `step` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hydra_writer_step_id(
+    writer: *const HydraWriter,
+    slot: u32,
+    step: *mut u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+        let w = unsafe { handle(writer) }?;
+        let out = out_ptr(step, "step")?;
+        let id = w.step_in_flight(slot)?;
+        // SAFETY: `out` is not NULL (checked) and the caller guarantees it is writable.
+        unsafe { out.write(id) };
+        Ok(())
+    })
+}
+
+/// Layer `layers_done` of the `n_layers` in the forward of step `step` (from
+/// [`hydra_writer_step_id`]) on `slot` has finished: publishes the layer position, stamped
+/// now. May be called from any thread, e.g. a CUDA host callback queued after the layer's
+/// kernels (`cuLaunchHostFunc`), while the compute thread publishes the same slot: the
+/// library serialises the two. Readers show the position only while `step` is the step in
+/// flight, so a callback that runs late never shows as the next step's position.
+///
+/// # Safety
+/// `writer` is NULL or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hydra_writer_layer_done_in_step(
+    writer: *const HydraWriter,
+    slot: u32,
+    step: u64,
+    layers_done: u64,
+    n_layers: u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+        let w = unsafe { handle(writer) }?;
+        w.publish_layer(slot, step, layers_done, n_layers)
+    })
+}
+
 /// A task for `slot` was queued (any thread, lock-free): adds one to the slot's pending
 /// count and to the engine's waiting-requests gauge.
 ///
@@ -805,6 +906,13 @@ pub unsafe extern "C" fn hydra_writer_pending_dequeued(
         let w = unsafe { handle(writer) }?;
         pending_result(w.pending.dequeued(slot as usize), slot)
     })
+}
+
+fn slot_out_of_range(slot: u32, count: usize) -> FfiError {
+    FfiError::new(
+        ErrorKind::SlotOutOfRange,
+        format!("slot {slot} out of range: the segment has {count} slots"),
+    )
 }
 
 fn pending_result(in_range: bool, slot: u32) -> Result<(), FfiError> {

@@ -24,7 +24,9 @@ fn description() -> HydraWriterDescription {
         tokenizer: ptr::null(),
         model_alias: c"alias".as_ptr(),
         device: c"cpu".as_ptr(),
-        capabilities: HYDRA_WRITER_CAP_COMPLETION | HYDRA_WRITER_CAP_STATE_SAVE_RESTORE,
+        capabilities: HYDRA_WRITER_CAP_COMPLETION
+            | HYDRA_WRITER_CAP_STATE_SAVE_RESTORE
+            | HYDRA_WRITER_CAP_LAYER_PROGRESS,
     }
 }
 
@@ -211,7 +213,7 @@ fn calls_publish_the_records_the_reader_expects() {
     assert_eq!(h.counters.requests_waiting, 1);
     assert!(h.heartbeat_ns >= s.state.step_start_ns);
     assert_eq!(reader.identity().description.model_alias, "alias");
-    assert_eq!(reader.identity().description.capabilities, 3);
+    assert_eq!(reader.identity().description.capabilities, 11);
 
     // SAFETY: `w` is the open handle; it is closed last.
     unsafe {
@@ -244,4 +246,84 @@ fn calls_publish_the_records_the_reader_expects() {
     // SAFETY: `w` is open and no longer used after this.
     assert_eq!(unsafe { hydra_writer_close(w) }, HYDRA_WRITER_OK);
     assert_eq!(reader.liveness().unwrap(), hydra_layout::Liveness::Closed);
+}
+
+/// The layer position (format v1.1): `hydra_writer_layer_done` for the step in flight, and
+/// `hydra_writer_layer_done_in_step` from another thread (as a CUDA host callback would)
+/// while the compute thread keeps publishing the same slot: every update lands, none mixes.
+#[test]
+fn layer_positions_from_the_compute_thread_and_a_callback_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
+    let d = description();
+    let mut w: *mut HydraWriter = ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the handle is closed at the end, after
+    // the other thread has finished with it.
+    unsafe {
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"layers".as_ptr(), 2, &d, &mut w),
+            HYDRA_WRITER_OK
+        );
+        let path = {
+            let mut buf = [0 as c_char; 512];
+            assert_eq!(
+                hydra_writer_path(w, buf.as_mut_ptr(), buf.len(), ptr::null_mut()),
+                HYDRA_WRITER_OK
+            );
+            CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned()
+        };
+        let r = SegmentReader::open(&path).unwrap();
+        let mut step = 7u64;
+        assert_eq!(hydra_writer_step_id(w, 0, &mut step), HYDRA_WRITER_OK);
+        assert_eq!(step, 0, "no step in flight");
+        assert_eq!(
+            hydra_writer_begin_task(
+                w,
+                0,
+                1,
+                HYDRA_WRITER_PHASE_PREFILL,
+                HYDRA_WRITER_UNIT_TOKENS,
+                512
+            ),
+            HYDRA_WRITER_OK
+        );
+        assert_eq!(hydra_writer_step_start(w, 0, 512), HYDRA_WRITER_OK);
+        assert_eq!(hydra_writer_layer_done(w, 0, 3, 30), HYDRA_WRITER_OK);
+        let layer = r.slot(0).unwrap().layer().expect("a position in the step");
+        assert_eq!((layer.done, layer.total), (3, 30));
+        assert_eq!(hydra_writer_step_id(w, 0, &mut step), HYDRA_WRITER_OK);
+        assert_eq!(step, layer.step_start_ns);
+        assert_eq!(
+            hydra_writer_layer_done(w, 9, 1, 30),
+            HYDRA_WRITER_E_SLOT_OUT_OF_RANGE
+        );
+        assert_eq!(
+            hydra_writer_step_id(w, 0, ptr::null_mut()),
+            HYDRA_WRITER_E_NULL
+        );
+
+        // A callback thread publishes layers 1..=N while the compute thread republishes the
+        // record: the sequence counts every update of both.
+        const N: u64 = 2000;
+        let seq0 = r.slot(0).unwrap().seq;
+        let handle = w as usize;
+        let callbacks = std::thread::spawn(move || {
+            for k in 1..=N {
+                let w = handle as *const HydraWriter;
+                assert_eq!(
+                    hydra_writer_layer_done_in_step(w, 0, step, k, N),
+                    HYDRA_WRITER_OK
+                );
+            }
+        });
+        for done in 1..=N {
+            assert_eq!(hydra_writer_set_n_past(w, 0, done), HYDRA_WRITER_OK);
+        }
+        callbacks.join().unwrap();
+        let end = r.slot(0).unwrap();
+        assert_eq!(end.seq, seq0 + 2 * 2 * N, "an update was lost");
+        assert_eq!(end.state.n_past, N);
+        assert_eq!(end.layer().map(|l| (l.done, l.total)), Some((N, N)));
+        assert_eq!(hydra_writer_close(w), HYDRA_WRITER_OK);
+    }
 }

@@ -3,13 +3,14 @@
 //! `cargo bench -p hydra-layout --bench seqlock`
 //!
 //! - `publish`: one slot record publish by the single writer;
+//! - `publish_substep`: one layer position publish (format v1.1: the substep words only);
 //! - `snapshot/uncontended`: one consistent slot read, writer idle;
 //! - `snapshot/contended`: the same while a writer thread on another core republishes the
 //!   same slot in a tight loop (the worst case a reader can meet);
 //! - `snapshot_all/64`: header plus 64 slots after one size check.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use hydra_layout::{Phase, SegmentConfig, SegmentReader, SegmentWriter, SlotState};
+use hydra_layout::{Phase, SegmentConfig, SegmentReader, SegmentWriter, SlotState, Substep};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,6 +47,19 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             i += 1;
             writer.publish(0, black_box(&state(i))).unwrap();
+        })
+    });
+    let mut k = 0u64;
+    c.bench_function("publish_substep", |b| {
+        b.iter(|| {
+            k += 1;
+            let layer = Substep {
+                done: k % 30,
+                total: 30,
+                at_ns: k,
+                step_start_ns: 1,
+            };
+            writer.publish_substep(1, black_box(&layer)).unwrap();
         })
     });
     let reader = SegmentReader::open(writer.path()).unwrap();

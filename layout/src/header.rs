@@ -9,7 +9,7 @@
 //!      0    8  MAGIC "HYDRPROG"            at creation
 //!      8    8  BYTE_ORDER 0x0102030405060708
 //!     16    8  VERSION_MAJOR (1)
-//!     24    8  VERSION_MINOR (0)
+//!     24    8  VERSION_MINOR (1)
 //!     32    8  HEADER_LEN                 (bytes; 1024 in v1.0)
 //!     40    8  SLOT_OFFSET                (128-aligned, >= HEADER_LEN)
 //!     48    8  SLOT_STRIDE                (multiple of 128, >= 256 in v1.0)
@@ -52,8 +52,9 @@ pub const BYTE_ORDER_MARK: u64 = 0x0102_0304_0506_0708;
 pub const BYTE_ORDER_MARK_SWAPPED: u64 = BYTE_ORDER_MARK.swap_bytes();
 /// Format major version this crate writes and reads. Readers accept only this major.
 pub const VERSION_MAJOR: u64 = 1;
-/// Format minor version this crate writes. Readers accept any minor.
-pub const VERSION_MINOR: u64 = 0;
+/// Format minor version this crate writes (1: the substep words of the slot record).
+/// Readers accept any minor.
+pub const VERSION_MINOR: u64 = 1;
 
 /// Bytes of one header or slot word: every numeric field is a `u64`.
 pub const WORD_LEN: usize = 8;
@@ -220,4 +221,7 @@ pub mod capabilities {
     pub const STATE_SAVE_RESTORE: u64 = 1 << 1;
     /// Chunked prefill with per-chunk progress.
     pub const CHUNKED_PREFILL: u64 = 1 << 2;
+    /// The writer publishes the layer position inside each step (the substep words of
+    /// format v1.1). Without it a reader reports the position unknown, whatever the minor.
+    pub const LAYER_PROGRESS: u64 = 1 << 3;
 }

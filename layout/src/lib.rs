@@ -6,7 +6,8 @@
 //!   from the previous one) and the wire enums; `FORMAT.md` beside this crate is the
 //!   language-neutral specification and `include/hydra_progress.h` the C view.
 //! - [`SegmentWriter`] creates a segment safely and publishes [`SlotState`] values through
-//!   a per-slot seqlock; [`PendingCounter`] lets other threads count queued tasks.
+//!   a per-slot seqlock; [`PendingCounter`] lets other threads count queued tasks, and
+//!   [`SubstepPublisher`] publish the layer position inside a step ([`Substep`], v1.1).
 //! - [`SegmentReader`] maps a segment read-only, validates it against the file's real size,
 //!   probes the writer's liveness with `flock`, and takes consistent snapshots with bounded
 //!   retries (a writer that died mid-update is reported as [`Error::Torn`], never spun on).
@@ -55,8 +56,8 @@ pub use reader::{
     SlotSnapshot, Snapshot,
 };
 pub use seqlock::ReadPolicy;
-pub use slot::{ErrorCode, FinishReason, Phase, SlotState, WorkUnit};
+pub use slot::{ErrorCode, FinishReason, Phase, SlotState, Substep, WorkUnit};
 pub use writer::{
-    segment_len, EngineDescription, PendingCounter, SegmentConfig, SegmentWriter, WriterCounters,
-    MAX_SLOTS, SEGMENT_MODE,
+    segment_len, EngineDescription, PendingCounter, SegmentConfig, SegmentWriter, SubstepPublisher,
+    WriterCounters, MAX_SLOTS, SEGMENT_MODE,
 };

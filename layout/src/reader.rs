@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::fsutil::{self, LockProbe};
 use crate::header::{self as h, Lifecycle};
 use crate::seqlock::{self, MappedRecord, ReadFailure, ReadPolicy};
-use crate::slot::{self, SlotState};
+use crate::slot::{self, SlotState, Substep};
 use crate::words::MappedWords;
 use crate::writer::{EngineDescription, MAX_SLOTS};
 use memmap2::{MmapOptions, MmapRaw};
@@ -94,6 +94,13 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Whether the writer publishes the layer position inside a step: format v1.1 or later
+    /// and the `LAYER_PROGRESS` capability.
+    pub fn publishes_substeps(&self) -> bool {
+        self.version_minor >= slot::SUBSTEP_MINOR
+            && self.description.capabilities & h::capabilities::LAYER_PROGRESS != 0
+    }
+
     /// Converts a CLOCK_MONOTONIC timestamp of this boot to Unix-epoch ns using the anchors.
     pub fn to_realtime_ns(&self, monotonic_ns: u64) -> u64 {
         let offset = self.created_realtime_ns as i128 - self.created_monotonic_ns as i128;
@@ -140,10 +147,23 @@ pub struct SlotSnapshot {
     pub state: SlotState,
     /// Tasks queued for the slot (outside the seqlock; read Relaxed).
     pub pending: u64,
+    /// The layer position inside the step (format v1.1), read in the same consistent copy
+    /// as `state`; None when the writer does not publish it (a v1.0 writer, or no
+    /// `LAYER_PROGRESS` capability: unknown). Use
+    /// [`SlotSnapshot::layer`] for the position of the step in flight.
+    pub substep: Option<Substep>,
     /// Sequence value of the copy (even).
     pub seq: u64,
     /// Failed attempts before the consistent one.
     pub retries: u32,
+}
+
+impl SlotSnapshot {
+    /// The layer position inside the step in flight: none for a v1.0 writer, between
+    /// steps, or while the published position belongs to an earlier step.
+    pub fn layer(&self) -> Option<Substep> {
+        self.substep.and_then(|s| s.in_step(&self.state))
+    }
 }
 
 /// The whole segment at one moment: header plus every slot (each slot may fail on its own,
@@ -478,19 +498,33 @@ impl SegmentReader {
             words: self.words,
             base: self.geometry.slot_offset + slot * self.geometry.slot_stride,
         };
-        match seqlock::read::<_, { slot::DATA_WORDS }>(&record, self.policy) {
-            Ok(ok) => Ok(SlotSnapshot {
-                state: SlotState::from_words(&ok.words),
-                pending: self.words.load(record.base + slot::PENDING_OFFSET),
-                seq: ok.seq,
-                retries: ok.retries,
-            }),
-            Err(ReadFailure::Torn { seq, words }) => Err(Error::Torn {
-                slot,
-                seq,
-                last: Box::new(SlotState::from_words(&words)),
-            }),
-            Err(ReadFailure::Contended { attempts }) => Err(Error::Contended { slot, attempts }),
+        let pending = || self.words.load(record.base + slot::PENDING_OFFSET);
+        if !self.identity.publishes_substeps() {
+            // A v1.0 writer, or one that does not publish layer positions: the words mean
+            // nothing and the position is unknown.
+            return match seqlock::read::<_, { slot::DATA_WORDS }>(&record, self.policy) {
+                Ok(ok) => Ok(SlotSnapshot {
+                    state: SlotState::from_words(&ok.words),
+                    pending: pending(),
+                    substep: None,
+                    seq: ok.seq,
+                    retries: ok.retries,
+                }),
+                Err(e) => Err(read_failure(slot, e)),
+            };
+        }
+        match seqlock::read::<_, { slot::DATA_WORDS_V1_1 }>(&record, self.policy) {
+            Ok(ok) => {
+                let (state, substep) = split_v1_1(&ok.words);
+                Ok(SlotSnapshot {
+                    state,
+                    pending: pending(),
+                    substep: Some(substep),
+                    seq: ok.seq,
+                    retries: ok.retries,
+                })
+            }
+            Err(e) => Err(read_failure(slot, e)),
         }
     }
 
@@ -509,6 +543,31 @@ impl SegmentReader {
     #[doc(hidden)]
     pub fn mapping_ptr(&self) -> *const u8 {
         self.map.as_ptr()
+    }
+}
+
+/// The v1.0 record and the substep words out of one v1.1 copy.
+fn split_v1_1(words: &[u64; slot::DATA_WORDS_V1_1]) -> (SlotState, Substep) {
+    let (v10, sub) = words.split_at(slot::DATA_WORDS);
+    let v10: &[u64; slot::DATA_WORDS] = v10.try_into().expect("split at DATA_WORDS");
+    let sub: &[u64; slot::SUBSTEP_WORDS] = sub.try_into().expect("the rest is the substep");
+    (SlotState::from_words(v10), Substep::from_words(sub))
+}
+
+/// A failed bounded read as the reader's error; a torn copy keeps its best-effort v1.0
+/// words (the last known progress of a writer that died mid-update).
+fn read_failure<const N: usize>(slot: usize, failure: ReadFailure<N>) -> Error {
+    match failure {
+        ReadFailure::Torn { seq, words } => {
+            let mut v10 = [0u64; slot::DATA_WORDS];
+            v10.copy_from_slice(&words[..slot::DATA_WORDS]);
+            Error::Torn {
+                slot,
+                seq,
+                last: Box::new(SlotState::from_words(&v10)),
+            }
+        }
+        ReadFailure::Contended { attempts } => Error::Contended { slot, attempts },
     }
 }
 

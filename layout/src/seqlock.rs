@@ -1,7 +1,7 @@
 //! The per-slot seqlock: one writer (the compute thread), any number of readers in any
 //! process, no reader ever blocks the writer.
 //!
-//! Write (single writer; `s` is the even sequence it last stored):
+//! Write (one writer at a time; `s` is the even sequence last stored):
 //! 1. `SEQ = s + 1` (Relaxed) — the record is now marked "being updated";
 //! 2. `fence(Release)` — orders step 1 before the data stores below, for any reader that
 //!    observes one of them (pairs with the reader's second `fence(Acquire)`);
@@ -20,8 +20,14 @@
 //!
 //! Retries are bounded ([`ReadPolicy`]): a writer killed between steps 1 and 4 leaves `SEQ`
 //! odd forever, and the reader reports that as [`ReadFailure::Torn`] instead of spinning.
+//!
+//! Two threads of the writer process may update one record (format v1.1): the compute
+//! thread publishes the whole record, and the thread that sees a layer finish (a CUDA
+//! host callback) publishes only the substep words. Both go through the slot's
+//! [`WriterGuard`], a lock in the writer's own memory that holds the last stored sequence,
+//! so exactly one update runs at a time and readers see the unchanged protocol.
 
-use crate::primitive::{fence, Ordering};
+use crate::primitive::{fence, Mutex, Ordering};
 use crate::slot::{DATA_WORDS, SEQ_OFFSET, TASK_ID_OFFSET};
 
 /// Where the seqlock's words live: a mapped record, or heap atomics in the loom model.
@@ -85,8 +91,21 @@ pub(crate) struct ReadOk<const N: usize = DATA_WORDS> {
 
 /// Publishes `words` as the record's data. `seq` is the writer's last stored (even)
 /// sequence value; returns the new one. Only the record's single writer may call this.
-#[inline]
+#[cfg(test)]
 pub(crate) fn write<S: WordSource, const N: usize>(src: &S, seq: u64, words: &[u64; N]) -> u64 {
+    write_at(src, seq, TASK_ID_OFFSET, words)
+}
+
+/// Publishes `words` as the data words starting at byte `first` of the record (the other
+/// data words keep their values). `seq` is the last stored (even) sequence value; returns
+/// the new one. One writer at a time: callers hold the slot's [`WriterGuard`].
+#[inline]
+pub(crate) fn write_at<S: WordSource, const N: usize>(
+    src: &S,
+    seq: u64,
+    first: usize,
+    words: &[u64; N],
+) -> u64 {
     debug_assert!(
         seq % 2 == 0,
         "writer's own sequence must be even between updates"
@@ -96,13 +115,43 @@ pub(crate) fn write<S: WordSource, const N: usize>(src: &S, seq: u64, words: &[u
     // any data store below also sees SEQ = seq + 1 (or later) and retries.
     fence(Ordering::Release);
     for (i, &w) in words.iter().enumerate() {
-        src.store(TASK_ID_OFFSET + i * 8, w, Ordering::Relaxed);
+        src.store(first + i * 8, w, Ordering::Relaxed);
     }
     let next = seq.wrapping_add(2);
     // Pairs with the reader's Relaxed load + fence(Acquire) of SEQ: a reader that sees
     // `next` sees every data store above.
     src.store(SEQ_OFFSET, next, Ordering::Release);
     next
+}
+
+/// The writer side of one record's seqlock, in the writer process's own memory: the last
+/// stored sequence value behind a lock that every thread updating the record takes, so
+/// updates from several threads never overlap. Held for one update (tens of ns); readers
+/// never see it.
+#[derive(Debug, Default)]
+pub(crate) struct WriterGuard(Mutex<u64>);
+
+impl WriterGuard {
+    /// Publishes `words` at byte `first` of the record `src` as one seqlock update.
+    #[inline]
+    pub(crate) fn update<S: WordSource, const N: usize>(
+        &self,
+        src: &S,
+        first: usize,
+        words: &[u64; N],
+    ) {
+        // A panic cannot happen while the lock is held (stores only), so a poisoned lock
+        // still holds a valid sequence.
+        let mut seq = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *seq = write_at(src, *seq, first, words);
+    }
+
+    /// Leaves the record mid-update; see [`abandon_mid_update`].
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn abandon<S: WordSource>(&self, src: &S) {
+        let mut seq = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *seq = abandon_mid_update(src, *seq);
+    }
 }
 
 /// Leaves the record mid-update (`SEQ` odd) without finishing: what a writer killed
@@ -339,6 +388,64 @@ mod loom_model {
                     spins: 0,
                     yields: 1,
                 },
+            );
+        });
+    }
+
+    /// Two writers of one record, as on CUDA (the compute thread publishes the whole record,
+    /// a host callback only the substep words): writer A stores words 0..2, writer B words
+    /// 2..4, each through the shared [`WriterGuard`]. Each update writes one value into
+    /// both of its words, counting that writer's updates, so a consistent copy has equal
+    /// pairs and a sequence of exactly 2 × (A's updates + B's updates).
+    #[test]
+    fn loom_model_two_guarded_writers_never_mix_or_lose_an_update() {
+        const W: usize = 4;
+        fn check_two(h: &Heap) {
+            if let Ok(ok) = read::<_, W>(
+                h,
+                ReadPolicy {
+                    spins: 0,
+                    yields: 2,
+                },
+            ) {
+                let w = ok.words;
+                assert_eq!(w[0], w[1], "writer A's pair mixed: {w:?}");
+                assert_eq!(w[2], w[3], "writer B's pair mixed: {w:?}");
+                assert_eq!(
+                    ok.seq,
+                    2 * (w[0] + w[2]),
+                    "sequence and data disagree: {w:?}"
+                );
+            }
+        }
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let h = Arc::new(Heap((0..W + 1).map(|_| AtomicU64::new(0)).collect()));
+            let guard = Arc::new(WriterGuard::default());
+            let spawn = |first: usize| {
+                let (h, guard) = (h.clone(), guard.clone());
+                loom::thread::spawn(move || {
+                    guard.update(&*h, TASK_ID_OFFSET + first * 8, &[1u64, 1]);
+                })
+            };
+            let a = spawn(0);
+            let b = spawn(2);
+            check_two(&h);
+            a.join().unwrap();
+            b.join().unwrap();
+            let end = read::<_, W>(
+                &*h,
+                ReadPolicy {
+                    spins: 0,
+                    yields: 1,
+                },
+            )
+            .expect("no writer left: the record is stable");
+            assert_eq!(
+                (end.words, end.seq),
+                ([1, 1, 1, 1], 4),
+                "an update was lost"
             );
         });
     }

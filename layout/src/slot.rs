@@ -27,7 +27,11 @@
 //!    128    8  STEP_SIZE          tokens (or bytes) the step in flight carries
 //!    136    8  LAST_STEP_NS       duration of the last finished step, ns
 //!    144    8  STEPS_DONE         steps finished in the current phase
-//!    152   40  reserved (zero), seqlock-guarded in later minors
+//!    152    8  SUBSTEP_DONE       v1.1: layers finished in the step in flight
+//!    160    8  SUBSTEP_TOTAL      v1.1: layers in that forward (0 = no position)
+//!    168    8  SUBSTEP_NS         v1.1: CLOCK_MONOTONIC when SUBSTEP_DONE last changed
+//!    176    8  SUBSTEP_STEP       v1.1: STEP_START_NS of the step the position belongs to
+//!    184    8  reserved (zero), seqlock-guarded in later minors
 //!    192    8  PENDING            tasks queued for this slot (not seqlock-guarded)
 //!    200   56  reserved (zero)
 //!    256       end of the v1.0 record
@@ -91,6 +95,28 @@ pub const PENDING_OFFSET: usize = GUARDED_END.next_multiple_of(CACHE_LINE);
 
 /// Number of seqlock-guarded data words after `SEQ` (what [`SlotState`] round-trips through).
 pub const DATA_WORDS: usize = data_index(GUARDED_END);
+
+/// First minor version whose writers publish the substep words (v1.1).
+pub const SUBSTEP_MINOR: u64 = 1;
+/// v1.1: sub-units (transformer layers) of the step in flight finished.
+pub const SUBSTEP_DONE_OFFSET: usize = GUARDED_END;
+/// v1.1: sub-units in the forward the position counts (0 = no position published).
+pub const SUBSTEP_TOTAL_OFFSET: usize = SUBSTEP_DONE_OFFSET + WORD_LEN;
+/// v1.1: CLOCK_MONOTONIC when `SUBSTEP_DONE` last changed.
+pub const SUBSTEP_NS_OFFSET: usize = SUBSTEP_TOTAL_OFFSET + WORD_LEN;
+/// v1.1: the `STEP_START_NS` of the step the position belongs to.
+pub const SUBSTEP_STEP_OFFSET: usize = SUBSTEP_NS_OFFSET + WORD_LEN;
+/// End of the seqlock-guarded words written by v1.1.
+pub const SUBSTEP_END: usize = SUBSTEP_STEP_OFFSET + WORD_LEN;
+/// Words of the substep group (what [`Substep`] round-trips through).
+pub const SUBSTEP_WORDS: usize = (SUBSTEP_END - SUBSTEP_DONE_OFFSET) / WORD_LEN;
+/// Guarded data words a v1.1 reader takes in one seqlock read: the v1.0 words, then the
+/// substep words right after them.
+pub const DATA_WORDS_V1_1: usize = data_index(SUBSTEP_END);
+
+const _: () = assert!(SUBSTEP_END <= PENDING_OFFSET);
+const _: () = assert!(DATA_WORDS_V1_1 == DATA_WORDS + SUBSTEP_WORDS);
+const _: () = assert!(SUBSTEP_WORDS == 4);
 
 const _: () = assert!(GUARDED_END == 152);
 const _: () = assert!(PENDING_OFFSET == 192);
@@ -393,6 +419,49 @@ impl SlotState {
     }
 }
 
+/// Where the compute is inside the step in flight (format v1.1): `done` of `total`
+/// transformer layers of the forward finished, the last one at `at_ns`. The position is
+/// written by whichever thread sees the layer finish (the compute thread on the CPU, the
+/// device's host callback on CUDA), independently of the rest of the record, and names
+/// the step it belongs to (`step_start_ns`), so a position left over from an earlier step
+/// is never taken for the current one ([`Substep::in_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Substep {
+    /// Layers finished in the forward.
+    pub done: u64,
+    /// Layers in the forward (0 = no position).
+    pub total: u64,
+    /// CLOCK_MONOTONIC when `done` last changed.
+    pub at_ns: u64,
+    /// `STEP_START_NS` of the step the position belongs to.
+    pub step_start_ns: u64,
+}
+
+impl Substep {
+    /// Encodes the value as the substep words (offsets `SUBSTEP_DONE` .. `SUBSTEP_END`).
+    pub fn to_words(&self) -> [u64; SUBSTEP_WORDS] {
+        [self.done, self.total, self.at_ns, self.step_start_ns]
+    }
+
+    /// Decodes the substep words. Never fails.
+    pub fn from_words(w: &[u64; SUBSTEP_WORDS]) -> Self {
+        Self {
+            done: w[0],
+            total: w[1],
+            at_ns: w[2],
+            step_start_ns: w[3],
+        }
+    }
+
+    /// The position if it belongs to `state`'s step in flight: a step is running, the
+    /// position names it, and it counts something (`total > 0`). Otherwise none: between
+    /// steps, or while only a previous step's position is published.
+    pub fn in_step(&self, state: &SlotState) -> Option<Self> {
+        (state.step_start_ns != 0 && self.step_start_ns == state.step_start_ns && self.total != 0)
+            .then_some(*self)
+    }
+}
+
 /// Index of the word at `offset` within [`SlotState::to_words`]'s array.
 pub const fn data_index(offset: usize) -> usize {
     (offset - TASK_ID_OFFSET) / WORD_LEN
@@ -482,6 +551,30 @@ mod tests {
             (s.finish_reason, s.error_code),
             (FinishReason::None, ErrorCode::None)
         );
+    }
+
+    #[test]
+    fn substep_belongs_only_to_the_step_it_names() {
+        let sub = Substep {
+            done: 3,
+            total: 30,
+            at_ns: 1_500,
+            step_start_ns: 1_100,
+        };
+        assert_eq!(Substep::from_words(&sub.to_words()), sub);
+        let mut s = SlotState::default();
+        assert_eq!(sub.in_step(&s), None, "no step in flight");
+        s.start_step(64, 1_100);
+        assert_eq!(sub.in_step(&s), Some(sub));
+        s.finish_step(64, 1_600);
+        s.start_step(64, 1_700);
+        assert_eq!(sub.in_step(&s), None, "a previous step's position");
+        let none = Substep {
+            total: 0,
+            step_start_ns: 1_700,
+            ..sub
+        };
+        assert_eq!(none.in_step(&s), None, "no total: no position");
     }
 
     #[test]

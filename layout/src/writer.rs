@@ -1,9 +1,12 @@
 //! The writer side: create a segment safely, publish slot records, heartbeat, close.
 //!
 //! A segment has exactly one writer, the engine's compute thread: every method that
-//! writes a seqlock-guarded or single-writer word takes `&mut self`. The only words other
-//! threads may change are the per-slot pending counts and the waiting-requests gauge,
-//! through a [`PendingCounter`] (atomic read-modify-write, any thread).
+//! writes a seqlock-guarded or single-writer word takes `&mut self`. Other threads may
+//! change only the per-slot pending counts and the waiting-requests gauge, through a
+//! [`PendingCounter`] (atomic read-modify-write, any thread), and the substep words (the
+//! layer position inside a step, v1.1), through a [`SubstepPublisher`]: a CUDA host
+//! callback runs on a driver thread. Each slot's seqlock updates are serialised by a lock
+//! in the writer's own memory (`seqlock::WriterGuard`), so the two never overlap.
 
 use crate::clock;
 use crate::directory::{self, SegmentDir};
@@ -11,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::header as h;
 use crate::naming;
 use crate::primitive::Ordering;
-use crate::seqlock::{self, MappedRecord};
-use crate::slot::{self, SlotState};
+use crate::seqlock::{MappedRecord, WriterGuard};
+use crate::slot::{self, SlotState, Substep};
 use crate::words::MappedWords;
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{AtFlags, FallocateFlags, FlockOperation, Mode, OFlags};
@@ -84,6 +87,8 @@ struct Mapping {
     words: MappedWords,
     file: File,
     slot_count: usize,
+    /// One per slot: serialises the slot's seqlock updates across the writer's threads.
+    guards: Box<[WriterGuard]>,
 }
 
 impl Mapping {
@@ -92,6 +97,52 @@ impl Mapping {
             words: self.words,
             base: h::HEADER_LEN + slot * slot::SLOT_STRIDE,
         }
+    }
+
+    /// The slot's record and guard, or the out-of-range error.
+    #[inline]
+    fn slot(&self, slot: usize) -> Result<(MappedRecord, &WriterGuard)> {
+        match self.guards.get(slot) {
+            Some(guard) => Ok((self.record(slot), guard)),
+            None => Err(Error::SlotOutOfRange {
+                slot,
+                count: self.slot_count,
+            }),
+        }
+    }
+
+    #[inline]
+    fn publish_substep(&self, slot: usize, substep: &Substep) -> Result<()> {
+        let (record, guard) = self.slot(slot)?;
+        guard.update(&record, slot::SUBSTEP_DONE_OFFSET, &substep.to_words());
+        Ok(())
+    }
+}
+
+/// Publishes the layer position inside a slot's step in flight (the substep words, format
+/// v1.1) from any thread of the writer process: the thread that sees a layer finish, such
+/// as a CUDA host callback. See [`SegmentWriter::substep_publisher`]. Each call is one
+/// seqlock update of the substep words only, serialised with the compute thread's updates
+/// of the same slot; the rest of the record is left as it is.
+#[derive(Clone)]
+pub struct SubstepPublisher {
+    mapping: Arc<Mapping>,
+}
+
+impl SubstepPublisher {
+    /// Publishes `substep` for `slot` (never blocks on readers; waits only for another
+    /// update of the same slot in this process, which takes tens of ns).
+    #[inline]
+    pub fn publish(&self, slot: usize, substep: &Substep) -> Result<()> {
+        self.mapping.publish_substep(slot, substep)
+    }
+}
+
+impl std::fmt::Debug for SubstepPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubstepPublisher")
+            .field("slot_count", &self.mapping.slot_count)
+            .finish()
     }
 }
 
@@ -151,7 +202,6 @@ pub struct SegmentWriter {
     dir: SegmentDir,
     file_name: String,
     path: PathBuf,
-    seqs: Vec<u64>,
     loop_iterations: u64,
     instance_id: u64,
     closed: bool,
@@ -241,13 +291,11 @@ impl SegmentWriter {
             let _ = rustix::fs::unlinkat(dir.fd(), tmp_name.as_str(), AtFlags::empty());
             return Err(Error::io("rename into place", &path, e));
         }
-        let slot_count = config.slot_count;
         Ok(Self {
             mapping: Arc::new(mapping),
             dir,
             file_name,
             path,
-            seqs: vec![0; slot_count],
             loop_iterations: 0,
             instance_id,
             closed: false,
@@ -296,6 +344,9 @@ impl SegmentWriter {
             words,
             file,
             slot_count: config.slot_count,
+            guards: (0..config.slot_count)
+                .map(|_| WriterGuard::default())
+                .collect(),
         })
     }
 
@@ -321,17 +372,29 @@ impl SegmentWriter {
         }
     }
 
+    /// A handle other threads (a CUDA host callback) use to publish the layer position
+    /// inside a slot's step.
+    pub fn substep_publisher(&self) -> SubstepPublisher {
+        SubstepPublisher {
+            mapping: self.mapping.clone(),
+        }
+    }
+
     /// Publishes `state` as slot `slot`'s record (seqlock write; never blocks on readers).
+    /// The substep words are not touched: they have their own event,
+    /// [`publish_substep`](Self::publish_substep).
     #[inline]
     pub fn publish(&mut self, slot: usize, state: &SlotState) -> Result<()> {
-        let Some(seq) = self.seqs.get_mut(slot) else {
-            return Err(Error::SlotOutOfRange {
-                slot,
-                count: self.mapping.slot_count,
-            });
-        };
-        *seq = seqlock::write(&self.mapping.record(slot), *seq, &state.to_words());
+        let (record, guard) = self.mapping.slot(slot)?;
+        guard.update(&record, slot::TASK_ID_OFFSET, &state.to_words());
         Ok(())
+    }
+
+    /// Publishes the layer position inside slot `slot`'s step in flight (v1.1), from the
+    /// compute thread; other threads use a [`SubstepPublisher`].
+    #[inline]
+    pub fn publish_substep(&mut self, slot: usize, substep: &Substep) -> Result<()> {
+        self.mapping.publish_substep(slot, substep)
     }
 
     /// Records one pass of the compute loop at `now_ns` (CLOCK_MONOTONIC): stores the
@@ -379,13 +442,8 @@ impl SegmentWriter {
     /// writer killed mid-update would. Readers then report the slot torn.
     #[cfg(feature = "fault-injection")]
     pub fn abandon_update(&mut self, slot: usize) -> Result<()> {
-        let Some(seq) = self.seqs.get_mut(slot) else {
-            return Err(Error::SlotOutOfRange {
-                slot,
-                count: self.mapping.slot_count,
-            });
-        };
-        *seq = seqlock::abandon_mid_update(&self.mapping.record(slot), *seq);
+        let (record, guard) = self.mapping.slot(slot)?;
+        guard.abandon(&record);
         Ok(())
     }
 

@@ -13,7 +13,7 @@
 //! CI installs one, and a silently skipped header check would let the header rot.
 
 use hydra_layout::header::{self as h, capabilities, Lifecycle};
-use hydra_layout::slot::{self as s, ErrorCode, FinishReason, Phase, WorkUnit};
+use hydra_layout::slot::{self as s, ErrorCode, FinishReason, Phase, Substep, WorkUnit};
 use hydra_layout::{
     naming, EngineDescription, Error, SegmentConfig, SegmentReader, SegmentWriter, SlotState,
     MAX_SLOTS, SEGMENT_MODE,
@@ -175,10 +175,14 @@ fn expected_layout() -> BTreeMap<String, String> {
         ("step_size", s::STEP_SIZE_OFFSET, 8),
         ("last_step_ns", s::LAST_STEP_NS_OFFSET, 8),
         ("steps_done", s::STEPS_DONE_OFFSET, 8),
+        ("substep_done", s::SUBSTEP_DONE_OFFSET, 8),
+        ("substep_total", s::SUBSTEP_TOTAL_OFFSET, 8),
+        ("substep_ns", s::SUBSTEP_NS_OFFSET, 8),
+        ("substep_step", s::SUBSTEP_STEP_OFFSET, 8),
         (
             "reserved_guarded",
-            s::GUARDED_END,
-            s::PENDING_OFFSET - s::GUARDED_END,
+            s::SUBSTEP_END,
+            s::PENDING_OFFSET - s::SUBSTEP_END,
         ),
         ("pending", s::PENDING_OFFSET, 8),
         (
@@ -200,6 +204,7 @@ fn expected_layout() -> BTreeMap<String, String> {
         ("HYDRA_BYTE_ORDER_MARK_SWAPPED", h::BYTE_ORDER_MARK_SWAPPED),
         ("HYDRA_VERSION_MAJOR", h::VERSION_MAJOR),
         ("HYDRA_VERSION_MINOR", h::VERSION_MINOR),
+        ("HYDRA_SUBSTEP_MINOR", s::SUBSTEP_MINOR),
         ("HYDRA_HEADER_LEN", h::HEADER_LEN as u64),
         ("HYDRA_SLOT_LEN", s::SLOT_LEN as u64),
         ("HYDRA_SLOT_STRIDE", s::SLOT_STRIDE as u64),
@@ -254,6 +259,7 @@ fn expected_layout() -> BTreeMap<String, String> {
             capabilities::STATE_SAVE_RESTORE,
         ),
         ("HYDRA_CAP_CHUNKED_PREFILL", capabilities::CHUNKED_PREFILL),
+        ("HYDRA_CAP_LAYER_PROGRESS", capabilities::LAYER_PROGRESS),
     ];
     for &(name, value) in constants {
         put(name, value.to_string());
@@ -303,7 +309,9 @@ fn config(dir: &Path, id: &str) -> SegmentConfig {
         description: EngineDescription {
             model_name: "SmolLM2-135M ✓".into(),
             device: "cpu".into(),
-            capabilities: capabilities::COMPLETION | capabilities::CHUNKED_PREFILL,
+            capabilities: capabilities::COMPLETION
+                | capabilities::CHUNKED_PREFILL
+                | capabilities::LAYER_PROGRESS,
             ..Default::default()
         },
     }
@@ -330,10 +338,21 @@ fn c_reader_reads_a_rust_segment() {
         n_past: 12_400,
         n_ctx: 32_768,
         last_progress_ns: hydra_layout::clock::monotonic_ns(),
+        step_start_ns: 5_000,
+        step_size: 1,
         steps_done: 12_345,
         ..Default::default()
     };
     w.publish(1, &published).unwrap();
+    let layer = Substep {
+        done: 17,
+        total: 30,
+        at_ns: 6_000,
+        step_start_ns: 5_000,
+    };
+    w.publish_substep(1, &layer).unwrap();
+    // Slot 0's position names a step that is not in flight: none.
+    w.publish_substep(0, &layer).unwrap();
     w.pending_counter().queued(1);
     w.abandon_update(2).unwrap();
 
@@ -344,18 +363,22 @@ fn c_reader_reads_a_rust_segment() {
     assert_eq!(get(&out, "version_minor"), h::VERSION_MINOR.to_string());
     assert_eq!(get(&out, "slot_count"), "3");
     assert_eq!(get(&out, "pid"), std::process::id().to_string());
-    assert_eq!(get(&out, "capabilities"), "5");
+    assert_eq!(get(&out, "capabilities"), "13");
     assert_eq!(get(&out, "liveness"), "live");
 
-    // Slot 0: never published, a consistent all-zero record.
+    // Slot 0: only a substep published (one update), its v1.0 words all zero.
     assert_eq!(get(&out, "slot0.rc"), "0");
-    assert_eq!(get(&out, "slot0.seq"), "0");
+    assert_eq!(get(&out, "slot0.seq"), "2");
+    assert_eq!(get(&out, "slot0.task_id"), "0");
     assert_eq!(get(&out, "slot0.phase"), Phase::Idle.to_raw().to_string());
+    assert_eq!(get(&out, "slot0.layer"), "none");
 
     // Slot 1: exactly what Rust published, and what the Rust reader sees.
     let rust = SegmentReader::open(w.path()).unwrap().slot(1).unwrap();
     assert_eq!(rust.state, published);
+    assert_eq!(rust.layer(), Some(layer));
     assert_eq!(get(&out, "slot1.rc"), "0");
+    assert_eq!(get(&out, "slot1.layer"), "17/30 at 6000");
     assert_eq!(get(&out, "slot1.seq"), rust.seq.to_string());
     for (field, value) in [
         ("task_id", published.task_id),

@@ -215,3 +215,85 @@ fn empty_strings_and_invalid_utf8_on_disk() {
     assert_eq!(d.model_name, "m\u{FFFD}\u{FFFD}x");
     assert_eq!(d.device, "d".repeat(h::DEVICE_LEN));
 }
+
+/// Format v1.1 against v1.0, both ways, with files written by each. A v1.1 writer's file
+/// (a layer position published inside a step) and the file a v1.0 writer leaves for the
+/// same record (minor 0, the substep words zero: v1.0 writers zero reserved words) read
+/// the same through every v1.0 word; the v1.1 reader shows the position for the first and
+/// "unknown" (no substep at all) for the second, even where a v1.0 file's reserved words
+/// happen to hold what would be a valid position.
+#[test]
+fn v1_0_and_v1_1_writers_and_readers_agree_on_the_v1_0_words() {
+    let scratch = Scratch::new();
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        description: EngineDescription {
+            capabilities: h::capabilities::LAYER_PROGRESS,
+            ..Default::default()
+        },
+        ..config(scratch.path(), "v11", 1)
+    })
+    .unwrap();
+    let mut state = sample_state(0);
+    state.start_step(64, state.last_progress_ns + 10);
+    w.publish(0, &state).unwrap();
+    let layer = s::Substep {
+        done: 17,
+        total: 30,
+        at_ns: state.step_start_ns + 5,
+        step_start_ns: state.step_start_ns,
+    };
+    w.publish_substep(0, &layer).unwrap();
+    let v11 = std::fs::read(w.path()).unwrap();
+    assert_eq!(
+        word(&v11, h::VERSION_MINOR_OFFSET),
+        1,
+        "this crate writes v1.1"
+    );
+
+    let mut v10 = v11.clone();
+    set_word(&mut v10, h::VERSION_MINOR_OFFSET, 0);
+    let slot = h::HEADER_LEN;
+    for off in (s::SUBSTEP_DONE_OFFSET..s::SUBSTEP_END).step_by(8) {
+        set_word(&mut v10, slot + off, 0);
+    }
+    // A v1.0 file whose reserved words hold a "position" (a hostile or foreign writer).
+    let mut v10_noise = v11.clone();
+    set_word(&mut v10_noise, h::VERSION_MINOR_OFFSET, 0);
+    // A v1.1 writer that does not publish positions (no LAYER_PROGRESS capability).
+    let mut v11_no_layers = v11.clone();
+    set_word(&mut v11_no_layers, h::MODEL_CAPABILITIES_OFFSET, 0);
+
+    let read = |name: &str, bytes: &[u8]| {
+        let path = write_segment(scratch.path(), name, bytes);
+        SegmentReader::open(&path).unwrap().slot(0).unwrap()
+    };
+    let new = read("v11.seg", &v11);
+    let old = read("v10.seg", &v10);
+    let noise = read("v10-noise.seg", &v10_noise);
+    let no_layers = read("v11-no-layers.seg", &v11_no_layers);
+    for (what, snap) in [
+        ("v1.1", &new),
+        ("v1.0", &old),
+        ("v1.0 with noise", &noise),
+        ("v1.1 without the capability", &no_layers),
+    ] {
+        assert_eq!(
+            (snap.state, snap.pending, snap.seq),
+            (state, 0, 4),
+            "{what}: the v1.0 words"
+        );
+    }
+    assert_eq!(new.substep, Some(layer));
+    assert_eq!(new.layer(), Some(layer));
+    for (what, snap) in [
+        ("v1.0", &old),
+        ("v1.0 with noise", &noise),
+        ("v1.1 without the capability", &no_layers),
+    ] {
+        assert_eq!(
+            snap.substep, None,
+            "{what}: a v1.0 writer's position is unknown"
+        );
+        assert_eq!(snap.layer(), None, "{what}");
+    }
+}

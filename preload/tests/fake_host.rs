@@ -121,6 +121,9 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
         match name {
             "one" => {
                 assert_eq!(a.slot_count(), 2);
+                // No layer hook in a host: the layer position (format v1.1) stays unknown.
+                assert!(!a.identity().publishes_substeps());
+                assert_eq!(a.slot(1).unwrap().substep, None);
                 let s1 = a.slot(1).unwrap().state;
                 assert_eq!(
                     (

@@ -216,6 +216,10 @@ fn watch<T: Send + 'static>(
                 assert_eq!(class, "progressing", "slot {slot} in {phase}: {m}");
                 assert_eq!(m["work_total"], 0, "totals are unknown: {m}");
                 assert_eq!(m["tokens_total"], 0, "{m}");
+                assert!(
+                    m.get("substep_done").is_none() && m.get("substep_total").is_none(),
+                    "the layer position is unknown (no layer hook): {m}"
+                );
                 if let Some((t, d)) = last {
                     if t == task {
                         assert!(done >= d, "work done went down {d} -> {done}: {m}");

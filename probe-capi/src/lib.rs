@@ -56,7 +56,9 @@ pub const HYDRA_PROBE_ABI_VERSION: u32 = 1;
 /// checks `hydra_probe_abi_minor() >= N` at start-up. Minor 1 added
 /// `hydra_probe_abi_minor`, `hydra_probe_describe`, `hydra_probe_read_meta` and
 /// `hydra_probe_value_name`, and made `hydra_probe_list` fail on a missing directory.
-pub const HYDRA_PROBE_ABI_MINOR: u32 = 1;
+/// Minor 2 added `hydra_probe_read_layer` and `HydraProbeLayer` (the layer position inside
+/// a step, format v1.1), and the layer fields of `hydra_probe_meta_json`'s object.
+pub const HYDRA_PROBE_ABI_MINOR: u32 = 2;
 
 /// Bytes of [`HydraProbeEngineId::id`]: the longest engine id (63 bytes) plus its NUL.
 pub const HYDRA_PROBE_ENGINE_ID_LEN: usize = 64;
@@ -361,6 +363,43 @@ impl HydraProbeSlot {
     }
 }
 
+/// The layer position inside slot's step in flight (segment format v1.1). Added in ABI
+/// minor 2.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HydraProbeLayer {
+    /// 1 when the engine publishes layer positions (format v1.1 or later); 0 when it does
+    /// not (a v1.0 writer): then the position is unknown and the fields below are 0 or -1.
+    pub published: u32,
+    /// 1 when the step in flight has a known position (`layers_done` of `n_layers`); 0
+    /// between steps, or before the step's first layer finished.
+    pub in_step: u32,
+    /// Layers of the step's forward finished.
+    pub layers_done: u64,
+    /// Layers in the forward.
+    pub n_layers: u64,
+    /// ns since the last layer finished; -1 when unknown.
+    pub layer_age_ns: i64,
+    /// For a stalled slot whose position is known: the layer counter it stopped at (the
+    /// slot is "stalled at layer k"); -1 otherwise.
+    pub stalled_at_layer: i64,
+}
+
+const _: () = assert!(std::mem::size_of::<HydraProbeLayer>() == 40);
+
+impl HydraProbeLayer {
+    fn from_view(v: &SlotView) -> Self {
+        Self {
+            published: u32::from(v.substeps_published),
+            in_step: u32::from(v.substep_done.is_some()),
+            layers_done: v.substep_done.unwrap_or(0),
+            n_layers: v.substep_total.unwrap_or(0),
+            layer_age_ns: age(v.substep_age_ns),
+            stalled_at_layer: age(v.stalled_at_layer),
+        }
+    }
+}
+
 /// A string owned by a handle: `ptr` is NUL-terminated UTF-8 and stays valid until
 /// `hydra_probe_close`; `len` is its length in bytes without the NUL (the string itself may
 /// hold a NUL when a writer put one there: trust `len`).
@@ -404,7 +443,9 @@ pub struct HydraProbeDescription {
 /// with its class and the engine's health, plus the figures the meta JSON derives from
 /// it. With `hydra_probe_describe`'s strings this is every field of the meta JSON but a
 /// torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
-/// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes.
+/// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
+/// version 2 (ABI minor 2) appends `layer` (408 bytes). A caller built against version 1
+/// sets `size` 368 and gets the version 1 fields.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HydraProbeMeta {
@@ -444,10 +485,13 @@ pub struct HydraProbeMeta {
     pub stall_threshold_ms: u64,
     /// ms since the engine loop's last heartbeat.
     pub heartbeat_age_ms: u64,
+    /// Version 2 (ABI minor 2): the layer position inside the step in flight, as
+    /// `hydra_probe_read_layer` gives it for the same read.
+    pub layer: HydraProbeLayer,
 }
 
 const _: () = assert!(std::mem::size_of::<HydraProbeDescription>() == 128);
-const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 368);
+const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 408);
 
 impl HydraProbeMeta {
     fn from_view(engine: &EngineView, v: &SlotView) -> Self {
@@ -470,6 +514,7 @@ impl HydraProbeMeta {
             step_size: f.step_size,
             stall_threshold_ms: f.stall_threshold_ms,
             heartbeat_age_ms: f.heartbeat_age_ms,
+            layer: HydraProbeLayer::from_view(v),
         }
     }
 }
@@ -604,34 +649,55 @@ fn static_c_str(name: &'static str) -> &'static CStr {
 trait Versioned: Sized {
     /// Its C name.
     const NAME: &'static str;
+    /// Bytes of its first version: the least `size` a caller may set (a caller built
+    /// against an older header gets the fields of its version and no more).
+    const MIN_SIZE: usize;
 }
 
 impl Versioned for HydraProbeDescription {
     const NAME: &'static str = "HydraProbeDescription";
+    const MIN_SIZE: usize = 128;
 }
 
 impl Versioned for HydraProbeMeta {
     const NAME: &'static str = "HydraProbeMeta";
+    const MIN_SIZE: usize = 368;
+}
+
+/// Writes `value` to `out` (from [`versioned_out`]) as the first `len` bytes of it, with
+/// its `size` saying how many were filled.
+///
+/// # Safety
+/// `out` is writable for `len <= size_of::<T>()` bytes.
+unsafe fn write_versioned<T: Versioned>(out: *mut T, value: T, len: usize) {
+    let len = len.min(std::mem::size_of::<T>());
+    // SAFETY: `value` is a plain `repr(C)` struct of `size_of::<T>() >= len` bytes, and the
+    // caller guarantees `out` is writable for `len` bytes; the two do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), out.cast::<u8>(), len);
+        out.cast::<u32>().write(len as u32);
+    }
 }
 
 /// Checks the out-parameter `out` of a versioned struct: not NULL, and the `size` its
-/// caller set is at least what this library fills.
+/// caller set at least the struct's first version. Returns it with the bytes to fill: the
+/// caller's size, up to this version's.
 ///
 /// # Safety
 /// `out` is NULL or readable.
-unsafe fn versioned_out<T: Versioned>(out: *mut T) -> Result<*mut T, FfiError> {
+unsafe fn versioned_out<T: Versioned>(out: *mut T) -> Result<(*mut T, usize), FfiError> {
     let out = out_ptr(out, "out")?;
     // SAFETY: `out` is not NULL and readable (caller), and a `Versioned` struct starts
     // with its `u32` size.
-    let size = unsafe { out.cast::<u32>().read() };
+    let size = unsafe { out.cast::<u32>().read() } as usize;
     let filled = std::mem::size_of::<T>();
-    if (size as usize) < filled {
+    if size < T::MIN_SIZE {
         return Err(FfiError::invalid(format!(
             "{name}.size is {size}: set it to sizeof({name}) ({filled} bytes in this version) before the call",
             name = T::NAME
         )));
     }
-    Ok(out)
+    Ok((out, size.min(filled)))
 }
 
 /// The name of an error code ("HYDRA_PROBE_E_NULL", ...), a static NUL-terminated string;
@@ -851,17 +917,50 @@ pub unsafe extern "C" fn hydra_probe_read_slot(
     slot: u32,
     out: *mut HydraProbeSlot,
 ) -> i32 {
+    // SAFETY: the caller guarantees `probe` is NULL or an open handle, `out` NULL or writable.
+    unsafe { read_into(probe, slot, out, HydraProbeSlot::from_view) }
+}
+
+/// The body of the per-slot reads: checks the handle and `out`, reads slot `slot` now and
+/// writes what `make` makes of it to `*out`.
+///
+/// # Safety
+/// `probe` is NULL or an open handle; `out` is NULL or writable.
+unsafe fn read_into<T>(
+    probe: *const HydraProbe,
+    slot: u32,
+    out: *mut T,
+    make: impl FnOnce(&EngineView, &SlotView) -> T,
+) -> i32 {
     guard(|| {
         // SAFETY: the caller guarantees `probe` is NULL or an open handle.
         let probe = unsafe { handle(probe) }?;
         let out = out_ptr(out, "out")?;
         let view = probe.capture()?;
         let v = view.slot(slot as usize).map_err(probe_error)?;
-        let value = HydraProbeSlot::from_view(&view, v);
+        let value = make(&view, v);
         // SAFETY: `out` is not NULL and the caller guarantees it is writable.
         unsafe { out.write(value) };
         Ok(())
     })
+}
+
+/// Reads slot `slot` now (the same read and classification as `hydra_probe_read_slot`)
+/// and fills `*out` with the layer position inside its step in flight. Added in ABI minor
+/// 2: check `hydra_probe_abi_minor() >= 2` first.
+///
+/// Errors: those of `hydra_probe_read_slot`.
+///
+/// # Safety
+/// `probe` is NULL or an open handle; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hydra_probe_read_layer(
+    probe: *const HydraProbe,
+    slot: u32,
+    out: *mut HydraProbeLayer,
+) -> i32 {
+    // SAFETY: the caller guarantees `probe` is NULL or an open handle, `out` NULL or writable.
+    unsafe { read_into(probe, slot, out, |_, v| HydraProbeLayer::from_view(v)) }
 }
 
 /// Fills `*out` with the engine's fixed description: its id, model strings, device and
@@ -881,10 +980,10 @@ pub unsafe extern "C" fn hydra_probe_describe(
         // SAFETY: the caller guarantees `probe` is NULL or an open handle.
         let probe = unsafe { handle(probe) }?;
         // SAFETY: the caller guarantees `out` is NULL or readable.
-        let out = unsafe { versioned_out(out) }?;
+        let (out, len) = unsafe { versioned_out(out) }?;
         let capabilities = probe.reader.identity().description.capabilities;
-        // SAFETY: `out` is not NULL and the caller guarantees it is writable.
-        unsafe { out.write(probe.description.describe(capabilities)) };
+        // SAFETY: `out` is not NULL and the caller guarantees it is writable for its size.
+        unsafe { write_versioned(out, probe.description.describe(capabilities), len) };
         Ok(())
     })
 }
@@ -911,12 +1010,12 @@ pub unsafe extern "C" fn hydra_probe_read_meta(
         // SAFETY: the caller guarantees `probe` is NULL or an open handle.
         let probe = unsafe { handle(probe) }?;
         // SAFETY: the caller guarantees `out` is NULL or readable.
-        let out = unsafe { versioned_out(out) }?;
+        let (out, len) = unsafe { versioned_out(out) }?;
         let view = probe.capture()?;
         let v = view.slot(slot as usize).map_err(probe_error)?;
         let value = HydraProbeMeta::from_view(&view, v);
-        // SAFETY: `out` is not NULL and the caller guarantees it is writable.
-        unsafe { out.write(value) };
+        // SAFETY: `out` is not NULL and the caller guarantees it is writable for its size.
+        unsafe { write_versioned(out, value, len) };
         Ok(())
     })
 }

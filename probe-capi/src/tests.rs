@@ -210,6 +210,12 @@ fn reads_a_segment_and_sizes_buffers() {
 
 /// The meta as numbers, checked against the meta JSON's value taken from the same view:
 /// every field of `HydraMeta` is in `HydraProbeMeta`, the description or a value name.
+/// A layer field of the meta from the numbers: absent when the writer publishes no layer
+/// positions, null outside a step.
+fn layer_field(l: &HydraProbeLayer, value: u64) -> Option<Option<u64>> {
+    (l.published == 1).then_some((l.in_step == 1).then_some(value))
+}
+
 fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta) {
     let name = |kind: u32, raw: u64| {
         // SAFETY: a known kind gives a static NUL-terminated string.
@@ -275,6 +281,11 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
         device: text(&d.device),
         heartbeat_age_ms: n.heartbeat_age_ms,
         read_error: m.read_error.clone(),
+        substep_done: layer_field(&n.layer, n.layer.layers_done),
+        substep_total: layer_field(&n.layer, n.layer.n_layers),
+        substep_age_ms: (n.layer.published == 1)
+            .then(|| opt(n.layer.layer_age_ns).map(|ns| ns / 1_000_000)),
+        stalled_at_layer: opt(n.layer.stalled_at_layer),
     };
     assert_eq!(&got, m);
     assert_eq!(got.to_json(), m.to_json());
@@ -355,6 +366,17 @@ fn meta_numbers_and_description_give_the_meta_json() {
         );
         assert_eq!(hydra_probe_read_meta(h, 0, &mut n), HYDRA_PROBE_OK);
         assert_eq!((n.slot.task_id, n.operation), (3, HYDRA_PROBE_PHASE_DECODE));
+        // A caller built against version 1 (368 bytes) gets those and nothing more.
+        let mut v1: HydraProbeMeta = std::mem::zeroed();
+        v1.size = 368;
+        v1.layer.published = 7;
+        assert_eq!(hydra_probe_read_meta(h, 0, &mut v1), HYDRA_PROBE_OK);
+        assert_eq!((v1.size, v1.slot.task_id, v1.layer.published), (368, 3, 7));
+        v1.size = 367;
+        assert_eq!(
+            hydra_probe_read_meta(h, 0, &mut v1),
+            HYDRA_PROBE_E_INVALID_ARGUMENT
+        );
         assert_eq!(
             hydra_probe_describe(ptr::null(), &mut d),
             HYDRA_PROBE_E_NULL
@@ -439,4 +461,78 @@ fn list_fails_on_a_missing_directory_and_counts_an_empty_one() {
         "{}",
         last_error()
     );
+}
+
+#[test]
+fn read_layer_gives_the_position_inside_the_step_and_the_stalled_layer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: tmp.path().to_path_buf(),
+        engine_id: "e1".into(),
+        slot_count: 2,
+        description: hydra_layout::EngineDescription {
+            capabilities: hydra_layout::header::capabilities::LAYER_PROGRESS,
+            ..Default::default()
+        },
+    })
+    .unwrap();
+    let now = hydra_layout::clock::monotonic_ns();
+    let mut s = decoding(now);
+    // 10 tokens in 100 s (a 100 s stall threshold: 10 x 10 s per token), the last 300 s
+    // ago, and the step after it in flight since.
+    s.phase_start_ns = now - 400_000_000_000;
+    s.last_progress_ns = now - 300_000_000_000;
+    s.start_step(1, now - 300_000_000_000);
+    w.publish(0, &s).unwrap();
+    let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
+    let mut h: *mut HydraProbe = ptr::null_mut();
+    let mut layer = HydraProbeLayer {
+        published: 9,
+        in_step: 9,
+        layers_done: 9,
+        n_layers: 9,
+        layer_age_ns: 9,
+        stalled_at_layer: 9,
+    };
+    // SAFETY: every pointer passed is valid for the call; the handle is closed at the end.
+    unsafe {
+        assert!(hydra_probe_abi_minor() >= 2);
+        assert_eq!(
+            hydra_probe_open(dir.as_ptr(), c"e1".as_ptr(), &mut h),
+            HYDRA_PROBE_OK
+        );
+        assert_eq!(hydra_probe_read_layer(h, 0, &mut layer), HYDRA_PROBE_OK);
+        assert_eq!(
+            (layer.published, layer.in_step, layer.layer_age_ns),
+            (1, 0, -1)
+        );
+        assert_eq!(layer.stalled_at_layer, -1);
+        // Layer 7 of 30, finished 150 s ago: the counter is frozen, stalled at layer 7.
+        w.publish_substep(
+            0,
+            &hydra_layout::Substep {
+                done: 7,
+                total: 30,
+                at_ns: now - 150_000_000_000,
+                step_start_ns: s.step_start_ns,
+            },
+        )
+        .unwrap();
+        assert_eq!(hydra_probe_read_layer(h, 0, &mut layer), HYDRA_PROBE_OK);
+        assert_eq!(
+            (layer.in_step, layer.layers_done, layer.n_layers),
+            (1, 7, 30)
+        );
+        assert!(layer.layer_age_ns >= 150_000_000_000);
+        assert_eq!(layer.stalled_at_layer, 7);
+        assert_eq!(
+            hydra_probe_read_layer(h, 5, &mut layer),
+            HYDRA_PROBE_E_SLOT_OUT_OF_RANGE
+        );
+        assert_eq!(
+            hydra_probe_read_layer(h, 0, ptr::null_mut()),
+            HYDRA_PROBE_E_NULL
+        );
+        assert_eq!(hydra_probe_close(h), HYDRA_PROBE_OK);
+    }
 }

@@ -103,6 +103,7 @@ fn cs_type(c: &str) -> &'static str {
         "const char*" => "IntPtr",
         "struct HydraProbeSlot" => "HydraProbeSlot",
         "struct HydraProbeStr" => "HydraProbeStr",
+        "struct HydraProbeLayer" => "HydraProbeLayer",
         other => panic!("no C# mapping for C type {other:?}; extend this table"),
     }
 }
@@ -118,6 +119,7 @@ fn csharp_structs_match_the_header() {
         "HydraProbeMeta",
         "HydraProbeDescription",
         "HydraProbeStr",
+        "HydraProbeLayer",
     ] {
         let (c_name, cs_name) = (name, name);
         let want: Vec<(String, String)> = c_fields(&header, c_name)

@@ -55,9 +55,10 @@ pub(super) fn summary(v: &EngineView) -> String {
 /// Table cells of one slot.
 pub(super) fn slot_cells(s: &SlotView) -> Vec<String> {
     let st = &s.state;
-    let step = match s.step_age_ns {
-        Some(a) => format!("{} x{}", human::duration_ns(a), st.step_size),
-        None => "-".into(),
+    let step = match (s.step_age_ns, s.layer_text()) {
+        (Some(a), Some(layer)) => format!("{} x{} {layer}", human::duration_ns(a), st.step_size),
+        (Some(a), None) => format!("{} x{}", human::duration_ns(a), st.step_size),
+        (None, _) => "-".into(),
     };
     vec![
         s.slot.to_string(),

@@ -77,8 +77,9 @@ enum Display {
 
 fn slot_line(v: &EngineView, s: &SlotView) -> String {
     let st = &s.state;
+    let layer = s.layer_text().map(|l| format!(" {l}")).unwrap_or_default();
     format!(
-        "{} slot {} {} {} {} eta {} last-progress {} {}",
+        "{} slot {} {} {}{layer} {} eta {} last-progress {} {}",
         v.engine_id,
         s.slot,
         st.phase.as_str(),
@@ -157,8 +158,9 @@ impl Bars {
             });
             bar.set_length(s.state.work_total.max(s.state.work_done));
             bar.set_position(s.state.work_done);
+            let layer = s.layer_text().map(|l| format!(" {l}")).unwrap_or_default();
             bar.set_message(format!(
-                "{} {} eta {} last {} {}",
+                "{}{layer} {} eta {} last {} {}",
                 s.state.phase.as_str(),
                 human::rate(s.rate_per_s, s.unit()),
                 s.eta_s.map(human::seconds).unwrap_or_else(|| "-".into()),

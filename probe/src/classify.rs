@@ -30,15 +30,21 @@
 //!    client waiting on it is just as stranded.
 //! 3. **idle**: phase idle and nothing pending.
 //! 4. **queued**: phase queued, or idle with tasks pending for the slot.
-//! 5. **stalled**: active and `now - progress reference > max(floor, factor x expected step)`.
-//! 6. **slow**: active, a budget is given, and the ETA is longer than it.
+//! 5. **stalled**: active and `now - progress reference > max(floor, factor x expected step)`
+//!    (the *stall threshold*). When the writer publishes the layer position inside the step
+//!    in flight (format v1.1) a finished layer is movement too: the silence is measured
+//!    from the later of the progress reference and the last layer, and a slot stalled with
+//!    a known position is **stalled at layer k** (`k` layers of the forward finished).
+//! 6. **slow**: active, and either its step has outlived the stall threshold while its
+//!    layer counter still moves (it would be stalled by its steps alone), or a budget is
+//!    given and the ETA is longer than it.
 //! 7. **progressing**: every other active slot.
 //!
 //! A phase value this reader does not know (written by a newer minor) is judged as active by
 //! its timestamps: they mean the same in every minor.
 
 use crate::thresholds::{duration_ns, Thresholds};
-use hydra_layout::{HeaderSnapshot, Liveness, Phase, SlotState};
+use hydra_layout::{HeaderSnapshot, Liveness, Phase, SlotState, Substep};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -220,6 +226,10 @@ pub struct Derived {
     pub expected_step_ns: Option<u64>,
     /// `max(floor, factor x expected step)`.
     pub stall_threshold_ns: u64,
+    /// The layer position inside the step in flight (format v1.1 writers only).
+    pub layer: Option<Substep>,
+    /// `now - layer.at_ns`.
+    pub layer_age_ns: Option<u64>,
 }
 
 /// `Some(x)` when `x` is finite and not negative.
@@ -254,6 +264,18 @@ pub fn rate_per_s(s: &SlotState) -> Option<f64> {
 
 /// Derives progress, rate, ETA, ages and the stall threshold of one slot record at `now_ns`.
 pub fn derive(s: &SlotState, now_ns: u64, t: &Thresholds) -> Derived {
+    derive_at_layer(s, None, now_ns, t)
+}
+
+/// [`derive`] for a record read with its substep words (`None`: a v1.0 writer). Only a
+/// position of the step in flight counts ([`Substep::in_step`]).
+pub fn derive_at_layer(
+    s: &SlotState,
+    substep: Option<Substep>,
+    now_ns: u64,
+    t: &Thresholds,
+) -> Derived {
+    let layer = substep.and_then(|l| l.in_step(s));
     let progress = (s.work_total > 0)
         .then(|| (s.work_done as f64 / s.work_total as f64).clamp(0.0, 1.0))
         .and_then(finite);
@@ -284,6 +306,8 @@ pub fn derive(s: &SlotState, now_ns: u64, t: &Thresholds) -> Derived {
         step_age_ns: age(now_ns, s.step_start_ns),
         expected_step_ns,
         stall_threshold_ns: t.stall_threshold_ns(expected_step_ns),
+        layer,
+        layer_age_ns: layer.and_then(|l| age(now_ns, l.at_ns)),
     }
 }
 
@@ -329,8 +353,14 @@ pub fn classify_derived(
     // An active slot always has a phase start; if a writer left both stamps 0, fall back
     // to the step in flight, else there is no evidence of silence.
     let silence = d.last_progress_age_ns.or(d.step_age_ns).unwrap_or_default();
-    if silence > d.stall_threshold_ns {
+    // A finished layer of the step in flight is movement too.
+    let still = d.layer_age_ns.map_or(silence, |layer| layer.min(silence));
+    if still > d.stall_threshold_ns {
         return SlotClass::Stalled;
+    }
+    if silence > d.stall_threshold_ns {
+        // The step outlived its threshold, but its layers still move.
+        return SlotClass::Slow;
     }
     if let (Some(budget), Some(eta)) = (t.budget, d.eta_s) {
         if eta > budget.as_secs_f64() {
@@ -400,6 +430,84 @@ mod tests {
 
     fn class(s: &SlotState, t: &Thresholds) -> SlotClass {
         classify_slot(s, 0, Liveness::Live, NOW, t)
+    }
+
+    fn class_at(s: &SlotState, layer: Substep, t: &Thresholds) -> (SlotClass, Derived) {
+        let d = derive_at_layer(s, Some(layer), NOW, t);
+        (classify_derived(s, 0, Liveness::Live, &d, t), d)
+    }
+
+    /// A prefill chunk that started 100 s ago and has been silent since (no step finished
+    /// for 100 s, past the 30 s floor), with a layer position of the step in flight.
+    fn long_chunk() -> SlotState {
+        SlotState {
+            task_id: 3,
+            phase: Phase::Prefill,
+            work_unit: WorkUnit::Tokens,
+            work_total: 4096,
+            task_start_ns: NOW - 100 * S,
+            phase_start_ns: NOW - 100 * S,
+            last_progress_ns: NOW - 100 * S,
+            step_start_ns: NOW - 100 * S,
+            step_size: 4096,
+            ..Default::default()
+        }
+    }
+
+    fn at_layer(s: &SlotState, done: u64, age: u64) -> Substep {
+        Substep {
+            done,
+            total: 30,
+            at_ns: NOW - age,
+            step_start_ns: s.step_start_ns,
+        }
+    }
+
+    #[test]
+    fn a_long_step_whose_layers_move_is_slow_not_stalled() {
+        let t = Thresholds::default();
+        let s = long_chunk();
+        assert_eq!(class(&s, &t), SlotClass::Stalled, "without layers: stalled");
+        let (c, d) = class_at(&s, at_layer(&s, 17, 2 * S), &t);
+        assert_eq!(c, SlotClass::Slow);
+        assert_eq!(d.layer.map(|l| l.done), Some(17));
+        assert_eq!(d.layer_age_ns, Some(2 * S));
+        // Within its threshold the same step is just progressing.
+        let young = SlotState {
+            last_progress_ns: NOW - 5 * S,
+            step_start_ns: NOW - 5 * S,
+            ..s
+        };
+        let (c, _) = class_at(&young, at_layer(&young, 3, S), &t);
+        assert_eq!(c, SlotClass::Progressing);
+    }
+
+    #[test]
+    fn a_frozen_layer_counter_is_stalled_at_that_layer() {
+        let t = Thresholds::default();
+        let s = long_chunk();
+        // Frozen for 31 s: past the 30 s floor (strictly).
+        let (c, d) = class_at(&s, at_layer(&s, 5, 31 * S), &t);
+        assert_eq!(c, SlotClass::Stalled);
+        assert_eq!(d.layer.map(|l| l.done), Some(5));
+        // Exactly at the threshold is still healthy (strict comparison): slow here.
+        let (c, _) = class_at(&s, at_layer(&s, 5, 30 * S), &t);
+        assert_eq!(c, SlotClass::Slow);
+    }
+
+    #[test]
+    fn a_position_of_another_step_is_ignored() {
+        let t = Thresholds::default();
+        let s = long_chunk();
+        let stale = Substep {
+            step_start_ns: s.step_start_ns - 1,
+            ..at_layer(&s, 29, S)
+        };
+        let (c, d) = class_at(&s, stale, &t);
+        assert_eq!(
+            (c, d.layer, d.layer_age_ns),
+            (SlotClass::Stalled, None, None)
+        );
     }
 
     #[test]

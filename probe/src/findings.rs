@@ -81,6 +81,25 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
     let id = &view.engine_id;
     let n = s.slot;
     match s.class {
+        SlotClass::Slow if s.last_progress_age_ns.unwrap_or(0) > s.stall_threshold_ns => format!(
+            "{id} slot {n} slow: {}, step of {} in flight for {}, past its stall threshold {}, \
+             but its layers move ({}, the last {} ago)",
+            work(s),
+            s.state.step_size,
+            human::age(s.step_age_ns),
+            human::duration_ns(s.stall_threshold_ns),
+            s.layer_text().unwrap_or_default(),
+            human::age(s.substep_age_ns),
+        ),
+        SlotClass::Stalled if s.stalled_at_layer.is_some() => format!(
+            "{id} slot {n} stalled at {}: {}, layer counter frozen for {} (threshold {}), step of {} in flight for {}",
+            s.layer_text().unwrap_or_default(),
+            work(s),
+            human::age(s.substep_age_ns),
+            human::duration_ns(s.stall_threshold_ns),
+            s.state.step_size,
+            human::age(s.step_age_ns),
+        ),
         SlotClass::Slow => format!(
             "{id} slot {n} slow: {}, ETA {} exceeds budget {} at {}",
             work(s),

@@ -103,6 +103,32 @@ pub struct HydraMeta {
     /// Why the record could not be read consistently (torn slots only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_error: Option<String>,
+    /// Layers of the step in flight's forward finished: absent for a v1.0 writer (unknown),
+    /// null between steps.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub substep_done: Option<Option<u64>>,
+    /// Layers in that forward: absent for a v1.0 writer, null between steps.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub substep_total: Option<Option<u64>>,
+    /// Milliseconds since the last layer finished: absent for a v1.0 writer, null between
+    /// steps.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub substep_age_ms: Option<Option<u64>>,
+    /// The layer counter a stalled slot stopped at (only when stalled with a known layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_at_layer: Option<u64>,
 }
 
 fn ms(ns: u64) -> u64 {
@@ -145,6 +171,14 @@ pub struct MetaFigures {
     pub stall_threshold_ms: u64,
     /// Milliseconds since the engine loop's last heartbeat.
     pub heartbeat_age_ms: u64,
+    /// Whether the writer publishes layer positions (format v1.1); else they are unknown.
+    pub substeps_published: bool,
+    /// Layers of the step in flight's forward finished; `None` between steps.
+    pub substep_done: Option<u64>,
+    /// Layers in that forward.
+    pub substep_total: Option<u64>,
+    /// Milliseconds since the last layer finished.
+    pub substep_age_ms: Option<u64>,
 }
 
 impl MetaFigures {
@@ -183,6 +217,10 @@ impl MetaFigures {
             step_size: if s.step_start_ns != 0 { s.step_size } else { 0 },
             stall_threshold_ms: ms(v.stall_threshold_ns),
             heartbeat_age_ms: ms(engine.heartbeat_age_ns),
+            substeps_published: v.substeps_published,
+            substep_done: v.substep_done,
+            substep_total: v.substep_total,
+            substep_age_ms: v.substep_age_ns.map(ms),
         }
     }
 }
@@ -235,6 +273,10 @@ impl HydraMeta {
             device: d.device.clone(),
             heartbeat_age_ms: f.heartbeat_age_ms,
             read_error: v.read_error.clone(),
+            substep_done: f.substeps_published.then_some(f.substep_done),
+            substep_total: f.substeps_published.then_some(f.substep_total),
+            substep_age_ms: f.substeps_published.then_some(f.substep_age_ms),
+            stalled_at_layer: v.stalled_at_layer,
         })
     }
 
@@ -325,6 +367,13 @@ mod tests {
         assert_eq!(m.last_progress_age_ms, Some(1000));
         assert_eq!(m.step_age_ms, Some(500));
         assert_eq!(m.step_size, 16);
+        // A writer without the LAYER_PROGRESS capability: the layer fields are absent.
+        assert_eq!(
+            (m.substep_done, m.substep_total, m.substep_age_ms),
+            (None, None, None)
+        );
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert!(json.get("substep_done").is_none() && json.get("stalled_at_layer").is_none());
         // The meta is its figures: the numbers the C ABI copies out.
         let f = MetaFigures::of(&v, &v.slots[0]);
         assert_eq!(
@@ -363,5 +412,99 @@ mod tests {
         // Round trip through JSON.
         let back: HydraMeta = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(back, m);
+    }
+
+    /// The layer fields: a position of the step in flight (v1.1), stalled at a layer, and
+    /// absent for a v1.0 writer's segment.
+    #[test]
+    fn meta_layer_fields_for_v1_1_and_v1_0_writers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = SegmentWriter::create(&SegmentConfig {
+            dir: tmp.path().into(),
+            engine_id: "layers".into(),
+            slot_count: 1,
+            description: EngineDescription {
+                capabilities: hydra_layout::header::capabilities::LAYER_PROGRESS,
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let now = clock::monotonic_ns() + 1000 * S;
+        let state = SlotState {
+            task_id: 7,
+            phase: Phase::Prefill,
+            work_unit: WorkUnit::Tokens,
+            work_total: 512,
+            phase_start_ns: now - 100 * S,
+            last_progress_ns: now - 100 * S,
+            step_start_ns: now - 100 * S,
+            step_size: 512,
+            ..Default::default()
+        };
+        w.publish(0, &state).unwrap();
+        let layer = |done, age| hydra_layout::Substep {
+            done,
+            total: 30,
+            at_ns: now - age,
+            step_start_ns: state.step_start_ns,
+        };
+        let t = Thresholds::default();
+        let r = SegmentReader::open(w.path()).unwrap();
+        let meta = || HydraMeta::from_view(&EngineView::capture(&r, now, &t).unwrap(), 0).unwrap();
+
+        // No layer of this step published yet: present, null.
+        let m = meta();
+        assert_eq!(
+            (m.substep_done, m.substep_total, m.substep_age_ms),
+            (Some(None), Some(None), Some(None))
+        );
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert!(json["substep_done"].is_null() && json.get("substep_done").is_some());
+        assert_eq!(serde_json::from_value::<HydraMeta>(json).unwrap(), m);
+
+        w.publish_substep(0, &layer(17, 2 * S)).unwrap();
+        let m = meta();
+        assert_eq!(m.classification, SlotClass::Slow, "layers move: slow");
+        assert_eq!(
+            (m.substep_done, m.substep_total, m.substep_age_ms),
+            (Some(Some(17)), Some(Some(30)), Some(Some(2000)))
+        );
+        assert_eq!(m.stalled_at_layer, None);
+
+        w.publish_substep(0, &layer(5, 40 * S)).unwrap();
+        let m = meta();
+        assert_eq!(m.classification, SlotClass::Stalled);
+        assert_eq!(m.stalled_at_layer, Some(5));
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(json["stalled_at_layer"], 5);
+        assert_eq!(json["substep_done"], 5);
+        assert_eq!(serde_json::from_value::<HydraMeta>(json).unwrap(), m);
+
+        // The same bytes as a v1.0 writer's file: the layer fields are absent.
+        let mut bytes = std::fs::read(w.path()).unwrap();
+        bytes[hydra_layout::header::VERSION_MINOR_OFFSET..][..8]
+            .copy_from_slice(&0u64.to_ne_bytes());
+        let old = tmp.path().join("as-v1.0.seg");
+        std::fs::write(&old, &bytes).unwrap();
+        let r0 = SegmentReader::open(&old).unwrap();
+        let m0 = HydraMeta::from_view(&EngineView::capture(&r0, now, &t).unwrap(), 0).unwrap();
+        assert_eq!(
+            m0.classification,
+            SlotClass::Orphaned,
+            "a copy has no live writer"
+        );
+        assert_eq!(m0.stalled_at_layer, None);
+        let json: serde_json::Value = serde_json::from_str(&m0.to_json()).unwrap();
+        for field in [
+            "substep_done",
+            "substep_total",
+            "substep_age_ms",
+            "stalled_at_layer",
+        ] {
+            assert!(
+                json.get(field).is_none(),
+                "{field} present for a v1.0 writer"
+            );
+        }
     }
 }

@@ -64,3 +64,13 @@ pub(crate) fn header<S: Serializer>(h: &HeaderSnapshot, ser: S) -> Result<S::Ok,
     st.serialize_field("kv_cells_total", &c.kv_cells_total)?;
     st.end()
 }
+
+/// Deserialises a field that may be absent (`None`, by `#[serde(default)]`), null
+/// (`Some(None)`) or a value (`Some(Some(v))`).
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
+}

@@ -1,10 +1,12 @@
 //! Snapshots of an engine and its slots, with the derived figures and classes.
 
-use crate::classify::{self, classify_derived, derive, engine_health, EngineHealth, SlotClass};
+use crate::classify::{
+    self, classify_derived, derive_at_layer, engine_health, EngineHealth, SlotClass,
+};
 use crate::error::ProbeError;
 use crate::thresholds::Thresholds;
 use hydra_layout::{
-    HeaderSnapshot, Identity, Liveness, SegmentReader, SlotSnapshot, SlotState, WorkUnit,
+    HeaderSnapshot, Identity, Liveness, SegmentReader, SlotSnapshot, SlotState, Substep, WorkUnit,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -46,10 +48,21 @@ pub struct SlotView {
     pub expected_step_ns: Option<u64>,
     /// Silence beyond which this slot counts as stalled.
     pub stall_threshold_ns: u64,
+    /// Whether the writer publishes the layer position inside a step (format v1.1); when
+    /// false the `substep_*` fields are unknown, not absent.
+    pub substeps_published: bool,
+    /// Layers of the step in flight's forward finished (none between steps).
+    pub substep_done: Option<u64>,
+    /// Layers in that forward.
+    pub substep_total: Option<u64>,
+    /// Time since the last layer finished.
+    pub substep_age_ns: Option<u64>,
+    /// For a stalled slot whose layer position is known: the layer counter it stopped at.
+    pub stalled_at_layer: Option<u64>,
 }
 
 impl SlotView {
-    /// Builds the view of a consistently read record (pure: no I/O).
+    /// Builds the view of a consistently read record of a v1.0 writer (pure: no I/O).
     pub fn from_state(
         slot: usize,
         state: SlotState,
@@ -58,9 +71,32 @@ impl SlotView {
         now_ns: u64,
         t: &Thresholds,
     ) -> Self {
-        let d = derive(&state, now_ns, t);
+        Self::from_record(slot, state, None, pending, liveness, now_ns, t)
+    }
+
+    /// Builds the view of a consistently read record with its substep words (`None` for a
+    /// v1.0 writer) (pure: no I/O).
+    pub fn from_record(
+        slot: usize,
+        state: SlotState,
+        substep: Option<Substep>,
+        pending: u64,
+        liveness: Liveness,
+        now_ns: u64,
+        t: &Thresholds,
+    ) -> Self {
+        let d = derive_at_layer(&state, substep, now_ns, t);
         let class = classify_derived(&state, pending, liveness, &d, t);
+        let stalled_at_layer = (class == SlotClass::Stalled)
+            .then_some(d.layer)
+            .flatten()
+            .map(|l| l.done);
         Self {
+            substeps_published: substep.is_some(),
+            substep_done: d.layer.map(|l| l.done),
+            substep_total: d.layer.map(|l| l.total),
+            substep_age_ns: d.layer_age_ns,
+            stalled_at_layer,
             slot,
             class,
             state,
@@ -98,6 +134,15 @@ impl SlotView {
     /// Whether the slot is doing work (prefill, decode, save, restore or an unknown phase).
     pub fn is_active(&self) -> bool {
         classify::is_active(self.state.phase)
+    }
+
+    /// "layer 17/30" (17 of the forward's 30 layers finished) inside a step whose layer
+    /// position is known; `None` otherwise.
+    pub fn layer_text(&self) -> Option<String> {
+        match (self.substep_done, self.substep_total) {
+            (Some(done), Some(total)) => Some(format!("layer {done}/{total}")),
+            _ => None,
+        }
     }
 
     /// Unit name of `work_done`, `work_total` and the rate ("tokens", "bytes", "none").
@@ -202,7 +247,15 @@ impl EngineView {
             let view = match r {
                 Ok(snap) => SlotView {
                     read_retries: snap.retries,
-                    ..SlotView::from_state(i, snap.state, snap.pending, liveness, now_ns, t)
+                    ..SlotView::from_record(
+                        i,
+                        snap.state,
+                        snap.substep,
+                        snap.pending,
+                        liveness,
+                        now_ns,
+                        t,
+                    )
                 },
                 Err(e) => {
                     let reason = e.to_string();

@@ -95,7 +95,22 @@ namespace Hydra.Progress.Interop
     }
 
     /// <summary>
-    /// <c>HydraProbeMeta</c> (version 1: 368 bytes): one slot's Hydra meta as numbers, the
+    /// <c>HydraProbeLayer</c> (40 bytes, ABI minor 2): the layer position inside a slot's
+    /// step in flight. Use <see cref="Hydra.Progress.LayerPosition"/> instead.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeLayer
+    {
+        public uint Published;
+        public uint InStep;
+        public ulong LayersDone;
+        public ulong NLayers;
+        public long LayerAgeNs;
+        public long StalledAtLayer;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeMeta</c> (version 2: 408 bytes): one slot's Hydra meta as numbers, the
     /// slot read plus the figures the meta derives from it. Unknown values are -1;
     /// <see cref="Hydra.Progress.SlotMeta"/> turns them into <c>null</c>.
     /// </summary>
@@ -119,6 +134,7 @@ namespace Hydra.Progress.Interop
         public ulong StepSize;
         public ulong StallThresholdMs;
         public ulong HeartbeatAgeMs;
+        public HydraProbeLayer Layer;
     }
 
     /// <summary>Constants of include/hydra_probe.h.</summary>
@@ -128,7 +144,7 @@ namespace Hydra.Progress.Interop
         public const uint AbiVersion = 1;
 
         /// <summary><c>HYDRA_PROBE_ABI_MINOR</c>: the least minor version these bindings need.</summary>
-        public const uint AbiMinor = 1;
+        public const uint AbiMinor = 2;
 
         /// <summary><c>HYDRA_PROBE_VALUE_PHASE</c>: kind of <c>hydra_probe_value_name</c>.</summary>
         public const uint ValuePhase = 0;

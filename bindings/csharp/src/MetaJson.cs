@@ -22,8 +22,12 @@ namespace Hydra.Progress
             "work_unit", "work_done", "work_total", "last_progress_age_ms", "rate_per_s",
             "eta_s", "phase_start_ns", "phase_start_unix_ms", "step_age_ms", "step_size",
             "stall_threshold_ms", "finish_reason", "error_code", "n_ctx", "tokens_cached",
-            "device", "heartbeat_age_ms", "read_error",
+            "device", "heartbeat_age_ms", "read_error", "substep_done", "substep_total",
+            "substep_age_ms", "stalled_at_layer",
         };
+        // The first key of the layer fields: any of the three substep keys, null or not,
+        // means the engine publishes layer positions.
+        const int SubstepFields = 40;
         const int HydraFields = 15;
 
         static readonly byte[][] Keys = KeyNames.Select(k => Encoding.ASCII.GetBytes(k)).ToArray();
@@ -86,6 +90,8 @@ namespace Hydra.Progress
                         Properties[field].SetValue(m, ReadValue(Properties[field].PropertyType, required, p, len, ref i));
                         if (required)
                             seen |= 1u << field;
+                        if (field >= SubstepFields && field < SubstepFields + 3)
+                            m.HasSubsteps = true;
                     }
                     SkipWs(p, len, ref i);
                     if (i < len && p[i] == (byte)',')

@@ -79,6 +79,11 @@ namespace Hydra.Progress
                 TokensCached = s.TokensCached,
                 Device = device,
                 HeartbeatAgeMs = m.HeartbeatAgeMs,
+                HasSubsteps = m.Layer.Published != 0,
+                SubstepDone = m.Layer.InStep != 0 ? m.Layer.LayersDone : (ulong?)null,
+                SubstepTotal = m.Layer.InStep != 0 ? m.Layer.NLayers : (ulong?)null,
+                SubstepAgeMs = m.Layer.LayerAgeNs < 0 ? (ulong?)null : (ulong)m.Layer.LayerAgeNs / 1000000,
+                StalledAtLayer = Known(m.Layer.StalledAtLayer),
             };
         }
     }

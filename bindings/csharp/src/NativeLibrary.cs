@@ -53,6 +53,8 @@ namespace Hydra.Progress
         public delegate int DescribeFn(IntPtr probe, HydraProbeDescription* output);
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         public delegate int ReadMetaFn(IntPtr probe, uint slot, HydraProbeMeta* output);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate int ReadLayerFn(IntPtr probe, uint slot, HydraProbeLayer* output);
 
         // Names of raw values below this are kept once fetched (per kind).
         const int CachedNames = 64;
@@ -71,6 +73,7 @@ namespace Hydra.Progress
         public readonly MetaJsonFn MetaJson;
         public readonly DescribeFn Describe;
         public readonly ReadMetaFn ReadMeta;
+        public readonly ReadLayerFn ReadLayer;
         readonly ValueNameFn valueName;
         readonly string[][] names = new string[HydraProbeAbi.ValueEngineHealth + 1][];
 
@@ -110,6 +113,7 @@ namespace Hydra.Progress
             MetaJson = Bind<MetaJsonFn>(lib, "hydra_probe_meta_json");
             Describe = Bind<DescribeFn>(lib, "hydra_probe_describe");
             ReadMeta = Bind<ReadMetaFn>(lib, "hydra_probe_read_meta");
+            ReadLayer = Bind<ReadLayerFn>(lib, "hydra_probe_read_layer");
         }
 
         /// <summary>

@@ -188,6 +188,21 @@ namespace Hydra.Progress
             return new SlotSnapshot(ref s);
         }
 
+        /// <summary>
+        /// Where slot <paramref name="slot"/>'s step in flight is now: layer k of N of its
+        /// forward (engines writing segment format v1.1), with how long the layer has run and,
+        /// for a stalled slot, the layer it stopped at.
+        /// </summary>
+        /// <exception cref="SlotOutOfRangeException">No such slot.</exception>
+        /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
+        public LayerPosition ReadLayer(int slot)
+        {
+            uint index = SlotIndex(slot);
+            HydraProbeLayer l;
+            Release(api.ReadLayer(AddRef(), index, &l), "read layer of slot", slot);
+            return new LayerPosition(ref l);
+        }
+
         /// <summary>The verdict on slot <paramref name="slot"/> now, with this probe's <see cref="Thresholds"/>.</summary>
         public Classification Classify(int slot) => ReadSlot(slot).Classification;
 

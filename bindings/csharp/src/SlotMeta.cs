@@ -104,6 +104,19 @@ namespace Hydra.Progress
         public ulong? HeartbeatAgeMs { get; set; }
         /// <summary><c>read_error</c>: why the record could not be read consistently (torn slots only).</summary>
         public string ReadError { get; set; }
+        /// <summary>
+        /// Whether the engine publishes layer positions (segment format v1.1): then the three
+        /// <c>substep_*</c> fields are written, null between steps; else they are left out.
+        /// </summary>
+        public bool HasSubsteps { get; set; }
+        /// <summary><c>substep_done</c>: layers of the step in flight's forward finished.</summary>
+        public ulong? SubstepDone { get; set; }
+        /// <summary><c>substep_total</c>: layers in that forward.</summary>
+        public ulong? SubstepTotal { get; set; }
+        /// <summary><c>substep_age_ms</c>: since the last layer finished.</summary>
+        public ulong? SubstepAgeMs { get; set; }
+        /// <summary><c>stalled_at_layer</c>: the layer counter a stalled slot stopped at.</summary>
+        public ulong? StalledAtLayer { get; set; }
 
         /// <summary>
         /// One line of JSON, fields in the order above. Without an <see cref="EngineId"/> (a
@@ -160,6 +173,13 @@ namespace Hydra.Progress
             w.Optional("device", Device);
             w.Optional("heartbeat_age_ms", HeartbeatAgeMs);
             w.Optional("read_error", ReadError);
+            if (HasSubsteps)
+            {
+                w.Nullable("substep_done", SubstepDone);
+                w.Nullable("substep_total", SubstepTotal);
+                w.Nullable("substep_age_ms", SubstepAgeMs);
+            }
+            w.Optional("stalled_at_layer", StalledAtLayer);
             return w.End();
         }
 

@@ -114,4 +114,38 @@ namespace Hydra.Progress
             (WorkTotal.HasValue ? WorkTotal.Value.ToString() : "?") +
             $" {WorkUnit}, {Classification}";
     }
+
+    /// <summary>
+    /// The layer position inside a slot's step in flight (<see cref="ProgressProbe.ReadLayer"/>),
+    /// from one read. Immutable.
+    /// </summary>
+    public sealed class LayerPosition
+    {
+        internal LayerPosition(ref HydraProbeLayer l)
+        {
+            Published = l.Published != 0;
+            if (l.InStep != 0)
+            {
+                LayersDone = l.LayersDone;
+                Layers = l.NLayers;
+            }
+            LayerAgeNs = l.LayerAgeNs < 0 ? (long?)null : l.LayerAgeNs;
+            StalledAtLayer = l.StalledAtLayer < 0 ? (ulong?)null : (ulong)l.StalledAtLayer;
+        }
+
+        /// <summary>Whether the engine publishes layer positions (segment format v1.1); false: unknown.</summary>
+        public bool Published { get; }
+        /// <summary>Layers of the step's forward finished; null between steps or when unknown.</summary>
+        public ulong? LayersDone { get; }
+        /// <summary>Layers in the forward; null between steps or when unknown.</summary>
+        public ulong? Layers { get; }
+        /// <summary>Nanoseconds since the last layer finished; null when unknown.</summary>
+        public long? LayerAgeNs { get; }
+        /// <summary>For a stalled slot with a known position: the layer counter it stopped at.</summary>
+        public ulong? StalledAtLayer { get; }
+
+        /// <inheritdoc/>
+        public override string ToString() =>
+            LayersDone.HasValue ? $"layer {LayersDone}/{Layers}" : Published ? "no layer" : "unknown";
+    }
 }

@@ -127,6 +127,7 @@ namespace Hydra.Progress.Tests
             a.LastProgressAgeMs = Later(a.LastProgressAgeMs, n.LastProgressAgeMs, what + ": last_progress_age_ms");
             a.StepAgeMs = Later(a.StepAgeMs, n.StepAgeMs, what + ": step_age_ms");
             a.HeartbeatAgeMs = Later(a.HeartbeatAgeMs, n.HeartbeatAgeMs, what + ": heartbeat_age_ms");
+            a.SubstepAgeMs = Later(a.SubstepAgeMs, n.SubstepAgeMs, what + ": substep_age_ms");
             Assert.Equal(native, a.ToJson(), $"{what}: ReadMeta's JSON vs the native meta JSON, ages aligned");
         }
 

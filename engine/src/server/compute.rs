@@ -163,7 +163,8 @@ impl Compute {
                     device: info.device.to_string(),
                     capabilities: capabilities::COMPLETION
                         | capabilities::STATE_SAVE_RESTORE
-                        | capabilities::CHUNKED_PREFILL,
+                        | capabilities::CHUNKED_PREFILL
+                        | capabilities::LAYER_PROGRESS,
                 },
             })
             .context("cannot create the progress segment")?;

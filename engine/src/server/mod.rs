@@ -6,6 +6,7 @@
 //!
 //! - [`config`]: what to serve and how;
 //! - [`task`]: the messages the front end sends to the compute thread;
+//! - [`layer_signal`]: the layer position inside a step, published when the device reaches it;
 //! - [`progress`]: the per-slot record mirror and everything published to the segment;
 //! - [`compute`]: the compute thread's loop and task handlers; [`task_error`]: its error,
 //!   in the segment's terms (`ERROR_CODE`);
@@ -17,6 +18,7 @@ pub mod api_error;
 pub mod compute;
 pub mod config;
 pub mod http;
+pub mod layer_signal;
 pub mod progress;
 pub mod task;
 pub mod task_error;

@@ -2,12 +2,18 @@
 //! mutated and then published whole (seqlock), the loop heartbeat and the engine-wide
 //! counters. The clock is read once per event, not per field.
 //!
+//! After every transformer layer of a forward the slot's layer position (format v1.1) is
+//! published too, through a [`DeviceLayerSignal`]: at once on the CPU, from a host
+//! callback on the compute stream on CUDA.
+//!
 //! With publishing off (`--no-publish`, for the overhead benchmark only) every method
 //! returns at once.
 
 use crate::kv_state;
 use crate::model::config::LlamaConfig;
+use crate::server::layer_signal::{DeviceLayerSignal, LayerMark};
 use crate::slots::{StepDone, StepObserver, StepStart};
+use candle_core::Device;
 use hydra_layout::{
     clock, ErrorCode, FinishReason, Phase, SegmentWriter, SlotState, WorkUnit, WriterCounters,
 };
@@ -29,6 +35,11 @@ pub struct Progress {
     slots: Vec<SlotState>,
     counters: WriterCounters,
     config: LlamaConfig,
+    /// Publishes layer positions (None with publishing off).
+    layers: Option<DeviceLayerSignal>,
+    /// Test builds only: the layer at which to stop the compute thread once.
+    #[cfg(feature = "fault-injection")]
+    stall: fault::StallAtLayer,
 }
 
 impl Progress {
@@ -48,7 +59,13 @@ impl Progress {
             };
             n_slots
         ];
+        let layers = writer
+            .as_ref()
+            .map(|w| DeviceLayerSignal::new(w.substep_publisher()));
         let mut p = Self {
+            layers,
+            #[cfg(feature = "fault-injection")]
+            stall: fault::StallAtLayer::from_env(),
             writer,
             slots,
             counters: WriterCounters {
@@ -165,6 +182,24 @@ impl Progress {
         self.publish_counters();
     }
 
+    /// Layer `done` of the `total` in the forward of `slot`'s step in flight has been
+    /// issued on `device`: its position is published when the device has done it.
+    #[inline]
+    pub fn layer_done(&mut self, slot: usize, device: &Device, done: usize, total: usize) {
+        let Some(layers) = self.layers.as_mut() else {
+            return;
+        };
+        let mark = LayerMark {
+            slot,
+            done: done as u64,
+            total: total as u64,
+            step_start_ns: self.slots[slot].step_start_ns,
+        };
+        layers.layer_done(device, mark);
+        #[cfg(feature = "fault-injection")]
+        self.stall.reached(mark.done);
+    }
+
     /// Byte progress of a state save or restore on `slot`.
     pub fn bytes(&mut self, slot: usize, done: u64, total: u64) {
         let Some(w) = self.writer.as_mut() else {
@@ -252,6 +287,12 @@ impl StepObserver for StepPublisher<'_> {
         ControlFlow::Continue(())
     }
 
+    #[inline]
+    fn layer_done(&mut self, slot: usize, device: &Device, layers_done: usize, n_layers: usize) {
+        self.progress
+            .layer_done(slot, device, layers_done, n_layers);
+    }
+
     fn after_step(&mut self, step: &StepDone) -> ControlFlow<()> {
         self.progress
             .step_finished(step.slot, step.done, step.n_past, step.n_tokens, self.kind);
@@ -259,6 +300,48 @@ impl StepObserver for StepPublisher<'_> {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
+        }
+    }
+}
+
+/// Test-build fault hooks of the compute thread.
+#[cfg(feature = "fault-injection")]
+mod fault {
+    use std::time::{Duration, Instant};
+
+    /// Environment variable naming the layer (a count of finished layers, 1-based) at
+    /// which the compute thread stops, once, inside the forward: it publishes that layer
+    /// and then sleeps instead of computing the next, as a hung kernel or a peer that
+    /// never answers would leave it. Test builds only (the `fault-injection` feature).
+    pub const STALL_AT_LAYER_ENV: &str = "HYDRA_ENGINE_STALL_AT_LAYER";
+    /// How long the stop lasts at most (the tests kill the engine long before).
+    const STALL_LIMIT: Duration = Duration::from_secs(600);
+
+    #[derive(Debug, Default)]
+    pub struct StallAtLayer(Option<u64>);
+
+    impl StallAtLayer {
+        pub fn from_env() -> Self {
+            let layer = std::env::var(STALL_AT_LAYER_ENV)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok());
+            if let Some(k) = layer {
+                tracing::warn!("fault injection: the compute thread will stop at layer {k}");
+            }
+            Self(layer)
+        }
+
+        /// Stops here (once) if `done` is the layer to stop at.
+        pub fn reached(&mut self, done: u64) {
+            if self.0 != Some(done) {
+                return;
+            }
+            self.0 = None;
+            tracing::warn!("fault injection: compute thread stopped at layer {done}");
+            let until = Instant::now() + STALL_LIMIT;
+            while Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ use hydra_layout::header as h;
 use hydra_layout::slot as sl;
 use hydra_layout::{
     EngineDescription, ErrorCode, FinishReason, Phase, SegmentConfig, SegmentWriter, SlotState,
-    WorkUnit, WriterCounters,
+    Substep, WorkUnit, WriterCounters,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -82,7 +82,8 @@ fn segment(scratch: &Path, slots: usize, end: End, f: impl FnOnce(&mut SegmentWr
             device: "cpu".into(),
             capabilities: h::capabilities::COMPLETION
                 | h::capabilities::STATE_SAVE_RESTORE
-                | h::capabilities::CHUNKED_PREFILL,
+                | h::capabilities::CHUNKED_PREFILL
+                | h::capabilities::LAYER_PROGRESS,
         },
     })
     .expect("create a segment");
@@ -301,6 +302,29 @@ fn main() {
         w.publish(1, &prefill(6)).unwrap();
         w.heartbeat(BASE - 600 * S);
     });
+    // Layer positions (format v1.1): moving inside a long chunk (slow), frozen (stalled at
+    // layer 5), and left over from an earlier step (no position).
+    let layers = segment(&scratch, 3, End::Open, |w| {
+        let moving = prefill(10);
+        w.publish(0, &moving).unwrap();
+        let at = |done, age, step| Substep {
+            done,
+            total: 30,
+            at_ns: BASE - age,
+            step_start_ns: step,
+        };
+        w.publish_substep(0, &at(17, 2 * S, moving.step_start_ns))
+            .unwrap();
+        let frozen = prefill(11);
+        w.publish(1, &frozen).unwrap();
+        w.publish_substep(1, &at(5, 34 * S, frozen.step_start_ns))
+            .unwrap();
+        let mut next = decode(12, 10, 100);
+        next.step_start_ns = BASE - S;
+        next.step_size = 1;
+        w.publish(2, &next).unwrap();
+        w.publish_substep(2, &at(30, 2 * S, BASE - 3 * S)).unwrap();
+    });
     let _ = fs::remove_dir_all(&scratch);
 
     add("valid-1slot-idle", plain, idle1.clone());
@@ -492,7 +516,7 @@ fn main() {
     let mut extreme = mixed.clone();
     for i in 0..4 {
         let base = h::HEADER_LEN + i * sl::SLOT_LEN;
-        for off in (sl::TASK_ID_OFFSET..sl::GUARDED_END).step_by(8) {
+        for off in (sl::TASK_ID_OFFSET..sl::SUBSTEP_END).step_by(8) {
             put(&mut extreme, base + off, u64::MAX - i as u64);
         }
         put(&mut extreme, base + sl::SEQ_OFFSET, u64::MAX - 1);
@@ -518,6 +542,36 @@ fn main() {
     put(&mut inverted, s0 + sl::PHASE_OFFSET, 77); // unknown phase
     put(&mut inverted, s0 + sl::WORK_UNIT_OFFSET, 9); // unknown unit
     add("inverted-values", plain, inverted);
+
+    // --- layer positions (format v1.1) ------------------------------------------------------
+    add("valid-3slots-layers", plain, layers.clone());
+    add(
+        "layers-cli-check-json",
+        control(Action::None, 0, 3, false, CliCmd::Check, true, 0, false),
+        layers.clone(),
+    );
+    // The same bytes from a v1.0 writer: the substep words are not read (unknown).
+    add(
+        "layers-as-v1_0",
+        plain,
+        patched(&layers, &[(h::VERSION_MINOR_OFFSET, 0)]),
+    );
+    // Hostile positions: done past total, totals of 0 and u64::MAX, a stamp in the future.
+    let sub = |slot: usize, off: usize| h::HEADER_LEN + slot * sl::SLOT_LEN + off;
+    add(
+        "layers-hostile",
+        plain,
+        patched(
+            &layers,
+            &[
+                (sub(0, sl::SUBSTEP_DONE_OFFSET), u64::MAX),
+                (sub(0, sl::SUBSTEP_NS_OFFSET), u64::MAX),
+                (sub(1, sl::SUBSTEP_TOTAL_OFFSET), 0),
+                (sub(2, sl::SUBSTEP_TOTAL_OFFSET), u64::MAX),
+                (sub(2, sl::SUBSTEP_STEP_OFFSET), BASE - S),
+            ],
+        ),
+    );
 
     // --- write ----------------------------------------------------------------------------
     fs::create_dir_all(&out).expect("create the seed directory");

@@ -74,6 +74,10 @@ int main(void) {
     S(step_size);
     S(last_step_ns);
     S(steps_done);
+    S(substep_done);
+    S(substep_total);
+    S(substep_ns);
+    S(substep_step);
     S(reserved_guarded);
     S(pending);
     S(reserved_tail);
@@ -84,6 +88,7 @@ int main(void) {
     NUM(HYDRA_BYTE_ORDER_MARK_SWAPPED);
     NUM(HYDRA_VERSION_MAJOR);
     NUM(HYDRA_VERSION_MINOR);
+    NUM(HYDRA_SUBSTEP_MINOR);
     NUM(HYDRA_HEADER_LEN);
     NUM(HYDRA_SLOT_LEN);
     NUM(HYDRA_SLOT_STRIDE);
@@ -135,5 +140,6 @@ int main(void) {
     NUM(HYDRA_CAP_COMPLETION);
     NUM(HYDRA_CAP_STATE_SAVE_RESTORE);
     NUM(HYDRA_CAP_CHUNKED_PREFILL);
+    NUM(HYDRA_CAP_LAYER_PROGRESS);
     return 0;
 }

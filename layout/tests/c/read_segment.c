@@ -80,6 +80,14 @@ int main(int argc, char **argv) {
         HYDRA_SLOT_GUARDED_WORDS(P)
         P(pending)
 #undef P
+        uint64_t done, total, at_ns;
+        if (rc == HYDRA_OK && hydra_slot_layer(&g, hydra_load(&h->model_capabilities), &copy, &done,
+                                              &total, &at_ns))
+            printf("slot%llu.layer %llu/%llu at %llu\n", (unsigned long long)i,
+                   (unsigned long long)done, (unsigned long long)total,
+                   (unsigned long long)at_ns);
+        else
+            printf("slot%llu.layer none\n", (unsigned long long)i);
     }
     munmap(base, len);
     close(fd);

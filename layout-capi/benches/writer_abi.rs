@@ -1,0 +1,86 @@
+//! Cost of the writer C ABI's per-layer publish, called as C calls it (through the
+//! exported `extern "C"` functions), on a real tmpfs-backed segment.
+//!
+//! `cargo bench -p hydra-layout-capi --bench writer_abi`
+//!
+//! - `layer_done`: `hydra_writer_layer_done`, the position in the step in flight now;
+//! - `layer_done_in_step`: `hydra_writer_layer_done_in_step`, what a device's host
+//!   callback calls (no handle lock);
+//! - `step_start`: `hydra_writer_step_start`, a whole-record publish, for comparison.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use hydra_writer::*;
+use std::ffi::CString;
+use std::hint::black_box;
+
+fn benches(c: &mut Criterion) {
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("hydra-bench")
+        .tempdir_in(base)
+        .unwrap();
+    let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
+    let mut w: *mut HydraWriter = std::ptr::null_mut();
+    let d = HydraWriterDescription {
+        model_name: std::ptr::null(),
+        model_quant: std::ptr::null(),
+        model_path: std::ptr::null(),
+        tokenizer: std::ptr::null(),
+        model_alias: std::ptr::null(),
+        device: std::ptr::null(),
+        capabilities: 0,
+    };
+    // SAFETY: every pointer is valid for the call; the handle is closed at the end and not
+    // used after.
+    unsafe {
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"bench".as_ptr(), 2, &d, &mut w),
+            HYDRA_WRITER_OK
+        );
+        assert_eq!(
+            hydra_writer_begin_task(
+                w,
+                0,
+                1,
+                HYDRA_WRITER_PHASE_PREFILL,
+                HYDRA_WRITER_UNIT_TOKENS,
+                512
+            ),
+            HYDRA_WRITER_OK
+        );
+        assert_eq!(hydra_writer_step_start(w, 0, 512), HYDRA_WRITER_OK);
+        let mut step = 0u64;
+        assert_eq!(hydra_writer_step_id(w, 0, &mut step), HYDRA_WRITER_OK);
+        let mut k = 0u64;
+        c.bench_function("writer_abi/layer_done", |b| {
+            b.iter(|| {
+                k += 1;
+                black_box(hydra_writer_layer_done(w, 0, black_box(k % 30), 30))
+            })
+        });
+        c.bench_function("writer_abi/layer_done_in_step", |b| {
+            b.iter(|| {
+                k += 1;
+                black_box(hydra_writer_layer_done_in_step(
+                    w,
+                    0,
+                    step,
+                    black_box(k % 30),
+                    30,
+                ))
+            })
+        });
+        c.bench_function("writer_abi/step_start", |b| {
+            b.iter(|| black_box(hydra_writer_step_start(w, 1, black_box(1))))
+        });
+        assert_eq!(hydra_writer_close(w), HYDRA_WRITER_OK);
+    }
+}
+
+criterion_group!(writer_abi, benches);
+criterion_main!(writer_abi);
