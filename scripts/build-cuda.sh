@@ -52,8 +52,10 @@ build() {
   eval "$env"
   say "cargo build --release --features cuda (hydra-engine, hydra-probe) into $CARGO_TARGET_DIR"
   local t0=$SECONDS
+  # Two invocations: `--features hydra-engine/cuda` next to a second `-p` is not applied to
+  # hydra-engine itself (its dev-dependency on itself makes the name ambiguous to cargo).
   (cd "$root" && nice -n 5 cargo build --release --locked --quiet -p hydra-engine \
-    -p hydra-probe-cli --features hydra-engine/cuda)
+    --features cuda && nice -n 5 cargo build --release --locked --quiet -p hydra-probe-cli)
   say "built in $((SECONDS - t0)) s"
   echo "$CARGO_TARGET_DIR/release"
 }
