@@ -113,6 +113,10 @@ fn scrape_with_every_engine_state_passes_promtool() {
         "last progress {lp} vs now {now_unix}"
     );
 
+    // The layer position inside slot 0's step.
+    expect(r#"hydra_slot_layers_done{engine="live",slot="0"}"#, 7.0);
+    expect(r#"hydra_slot_step_layers{engine="live",slot="0"}"#, 30.0);
+
     // Stalled, dead (orphaned, torn) and closed engines.
     expect(
         r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#,

@@ -38,14 +38,23 @@ pub fn save(now: u64, done: u64, total: u64) -> SlotState {
 }
 
 /// Engines in every state, kept alive by the returned writers:
-/// - `live`: slot 0 decoding 123/456 (progressing), slot 1 idle, slot 2 saving (bytes),
-///   slot 3 idle with a task pending (queued);
+/// - `live` (publishes layer positions): slot 0 decoding 123/456 (progressing), inside a
+///   step at layer 7 of 30; slot 1 idle, slot 2 saving (bytes), slot 3 idle with a task
+///   pending (queued);
 /// - `stalled`: slot 0 decoding with its last progress 120 s ago (default floor 30 s);
 /// - `dead`: crashed with slot 0 decoding (orphaned) and slot 1 torn;
 /// - `closed`: exited cleanly (file kept).
 pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
     let now = clock::monotonic_ns();
-    let mut live = s.writer("live", 4);
+    let mut description = hydra_fault::segments::description();
+    description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS;
+    let mut live = SegmentWriter::create(&hydra_layout::SegmentConfig {
+        dir: s.dir.clone(),
+        engine_id: "live".into(),
+        slot_count: 4,
+        description,
+    })
+    .expect("create the live segment");
     live.heartbeat(now);
     live.set_counters(&WriterCounters {
         prompt_tokens_total: 1000,
@@ -54,7 +63,23 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
         kv_cells_used: 512,
         kv_cells_total: 2048,
     });
-    live.publish(0, &decode(now, 123, 456, 10 * S, 0)).unwrap();
+    let step_start_ns = now.saturating_sub(S / 100).max(1);
+    let in_step = SlotState {
+        step_start_ns,
+        step_size: 1,
+        ..decode(now, 123, 456, 10 * S, 0)
+    };
+    live.publish(0, &in_step).unwrap();
+    live.publish_substep(
+        0,
+        &hydra_layout::Substep {
+            done: 7,
+            total: 30,
+            at_ns: now,
+            step_start_ns,
+        },
+    )
+    .unwrap();
     live.publish(2, &save(now, 1 << 20, 4 << 20)).unwrap();
     live.pending_counter().queued(3);
 
