@@ -434,6 +434,27 @@ impl EngineMetrics {
                 .map(|(e, s)| (sl(e, s), secs(s.stall_threshold_ns))),
         )?;
         f.family(
+            "hydra_slot_layers_done",
+            "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)",
+            Gauge,
+            self.active()
+                .filter_map(|(e, s)| s.substep_done.map(|d| (sl(e, s), i(d)))),
+        )?;
+        f.family(
+            "hydra_slot_step_layers",
+            "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)",
+            Gauge,
+            self.active()
+                .filter_map(|(e, s)| s.substep_total.map(|t| (sl(e, s), i(t)))),
+        )?;
+        f.family(
+            "hydra_slot_layer_age_seconds",
+            "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)",
+            Gauge,
+            self.active()
+                .filter_map(|(e, s)| s.substep_age_ns.map(|a| (sl(e, s), secs(a)))),
+        )?;
+        f.family(
             "hydra_slot_phase_start_timestamp_seconds",
             "When the slot's current phase started, Unix time",
             Gauge,
