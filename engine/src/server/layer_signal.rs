@@ -168,7 +168,7 @@ mod cuda {
         // driver calls each launched host function exactly once.
         let f = unsafe { Box::from_raw(arg.cast::<Callback>()) };
         // A panic must not unwind into the driver; the publish it guards cannot panic.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f()));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     }
 
     impl CallbackQueue for StreamQueue {
@@ -178,10 +178,10 @@ mod cuda {
                 .bind_to_thread()
                 .map_err(|e| e.to_string())?;
             let arg = Box::into_raw(Box::new(f));
+            let stream = self.0.cu_stream();
             // SAFETY: the stream is alive (held by the Arc) and belongs to the context bound
             // above; `run_callback` makes no CUDA call and takes ownership of `arg`.
-            let launched =
-                unsafe { launch_host_function(self.0.cu_stream(), run_callback, arg.cast()) };
+            let launched = unsafe { launch_host_function(stream, run_callback, arg.cast()) };
             launched.map_err(|e| {
                 // SAFETY: a failed launch did not hand `arg` to the driver: it is still ours.
                 drop(unsafe { Box::from_raw(arg) });
