@@ -115,14 +115,27 @@ impl KvCache {
         k: &Tensor,
         v: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor)> {
+        let (kc, vc) = self.write(layer, k, v)?;
+        let n = self.len + k.dim(2)?;
+        Ok((kc.narrow(2, 0, n)?, vc.narrow(2, 0, n)?))
+    }
+
+    /// Writes `k` and `v` as [`KvCache::append`] does and returns that layer's whole
+    /// buffers, `(1, n_kv_head, capacity, head_dim)`, of which the first `len() + n`
+    /// positions are now filled.
+    pub(crate) fn write(
+        &self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> candle_core::Result<(&Tensor, &Tensor)> {
         let (kc, vc) = self
             .layers
             .get(layer)
             .ok_or_else(|| candle_core::Error::Msg(format!("no KV buffer for layer {layer}")))?;
         kc.slice_set(k, 2, self.len)?;
         vc.slice_set(v, 2, self.len)?;
-        let n = self.len + k.dim(2)?;
-        Ok((kc.narrow(2, 0, n)?, vc.narrow(2, 0, n)?))
+        Ok((kc, vc))
     }
 
     /// The `n` tokens the last forward appended are now part of the cache.
@@ -148,6 +161,7 @@ impl KvCache {
 mod tests {
     use super::*;
     use crate::model::builtin::BuiltinSpec;
+    use crate::model::max_abs_diff;
 
     fn filled(cfg: &LlamaConfig, n: usize, base: f32) -> Tensor {
         let count = cfg.n_kv_head * n * cfg.head_dim();
@@ -175,20 +189,8 @@ mod tests {
         assert_eq!(k.dims()[2], 300);
         let want = Tensor::cat(&[&a, &b], 2).unwrap();
         let (k, v) = c.layer(0).unwrap();
-        let diff = |x: &Tensor| {
-            (x - &want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap()
-        };
-        assert_eq!(diff(&k), 0.0);
-        assert_eq!(diff(&v), 0.0);
+        assert_eq!(max_abs_diff(&k, &want), 0.0);
+        assert_eq!(max_abs_diff(&v, &want), 0.0);
         c.reserve(999, 1000, &cfg, &dev).unwrap();
         assert_eq!(c.capacity(), 1000, "never beyond the context");
     }

@@ -1,5 +1,6 @@
 //! Models: loading (GGUF or the embedded default) and the shared weights.
 
+pub mod attention;
 pub mod builtin;
 pub mod config;
 pub(crate) mod gguf_load;
@@ -241,4 +242,12 @@ impl Model {
     pub fn chatml_prompt(user_message: &str) -> String {
         format!("<|im_start|>user\n{user_message}<|im_end|>\n<|im_start|>assistant\n")
     }
+}
+
+/// The largest absolute difference between two tensors of one shape (for tests).
+#[cfg(test)]
+pub(crate) fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
+    (a - b)
+        .and_then(|d| d.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>())
+        .expect("tensors of one shape")
 }

@@ -18,6 +18,7 @@ use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::Embedding;
 use candle_transformers::quantized_nn::RmsNorm;
 
+use super::attention::{self, CachedSequence, Heads};
 use super::config::{LlamaConfig, RopeScaling};
 use super::kv_cache::KvCache;
 use super::layer_hook::LayerHook;
@@ -95,14 +96,34 @@ impl Rope {
         })
     }
 
+    /// Rotates `x` `(1, heads, n, head_dim)`, whose rows are positions `index_pos..`.
     fn apply(&self, x: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
         let (_b, _h, seq_len, _d) = x.dims4()?;
         let cos = self.cos.narrow(0, index_pos, seq_len)?;
         let sin = self.sin.narrow(0, index_pos, seq_len)?;
+        self.rotate(x, &cos, &sin)
+    }
+
+    /// The tables' rows for one token per sequence at `positions`, each `(batch, 1, d / 2)`:
+    /// what [`Rope::apply_rows`] rotates a decode batch with.
+    fn rows(&self, positions: &[u32], device: &Device) -> candle_core::Result<[Tensor; 2]> {
+        let idx = Tensor::new(positions, device)?;
+        let half = self.cos.dim(1)?;
+        let pick = |t: &Tensor| t.index_select(&idx, 0)?.reshape((positions.len(), 1, half));
+        Ok([pick(&self.cos)?, pick(&self.sin)?])
+    }
+
+    /// Rotates `x` `(batch, heads, 1, head_dim)`, batch entry `j` at the position of row `j`
+    /// of `rows` (from [`Rope::rows`]): one op for every sequence of a decode batch.
+    fn apply_rows(&self, x: &Tensor, rows: &[Tensor; 2]) -> candle_core::Result<Tensor> {
+        self.rotate(x, &rows[0], &rows[1])
+    }
+
+    fn rotate(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
         if self.neox {
-            candle_nn::rotary_emb::rope(&x.contiguous()?, &cos, &sin)
+            candle_nn::rotary_emb::rope(&x.contiguous()?, cos, sin)
         } else {
-            candle_nn::rotary_emb::rope_i(&x.contiguous()?, &cos, &sin)
+            candle_nn::rotary_emb::rope_i(&x.contiguous()?, cos, sin)
         }
     }
 }
@@ -175,7 +196,6 @@ pub(crate) struct DecoderWeights {
     layers: Vec<Layer>,
     norm: RmsNorm,
     output: QMatMul,
-    neg_inf: Tensor,
     device: Device,
 }
 
@@ -272,7 +292,6 @@ impl DecoderWeights {
             layers,
             norm,
             output,
-            neg_inf: Tensor::new(f32::NEG_INFINITY, device)?,
             device: device.clone(),
         })
     }
@@ -352,30 +371,24 @@ impl DecoderWeights {
                     .map(Some),
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
+        // A decode batch (one token per sequence) rotates all its rows in one op, and on the
+        // CPU attends in one kernel call (`attention::attend_decode_cpu`).
+        let decode_rows = if seqs.iter().all(|s| s.tokens.len() == 1) {
+            let positions: Vec<u32> = seqs.iter().map(|s| s.cache.len() as u32).collect();
+            Some(rope.rows(&positions, &self.device)?)
+        } else {
+            None
+        };
         let x = Tensor::new(all.as_slice(), &self.device)?.unsqueeze(0)?;
         let mut h = self.embeddings.forward(&x)?;
         let n_layers = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
             let residual = &h;
             let xs = layer.attn_norm.forward(&h)?;
-            let [q, k, v] = self.qkv(&layer.attn, &xs)?;
-            let mut ys = Vec::with_capacity(seqs.len());
-            let mut row = 0;
-            for (s, mask) in seqs.iter().zip(&masks) {
-                let (n, pos) = (s.tokens.len(), s.cache.len());
-                let heads = |t: &Tensor| -> candle_core::Result<Tensor> {
-                    t.narrow(1, row, n)?.transpose(1, 2)?.contiguous()
-                };
-                let q = rope.apply(&heads(&q)?, pos)?;
-                let k = rope.apply(&heads(&k)?, pos)?;
-                let (k, v) = s.cache.append(i, &k, &heads(&v)?)?;
-                ys.push(self.attend(&q, &k, &v, mask.as_ref())?);
-                row += n;
-            }
-            let y = if ys.len() == 1 {
-                ys.swap_remove(0)
-            } else {
-                Tensor::cat(&ys, 1)?
+            let qkv = self.qkv(&layer.attn, &xs)?;
+            let y = match &decode_rows {
+                Some(rows) => self.attend_decode(i, qkv, seqs, rope, rows)?,
+                None => self.attend_chunks(i, qkv, seqs, rope, &masks)?,
             };
             let y = weight_matmul(&layer.attn.wo, &y)?;
             let h1 = (y + residual)?;
@@ -405,39 +418,98 @@ impl DecoderWeights {
         Ok(logits)
     }
 
-    /// Attention of one sequence: `q` `(1, n_head, n, head_dim)` against its cache views
-    /// `k`, `v` `(1, n_kv_head, n_past + n, head_dim)`; returns `(1, n, n_head * head_dim)`.
-    ///
-    /// The query heads that share a K/V head are stacked as rows of one matmul against it
-    /// (`(1, n_kv, n_rep * n, head_dim)`), so the cache is read in place, never repeated.
-    fn attend(
+    fn heads(&self) -> Heads {
+        Heads {
+            n_head: self.cfg.n_head,
+            n_kv_head: self.cfg.n_kv_head,
+            head_dim: self.cfg.head_dim(),
+        }
+    }
+
+    /// Attention of layer `layer` for sequences of any length, each in turn: RoPE, the cache
+    /// write and [`attention::attend`] per sequence. Returns `(1, rows, n_head * head_dim)`.
+    fn attend_chunks(
         &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        mask: Option<&Tensor>,
+        layer: usize,
+        [q, k, v]: [Tensor; 3],
+        seqs: &[Sequence<'_>],
+        rope: &Rope,
+        masks: &[Option<Tensor>],
     ) -> candle_core::Result<Tensor> {
-        let cfg = &self.cfg;
-        let (n_head, n_kv, hd) = (cfg.n_head, cfg.n_kv_head, cfg.head_dim());
-        let n_rep = n_head / n_kv;
-        let n = q.dim(2)?;
-        let len = k.dim(2)?;
-        let q = q.reshape((1, n_kv, n_rep * n, hd))?;
-        let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
-        let att = match mask {
-            None => att,
-            Some(m) => {
-                let att = att.reshape((1, n_kv, n_rep, n, len))?;
-                let m = m.broadcast_as(att.shape())?;
-                m.where_cond(&self.neg_inf.broadcast_as(att.shape().dims())?, &att)?
-                    .reshape((1, n_kv, n_rep * n, len))?
-            }
+        let mut ys = Vec::with_capacity(seqs.len());
+        let mut row = 0;
+        for (s, mask) in seqs.iter().zip(masks) {
+            let (n, pos) = (s.tokens.len(), s.cache.len());
+            let heads = |t: &Tensor| -> candle_core::Result<Tensor> {
+                t.narrow(1, row, n)?.transpose(1, 2)?.contiguous()
+            };
+            let q = rope.apply(&heads(&q)?, pos)?;
+            let k = rope.apply(&heads(&k)?, pos)?;
+            let (k, v) = s.cache.append(layer, &k, &heads(&v)?)?;
+            ys.push(attention::attend(&q, &k, &v, mask.as_ref(), self.heads())?);
+            row += n;
+        }
+        rows_of(ys)
+    }
+
+    /// Attention of layer `layer` for a decode batch (one token per sequence): one RoPE op
+    /// for all the queries and one for all the keys, then per sequence only the cache write;
+    /// on the CPU one kernel call attends for every sequence, elsewhere
+    /// [`attention::attend`] runs per sequence. Returns `(1, batch, n_head * head_dim)`.
+    fn attend_decode(
+        &self,
+        layer: usize,
+        [q, k, v]: [Tensor; 3],
+        seqs: &[Sequence<'_>],
+        rope: &Rope,
+        rows: &[Tensor; 2],
+    ) -> candle_core::Result<Tensor> {
+        let heads = self.heads();
+        let b = seqs.len();
+        // (1, b, heads, hd) -> (b, heads, 1, hd): the same memory, contiguous as it is.
+        let by_sequence = |t: &Tensor, h: usize| -> candle_core::Result<Tensor> {
+            t.reshape((b, 1, h, heads.head_dim))?.transpose(1, 2)
         };
-        let att = candle_nn::ops::softmax_last_dim(&att)?;
-        let y = att.matmul(v)?;
-        y.reshape((1, n_head, n, hd))?
-            .transpose(1, 2)?
-            .reshape((1, n, n_head * hd))
+        let q = rope.apply_rows(&by_sequence(&q, heads.n_head)?, rows)?;
+        let k = rope.apply_rows(&by_sequence(&k, heads.n_kv_head)?, rows)?;
+        let v = by_sequence(&v, heads.n_kv_head)?.contiguous()?;
+        if self.device.is_cpu() {
+            let mut cached = Vec::with_capacity(b);
+            for (j, s) in seqs.iter().enumerate() {
+                let (kc, vc) = s
+                    .cache
+                    .write(layer, &k.narrow(0, j, 1)?, &v.narrow(0, j, 1)?)?;
+                cached.push(CachedSequence {
+                    k: kc,
+                    v: vc,
+                    len: s.cache.len() + 1,
+                });
+            }
+            return attention::attend_decode_cpu(&q, &cached, heads);
+        }
+        let mut ys = Vec::with_capacity(b);
+        for (j, s) in seqs.iter().enumerate() {
+            let (kc, vc) = s
+                .cache
+                .append(layer, &k.narrow(0, j, 1)?, &v.narrow(0, j, 1)?)?;
+            ys.push(attention::attend(
+                &q.narrow(0, j, 1)?,
+                &kc,
+                &vc,
+                None,
+                heads,
+            )?);
+        }
+        rows_of(ys)
+    }
+}
+
+/// Per-sequence outputs `(1, n_j, width)` stacked as the rows of one `(1, sum n_j, width)`.
+fn rows_of(mut ys: Vec<Tensor>) -> candle_core::Result<Tensor> {
+    if ys.len() == 1 {
+        Ok(ys.swap_remove(0))
+    } else {
+        Tensor::cat(&ys, 1)
     }
 }
 

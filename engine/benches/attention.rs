@@ -1,0 +1,104 @@
+//! Decode attention of a batch: candle ops per sequence (what the engine ran before, and
+//! still runs on a GPU) against the CPU kernel `attend_decode_cpu`, which attends for the
+//! whole batch in one call over the cache buffers in place.
+//!
+//! ```text
+//! cargo bench -p hydra-engine --bench attention -- [--threads N] [--repeat N]
+//! ```
+//!
+//! Head layouts of the embedded model (8 query heads over 4 K/V heads of 32) and of
+//! SmolLM2-135M (9 over 3, of 64); batches of 1 and 4 sequences; every sequence holding
+//! `len` cached positions in a buffer of 4,096. Each figure is the best of `--repeat`
+//! rounds of one layer's attention, the two forms interleaved within each round; the last
+//! column is kernel time / candle-op time (below 1: the kernel is faster).
+
+use std::time::Instant;
+
+use candle_core::{Device, Tensor};
+use hydra_engine::model::attention::{attend, attend_decode_cpu, CachedSequence, Heads};
+
+const CAPACITY: usize = 4096;
+
+fn time_ms(f: &mut dyn FnMut()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+fn main() -> candle_core::Result<()> {
+    let mut threads = 2;
+    let mut repeat = 50;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--threads" => threads = it.next().and_then(|v| v.parse().ok()).unwrap_or(2),
+            "--repeat" => repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(50),
+            _ => {}
+        }
+    }
+    hydra_engine::threads::set_cpu_threads(threads).map_err(candle_core::Error::wrap)?;
+    let dev = Device::Cpu;
+    println!("# decode attention of one layer, {threads} threads, best of {repeat}; ms per call");
+    println!(
+        "| model heads | batch | cached positions | candle ops | kernel | kernel / candle ops |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let layouts = [("embedded 8/4x32", 8, 4, 32), ("SmolLM2 9/3x64", 9, 3, 64)];
+    for (name, n_head, n_kv_head, head_dim) in layouts {
+        let heads = Heads {
+            n_head,
+            n_kv_head,
+            head_dim,
+        };
+        for batch in [1usize, 4] {
+            for len in [16usize, 256, 2048] {
+                let buffers: Vec<(Tensor, Tensor)> = (0..batch)
+                    .map(|_| {
+                        let shape = (1, n_kv_head, CAPACITY, head_dim);
+                        Ok((
+                            Tensor::randn(0f32, 1.0, shape, &dev)?,
+                            Tensor::randn(0f32, 1.0, shape, &dev)?,
+                        ))
+                    })
+                    .collect::<candle_core::Result<_>>()?;
+                let q = Tensor::randn(0f32, 1.0, (batch, n_head, 1, head_dim), &dev)?;
+                let seqs: Vec<CachedSequence<'_>> = buffers
+                    .iter()
+                    .map(|(k, v)| CachedSequence { k, v, len })
+                    .collect();
+                let mut ops = || {
+                    let ys: Vec<Tensor> = buffers
+                        .iter()
+                        .enumerate()
+                        .map(|(j, (k, v))| {
+                            attend(
+                                &q.narrow(0, j, 1)?,
+                                &k.narrow(2, 0, len)?,
+                                &v.narrow(2, 0, len)?,
+                                None,
+                                heads,
+                            )
+                        })
+                        .collect::<candle_core::Result<_>>()
+                        .expect("candle-op attention");
+                    Tensor::cat(&ys, 1).expect("cat");
+                };
+                let mut kernel = || {
+                    attend_decode_cpu(&q, &seqs, heads).expect("decode kernel");
+                };
+                ops();
+                kernel();
+                let (mut a, mut b) = (f64::MAX, f64::MAX);
+                for _ in 0..repeat {
+                    a = a.min(time_ms(&mut ops));
+                    b = b.min(time_ms(&mut kernel));
+                }
+                println!(
+                    "| {name} | {batch} | {len} | {a:.4} | {b:.4} | {:.2} |",
+                    b / a
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,385 @@
+//! Attention of new queries against a slot's cached keys and values, in two forms with one
+//! meaning:
+//! - [`attend`]: candle ops, on any device, for any number of queries with an optional
+//!   causal mask (prefill chunks, and decode on a GPU);
+//! - [`attend_decode_cpu`]: one query per sequence, every sequence of a decode batch in one
+//!   call, computed in place over the CPU cache buffers.
+//!
+//! Why the second form exists: with candle ops, one sequence's decode attention is about ten
+//! ops per layer (a matmul against the cache, the scale, softmax, a matmul against V and the
+//! reshapes and copies around them), each allocating its result. In a batched decode step
+//! those ops repeat for every sequence while the weight matmuls are shared, so on a small
+//! model the per-sequence ops, not the arithmetic, decide how far batching scales.
+//! `engine/benches/attention.rs` measures both forms side by side (BENCHMARKS.md, #13).
+//!
+//! Grouped-query attention: query head `h` attends with K/V head `h / (n_head / n_kv_head)`.
+
+use candle_core::{DType, Storage, Tensor};
+use rayon::prelude::*;
+
+/// The head layout of an attention block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (divides `n_head`).
+    pub n_kv_head: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+}
+
+/// Attention of `q` `(1, n_head, n, head_dim)` against the cache views `k`, `v`
+/// `(1, n_kv_head, n_past + n, head_dim)`; returns `(1, n, n_head * head_dim)`.
+///
+/// `mask` (`(n, n_past + n)`, 1 where a query may not look) is needed when `n > 1`. The query
+/// heads that share a K/V head are stacked as rows of one matmul against it
+/// (`(1, n_kv, n_rep * n, head_dim)`), so the cache is read in place, never repeated.
+pub fn attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    heads: Heads,
+) -> candle_core::Result<Tensor> {
+    let (n_head, n_kv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
+    let n_rep = n_head / n_kv;
+    let n = q.dim(2)?;
+    let len = k.dim(2)?;
+    let q = q.reshape((1, n_kv, n_rep * n, hd))?;
+    let att = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
+    let att = match mask {
+        None => att,
+        Some(m) => {
+            let att = att.reshape((1, n_kv, n_rep, n, len))?;
+            let m = m.broadcast_as(att.shape())?;
+            let neg_inf =
+                Tensor::new(f32::NEG_INFINITY, att.device())?.broadcast_as(att.shape())?;
+            m.where_cond(&neg_inf, &att)?
+                .reshape((1, n_kv, n_rep * n, len))?
+        }
+    };
+    let att = candle_nn::ops::softmax_last_dim(&att)?;
+    let y = att.matmul(v)?;
+    y.reshape((1, n_head, n, hd))?
+        .transpose(1, 2)?
+        .reshape((1, n, n_head * hd))
+}
+
+/// One sequence of a decode batch, as [`attend_decode_cpu`] reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct CachedSequence<'a> {
+    /// Key buffer, `(1, n_kv_head, capacity, head_dim)` contiguous f32.
+    pub k: &'a Tensor,
+    /// Value buffer, the same shape.
+    pub v: &'a Tensor,
+    /// Positions of the buffers that hold keys and values, the new token's included.
+    pub len: usize,
+}
+
+/// Work (multiply-adds) below which the kernel stays on the calling thread: spreading a few
+/// microseconds of arithmetic over the pool costs more than it saves.
+const PARALLEL_MIN_WORK: usize = 1 << 16;
+
+/// Decode attention of a batch: `q` `(batch, n_head, 1, head_dim)` contiguous f32 on the CPU,
+/// row `j` the new token of `seqs[j]`, whose keys and values (that token's included) are
+/// already in its buffers. Returns `(1, batch, n_head * head_dim)`, as [`attend`] would
+/// for each sequence, concatenated.
+///
+/// Scores, softmax and the weighted sum of values run over the cache buffers in place, one
+/// task per (sequence, K/V head); the tasks are spread over the current rayon pool when the
+/// batch holds enough work.
+pub fn attend_decode_cpu(
+    q: &Tensor,
+    seqs: &[CachedSequence<'_>],
+    heads: Heads,
+) -> candle_core::Result<Tensor> {
+    let (n_head, n_kv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
+    if n_kv == 0 || n_head % n_kv != 0 || hd == 0 {
+        candle_core::bail!("decode attention: {n_head} query heads over {n_kv} K/V heads of {hd}")
+    }
+    let batch = seqs.len();
+    if q.dims() != [batch, n_head, 1, hd] || q.dtype() != DType::F32 {
+        candle_core::bail!(
+            "decode attention: queries {:?} {:?}, expected ({batch}, {n_head}, 1, {hd}) f32",
+            q.dims(),
+            q.dtype()
+        )
+    }
+    let (q_storage, q_layout) = q.storage_and_layout();
+    let q_all = cpu_rows(&q_storage, q_layout, batch * n_head * hd, "queries")?;
+    // Read guards of every buffer, held while the kernel runs (nothing writes them meanwhile:
+    // the forward that wrote the new rows has finished its writes).
+    let guards = seqs
+        .iter()
+        .map(|s| {
+            for (name, t) in [("keys", s.k), ("values", s.v)] {
+                let d = t.dims();
+                if d.len() != 4 || d[0] != 1 || d[1] != n_kv || d[3] != hd || s.len > d[2] {
+                    candle_core::bail!(
+                        "decode attention: {name} buffer {d:?} cannot hold {} positions of \
+                         ({n_kv}, {hd})",
+                        s.len
+                    )
+                }
+                if s.len == 0 {
+                    candle_core::bail!("decode attention: a sequence with no positions")
+                }
+            }
+            Ok((s.k.storage_and_layout(), s.v.storage_and_layout(), s.len))
+        })
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let mut views = Vec::with_capacity(batch);
+    for ((ks, kl), (vs, vl), len) in &guards {
+        let capacity = kl.dims()[2];
+        let n = n_kv * capacity * hd;
+        views.push((
+            cpu_rows(ks, kl, n, "keys")?,
+            cpu_rows(vs, vl, n, "values")?,
+            capacity,
+            *len,
+        ));
+    }
+
+    let n_rep = n_head / n_kv;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut out = vec![0f32; batch * n_head * hd];
+    // Task `j * n_kv + g`: the n_rep query heads of sequence j that share K/V head g, whose
+    // outputs are adjacent in `out` ((batch, n_head, head_dim) order). Each K and V row is
+    // read once for all n_rep heads.
+    let task = |(t, o): (usize, &mut [f32])| {
+        let (j, g) = (t / n_kv, t % n_kv);
+        let (k, v, capacity, len) = views[j];
+        let head = g * capacity * hd;
+        let (k, v) = (&k[head..head + len * hd], &v[head..head + len * hd]);
+        let q = &q_all[(j * n_head + g * n_rep) * hd..(j * n_head + (g + 1) * n_rep) * hd];
+        // The loops below are compiled for the best instruction set the CPU has (AVX2 and
+        // FMA on x86-64), chosen at run time.
+        pulp::Arch::new().dispatch(|| head_group(q, k, v, o, n_rep, hd, len, scale));
+    };
+    let work: usize = views.iter().map(|v| v.3).sum::<usize>() * n_head * hd;
+    if work >= PARALLEL_MIN_WORK {
+        out.par_chunks_mut(n_rep * hd).enumerate().for_each(task);
+    } else {
+        out.chunks_mut(n_rep * hd).enumerate().for_each(task);
+    }
+    drop(views);
+    drop(guards);
+    drop(q_storage);
+    Tensor::from_vec(out, (1, batch, n_head * hd), q.device())
+}
+
+/// The `n` f32 values a contiguous CPU tensor's layout covers.
+fn cpu_rows<'a>(
+    storage: &'a Storage,
+    layout: &candle_core::Layout,
+    n: usize,
+    what: &str,
+) -> candle_core::Result<&'a [f32]> {
+    let Storage::Cpu(cpu) = storage else {
+        candle_core::bail!("decode attention: {what} are not on the CPU")
+    };
+    if !layout.is_contiguous() {
+        candle_core::bail!("decode attention: {what} are not contiguous")
+    }
+    let start = layout.start_offset();
+    cpu.as_slice::<f32>()?
+        .get(start..start + n)
+        .ok_or_else(|| candle_core::Error::Msg(format!("decode attention: {what} out of range")))
+}
+
+/// Attention of `n_rep` query heads `q` (`n_rep * hd`) that share one K/V head, whose `len`
+/// rows are `k` and `v` (`len * hd`), into `o` (`n_rep * hd`, zeroed).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn head_group(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &mut [f32],
+    n_rep: usize,
+    hd: usize,
+    len: usize,
+    scale: f32,
+) {
+    // scores[r * len + t]: query head r against position t.
+    let mut scores = vec![0f32; n_rep * len];
+    for (t, k) in k.chunks_exact(hd).enumerate() {
+        for (r, q) in q.chunks_exact(hd).enumerate() {
+            scores[r * len + t] = dot(q, k) * scale;
+        }
+    }
+    for row in scores.chunks_exact_mut(len) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for s in row.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        let inv = 1.0 / sum;
+        for s in row.iter_mut() {
+            *s *= inv;
+        }
+    }
+    for (t, v) in v.chunks_exact(hd).enumerate() {
+        for (r, o) in o.chunks_exact_mut(hd).enumerate() {
+            axpy(scores[r * len + t], v, o);
+        }
+    }
+}
+
+/// `a . b`, in eight lanes the compiler vectorizes.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// `o += p * v`.
+#[inline(always)]
+fn axpy(p: f32, v: &[f32], o: &mut [f32]) {
+    for (o, v) in o.iter_mut().zip(v) {
+        *o += p * v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::max_abs_diff;
+    use candle_core::Device;
+
+    fn seeded(shape: (usize, usize, usize, usize), seed: u64) -> Tensor {
+        let n = shape.0 * shape.1 * shape.2 * shape.3;
+        let mut x = seed;
+        let vals: Vec<f32> = (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect();
+        Tensor::from_vec(vals, shape, &Device::Cpu).unwrap()
+    }
+
+    /// The kernel agrees with the candle-op form for every sequence of a batch of unequal
+    /// lengths, read out of buffers larger than what they hold, on both the sequential and
+    /// the parallel path.
+    #[test]
+    fn decode_kernel_matches_the_candle_ops() {
+        for (heads, lens) in [
+            (
+                Heads {
+                    n_head: 8,
+                    n_kv_head: 4,
+                    head_dim: 32,
+                },
+                vec![1, 7, 300],
+            ),
+            (
+                Heads {
+                    n_head: 9,
+                    n_kv_head: 3,
+                    head_dim: 64,
+                },
+                vec![2000, 5],
+            ),
+            (
+                Heads {
+                    n_head: 4,
+                    n_kv_head: 4,
+                    head_dim: 12,
+                },
+                vec![3],
+            ),
+        ] {
+            let Heads {
+                n_head,
+                n_kv_head,
+                head_dim,
+            } = heads;
+            let capacity = lens.iter().max().unwrap() + 9;
+            let bufs: Vec<(Tensor, Tensor)> = (0..lens.len() as u64)
+                .map(|j| {
+                    (
+                        seeded((1, n_kv_head, capacity, head_dim), 2 * j + 1),
+                        seeded((1, n_kv_head, capacity, head_dim), 2 * j + 2),
+                    )
+                })
+                .collect();
+            let q = seeded((lens.len(), n_head, 1, head_dim), 99);
+            let seqs: Vec<CachedSequence<'_>> = bufs
+                .iter()
+                .zip(&lens)
+                .map(|((k, v), &len)| CachedSequence { k, v, len })
+                .collect();
+            let got = attend_decode_cpu(&q, &seqs, heads).unwrap();
+            assert_eq!(got.dims(), [1, lens.len(), n_head * head_dim]);
+            for (j, ((k, v), &len)) in bufs.iter().zip(&lens).enumerate() {
+                let want = attend(
+                    &q.narrow(0, j, 1).unwrap(),
+                    &k.narrow(2, 0, len).unwrap(),
+                    &v.narrow(2, 0, len).unwrap(),
+                    None,
+                    heads,
+                )
+                .unwrap();
+                let diff = max_abs_diff(&got.narrow(1, j, 1).unwrap(), &want);
+                assert!(
+                    diff < 1e-5,
+                    "{heads:?} sequence {j} of length {len}: {diff}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_errors_not_panics() {
+        let heads = Heads {
+            n_head: 2,
+            n_kv_head: 1,
+            head_dim: 4,
+        };
+        let k = seeded((1, 1, 3, 4), 1);
+        let q = seeded((1, 2, 1, 4), 2);
+        let beyond = [CachedSequence {
+            k: &k,
+            v: &k,
+            len: 4,
+        }];
+        assert!(attend_decode_cpu(&q, &beyond, heads).is_err());
+        let empty = [CachedSequence {
+            k: &k,
+            v: &k,
+            len: 0,
+        }];
+        assert!(attend_decode_cpu(&q, &empty, heads).is_err());
+        let ok = [CachedSequence {
+            k: &k,
+            v: &k,
+            len: 3,
+        }];
+        assert!(attend_decode_cpu(&q, &ok, heads).is_ok());
+        assert!(attend_decode_cpu(&q, &[], heads).is_err(), "batch mismatch");
+        let strided = seeded((1, 1, 4, 3), 3).transpose(2, 3).unwrap();
+        assert_eq!(strided.dims(), k.dims());
+        let bad = [CachedSequence {
+            k: &strided,
+            v: &k,
+            len: 3,
+        }];
+        assert!(attend_decode_cpu(&q, &bad, heads).is_err());
+    }
+}
