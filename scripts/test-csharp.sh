@@ -46,10 +46,13 @@ assert sorted(listed) == on_disk, f"Compile items {sorted(listed)} != src/*.cs {
 print(f"well-formed; {len(listed)} sources listed, the same as src/*.cs")
 PY
 
-echo "== cargo build (hydra-probe-capi, hydra-engine, hydra-probe, hydra-fault)"
+echo "== cargo test --workspace --no-run (libhydra_probe_ffi.so, hydra-engine, hydra-probe, hydra-fault-corpus)"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build --quiet --manifest-path "$ROOT/Cargo.toml" \
-    -p hydra-probe-capi -p hydra-engine -p hydra-probe -p hydra-fault
+# The same command line (and so the same feature resolution, dev-dependencies included) as
+# scripts/test.sh's `cargo test --workspace`, which has built all of these just before: a
+# `cargo build -p ...` resolves features without dev-dependencies and would compile candle
+# and the engine a second time (minutes on a cold machine).
+cargo test --workspace --no-run --quiet --manifest-path "$ROOT/Cargo.toml"
 BIN=$CARGO_TARGET_DIR/debug
 for f in libhydra_probe_ffi.so hydra-engine hydra-probe hydra-fault-corpus; do
     [[ -e $BIN/$f ]] || { echo "error: $BIN/$f missing after the build" >&2; exit 1; }
