@@ -41,6 +41,44 @@ pub fn attend(
     mask: Option<&Tensor>,
     heads: Heads,
 ) -> candle_core::Result<Tensor> {
+    let (n, len) = (q.dim(2)?, k.dim(2)?);
+    let rows = (SCORES_BLOCK_ELEMS / (heads.n_head * len).max(1)).max(1);
+    if n <= rows {
+        return attend_block(q, k, v, mask, heads);
+    }
+    // A long chunk against a long cache: the queries in blocks, so that each block's scores
+    // stay under SCORES_BLOCK_ELEMS (the rows are independent; the result is the same).
+    let mut ys = Vec::with_capacity(n.div_ceil(rows));
+    for start in (0..n).step_by(rows) {
+        let b = rows.min(n - start);
+        let mask = mask.map(|m| m.narrow(0, start, b)).transpose()?;
+        ys.push(attend_block(
+            &q.narrow(2, start, b)?,
+            k,
+            v,
+            mask.as_ref(),
+            heads,
+        )?);
+    }
+    Tensor::cat(&ys, 1)
+}
+
+/// The most attention scores (f32) one block of queries materialises: 16 MiB. Each score
+/// tensor, and each of the three more of its size that scaling, masking and softmax make,
+/// is then served by the allocator from memory it has already mapped; at 4,000 cached
+/// positions and a 512-token chunk one unblocked tensor is 74 MB, which glibc maps fresh
+/// and the kernel zero-fills on every layer (page faults were about 15% of a 4,000-token
+/// prefill's time; BENCHMARKS.md, #13).
+const SCORES_BLOCK_ELEMS: usize = 1 << 22;
+
+/// [`attend`] for one block of queries.
+fn attend_block(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    heads: Heads,
+) -> candle_core::Result<Tensor> {
     let (n_head, n_kv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
     let n_rep = n_head / n_kv;
     let n = q.dim(2)?;
@@ -343,6 +381,30 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A chunk long enough to be split into query blocks gives what one block gives.
+    #[test]
+    fn blocked_queries_match_one_block() {
+        let heads = Heads {
+            n_head: 8,
+            n_kv_head: 4,
+            head_dim: 16,
+        };
+        let (n, n_past) = (600, 1400);
+        let len = n + n_past;
+        assert!(
+            n * heads.n_head * len > SCORES_BLOCK_ELEMS,
+            "the test must split"
+        );
+        let q = seeded((1, 8, n, 16), 5);
+        let k = seeded((1, 4, len, 16), 6);
+        let v = seeded((1, 4, len, 16), 7);
+        let mask = candle_transformers::utils::build_causal_mask(n, n_past, &Device::Cpu).unwrap();
+        let got = attend(&q, &k, &v, Some(&mask), heads).unwrap();
+        let want = attend_block(&q, &k, &v, Some(&mask), heads).unwrap();
+        assert_eq!(got.dims(), [1, n, 8 * 16]);
+        assert_eq!(max_abs_diff(&got, &want), 0.0);
     }
 
     #[test]
