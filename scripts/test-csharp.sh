@@ -52,7 +52,9 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 # scripts/test.sh's `cargo test --workspace`, which has built all of these just before: a
 # `cargo build -p ...` resolves features without dev-dependencies and would compile candle
 # and the engine a second time (minutes on a cold machine).
+# The shared library itself comes from the capi crate alone (no candle in its tree).
 cargo test --workspace --no-run --quiet --manifest-path "$ROOT/Cargo.toml"
+cargo build --quiet --manifest-path "$ROOT/Cargo.toml" -p hydra-probe-capi --lib
 BIN=$CARGO_TARGET_DIR/debug
 for f in libhydra_probe_ffi.so hydra-engine hydra-probe hydra-fault-corpus; do
     [[ -e $BIN/$f ]] || { echo "error: $BIN/$f missing after the build" >&2; exit 1; }
