@@ -46,13 +46,14 @@ assert sorted(listed) == on_disk, f"Compile items {sorted(listed)} != src/*.cs {
 print(f"well-formed; {len(listed)} sources listed, the same as src/*.cs")
 PY
 
-echo "== cargo test --workspace --no-run (libhydra_probe_ffi.so, hydra-engine, hydra-probe, hydra-fault-corpus)"
+echo "== cargo test --workspace --no-run (hydra-engine, hydra-probe, hydra-fault-corpus) and the capi library"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-# The same command line (and so the same feature resolution, dev-dependencies included) as
-# scripts/test.sh's `cargo test --workspace`, which has built all of these just before: a
-# `cargo build -p ...` resolves features without dev-dependencies and would compile candle
-# and the engine a second time (minutes on a cold machine).
-# The shared library itself comes from the capi crate alone (no candle in its tree).
+# The binaries: the same command line (and so the same feature resolution, dev-dependencies
+# included) as scripts/test.sh's `cargo test --workspace`, which has built them just before;
+# a `cargo build -p hydra-engine ...` resolves features without dev-dependencies and would
+# compile candle and the engine a second time (minutes on a cold machine). The cdylib is not
+# among a test build's outputs, so it is built from the capi crate alone (no candle in its
+# tree).
 cargo test --workspace --no-run --quiet --manifest-path "$ROOT/Cargo.toml"
 cargo build --quiet --manifest-path "$ROOT/Cargo.toml" -p hydra-probe-capi --lib
 BIN=$CARGO_TARGET_DIR/debug
