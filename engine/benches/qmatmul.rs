@@ -1,5 +1,6 @@
-//! Where a prefill chunk's weight matmuls spend their time: candle's quantized kernels
-//! against dequantizing the layer's weights once per chunk and running the f32 GEMM.
+//! One SmolLM2 layer's weight matmuls by every strategy the engine has or had, side by
+//! side: candle's quantized kernels, the engine's packed kernels (`model::packed`),
+//! dequantizing once per chunk for the f32 GEMM, and the GEMM alone.
 //!
 //! ```text
 //! cargo bench -p hydra-engine --bench qmatmul -- [--threads N] [--repeat N]
@@ -7,13 +8,16 @@
 //!
 //! One SmolLM2-135M layer's seven matrices (576 x 576 Q and O, 192 x 576 K and V,
 //! 1536 x 576 gate and up, 576 x 1536 down), Q8_0 (what the engine runs after converting
-//! the Q4_1 file) and Q4_0 (the embedded model's type), for chunks of 1 to 512 rows. Each
-//! strategy runs the seven matmuls on the same random activations; every figure is the
-//! best of `--repeat` runs, strategies interleaved:
-//! - `quantized`: `QMatMul::forward` (activations quantized to Q8 rows, integer dot
-//!   products, 16-row tiles);
-//! - `dequant+f32`: dequantize the seven matrices, then `x @ W^T` with candle's f32 GEMM
-//!   (the cost of dequantizing is paid per chunk, as it would be in the engine);
+//! the Q4_1 file) and Q4_0 (the embedded model's type), for 1 to 512 rows. Each strategy
+//! runs the seven matmuls on the same random activations, on a worker of rayon's pool as
+//! the engine's compute loop does; every figure is the best of `--repeat` runs, strategies
+//! interleaved:
+//! - `candle`: `QMatMul::forward` (activations quantized to Q8 rows, integer dot products,
+//!   16-row tiles, candle's spinning pool);
+//! - `packed`: `PackedMatrix::matmul` on the best instruction set of this CPU, and
+//!   `packed avx2` forced to AVX2 (the difference is AVX-512 VNNI);
+//! - `dequant+f32`: dequantize the seven packed matrices, then `x @ W^T` with candle's f32
+//!   GEMM (the cost of dequantizing is paid per chunk, as it is in the engine);
 //! - `f32 only`: the GEMM alone on weights kept in f32 (an upper bound that would cost 4x
 //!   the weight memory).
 
@@ -22,6 +26,7 @@ use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
+use hydra_engine::model::packed::{Isa, PackedMatrix};
 
 const SHAPES: [(usize, usize); 7] = [
     (576, 576),
@@ -33,14 +38,11 @@ const SHAPES: [(usize, usize); 7] = [
     (576, 1536),
 ];
 
-fn best_ms(repeat: usize, mut f: impl FnMut()) -> f64 {
-    let mut best = f64::MAX;
-    for _ in 0..repeat {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed().as_secs_f64() * 1e3);
-    }
-    best
+/// Milliseconds one call of `f` takes.
+fn ms(f: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 fn main() -> candle_core::Result<()> {
@@ -56,10 +58,10 @@ fn main() -> candle_core::Result<()> {
     }
     hydra_engine::threads::set_cpu_threads(threads).map_err(candle_core::Error::wrap)?;
     let dev = Device::Cpu;
-    println!("# one SmolLM2-135M layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per chunk (and per row)");
-    println!("| weights | rows | quantized | dequant+f32 | f32 only | dequant+f32 / quantized |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0] {
+    println!("# one SmolLM2-135M layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per call (and per row)");
+    println!("| weights | rows | candle | packed ({:?}) | packed avx2 | dequant+f32 | f32 only | packed / candle | dequant+f32 / candle |", Isa::best());
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1, GgmlDType::Q4_0] {
         let mut qs = Vec::new();
         let mut fs = Vec::new();
         for (n, k) in SHAPES {
@@ -72,43 +74,77 @@ fn main() -> candle_core::Result<()> {
             .iter()
             .map(|q| QMatMul::from_arc(q.clone()))
             .collect::<candle_core::Result<_>>()?;
-        for rows in [1usize, 8, 64, 128, 512] {
+        let packed: Vec<PackedMatrix> = qs
+            .iter()
+            .map(|q| Ok(PackedMatrix::from_qtensor(q)?.expect("Q8_0 and Q4_0 pack")))
+            .collect::<candle_core::Result<_>>()?;
+        let packed_avx2: Vec<PackedMatrix> = packed
+            .iter()
+            .filter_map(|p| p.clone().with_isa(Isa::Avx2))
+            .collect();
+        for rows in [1usize, 2, 4, 8, 16, 32, 64, 128, 512] {
             let xs: Vec<Tensor> = SHAPES
                 .iter()
                 .map(|&(_, k)| Tensor::randn(0f32, 1.0, (1, rows, k), &dev))
                 .collect::<candle_core::Result<_>>()?;
-            let mut quantized = || {
+            let xv: Vec<Vec<f32>> = xs
+                .iter()
+                .map(|x| x.flatten_all()?.to_vec1())
+                .collect::<candle_core::Result<_>>()?;
+            let candle = || {
                 for (m, x) in mms.iter().zip(&xs) {
                     m.forward(x).expect("quantized matmul");
                 }
             };
-            let mut dequant = || {
-                for (q, x) in qs.iter().zip(&xs) {
-                    let w = q.dequantize(&dev).expect("dequantize");
+            let run_packed = |ps: &[PackedMatrix]| {
+                for (p, x) in ps.iter().zip(&xv) {
+                    std::hint::black_box(p.matmul(x, rows));
+                }
+            };
+            let dequant = || {
+                for (p, x) in packed.iter().zip(&xs) {
+                    let (n, k) = p.dims();
+                    let w = Tensor::from_vec(p.dequantize(), (n, k), &Device::Cpu).expect("w");
                     x.broadcast_matmul(&w.t().expect("t")).expect("f32 matmul");
                 }
             };
-            let mut f32_only = || {
+            let f32_only = || {
                 for (w, x) in fs.iter().zip(&xs) {
                     x.broadcast_matmul(&w.t().expect("t")).expect("f32 matmul");
                 }
             };
-            quantized();
-            dequant();
-            f32_only();
-            let (mut a, mut b, mut c) = (f64::MAX, f64::MAX, f64::MAX);
-            for _ in 0..repeat {
-                a = a.min(best_ms(1, &mut quantized));
-                b = b.min(best_ms(1, &mut dequant));
-                c = c.min(best_ms(1, &mut f32_only));
-            }
-            let per = |ms: f64| format!("{ms:.2} ({:.3})", ms / rows as f64);
+            let mut best = [f64::MAX; 5];
+            hydra_engine::threads::run_in_pool(|| {
+                for round in 0..=repeat {
+                    let times = [
+                        ms(candle),
+                        ms(|| run_packed(&packed)),
+                        if packed_avx2.is_empty() {
+                            f64::NAN
+                        } else {
+                            ms(|| run_packed(&packed_avx2))
+                        },
+                        ms(dequant),
+                        ms(f32_only),
+                    ];
+                    // Round 0 warms caches and pools.
+                    if round > 0 {
+                        for (b, t) in best.iter_mut().zip(times) {
+                            *b = b.min(t);
+                        }
+                    }
+                }
+            });
+            let per = |ms: f64| format!("{ms:.3} ({:.4})", ms / rows as f64);
             println!(
-                "| {dtype:?} | {rows} | {} | {} | {} | {:.2} |",
-                per(a),
-                per(b),
-                per(c),
-                b / a
+                "| {dtype:?} | {rows} | {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+                per(best[0]),
+                per(best[1]),
+                per(best[2]),
+                per(best[3]),
+                per(best[4]),
+                best[1] / best[0],
+                best[3] / best[0]
             );
         }
     }

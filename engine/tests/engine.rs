@@ -94,12 +94,12 @@ fn written_gguf_loads_generates_and_matches_reference() {
 }
 
 #[test]
-fn q4_1_is_converted_by_default_and_can_be_kept() {
+fn q5_0_is_converted_by_default_and_can_be_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q41.gguf");
-    common::write_test_gguf(&path, GgmlDType::Q4_1, 7);
+    let path = dir.path().join("q50.gguf");
+    common::write_test_gguf(&path, GgmlDType::Q5_0, 7);
     let conv = Model::load_gguf(&path, &LoadOptions::default()).unwrap();
-    assert_eq!(conv.info().quantization, "Q4_1->Q8_0");
+    assert_eq!(conv.info().quantization, "Q5_0->Q8_0");
     let kept = Model::load_gguf(
         &path,
         &LoadOptions {
@@ -108,7 +108,7 @@ fn q4_1_is_converted_by_default_and_can_be_kept() {
         },
     )
     .unwrap();
-    assert_eq!(kept.info().quantization, "Q4_1");
+    assert_eq!(kept.info().quantization, "Q5_0");
     assert_ne!(conv.info().fingerprint, kept.info().fingerprint);
     let q40 = Model::load_gguf(
         &path,
@@ -118,8 +118,20 @@ fn q4_1_is_converted_by_default_and_can_be_kept() {
         },
     )
     .unwrap();
-    assert_eq!(q40.info().quantization, "Q4_1->Q4_0");
+    assert_eq!(q40.info().quantization, "Q5_0->Q4_0");
     let model = Arc::new(conv);
+    let mut slots = Slots::new(model.clone(), 1, 256).unwrap();
+    let prompt = model.tokenizer().encode("hello", false);
+    assert_eq!(greedy(&mut slots, 0, &prompt, 8).len(), 8);
+}
+
+#[test]
+fn q4_1_runs_as_stored_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q41.gguf");
+    common::write_test_gguf(&path, GgmlDType::Q4_1, 7);
+    let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
+    assert_eq!(model.info().quantization, "Q4_1");
     let mut slots = Slots::new(model.clone(), 1, 256).unwrap();
     let prompt = model.tokenizer().encode("hello", false);
     assert_eq!(greedy(&mut slots, 0, &prompt, 8).len(), 8);

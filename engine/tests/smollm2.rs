@@ -6,8 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use hydra_engine::model::quant::convert_gguf_file;
-use hydra_engine::{Conversion, LoadOptions, Model, Slots, Tokenizer};
+use hydra_engine::{LoadOptions, Model, Slots, Tokenizer};
 
 /// Expected ids from Hugging Face `tokenizers` built from this GGUF's vocab
 /// and merges with SmolLM2's pre-tokenizer (Digits(individual) + ByteLevel).
@@ -63,12 +62,12 @@ fn smollm2_answers_paris_and_matches_reference() {
     let t = std::time::Instant::now();
     let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
     println!(
-        "load (with Q4_1->Q8_0 conversion): {:.2}s",
+        "load (Q4_1, repacked for the engine's kernels): {:.2}s",
         t.elapsed().as_secs_f64()
     );
     let info = model.info();
     assert_eq!(info.architecture, "llama");
-    assert_eq!(info.quantization, "Q4_1->Q8_0");
+    assert_eq!(info.quantization, "Q4_1");
     assert_eq!(info.vocab_size, 49152);
     assert_eq!(info.n_ctx_train, 8192);
     assert_eq!(info.eos_tokens, vec![2]);
@@ -91,13 +90,9 @@ fn smollm2_answers_paris_and_matches_reference() {
     streamed += &sd.finish();
     assert_eq!(streamed, text);
 
-    // The reference runs the very weights we run: the converted file.
+    // The reference runs the very weights we run, with candle's own Q4_1 kernels.
     let t = std::time::Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let converted = dir.path().join("smollm2-q8_0.gguf");
-    let q = convert_gguf_file(&path, &converted, Conversion::default()).unwrap();
-    assert_eq!(q, "Q4_1->Q8_0");
-    let reference = common::reference_greedy(&converted, &prompt, 32);
-    println!("convert + reference: {:.2}s", t.elapsed().as_secs_f64());
+    let reference = common::reference_greedy(&path, &prompt, 32);
+    println!("reference: {:.2}s", t.elapsed().as_secs_f64());
     assert_eq!(out.tokens, reference, "ours {:?}", text);
 }

@@ -135,13 +135,13 @@ impl LlamaConfig {
         if self.head_dim == 0 {
             return bad("zero head size".into());
         }
-        if self.n_head % self.n_kv_head != 0 {
+        if !self.n_head.is_multiple_of(self.n_kv_head) {
             return bad(format!(
                 "head count {} is not a multiple of the KV head count {}",
                 self.n_head, self.n_kv_head
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return bad(format!("head size {} is odd", self.head_dim()));
         }
         if let RopeScaling::Factors(f) = &self.rope_scaling {

@@ -7,11 +7,13 @@ pub(crate) mod gguf_load;
 pub(crate) mod kv_cache;
 pub mod layer_hook;
 pub(crate) mod llama;
+pub mod packed;
 pub mod quant;
 pub(crate) mod qwen2;
 pub(crate) mod qwen3;
 mod support;
 pub(crate) mod transformer;
+pub(crate) mod weight;
 
 pub use layer_hook::LayerHook;
 pub use support::{describe_gguf, Support};

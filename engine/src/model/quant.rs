@@ -1,10 +1,11 @@
 //! Load-time conversion of quantized weights to types with fast kernels.
 //!
 //! candle's CPU backend has SIMD dot products for Q4_0, Q8_0 and the K-quants,
-//! but only scalar code for Q4_1, Q5_0, Q5_1 and Q8_1: SmolLM2-135M as shipped
-//! (Q4_1) decodes about 2.3x slower than after conversion to Q8_0. Conversion
-//! dequantizes to f32 and requantizes; Q4_1 -> Q8_0 is close to lossless,
-//! -> Q4_0 loses a little more but keeps the size.
+//! but only scalar code for Q4_1, Q5_0, Q5_1 and Q8_1. On the CPU the engine runs
+//! Q4_0, Q4_1 and Q8_0 with its own kernels (`model::packed`), so of these only
+//! Q5_0, Q5_1 and Q8_1 are slow; on a GPU, candle's kernels cover them all.
+//! Conversion dequantizes to f32 and requantizes; to Q8_0 it is close to lossless,
+//! to Q4_0 it loses a little more but keeps the size.
 
 use std::fmt;
 use std::path::Path;
@@ -103,10 +104,11 @@ pub fn dtype_name(d: GgmlDType) -> &'static str {
     }
 }
 
-/// Whether candle has a fast matmul kernel for `dtype` on `device`.
+/// Whether the engine has a fast matmul kernel for `dtype` on `device` (its own for Q4_1
+/// on the CPU, candle's for the rest).
 pub fn has_fast_path(dtype: GgmlDType, device: &Device) -> bool {
     match dtype {
-        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => !device.is_cpu(),
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => !device.is_cpu(),
         _ => true,
     }
 }
@@ -126,7 +128,7 @@ pub fn conversion_for(t: &QTensor, conv: Conversion, device: &Device) -> Option<
         Conversion::Always(tg) => (tg.dtype(), is_quantized(d)),
     };
     let dims = t.shape().dims();
-    let fits = dims.len() == 2 && dims[1] % target.block_size() == 0;
+    let fits = dims.len() == 2 && dims[1].is_multiple_of(target.block_size());
     (wanted && fits && d != target).then_some(target)
 }
 
@@ -226,11 +228,13 @@ mod tests {
             .reshape((64, 32))
             .unwrap();
         let q41 = QTensor::quantize(&f, GgmlDType::Q4_1).unwrap();
+        let q50 = QTensor::quantize(&f, GgmlDType::Q5_0).unwrap();
         let q80 = QTensor::quantize(&f, GgmlDType::Q8_0).unwrap();
         let auto = Conversion::default();
-        assert_eq!(conversion_for(&q41, auto, &dev), Some(GgmlDType::Q8_0));
+        assert_eq!(conversion_for(&q50, auto, &dev), Some(GgmlDType::Q8_0));
+        assert_eq!(conversion_for(&q41, auto, &dev), None);
         assert_eq!(conversion_for(&q80, auto, &dev), None);
-        assert_eq!(conversion_for(&q41, Conversion::Never, &dev), None);
+        assert_eq!(conversion_for(&q50, Conversion::Never, &dev), None);
         let c = convert(&q41, GgmlDType::Q8_0).unwrap();
         assert_eq!(c.dtype(), GgmlDType::Q8_0);
         assert_eq!(c.shape().dims(), &[64, 32]);

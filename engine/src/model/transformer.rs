@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::Embedding;
 use candle_transformers::quantized_nn::RmsNorm;
@@ -22,6 +22,7 @@ use super::attention::{self, CachedSequence, Heads};
 use super::config::{LlamaConfig, RopeScaling};
 use super::kv_cache::KvCache;
 use super::layer_hook::LayerHook;
+use super::weight::Weight;
 use crate::error::{EngineError, Result};
 
 /// One sequence of a forward: the tokens to run and the cache they extend.
@@ -139,44 +140,26 @@ pub(crate) struct AttentionParts {
 
 #[derive(Debug)]
 struct Attention {
-    wq: QMatMul,
-    wk: QMatMul,
-    wv: QMatMul,
-    wo: QMatMul,
+    wq: Weight,
+    wk: Weight,
+    wv: Weight,
+    wo: Weight,
     bias: Option<[Tensor; 3]>,
     qk_norm: Option<(RmsNorm, RmsNorm)>,
 }
 
-/// Rows from which a CPU weight matmul dequantizes the matrix and runs candle's f32 GEMM
-/// instead of the quantized kernel: `engine/benches/qmatmul.rs` measured one SmolLM2 layer
-/// at 0.20x the quantized kernel's time for 64 rows and 0.11-0.20x for 128-512, the
-/// dequantization included (BENCHMARKS.md, #13). Decode steps (a row per slot) keep the
-/// quantized kernel, which reads 4x fewer bytes per weight.
-const DEQUANT_MIN_ROWS: usize = 64;
-
-/// `xs @ w^T` for the rows of `xs`, by the rule of [`DEQUANT_MIN_ROWS`].
-fn weight_matmul(w: &QMatMul, xs: &Tensor) -> candle_core::Result<Tensor> {
-    let rows = xs.elem_count() / xs.dim(D::Minus1)?.max(1);
-    match w {
-        QMatMul::QTensor(q) if rows >= DEQUANT_MIN_ROWS && xs.device().is_cpu() => {
-            xs.broadcast_matmul(&q.dequantize(xs.device())?.t()?)
-        }
-        _ => w.forward(xs),
-    }
-}
-
 #[derive(Debug)]
 struct Mlp {
-    w_gate: QMatMul,
-    w_down: QMatMul,
-    w_up: QMatMul,
+    w_gate: Weight,
+    w_down: Weight,
+    w_up: Weight,
 }
 
 impl Mlp {
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        let gate = weight_matmul(&self.w_gate, xs)?;
-        let up = weight_matmul(&self.w_up, xs)?;
-        weight_matmul(&self.w_down, &(candle_nn::ops::silu(&gate)? * up)?)
+        let gate = self.w_gate.forward(xs)?;
+        let up = self.w_up.forward(xs)?;
+        self.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)
     }
 }
 
@@ -195,7 +178,7 @@ pub(crate) struct DecoderWeights {
     embeddings: Embedding,
     layers: Vec<Layer>,
     norm: RmsNorm,
-    output: QMatMul,
+    output: Weight,
     device: Device,
 }
 
@@ -238,10 +221,13 @@ impl DecoderWeights {
         let tok = take(&mut tensors, "token_embd.weight", &[v, e]).map_err(invalid)?;
         let embeddings = Embedding::new(tok.dequantize(device)?, e);
         let output = if tensors.contains_key("output.weight") {
-            QMatMul::from_qtensor(take(&mut tensors, "output.weight", &[v, e]).map_err(invalid)?)?
+            Weight::new(
+                Arc::new(take(&mut tensors, "output.weight", &[v, e]).map_err(invalid)?),
+                device,
+            )?
         } else {
             // Tied embeddings: the output projection reuses the quantized embedding matrix.
-            QMatMul::from_arc(Arc::new(tok))?
+            Weight::new(Arc::new(tok), device)?
         };
         let norm = take(&mut tensors, "output_norm.weight", &[e]).map_err(invalid)?;
         let norm = RmsNorm::from_qtensor(norm, cfg.rms_eps)?;
@@ -250,7 +236,7 @@ impl DecoderWeights {
             let mut get = |name: &str, dims: &[usize]| -> Result<QTensor> {
                 take(&mut tensors, &format!("blk.{i}.{name}"), dims).map_err(invalid)
             };
-            let mm = QMatMul::from_qtensor;
+            let mm = |t: QTensor| Weight::new(Arc::new(t), device);
             let bias = if parts.qkv_bias {
                 Some([
                     get("attn_q.bias", &[q_dim])?.dequantize(device)?,
@@ -306,9 +292,9 @@ impl DecoderWeights {
         let cfg = &self.cfg;
         let (b, s, _) = xs.dims3()?;
         let hd = cfg.head_dim();
-        let mut q = weight_matmul(&attn.wq, xs)?;
-        let mut k = weight_matmul(&attn.wk, xs)?;
-        let mut v = weight_matmul(&attn.wv, xs)?;
+        let mut q = attn.wq.forward(xs)?;
+        let mut k = attn.wk.forward(xs)?;
+        let mut v = attn.wv.forward(xs)?;
         if let Some([bq, bk, bv]) = &attn.bias {
             q = q.broadcast_add(bq)?;
             k = k.broadcast_add(bk)?;
@@ -390,7 +376,7 @@ impl DecoderWeights {
                 Some(rows) => self.attend_decode(i, qkv, seqs, rope, rows)?,
                 None => self.attend_chunks(i, qkv, seqs, rope, &masks)?,
             };
-            let y = weight_matmul(&layer.attn.wo, &y)?;
+            let y = layer.attn.wo.forward(&y)?;
             let h1 = (y + residual)?;
             let residual = &h1;
             let xs = layer.ffn_norm.forward(&h1)?;

@@ -140,8 +140,8 @@ impl DeviceLayerSignal {
     }
 }
 
-/// The compute stream's host callbacks (`cuLaunchHostFunc`): the engine's only unsafe code
-/// (cudarc has no safe API for it).
+/// The compute stream's host callbacks (`cuLaunchHostFunc`): unsafe code because cudarc has
+/// no safe API for it.
 #[cfg(feature = "cuda")]
 #[allow(unsafe_code)]
 mod cuda {

@@ -1,0 +1,181 @@
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+
+use super::*;
+
+/// Deterministic values in about [-1, 1) (a small LCG; no RNG crate needed).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+        })
+        .collect()
+}
+
+fn quantized(n: usize, k: usize, dtype: GgmlDType, seed: u64) -> Arc<QTensor> {
+    let w = Tensor::from_vec(values(n * k, seed), (n, k), &Device::Cpu).unwrap();
+    Arc::new(QTensor::quantize(&w, dtype).unwrap())
+}
+
+fn candle_matmul(q: &Arc<QTensor>, x: &[f32], rows: usize) -> Vec<f32> {
+    let k = q.shape().dims()[1];
+    let xs = Tensor::from_vec(x.to_vec(), (rows, k), &Device::Cpu).unwrap();
+    let mm = QMatMul::from_arc(q.clone()).unwrap();
+    mm.forward(&xs)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+/// `|a - b| <= tol * scale` element-wise, where `scale` is the largest magnitude of `b`.
+fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    let scale = b.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * scale,
+            "{what}: element {i}: {x} vs {y} (scale {scale})"
+        );
+    }
+}
+
+#[test]
+fn every_isa_agrees_with_candle_for_each_type_and_any_row_count() {
+    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
+        // 160 blocks a row: three segments, the last one short.
+        let (n, k) = (37, 160 * 32);
+        let q = quantized(n, k, dtype, 7);
+        let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
+        for rows in [1, 2, 3, 4, 5, 9] {
+            let x = values(rows * k, rows as u64);
+            let reference = candle_matmul(&q, &x, rows);
+            let scalar = packed
+                .clone()
+                .with_isa(Isa::Scalar)
+                .unwrap()
+                .matmul(&x, rows);
+            // candle rounds each activation block's scale to f16; these keep it in f32.
+            assert_close(
+                &scalar,
+                &reference,
+                2e-3,
+                &format!("{dtype:?} scalar, {rows} rows"),
+            );
+            for &isa in &isas {
+                let got = packed.clone().with_isa(isa).unwrap().matmul(&x, rows);
+                // Integer dot products are exact; only the f32 summation order differs.
+                assert_close(
+                    &got,
+                    &scalar,
+                    1e-5,
+                    &format!("{dtype:?} {isa:?}, {rows} rows"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn parallel_chunks_give_the_sequential_result() {
+    // Large enough to be split over the pool (n * k * rows >= PARALLEL_MIN_WORK).
+    let (n, k, rows) = (1001, 256, 3);
+    assert!(n * k * rows >= PARALLEL_MIN_WORK);
+    let q = quantized(n, k, GgmlDType::Q8_0, 3);
+    let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
+    let x = values(rows * k, 11);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let split = pool.install(|| packed.matmul(&x, rows));
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap()
+        .install(|| packed.matmul(&x, rows));
+    assert_eq!(split, one);
+}
+
+#[test]
+fn dequantize_gives_candles_weights() {
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
+        let q = quantized(65, 96, dtype, 5);
+        let ours = PackedMatrix::from_qtensor(&q)
+            .unwrap()
+            .unwrap()
+            .dequantize();
+        let theirs: Vec<f32> = q
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        // Q4_1 computes `d * u + m` in another order than candle's.
+        assert_close(&ours, &theirs, 1e-6, &format!("{dtype:?}"));
+    }
+}
+
+#[test]
+fn other_types_and_shapes_are_not_packed() {
+    assert!(
+        PackedMatrix::from_qtensor(&quantized(8, 256, GgmlDType::Q4K, 1))
+            .unwrap()
+            .is_none()
+    );
+    let v = Tensor::from_vec(values(64, 1), 64, &Device::Cpu).unwrap();
+    let one_d = QTensor::quantize(&v, GgmlDType::Q8_0).unwrap();
+    assert!(PackedMatrix::from_qtensor(&one_d).unwrap().is_none());
+    assert!(!PackedMatrix::supports(GgmlDType::Q8_0, 48));
+}
+
+#[test]
+fn hostile_weights_compute_without_panicking() {
+    // Quants at -128 (never written by a quantizer, legal in a file) and non-finite scales.
+    let (n, k) = (4, 64);
+    let q = quantized(n, k, GgmlDType::Q8_0, 9);
+    let mut bytes = q.data().unwrap().into_owned();
+    for b in bytes.chunks_exact_mut(34) {
+        b[2..].fill(0x80);
+    }
+    bytes[0..2].copy_from_slice(&half::f16::NAN.to_le_bytes());
+    bytes[34..36].copy_from_slice(&half::f16::INFINITY.to_le_bytes());
+    let hostile = QTensor::new(
+        candle_core::quantized::QStorage::from_data(
+            std::borrow::Cow::Owned(bytes),
+            &Device::Cpu,
+            GgmlDType::Q8_0,
+        )
+        .unwrap(),
+        (n, k),
+    )
+    .unwrap();
+    let packed = PackedMatrix::from_qtensor(&hostile).unwrap().unwrap();
+    let x = values(2 * k, 2);
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        let out = packed.clone().with_isa(isa).unwrap().matmul(&x, 2);
+        assert_eq!(out.len(), 2 * n);
+        // Rows 2 and 3 have finite scales: their dot with -128 everywhere is finite.
+        assert!(out[2].is_finite() && out[3].is_finite(), "{isa:?}: {out:?}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "activations are not rows * k")]
+fn wrong_activation_length_is_refused() {
+    let packed = PackedMatrix::from_qtensor(&quantized(4, 64, GgmlDType::Q8_0, 1))
+        .unwrap()
+        .unwrap();
+    packed.matmul(&[0.0; 10], 1);
+}

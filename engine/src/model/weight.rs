@@ -1,0 +1,71 @@
+//! A weight matrix of a decoder and the one rule for multiplying activations with it.
+//!
+//! On the CPU, Q8_0 and Q4_0 matrices are repacked at load for the engine's own kernels
+//! ([`super::packed`]); every other type, and every matrix on a GPU, stays a candle
+//! `QMatMul`. By row count:
+//! - fewer than [`DEQUANT_MIN_ROWS`] rows (decode steps, short chunks): the quantized
+//!   kernels;
+//! - more: the matrix is dequantized and candle's f32 GEMM runs. `engine/benches/qmatmul.rs`
+//!   measured one SmolLM2 layer at 0.20x the quantized kernel's time for 64 rows and
+//!   0.11-0.20x for 128-512, the dequantization included (BENCHMARKS.md, #13).
+
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor, D};
+
+use super::packed::PackedMatrix;
+
+/// Rows from which a CPU weight matmul dequantizes the matrix and runs the f32 GEMM.
+const DEQUANT_MIN_ROWS: usize = 64;
+
+/// A weight matrix `(out, in)`.
+#[derive(Debug)]
+pub(crate) enum Weight {
+    /// Repacked for [`PackedMatrix`] (CPU, Q8_0 and Q4_0).
+    Packed(PackedMatrix),
+    /// candle's quantized matmul (other types, and GPUs).
+    Candle(QMatMul),
+}
+
+impl Weight {
+    /// The weight for `t` on `device`.
+    pub(crate) fn new(t: Arc<QTensor>, device: &Device) -> candle_core::Result<Self> {
+        if device.is_cpu() {
+            if let Some(p) = PackedMatrix::from_qtensor(&t)? {
+                return Ok(Self::Packed(p));
+            }
+        }
+        Ok(Self::Candle(QMatMul::from_arc(t)?))
+    }
+
+    /// `xs @ W^T` over the last dimension of `xs`.
+    pub(crate) fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
+        let k = xs.dim(D::Minus1)?;
+        let rows = xs.elem_count() / k.max(1);
+        match self {
+            Self::Packed(p) => {
+                let (n, pk) = p.dims();
+                if k != pk {
+                    candle_core::bail!("matmul: activations have {k} columns, weights {pk}");
+                }
+                let mut dims = xs.dims().to_vec();
+                *dims.last_mut().expect("k was read from the last dimension") = n;
+                let out = if rows >= DEQUANT_MIN_ROWS {
+                    let w = Tensor::from_vec(p.dequantize(), (n, k), xs.device())?;
+                    xs.reshape((rows, k))?.matmul(&w.t()?)?
+                } else {
+                    let x = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                    Tensor::from_vec(p.matmul(&x, rows), (rows, n), xs.device())?
+                };
+                out.reshape(dims)
+            }
+            Self::Candle(QMatMul::QTensor(q))
+                if rows >= DEQUANT_MIN_ROWS && xs.device().is_cpu() =>
+            {
+                xs.broadcast_matmul(&q.dequantize(xs.device())?.t()?)
+            }
+            Self::Candle(w) => w.forward(xs),
+        }
+    }
+}
