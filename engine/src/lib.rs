@@ -34,8 +34,8 @@
 
 #![deny(missing_docs)]
 // No unsafe code, except the one CUDA host-callback launch (`server::layer_signal`, behind
-// the `cuda` feature), which has no safe API in cudarc, and the x86 SIMD loads of the packed
-// matmul kernels (`model::packed::kernels`); `deny` lets those modules allow it.
+// the `cuda` feature), which has no safe API in cudarc, and the x86 SIMD kernels of the packed
+// matmuls (`model::packed`); `deny` lets those modules allow it.
 #![deny(unsafe_code)]
 
 pub mod device;

@@ -1,14 +1,24 @@
 //! Activation rows quantized to 8-bit blocks of 32, the form the packed kernels multiply.
 //!
-//! Each block keeps its scale in f32 and the sum of its quants, plain (the kernels take the
+//! Each block keeps its scale in f32 and the sum of its quants (the kernels take the
 //! weights' unsigned offset back out of an unsigned-by-signed dot product with it:
-//! `sum((w + o) * x) - o * sum(x) = sum(w * x)`) and times the scale (for the per-block
-//! minimum of Q4_1 weights: `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`).
+//! `sum((w + o) * x) - o * sum(x) = sum(w * x)`), and that sum times the scale (for the
+//! per-block minimum of Q4_1 weights: `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`).
+//! The per-block values of a row are padded with zeros to a multiple of [`GROUP`] blocks, so
+//! that the kernels load them eight at a time with no tail.
 
 use half::f16;
 
 /// Values per quantized block.
 pub const BLOCK: usize = 32;
+
+/// Blocks whose per-block values the kernels handle at once.
+pub const GROUP: usize = 8;
+
+/// Per-block entries of a row of `blocks` blocks: `blocks` rounded up to [`GROUP`].
+pub fn padded(blocks: usize) -> usize {
+    blocks.next_multiple_of(GROUP)
+}
 
 /// `rows` activation rows of `k` values each, quantized per block of [`BLOCK`].
 #[derive(Debug, Clone)]
@@ -17,34 +27,22 @@ pub struct QuantizedRows {
     rows: usize,
     quants: Vec<i8>,
     scales: Vec<f32>,
-    sums: Vec<i32>,
+    sums: Vec<f32>,
     scaled_sums: Vec<f32>,
 }
 
-/// One quantized row: its quants, block scales and block sums.
+/// One quantized row: its quants and, padded to [`padded`] entries with zeros, its block
+/// scales, quant sums and scaled sums.
 #[derive(Debug, Clone, Copy)]
 pub struct QuantizedRow<'a> {
     /// `k` quants.
     pub quants: &'a [i8],
-    /// One scale per block.
+    /// The scale of each block.
     pub scales: &'a [f32],
-    /// One sum of quants per block.
-    pub sums: &'a [i32],
-    /// One sum of quants per block, times the block's scale.
+    /// The sum of each block's quants (an integer of at most 32 * 127, exact in f32).
+    pub sums: &'a [f32],
+    /// The sum of each block's quants times its scale, rounded to f16 as ggml's Q8_1 has it.
     pub scaled_sums: &'a [f32],
-}
-
-impl<'a> QuantizedRow<'a> {
-    /// Blocks `first..first + len` of the row.
-    pub fn blocks(&self, first: usize, len: usize) -> QuantizedRow<'a> {
-        let b = first..first + len;
-        QuantizedRow {
-            quants: &self.quants[first * BLOCK..(first + len) * BLOCK],
-            scales: &self.scales[b.clone()],
-            sums: &self.sums[b.clone()],
-            scaled_sums: &self.scaled_sums[b],
-        }
-    }
 }
 
 impl QuantizedRows {
@@ -59,26 +57,34 @@ impl QuantizedRows {
             "row width {k} is not a multiple of {BLOCK}"
         );
         assert_eq!(x.len(), rows * k, "activation length");
-        let blocks = rows * k / BLOCK;
+        let stride = padded(k / BLOCK);
         let mut quants = vec![0i8; rows * k];
-        let mut scales = Vec::with_capacity(blocks);
-        let mut sums = Vec::with_capacity(blocks);
-        let mut scaled_sums = Vec::with_capacity(blocks);
-        for (xb, qb) in x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK)) {
-            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (q, v) in qb.iter_mut().zip(xb) {
-                // `as` saturates and maps NaN to 0.
-                *q = (v * id).round() as i8;
-                sum += i32::from(*q);
+        let mut scales = vec![0f32; rows * stride];
+        let mut sums = vec![0f32; rows * stride];
+        let mut scaled_sums = vec![0f32; rows * stride];
+        for (r, (xr, qr)) in x
+            .chunks_exact(k)
+            .zip(quants.chunks_exact_mut(k))
+            .enumerate()
+        {
+            let blocks = xr.chunks_exact(BLOCK).zip(qr.chunks_exact_mut(BLOCK));
+            for (b, (xb, qb)) in blocks.enumerate() {
+                let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let mut sum = 0i32;
+                for (q, v) in qb.iter_mut().zip(xb) {
+                    // `as` saturates and maps NaN to 0.
+                    *q = (v * id).round() as i8;
+                    sum += i32::from(*q);
+                }
+                // Stored as ggml stores them (Q8_0's and Q8_1's f16 fields), so that results
+                // equal candle's and llama.cpp's up to the order of summation.
+                let at = r * stride + b;
+                scales[at] = f16::from_f32(d).to_f32();
+                sums[at] = sum as f32;
+                scaled_sums[at] = f16::from_f32(d * sum as f32).to_f32();
             }
-            // Stored as ggml stores them (Q8_0's and Q8_1's f16 fields), so that results
-            // equal candle's and llama.cpp's up to the order of summation.
-            scales.push(f16::from_f32(d).to_f32());
-            sums.push(sum);
-            scaled_sums.push(f16::from_f32(d * sum as f32).to_f32());
         }
         Self {
             k,
@@ -97,12 +103,13 @@ impl QuantizedRows {
 
     /// Row `m`.
     pub fn row(&self, m: usize) -> QuantizedRow<'_> {
-        let blocks = self.k / BLOCK;
+        let stride = padded(self.k / BLOCK);
+        let per_block = m * stride..(m + 1) * stride;
         QuantizedRow {
             quants: &self.quants[m * self.k..(m + 1) * self.k],
-            scales: &self.scales[m * blocks..(m + 1) * blocks],
-            sums: &self.sums[m * blocks..(m + 1) * blocks],
-            scaled_sums: &self.scaled_sums[m * blocks..(m + 1) * blocks],
+            scales: &self.scales[per_block.clone()],
+            sums: &self.sums[per_block.clone()],
+            scaled_sums: &self.scaled_sums[per_block],
         }
     }
 }
@@ -118,17 +125,14 @@ mod tests {
         let r = q.row(0);
         assert_eq!(r.scales[0], f16::from_f32(20.0 / 127.0).to_f32());
         assert_eq!(r.quants[0], -127);
-        assert_eq!(
-            r.sums[0],
-            r.quants[..32].iter().map(|&v| i32::from(v)).sum::<i32>()
-        );
+        let sum0: i32 = r.quants[..32].iter().map(|&v| i32::from(v)).sum();
+        assert_eq!(r.sums[0], sum0 as f32);
         assert_eq!(r.quants[63], 127);
         let d1 = 43.0f32 / 127.0;
-        assert_eq!(
-            r.scaled_sums[1],
-            f16::from_f32(d1 * r.sums[1] as f32).to_f32()
-        );
-        assert_eq!(r.blocks(1, 1).quants, &r.quants[32..]);
+        assert_eq!(r.scaled_sums[1], f16::from_f32(d1 * r.sums[1]).to_f32());
+        // Two blocks, padded to a group of 8 with zeros.
+        assert_eq!(r.scales.len(), GROUP);
+        assert!(r.scales[2..].iter().chain(&r.sums[2..]).all(|&v| v == 0.0));
     }
 
     #[test]

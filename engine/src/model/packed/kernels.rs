@@ -7,14 +7,16 @@
 //! (and for 4-bit unpacked) once and multiplied with every activation row of the group,
 //! so a batch of rows reads the weights once.
 
-use super::activations::{QuantizedRow, BLOCK};
+use half::f16;
+
+use super::activations::{padded, QuantizedRow, BLOCK, GROUP};
 
 /// An instruction set the kernels are written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// Portable Rust; the reference the others are tested against.
     Scalar,
-    /// AVX2 and FMA (`vpmaddubsw`, `vpmaddwd`).
+    /// AVX2, FMA and F16C (`vpmaddubsw`, `vpmaddwd`).
     Avx2,
     /// AVX-512 VNNI on 256-bit vectors (`vpdpbusd`): one instruction per block and row.
     Avx512Vnni,
@@ -29,7 +31,11 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => {
                 Isa::Avx2.is_available()
@@ -91,65 +97,88 @@ impl Kind {
     }
 }
 
-/// `[sum over blocks of d * dx * dot(u - offset, x) for each row of acts]`, where `u` and `d`
-/// are one weight row of `kind` (`w`, `scales`: `scales.len()` blocks) and `x` and `dx` a row
-/// of `acts` (each holding as many blocks). Q4_1's minimum is the caller's to add.
+/// A packed weight row of `quants.len() / kind.block_bytes()` blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightRow<'a> {
+    /// The stored quants.
+    pub quants: &'a [u8],
+    /// One f16 scale per block, padded with zeros to [`padded`] entries.
+    pub scales: &'a [f16],
+    /// One f16 minimum per block, padded likewise (Q4_1), or empty.
+    pub mins: &'a [f16],
+}
+
+/// `[dot(w, a) for a in acts]`: for each activation row, the sum over blocks of
+/// `d * dx * dot(u - offset, x)`, plus `m * dx * sum(x)` for Q4_1.
 ///
 /// # Panics
-/// When the lengths disagree, or `isa` is not available on this CPU.
-pub fn row_dots<const M: usize>(
+/// When the lengths of the rows disagree.
+///
+/// # Safety
+/// `isa` must be available on this CPU ([`Isa::is_available`]).
+pub unsafe fn row_dots<const M: usize>(
     isa: Isa,
     kind: Kind,
-    w: &[u8],
-    scales: &[f32],
+    w: WeightRow<'_>,
     acts: &[QuantizedRow<'_>; M],
 ) -> [f32; M] {
-    let blocks = scales.len();
-    assert_eq!(w.len(), blocks * kind.block_bytes(), "weight row length");
+    let blocks = w.quants.len() / kind.block_bytes();
+    let pad = padded(blocks);
+    assert_eq!(
+        w.quants.len(),
+        blocks * kind.block_bytes(),
+        "weight row length"
+    );
+    assert_eq!(w.scales.len(), pad, "weight scales");
+    let has_mins = kind == Kind::Q4_1;
+    assert_eq!(w.mins.len(), if has_mins { pad } else { 0 }, "minimums");
     for a in acts {
         assert!(
-            a.quants.len() == blocks * BLOCK && a.scales.len() == blocks && a.sums.len() == blocks,
+            a.quants.len() == blocks * BLOCK
+                && a.scales.len() == pad
+                && a.sums.len() == pad
+                && a.scaled_sums.len() == pad,
             "activation row length"
         );
     }
     match isa {
-        Isa::Scalar => scalar(kind, w, scales, acts),
+        Isa::Scalar => scalar(kind, w, acts),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512Vnni => {
-            assert!(isa.is_available(), "{isa:?} is not available on this CPU");
-            // SAFETY: the CPU has the features each function enables (asserted above), and
-            // every row holds `blocks` whole blocks (asserted above), which is all they read.
+            let off = kind.offset() as f32;
+            // SAFETY: the CPU has the features each function enables (the caller's
+            // contract), and every row holds `blocks` whole blocks and `pad` per-block
+            // entries (asserted above), which is all they read.
             unsafe {
-                let off = kind.offset();
                 match (isa, kind) {
-                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false>(w, scales, acts, off),
-                    (Isa::Avx512Vnni, _) => x86::vnni::<M, true>(w, scales, acts, off),
-                    (_, Kind::Q8_0) => x86::avx2::<M, false>(w, scales, acts, off),
-                    (_, _) => x86::avx2::<M, true>(w, scales, acts, off),
+                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false>(w, acts, off),
+                    (Isa::Avx512Vnni, _) => x86::vnni::<M, true>(w, acts, off),
+                    (_, Kind::Q8_0) => x86::avx2_q8(w, acts),
+                    (_, _) => x86::avx2_q4::<M>(w, acts, off),
                 }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        _ => panic!("{isa:?} is not available on this CPU"),
+        _ => unreachable!("{isa:?} is only available on x86_64"),
     }
 }
 
-fn scalar<const M: usize>(
-    kind: Kind,
-    w: &[u8],
-    scales: &[f32],
-    acts: &[QuantizedRow<'_>; M],
-) -> [f32; M] {
+fn scalar<const M: usize>(kind: Kind, w: WeightRow<'_>, acts: &[QuantizedRow<'_>; M]) -> [f32; M] {
     let mut out = [0f32; M];
     let bb = kind.block_bytes();
-    for (b, (wb, &dw)) in w.chunks_exact(bb).zip(scales).enumerate() {
+    for (b, (wb, dw)) in w.quants.chunks_exact(bb).zip(w.scales).enumerate() {
+        let dw = dw.to_f32();
+        let min = w.mins.get(b).map(|m| m.to_f32());
         for (o, a) in out.iter_mut().zip(acts) {
             let xq = &a.quants[b * BLOCK..(b + 1) * BLOCK];
             let dot: i32 = (0..BLOCK)
                 .map(|j| kind.stored(wb, j) * i32::from(xq[j]))
                 .sum::<i32>()
-                - kind.offset() * a.sums[b];
+                - kind.offset() * a.sums[b] as i32;
             *o += dw * a.scales[b] * dot as f32;
+            if let Some(m) = min {
+                *o += m * a.scaled_sums[b];
+            }
         }
     }
     out
@@ -159,7 +188,9 @@ fn scalar<const M: usize>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{QuantizedRow, BLOCK};
+    use half::f16;
+
+    use super::{QuantizedRow, WeightRow, BLOCK, GROUP};
 
     /// The stored bytes of block `b` as 32 unsigned bytes.
     ///
@@ -190,6 +221,24 @@ mod x86 {
         unsafe { _mm256_loadu_si256(a.quants.as_ptr().add(b * BLOCK).cast()) }
     }
 
+    /// `v[at..at + 8]` as f32.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn halfs8(v: &[f16], at: usize) -> __m256 {
+        let v = &v[at..at + GROUP];
+        // SAFETY: `v` is 8 f16, 16 readable bytes (the slice above is bounds-checked).
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(v.as_ptr().cast()) })
+    }
+
+    /// `v[at..at + 8]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn floats8(v: &[f32], at: usize) -> __m256 {
+        let v = &v[at..at + GROUP];
+        // SAFETY: `v` is 8 f32, 32 readable bytes (the slice above is bounds-checked).
+        unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
+
     #[inline]
     #[target_feature(enable = "avx2")]
     fn hsum(v: __m256) -> f32 {
@@ -198,76 +247,113 @@ mod x86 {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 
-    /// AVX2: 8-bit weights through the sign trick (`|w| * sign(x, w)`, which never
-    /// saturates `vpmaddubsw`; `offset` must be 128), 4-bit ones directly (at most
-    /// 15 * 127 * 2 per pair) less `offset` times the activations' sum.
+    /// The block loop of every SIMD kernel, in a macro so that it compiles inside each
+    /// one's `target_feature` function.
+    ///
+    /// Per group of 8 blocks, for each activation row: the products of the weight and
+    /// activation scales (`d * dx`, one multiply for the 8), the offset term
+    /// `d * dx * sum(x)` and the Q4_1 minimum term `m * dx * sum(x)` are vector operations.
+    /// Per block, `$prep` readies the loaded weights once for all rows, and `$dot` gives 8
+    /// lanes of integer products with one activation row's block `$x`. The result is
+    /// `sum(d * dx * dot) - $offset * sum(d * dx * sum(x)) + sum(m * dx * sum(x))`.
+    macro_rules! block_loop {
+        ($w:expr, $acts:expr, $m:ident, $q4:expr, $offset:expr,
+         |$wb:ident| $prep:expr, |$p:ident, $x:ident| $dot:expr) => {{
+            let (w, acts): (WeightRow<'_>, &[QuantizedRow<'_>; $m]) = ($w, $acts);
+            let offset: f32 = $offset;
+            let blocks = w.quants.len() / if $q4 { BLOCK / 2 } else { BLOCK };
+            let mut acc = [_mm256_setzero_ps(); $m];
+            let mut corr = [_mm256_setzero_ps(); $m];
+            let mut dd = [[0f32; GROUP]; $m];
+            for g in (0..blocks).step_by(GROUP) {
+                let dw = halfs8(w.scales, g);
+                let mins = (!w.mins.is_empty()).then(|| halfs8(w.mins, g));
+                for ((a, dd), corr) in acts.iter().zip(&mut dd).zip(&mut corr) {
+                    let d = _mm256_mul_ps(dw, floats8(a.scales, g));
+                    // SAFETY: `dd` is 8 writable f32.
+                    unsafe { _mm256_storeu_ps(dd.as_mut_ptr(), d) };
+                    if offset != 0.0 {
+                        *corr = _mm256_fmadd_ps(d, floats8(a.sums, g), *corr);
+                    }
+                    if let Some(m) = mins {
+                        *corr = _mm256_fmadd_ps(m, floats8(a.scaled_sums, g), *corr);
+                    }
+                }
+                for (j, b) in (g..blocks.min(g + GROUP)).enumerate() {
+                    // SAFETY: `w` holds `blocks` blocks (the caller's contract).
+                    let $wb = unsafe { load_block::<{ $q4 }>(w.quants.as_ptr(), b) };
+                    let $p = $prep;
+                    for ((acc, a), dd) in acc.iter_mut().zip(acts).zip(&dd) {
+                        // SAFETY: every row holds `blocks` blocks (the caller's contract).
+                        let $x = unsafe { load_acts(a, b) };
+                        let dot = _mm256_cvtepi32_ps($dot);
+                        *acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(dd[j]), *acc);
+                    }
+                }
+            }
+            // Q4_1 has no offset; Q8_0 and Q4_0 have no minimums: `corr` holds one term.
+            let sign = if offset != 0.0 { -offset } else { 1.0 };
+            std::array::from_fn(|i| hsum(acc[i]) + sign * hsum(corr[i]))
+        }};
+    }
+
+    /// AVX2, 8-bit weights: the sign trick (`|w| * sign(x, w)`, which never saturates
+    /// `vpmaddubsw`) on the signed weights, so no offset term.
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; `w`, `scales` and every row of `acts` hold the same whole
-    /// number of blocks.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn avx2<const M: usize, const Q4: bool>(
-        w: &[u8],
-        scales: &[f32],
+    /// The CPU has AVX2, FMA and F16C; the weight row and every row of `acts` hold the same
+    /// whole number of blocks, and the per-block entries of [`super::padded`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn avx2_q8<const M: usize>(
+        w: WeightRow<'_>,
         acts: &[QuantizedRow<'_>; M],
-        offset: i32,
     ) -> [f32; M] {
         let ones = _mm256_set1_epi16(1);
         let flip = _mm256_set1_epi8(-128);
-        let mut acc = [_mm256_setzero_ps(); M];
-        for (b, &dw) in scales.iter().enumerate() {
-            // SAFETY: `w` holds `scales.len()` blocks (the caller's contract).
-            let wb = unsafe { load_block::<Q4>(w.as_ptr(), b) };
-            let (wabs, wsigned) = if Q4 {
-                (wb, wb)
-            } else {
+        block_loop!(
+            w,
+            acts,
+            M,
+            false,
+            0.0,
+            |wb| {
                 let s = _mm256_xor_si256(wb, flip);
                 (_mm256_sign_epi8(s, s), s)
-            };
-            for (acc, a) in acc.iter_mut().zip(acts) {
-                // SAFETY: every row holds `scales.len()` blocks (the caller's contract).
-                let x = unsafe { load_acts(a, b) };
-                let dot = if Q4 {
-                    let d = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, x), ones);
-                    let o = _mm256_zextsi128_si256(_mm_cvtsi32_si128(offset * a.sums[b]));
-                    _mm256_sub_epi32(d, o)
-                } else {
-                    let p = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(x, wsigned));
-                    _mm256_madd_epi16(p, ones)
-                };
-                let d = _mm256_set1_ps(dw * a.scales[b]);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, *acc);
-            }
-        }
-        acc.map(|v| hsum(v))
+            },
+            |p, x| _mm256_madd_epi16(_mm256_maddubs_epi16(p.0, _mm256_sign_epi8(x, p.1)), ones)
+        )
     }
 
-    /// AVX-512 VNNI on 256-bit vectors: `vpdpbusd` of the stored (unsigned) weights with
-    /// the activations, started from `-offset * sum(x)` in one lane (any offset).
+    /// AVX2, 4-bit weights: unsigned nibbles times signed activations in `vpmaddubsw`
+    /// directly (at most 15 * 127 * 2 per pair).
     ///
     /// # Safety
-    /// The CPU has AVX2, FMA, AVX512-VNNI and AVX512-VL; `w`, `scales` and every row of
-    /// `acts` hold the same whole number of blocks.
-    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-    pub(super) unsafe fn vnni<const M: usize, const Q4: bool>(
-        w: &[u8],
-        scales: &[f32],
+    /// As [`avx2_q8`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn avx2_q4<const M: usize>(
+        w: WeightRow<'_>,
         acts: &[QuantizedRow<'_>; M],
-        offset: i32,
+        offset: f32,
     ) -> [f32; M] {
-        let mut acc = [_mm256_setzero_ps(); M];
-        for (b, &dw) in scales.iter().enumerate() {
-            // SAFETY: `w` holds `scales.len()` blocks (the caller's contract).
-            let wb = unsafe { load_block::<Q4>(w.as_ptr(), b) };
-            for (acc, a) in acc.iter_mut().zip(acts) {
-                // SAFETY: every row holds `scales.len()` blocks (the caller's contract).
-                let x = unsafe { load_acts(a, b) };
-                let start = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-offset * a.sums[b]));
-                let dot = _mm256_dpbusd_epi32(start, wb, x);
-                let d = _mm256_set1_ps(dw * a.scales[b]);
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, *acc);
-            }
-        }
-        acc.map(|v| hsum(v))
+        let ones = _mm256_set1_epi16(1);
+        block_loop!(w, acts, M, true, offset, |wb| wb, |wb, x| {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(wb, x), ones)
+        })
+    }
+
+    /// AVX-512 VNNI on 256-bit vectors: one `vpdpbusd` of the stored (unsigned) weights
+    /// with the activations per block and row.
+    ///
+    /// # Safety
+    /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    pub(super) unsafe fn vnni<const M: usize, const Q4: bool>(
+        w: WeightRow<'_>,
+        acts: &[QuantizedRow<'_>; M],
+        offset: f32,
+    ) -> [f32; M] {
+        block_loop!(w, acts, M, Q4, offset, |wb| wb, |wb, x| {
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), wb, x)
+        })
     }
 }

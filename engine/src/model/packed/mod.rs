@@ -8,7 +8,7 @@
 //! - weights are repacked once at load with unsigned quants, so that AVX-512 VNNI's
 //!   `vpdpbusd` (or AVX2's `vpmaddubsw`) applies; the f16 block scales stay f16 (decode
 //!   reads every weight byte once per token and is bound by memory bandwidth, so bytes
-//!   count) and are converted eight at a time per segment of a row;
+//!   count) and the kernels convert eight at a time (F16C);
 //! - Q4_1, which candle only has scalar code for, runs in 4 bits: no conversion to Q8_0
 //!   at load, which read 1.7x the bytes per token;
 //! - each weight block is read once for up to four activation rows ([`kernels`]);
@@ -27,11 +27,10 @@ pub mod kernels;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use activations::{QuantizedRow, QuantizedRows, BLOCK};
-pub use kernels::{Isa, Kind};
+use activations::{padded, QuantizedRow, QuantizedRows, BLOCK};
+pub use kernels::{Isa, Kind, WeightRow};
 
 /// Matrices below this many multiply-adds (weight count times rows) run on the calling
 /// thread: waking a pool worker costs more than it saves (`engine/benches/qmatmul.rs`).
@@ -39,9 +38,6 @@ const PARALLEL_MIN_WORK: usize = 1 << 17;
 
 /// Chunks of output rows per pool thread.
 const CHUNKS_PER_THREAD: usize = 1;
-
-/// Blocks of a weight row whose scales are converted to f32 at a time.
-const SEGMENT: usize = 64;
 
 /// A quantized weight matrix `(n, k)` in the packed form of [`kernels`].
 #[derive(Debug, Clone)]
@@ -51,8 +47,9 @@ pub struct PackedMatrix {
     n: usize,
     k: usize,
     quants: Vec<u8>,
+    /// Per row, the block scales padded with zeros to a group of 8 blocks.
     scales: Vec<f16>,
-    /// Q4_1's block minimums; empty for the other kinds.
+    /// Q4_1's block minimums, laid out as the scales; empty for the other kinds.
     mins: Vec<f16>,
 }
 
@@ -92,13 +89,16 @@ impl PackedMatrix {
                 blocks * src_block
             );
         }
+        // Per row: the quants, and the scales (and minimums) padded to a group of 8 blocks.
+        let stride = padded(k / BLOCK);
         let mut quants = Vec::with_capacity(blocks * kind.block_bytes());
-        let mut scales = Vec::with_capacity(blocks);
-        let mut mins = Vec::with_capacity(if header == 4 { blocks } else { 0 });
-        for src in data.chunks_exact(src_block) {
-            scales.push(f16::from_le_bytes([src[0], src[1]]));
+        let mut scales = vec![f16::ZERO; n * stride];
+        let mut mins = vec![f16::ZERO; if header == 4 { n * stride } else { 0 }];
+        for (i, src) in data.chunks_exact(src_block).enumerate() {
+            let at = i / (k / BLOCK) * stride + i % (k / BLOCK);
+            scales[at] = f16::from_le_bytes([src[0], src[1]]);
             if header == 4 {
-                mins.push(f16::from_le_bytes([src[2], src[3]]));
+                mins[at] = f16::from_le_bytes([src[2], src[3]]);
             }
             let q = &src[header..];
             match kind {
@@ -182,56 +182,41 @@ impl PackedMatrix {
     fn rows_into(&self, first: usize, acts: &QuantizedRows, out: &mut [f32]) {
         let rows = acts.rows();
         let blocks = self.k / BLOCK;
-        let bb = self.kind.block_bytes();
-        let (mut d, mut m) = ([0f32; SEGMENT], [0f32; SEGMENT]);
+        let bytes = blocks * self.kind.block_bytes();
+        let stride = padded(blocks);
+        let act_rows: Vec<QuantizedRow<'_>> = (0..rows).map(|m| acts.row(m)).collect();
         for (j, o) in out.chunks_exact_mut(rows).enumerate() {
             let n = first + j;
-            for b0 in (0..blocks).step_by(SEGMENT) {
-                let len = SEGMENT.min(blocks - b0);
-                let (at, d) = (n * blocks + b0, &mut d[..len]);
-                self.scales[at..at + len].convert_to_f32_slice(d);
-                let w = &self.quants[at * bb..(at + len) * bb];
-                let mins = (!self.mins.is_empty()).then(|| {
-                    self.mins[at..at + len].convert_to_f32_slice(&mut m[..len]);
-                    &m[..len]
-                });
-                let seg = Segment { w, d, mins, b0 };
-                let mut r = 0;
-                while r < rows {
-                    r += match rows - r {
-                        1 => self.group::<1>(&seg, acts, r, o),
-                        2 => self.group::<2>(&seg, acts, r, o),
-                        3 => self.group::<3>(&seg, acts, r, o),
-                        _ => self.group::<4>(&seg, acts, r, o),
-                    };
-                }
+            let w = WeightRow {
+                quants: &self.quants[n * bytes..(n + 1) * bytes],
+                scales: &self.scales[n * stride..(n + 1) * stride],
+                mins: self.mins.get(n * stride..(n + 1) * stride).unwrap_or(&[]),
+            };
+            let mut r = 0;
+            while r < rows {
+                r += match rows - r {
+                    1 => self.group::<1>(w, &act_rows, r, o),
+                    2 => self.group::<2>(w, &act_rows, r, o),
+                    3 => self.group::<3>(w, &act_rows, r, o),
+                    _ => self.group::<4>(w, &act_rows, r, o),
+                };
             }
         }
     }
 
-    /// A weight row segment against activation rows `r..r + M`, added to `o[r..r + M]`;
-    /// returns `M`.
+    /// Weight row `w` against activation rows `r..r + M` into `o[r..r + M]`; returns `M`.
+    #[allow(unsafe_code)]
     fn group<const M: usize>(
         &self,
-        seg: &Segment<'_>,
-        acts: &QuantizedRows,
+        w: WeightRow<'_>,
+        acts: &[QuantizedRow<'_>],
         r: usize,
         o: &mut [f32],
     ) -> usize {
-        let len = seg.d.len();
-        let rows: [QuantizedRow<'_>; M] =
-            std::array::from_fn(|i| acts.row(r + i).blocks(seg.b0, len));
-        let dots = kernels::row_dots(self.isa, self.kind, seg.w, seg.d, &rows);
-        for ((o, dot), a) in o[r..r + M].iter_mut().zip(dots).zip(&rows) {
-            *o += dot;
-            if let Some(mins) = seg.mins {
-                *o += mins
-                    .iter()
-                    .zip(a.scaled_sums)
-                    .map(|(m, s)| m * s)
-                    .sum::<f32>();
-            }
-        }
+        let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
+        // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was checked
+        // by `with_isa`, the only ways it is set.
+        o[r..r + M].copy_from_slice(&unsafe { kernels::row_dots(self.isa, self.kind, w, rows) });
         M
     }
 
@@ -239,32 +224,21 @@ impl PackedMatrix {
     /// wins, `weight.rs`).
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.n * self.k];
-        let bb = self.kind.block_bytes();
         let (kind, off) = (self.kind, self.kind.offset() as f32);
-        out.par_chunks_mut(BLOCK * 64)
-            .enumerate()
-            .for_each(|(c, part)| {
-                for (i, ob) in part.chunks_exact_mut(BLOCK).enumerate() {
-                    let b = c * 64 + i;
-                    let wb = &self.quants[b * bb..(b + 1) * bb];
-                    let d = self.scales[b].to_f32();
-                    let m = self.mins.get(b).map_or(0.0, |m| m.to_f32());
-                    for (j, o) in ob.iter_mut().enumerate() {
-                        *o = (kind.stored(wb, j) as f32 - off) * d + m;
-                    }
+        let blocks = self.k / BLOCK;
+        let (bb, stride) = (kind.block_bytes(), padded(blocks));
+        out.par_chunks_mut(self.k).enumerate().for_each(|(n, row)| {
+            for (b, ob) in row.chunks_exact_mut(BLOCK).enumerate() {
+                let wb = &self.quants[(n * blocks + b) * bb..][..bb];
+                let d = self.scales[n * stride + b].to_f32();
+                let m = self.mins.get(n * stride + b).map_or(0.0, |m| m.to_f32());
+                for (j, o) in ob.iter_mut().enumerate() {
+                    *o = (kind.stored(wb, j) as f32 - off) * d + m;
                 }
-            });
+            }
+        });
         out
     }
-}
-
-/// Up to [`SEGMENT`] blocks of one weight row, scales converted.
-struct Segment<'a> {
-    w: &'a [u8],
-    d: &'a [f32],
-    mins: Option<&'a [f32]>,
-    /// The first block's index in the row.
-    b0: usize,
 }
 
 #[cfg(test)]
