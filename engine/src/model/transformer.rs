@@ -157,8 +157,7 @@ struct Mlp {
 
 impl Mlp {
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        let gate = self.w_gate.forward(xs)?;
-        let up = self.w_up.forward(xs)?;
+        let [gate, up] = Weight::forward_many([&self.w_gate, &self.w_up], xs)?;
         self.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)
     }
 }
@@ -292,9 +291,7 @@ impl DecoderWeights {
         let cfg = &self.cfg;
         let (b, s, _) = xs.dims3()?;
         let hd = cfg.head_dim();
-        let mut q = attn.wq.forward(xs)?;
-        let mut k = attn.wk.forward(xs)?;
-        let mut v = attn.wv.forward(xs)?;
+        let [mut q, mut k, mut v] = Weight::forward_many([&attn.wq, &attn.wk, &attn.wv], xs)?;
         if let Some([bq, bk, bv]) = &attn.bias {
             q = q.broadcast_add(bq)?;
             k = k.broadcast_add(bk)?;

@@ -68,4 +68,41 @@ impl Weight {
             Self::Candle(w) => w.forward(xs),
         }
     }
+
+    /// `[xs @ W^T for W in ws]`: when every matrix is packed and the rows few, the
+    /// activations are quantized once and all the products run in one parallel pass
+    /// ([`PackedMatrix::matmul_many`]); otherwise one [`Weight::forward`] each.
+    pub(crate) fn forward_many<const N: usize>(
+        ws: [&Weight; N],
+        xs: &Tensor,
+    ) -> candle_core::Result<[Tensor; N]> {
+        let k = xs.dim(D::Minus1)?;
+        let rows = xs.elem_count() / k.max(1);
+        let packed: Option<Vec<&PackedMatrix>> = ws
+            .iter()
+            .map(|w| match w {
+                Self::Packed(p) if p.dims().1 == k => Some(p),
+                _ => None,
+            })
+            .collect();
+        let outs: Vec<Tensor> = match packed {
+            Some(ps) if rows < DEQUANT_MIN_ROWS => {
+                let x = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let mut dims = xs.dims().to_vec();
+                PackedMatrix::matmul_many(&ps, &x, rows)
+                    .into_iter()
+                    .zip(&ps)
+                    .map(|(out, p)| {
+                        *dims.last_mut().expect("k was read from the last dimension") = p.dims().0;
+                        Tensor::from_vec(out, dims.as_slice(), xs.device())
+                    })
+                    .collect::<candle_core::Result<_>>()?
+            }
+            _ => ws
+                .iter()
+                .map(|w| w.forward(xs))
+                .collect::<candle_core::Result<_>>()?,
+        };
+        Ok(outs.try_into().expect("one result per weight"))
+    }
 }

@@ -36,8 +36,13 @@ pub use kernels::{Isa, Kind, WeightRow};
 /// thread: waking a pool worker costs more than it saves (`engine/benches/qmatmul.rs`).
 const PARALLEL_MIN_WORK: usize = 1 << 17;
 
-/// Chunks of output rows per pool thread.
-const CHUNKS_PER_THREAD: usize = 1;
+/// Pieces of output rows per pool thread: more than one, so that a thread that runs slower
+/// (another process on its core) leaves the rest of its share to the others.
+const PIECES_PER_THREAD: usize = 4;
+
+/// The fewest multiply-adds a piece is given (pieces smaller than this cost more to hand
+/// out than they save).
+const PIECE_MIN_WORK: usize = 1 << 15;
 
 /// A quantized weight matrix `(n, k)` in the packed form of [`kernels`].
 #[derive(Debug, Clone)]
@@ -145,37 +150,69 @@ impl PackedMatrix {
     /// # Panics
     /// When `x.len() != rows * k`.
     pub fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        assert_eq!(x.len(), rows * self.k, "activations are not rows * k");
-        if rows == 0 {
-            return Vec::new();
+        Self::matmul_many(&[self], x, rows)
+            .pop()
+            .expect("one matrix, one result")
+    }
+
+    /// `x @ W^T` for each matrix of `mats` (all `k` wide) on the same activations, which
+    /// are quantized once, in one parallel pass over the rows of all of them (a layer's Q,
+    /// K and V projections, or its gate and up projections: one hand-off to the pool
+    /// instead of three or two).
+    ///
+    /// # Panics
+    /// When the matrices differ in width or `x.len() != rows * k`.
+    pub fn matmul_many(mats: &[&PackedMatrix], x: &[f32], rows: usize) -> Vec<Vec<f32>> {
+        let k = mats.first().map_or(0, |m| m.k);
+        assert!(
+            mats.iter().all(|m| m.k == k),
+            "matrices of different widths"
+        );
+        assert_eq!(x.len(), rows * k, "activations are not rows * k");
+        if rows == 0 || k == 0 {
+            return vec![Vec::new(); mats.len()];
         }
-        let acts = QuantizedRows::new(x, rows, self.k);
-        // Output-major (`n * rows`), so that each chunk of weight rows owns a contiguous
-        // piece of the result; transposed at the end when there is more than one row.
-        let mut out = vec![0f32; self.n * rows];
+        let acts = QuantizedRows::new(x, rows, k);
+        // Output-major (`n * rows`), so that each piece of weight rows owns a contiguous
+        // part of its matrix's result; transposed at the end when there is more than one row.
+        let mut outs: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.n * rows]).collect();
+        let total: usize = mats.iter().map(|m| m.n).sum();
         let threads = rayon::current_num_threads();
-        let work = self.n * self.k * rows;
-        let chunk = if threads > 1 && work >= PARALLEL_MIN_WORK {
-            self.n.div_ceil(threads * CHUNKS_PER_THREAD).max(1)
+        let parallel = threads > 1 && total * k * rows >= PARALLEL_MIN_WORK;
+        let piece = if parallel {
+            let min_rows = PIECE_MIN_WORK.div_ceil(k * rows);
+            total.div_ceil(threads * PIECES_PER_THREAD).max(min_rows)
         } else {
-            self.n
+            total
         };
-        let run = |(c, part): (usize, &mut [f32])| self.rows_into(c * chunk, &acts, part);
-        if chunk < self.n {
-            out.par_chunks_mut(chunk * rows).enumerate().for_each(run);
-        } else {
-            run((0, &mut out));
-        }
-        if rows == 1 {
-            return out;
-        }
-        let mut t = vec![0f32; out.len()];
-        for (j, col) in out.chunks_exact(rows).enumerate() {
-            for (m, &v) in col.iter().enumerate() {
-                t[m * self.n + j] = v;
+        let mut pieces: Vec<(&PackedMatrix, usize, &mut [f32])> = Vec::new();
+        for (&m, out) in mats.iter().zip(&mut outs) {
+            for (i, part) in out.chunks_mut(piece * rows).enumerate() {
+                pieces.push((m, i * piece, part));
             }
         }
-        t
+        let run =
+            |(m, first, part): (&PackedMatrix, usize, &mut [f32])| m.rows_into(first, &acts, part);
+        if parallel && pieces.len() > 1 {
+            pieces.into_par_iter().for_each(run);
+        } else {
+            pieces.into_iter().for_each(run);
+        }
+        if rows == 1 {
+            return outs;
+        }
+        outs.into_iter()
+            .zip(mats)
+            .map(|(out, m)| {
+                let mut t = vec![0f32; out.len()];
+                for (j, col) in out.chunks_exact(rows).enumerate() {
+                    for (r, &v) in col.iter().enumerate() {
+                        t[r * m.n + j] = v;
+                    }
+                }
+                t
+            })
+            .collect()
     }
 
     /// Weight rows `first..` into `out` (`rows` outputs per weight row, output-major).

@@ -108,6 +108,43 @@ fn parallel_chunks_give_the_sequential_result() {
 }
 
 #[test]
+fn several_matrices_in_one_pass_give_each_ones_product() {
+    let k = 256;
+    let qs: Vec<_> = [
+        (600, GgmlDType::Q8_0),
+        (200, GgmlDType::Q4_1),
+        (37, GgmlDType::Q4_0),
+    ]
+    .into_iter()
+    .map(|(n, t)| quantized(n, k, t, n as u64))
+    .collect();
+    let ps: Vec<PackedMatrix> = qs
+        .iter()
+        .map(|q| PackedMatrix::from_qtensor(q).unwrap().unwrap())
+        .collect();
+    let refs: Vec<&PackedMatrix> = ps.iter().collect();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    for rows in [1, 3, 6] {
+        let x = values(rows * k, 40 + rows as u64);
+        let together = pool.install(|| PackedMatrix::matmul_many(&refs, &x, rows));
+        assert_eq!(together.len(), 3);
+        for (p, got) in ps.iter().zip(&together) {
+            let alone = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .unwrap()
+                .install(|| p.matmul(&x, rows));
+            assert_eq!(got, &alone, "{:?}, {rows} rows", p.kind());
+        }
+    }
+    let empty = PackedMatrix::matmul_many(&refs, &[], 0);
+    assert!(empty.iter().all(Vec::is_empty));
+}
+
+#[test]
 fn dequantize_gives_candles_weights() {
     for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
         let q = quantized(65, 96, dtype, 5);
