@@ -336,8 +336,8 @@ mod x86 {
         offset: f32,
     ) -> [f32; M] {
         let ones = _mm256_set1_epi16(1);
-        block_loop!(w, acts, M, true, offset, |wb| wb, |wb, x| {
-            _mm256_madd_epi16(_mm256_maddubs_epi16(wb, x), ones)
+        block_loop!(w, acts, M, true, offset, |wb| wb, |u, x| {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones)
         })
     }
 
@@ -352,8 +352,8 @@ mod x86 {
         acts: &[QuantizedRow<'_>; M],
         offset: f32,
     ) -> [f32; M] {
-        block_loop!(w, acts, M, Q4, offset, |wb| wb, |wb, x| {
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), wb, x)
+        block_loop!(w, acts, M, Q4, offset, |wb| wb, |u, x| {
+            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x)
         })
     }
 }
