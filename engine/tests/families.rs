@@ -4,9 +4,8 @@
 //! PyPI `gguf` package) into a cache outside the repository, keyed by the script's hash.
 //!
 //! For each file: greedy tokens over 32 steps equal the reference's; the logits of
-//! almost every step agree within `TOLERANCE` of the largest logit, and of every step
-//! within `CLIFF_TOLERANCE`; chunked prefill and a KV state saved and restored into
-//! another slot give the same tokens.
+//! every step agree within `TOLERANCE` of the largest logit; chunked prefill and a KV
+//! state saved and restored into another slot give the same tokens.
 //!
 //! candle's quantized models read no RoPE scaling, so the scaled files are checked
 //! against each other: the same weights with `rope.scaling.*` metadata and with the
@@ -23,17 +22,11 @@ use candle_core::{Device, Tensor};
 use hydra_engine::{Conversion, LoadOptions, Logits, Model, Slots};
 
 /// Largest |ours - reference| allowed, relative to the largest |reference logit|
-/// of the step. The engine's weight kernels (`model::packed`) quantize the activations
-/// exactly as candle does and sum in another order (measured differences about 3e-7);
-/// qwen3's reference also uses candle's CPU flash attention, which sums in another order,
-/// and computes its RoPE frequencies in f64.
+/// of the step. The engine's own weight kernels (`model::packed`) compute every lane and
+/// every float operation as candle's do, so llama and qwen2 measure a difference of 0;
+/// qwen3's reference uses candle's CPU flash attention, which sums in another order, and
+/// computes its RoPE frequencies in f64.
 const TOLERANCE: f32 = 1e-4;
-/// What a step may differ by when the summation order moved an activation across a
-/// rounding boundary of its 8-bit quantization: one quant then differs by one, which on
-/// these tiny random models moves the logits by up to about 1e-2 (measured 7.8e-3, on one
-/// step of llama-spm). At most `CLIFF_STEPS` of the `STEPS` may.
-const CLIFF_TOLERANCE: f32 = 3e-2;
-const CLIFF_STEPS: usize = 3;
 /// Two spellings of the same RoPE scaling: the frequencies differ in the last bits.
 const SAME_SCALING: f32 = 1e-5;
 /// A RoPE scaling must move the logits at least this much (relative) to count as applied.
@@ -173,11 +166,11 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>) {
     let mut ref_logits = reference.forward(&prompt, 0);
     let mut slots = Slots::new(model.clone(), 3, 256).unwrap();
     let mut logits = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
-    let mut diffs = Vec::with_capacity(STEPS);
+    let mut worst = 0f32;
     let mut ours_tokens = Vec::new();
     let mut ref_tokens = Vec::new();
     for step in 0..STEPS {
-        diffs.push(max_rel_diff(logits.as_slice(), &ref_logits));
+        worst = worst.max(max_rel_diff(logits.as_slice(), &ref_logits));
         let next = logits.argmax();
         let ref_next = Logits::from(ref_logits.clone()).argmax();
         ours_tokens.push(next);
@@ -189,17 +182,8 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>) {
         logits = slots.decode_step(0, next).unwrap();
         ref_logits = reference.forward(&[next], prompt.len() + step);
     }
-    let worst = diffs.iter().fold(0f32, |m, &d| m.max(d));
-    let cliffs = diffs.iter().filter(|&&d| d > TOLERANCE).count();
-    println!("{file} ({arch}): {STEPS} greedy tokens equal, max logit difference {worst:.2e} of the largest logit, {cliffs} steps over {TOLERANCE:e}");
-    assert!(
-        worst <= CLIFF_TOLERANCE,
-        "{file}: logits differ by {worst:e}"
-    );
-    assert!(
-        cliffs <= CLIFF_STEPS,
-        "{file}: {cliffs} steps differ by more than {TOLERANCE:e}: {diffs:?}"
-    );
+    println!("{file} ({arch}): {STEPS} greedy tokens equal, max logit difference {worst:.2e} of the largest logit");
+    assert!(worst <= TOLERANCE, "{file}: logits differ by {worst:e}");
 
     // Chunked prefill (chunks of 3) gives the same continuation.
     let first = slots.prefill(1, &prompt, 3, &mut ()).unwrap();

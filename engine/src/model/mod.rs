@@ -52,7 +52,7 @@ pub struct ModelInfo {
     pub name: String,
     /// `general.architecture` ("llama").
     pub architecture: String,
-    /// Weight type as llama.cpp names it, with any conversion: "Q4_1->Q8_0".
+    /// Weight type as llama.cpp names it, with any conversion: "Q4_1", "Q5_0->Q8_0".
     pub quantization: String,
     /// The file loaded; `None` for the embedded model.
     pub path: Option<PathBuf>,

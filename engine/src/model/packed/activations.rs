@@ -29,6 +29,7 @@ pub struct QuantizedRows {
     scales: Vec<f32>,
     sums: Vec<f32>,
     scaled_sums: Vec<f32>,
+    lane_sums: Vec<i32>,
 }
 
 /// One quantized row: its quants and, padded to [`padded`] entries with zeros, its block
@@ -43,6 +44,11 @@ pub struct QuantizedRow<'a> {
     pub sums: &'a [f32],
     /// The sum of each block's quants times its scale, rounded to f16 as ggml's Q8_1 has it.
     pub scaled_sums: &'a [f32],
+    /// Per block, 8 lanes: minus the sum of quants `4j..4j + 4` in lane `j` (the grouping
+    /// of `vpdpbusd` and of `vpmaddubsw` + `vpmaddwd`), so that the kernels take the
+    /// weights' offset out lane by lane and every lane holds exactly what candle's and
+    /// ggml's signed kernels hold.
+    pub lane_sums: &'a [i32],
 }
 
 /// The quantization of [`QuantizedRows::new`], for pulp's dispatch: `with_simd` is inlined
@@ -83,6 +89,10 @@ impl pulp::WithSimd for Quantize<'_> {
                 q.scales[at] = f16::from_f32(d).to_f32();
                 q.sums[at] = sum as f32;
                 q.scaled_sums[at] = f16::from_f32(d * sum as f32).to_f32();
+                let lanes = &mut q.lane_sums[(r * k + b * BLOCK) / 4..][..BLOCK / 4];
+                for (l, q4) in lanes.iter_mut().zip(qb.chunks_exact(4)) {
+                    *l = -q4.iter().map(|&v| i32::from(v)).sum::<i32>();
+                }
             }
         }
     }
@@ -108,6 +118,7 @@ impl QuantizedRows {
             scales: vec![0f32; rows * stride],
             sums: vec![0f32; rows * stride],
             scaled_sums: vec![0f32; rows * stride],
+            lane_sums: vec![0i32; rows * k / 4],
         };
         // Compiled for the best instruction set the CPU has (see `Quantize`).
         pulp::Arch::new().dispatch(Quantize { x, q: &mut q });
@@ -127,6 +138,7 @@ impl QuantizedRows {
             scales: &self.scales[per_block.clone()],
             sums: &self.sums[per_block.clone()],
             scaled_sums: &self.scaled_sums[per_block],
+            lane_sums: &self.lane_sums[m * self.k / 4..(m + 1) * self.k / 4],
         }
     }
 }
@@ -147,6 +159,9 @@ mod tests {
         assert_eq!(r.quants[63], 127);
         let d1 = 43.0f32 / 127.0;
         assert_eq!(r.scaled_sums[1], f16::from_f32(d1 * r.sums[1]).to_f32());
+        let lane0: i32 = r.quants[..4].iter().map(|&v| i32::from(v)).sum();
+        assert_eq!(r.lane_sums[0], -lane0);
+        assert_eq!(r.lane_sums.len(), 16);
         // Two blocks, padded to a group of 8 with zeros.
         assert_eq!(r.scales.len(), GROUP);
         assert!(r.scales[2..].iter().chain(&r.sums[2..]).all(|&v| v == 0.0));

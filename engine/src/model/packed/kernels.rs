@@ -137,7 +137,8 @@ pub unsafe fn row_dots<const M: usize>(
             a.quants.len() == blocks * BLOCK
                 && a.scales.len() == pad
                 && a.sums.len() == pad
-                && a.scaled_sums.len() == pad,
+                && a.scaled_sums.len() == pad
+                && a.lane_sums.len() == blocks * BLOCK / 4,
             "activation row length"
         );
     }
@@ -145,16 +146,18 @@ pub unsafe fn row_dots<const M: usize>(
         Isa::Scalar => scalar(kind, w, acts),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512Vnni => {
-            let off = kind.offset() as f32;
             // SAFETY: the CPU has the features each function enables (the caller's
             // contract), and every row holds `blocks` whole blocks and `pad` per-block
-            // entries (asserted above), which is all they read.
+            // entries (asserted above), which is all they read. The shifts are the kinds'
+            // offsets: 128 = 1 << 7, 8 = 1 << 3; Q4_1 has none.
             unsafe {
                 match (isa, kind) {
-                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false>(w, acts, off),
-                    (Isa::Avx512Vnni, _) => x86::vnni::<M, true>(w, acts, off),
+                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false, 7>(w, acts),
+                    (Isa::Avx512Vnni, Kind::Q4_0) => x86::vnni::<M, true, 3>(w, acts),
+                    (Isa::Avx512Vnni, Kind::Q4_1) => x86::vnni::<M, true, 0>(w, acts),
                     (_, Kind::Q8_0) => x86::avx2_q8(w, acts),
-                    (_, _) => x86::avx2_q4::<M>(w, acts, off),
+                    (_, Kind::Q4_0) => x86::avx2_q4::<M, 3>(w, acts),
+                    (_, Kind::Q4_1) => x86::avx2_q4::<M, 0>(w, acts),
                 }
             }
         }
@@ -247,36 +250,46 @@ mod x86 {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 
+    /// Block `b`'s 8 negated lane sums of `a`.
+    ///
+    /// # Safety
+    /// `a` must hold at least `b + 1` blocks.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load_lane_sums(a: &QuantizedRow<'_>, b: usize) -> __m256i {
+        // SAFETY: the block's 8 lanes are 32 bytes at `b * 8`, inside `a.lane_sums` (the
+        // caller's contract).
+        unsafe { _mm256_loadu_si256(a.lane_sums.as_ptr().add(b * BLOCK / 4).cast()) }
+    }
+
     /// The block loop of every SIMD kernel, in a macro so that it compiles inside each
     /// one's `target_feature` function.
     ///
     /// Per group of 8 blocks, for each activation row: the products of the weight and
-    /// activation scales (`d * dx`, one multiply for the 8), the offset term
-    /// `d * dx * sum(x)` and the Q4_1 minimum term `m * dx * sum(x)` are vector operations.
-    /// Per block, `$prep` readies the loaded weights once for all rows, and `$dot` gives 8
-    /// lanes of integer products with one activation row's block `$x`. The result is
-    /// `sum(d * dx * dot) - $offset * sum(d * dx * sum(x)) + sum(m * dx * sum(x))`.
+    /// activation scales (`d * dx`, one multiply for the 8) and the Q4_1 minimum term
+    /// `m * dx * sum(x)` are vector operations. Per block, `$prep` readies the loaded
+    /// weights once for all rows, and `$dot` gives 8 lanes of integer products with one
+    /// activation row's block `$x` (`$ls`: its negated lane sums, for the offset), each lane
+    /// the sum over 4 consecutive bytes, as candle's and ggml's kernels have them, so that
+    /// the float arithmetic after it is theirs too.
     macro_rules! block_loop {
-        ($w:expr, $acts:expr, $m:ident, $q4:expr, $offset:expr,
-         |$wb:ident| $prep:expr, |$p:ident, $x:ident| $dot:expr) => {{
+        ($w:expr, $acts:expr, $m:ident, $q4:expr,
+         |$wb:ident| $prep:expr, |$p:ident, $x:ident, $ls:ident| $dot:expr) => {{
             let (w, acts): (WeightRow<'_>, &[QuantizedRow<'_>; $m]) = ($w, $acts);
-            let offset: f32 = $offset;
             let blocks = w.quants.len() / if $q4 { BLOCK / 2 } else { BLOCK };
             let mut acc = [_mm256_setzero_ps(); $m];
-            let mut corr = [_mm256_setzero_ps(); $m];
+            let mut mins_acc = [_mm256_setzero_ps(); $m];
             let mut dd = [[0f32; GROUP]; $m];
             for g in (0..blocks).step_by(GROUP) {
                 let dw = halfs8(w.scales, g);
                 let mins = (!w.mins.is_empty()).then(|| halfs8(w.mins, g));
-                for ((a, dd), corr) in acts.iter().zip(&mut dd).zip(&mut corr) {
-                    let d = _mm256_mul_ps(dw, floats8(a.scales, g));
+                for ((a, dd), mins_acc) in acts.iter().zip(&mut dd).zip(&mut mins_acc) {
                     // SAFETY: `dd` is 8 writable f32.
-                    unsafe { _mm256_storeu_ps(dd.as_mut_ptr(), d) };
-                    if offset != 0.0 {
-                        *corr = _mm256_fmadd_ps(d, floats8(a.sums, g), *corr);
-                    }
+                    unsafe {
+                        _mm256_storeu_ps(dd.as_mut_ptr(), _mm256_mul_ps(dw, floats8(a.scales, g)))
+                    };
                     if let Some(m) = mins {
-                        *corr = _mm256_fmadd_ps(m, floats8(a.scaled_sums, g), *corr);
+                        *mins_acc = _mm256_fmadd_ps(m, floats8(a.scaled_sums, g), *mins_acc);
                     }
                 }
                 for (j, b) in (g..blocks.min(g + GROUP)).enumerate() {
@@ -285,15 +298,13 @@ mod x86 {
                     let $p = $prep;
                     for ((acc, a), dd) in acc.iter_mut().zip(acts).zip(&dd) {
                         // SAFETY: every row holds `blocks` blocks (the caller's contract).
-                        let $x = unsafe { load_acts(a, b) };
+                        let ($x, $ls) = unsafe { (load_acts(a, b), load_lane_sums(a, b)) };
                         let dot = _mm256_cvtepi32_ps($dot);
-                        *acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(dd[j]), *acc);
+                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[j]), dot, *acc);
                     }
                 }
             }
-            // Q4_1 has no offset; Q8_0 and Q4_0 have no minimums: `corr` holds one term.
-            let sign = if offset != 0.0 { -offset } else { 1.0 };
-            std::array::from_fn(|i| hsum(acc[i]) + sign * hsum(corr[i]))
+            std::array::from_fn(|i| hsum(acc[i]) + hsum(mins_acc[i]))
         }};
     }
 
@@ -315,45 +326,57 @@ mod x86 {
             acts,
             M,
             false,
-            0.0,
             |wb| {
                 let s = _mm256_xor_si256(wb, flip);
                 (_mm256_sign_epi8(s, s), s)
             },
-            |p, x| _mm256_madd_epi16(_mm256_maddubs_epi16(p.0, _mm256_sign_epi8(x, p.1)), ones)
+            |p, x, _ls| _mm256_madd_epi16(
+                _mm256_maddubs_epi16(p.0, _mm256_sign_epi8(x, p.1)),
+                ones
+            )
         )
     }
 
     /// AVX2, 4-bit weights: unsigned nibbles times signed activations in `vpmaddubsw`
-    /// directly (at most 15 * 127 * 2 per pair).
+    /// directly (at most 15 * 127 * 2 per pair), less the offset `1 << SHIFT` (none when
+    /// `SHIFT` is 0: Q4_1) times each lane's activation sum.
     ///
     /// # Safety
     /// As [`avx2_q8`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn avx2_q4<const M: usize>(
+    pub(super) unsafe fn avx2_q4<const M: usize, const SHIFT: i32>(
         w: WeightRow<'_>,
         acts: &[QuantizedRow<'_>; M],
-        offset: f32,
     ) -> [f32; M] {
         let ones = _mm256_set1_epi16(1);
-        block_loop!(w, acts, M, true, offset, |wb| wb, |u, x| {
-            _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones)
+        block_loop!(w, acts, M, true, |wb| wb, |u, x, ls| {
+            let d = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
+            if SHIFT > 0 {
+                _mm256_add_epi32(d, _mm256_slli_epi32::<SHIFT>(ls))
+            } else {
+                d
+            }
         })
     }
 
     /// AVX-512 VNNI on 256-bit vectors: one `vpdpbusd` of the stored (unsigned) weights
-    /// with the activations per block and row.
+    /// with the activations per block and row, started from the lanes' offset terms
+    /// (`1 << SHIFT` times the negated lane sums; none when `SHIFT` is 0: Q4_1).
     ///
     /// # Safety
     /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn vnni<const M: usize, const Q4: bool>(
+    pub(super) unsafe fn vnni<const M: usize, const Q4: bool, const SHIFT: i32>(
         w: WeightRow<'_>,
         acts: &[QuantizedRow<'_>; M],
-        offset: f32,
     ) -> [f32; M] {
-        block_loop!(w, acts, M, Q4, offset, |wb| wb, |u, x| {
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x)
+        block_loop!(w, acts, M, Q4, |wb| wb, |u, x, ls| {
+            let start = if SHIFT > 0 {
+                _mm256_slli_epi32::<SHIFT>(ls)
+            } else {
+                _mm256_setzero_si256()
+            };
+            _mm256_dpbusd_epi32(start, u, x)
         })
     }
 }
