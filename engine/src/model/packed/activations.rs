@@ -84,7 +84,7 @@ impl pulp::WithSimd for Quantize<'_> {
                     sum += i32::from(*q);
                 }
                 // Stored as ggml stores them (Q8_0's and Q8_1's f16 fields), so that results
-                // equal candle's and llama.cpp's up to the order of summation.
+                // equal candle's (and llama.cpp's, but for its order of summation).
                 let at = r * stride + b;
                 q.scales[at] = f16::from_f32(d).to_f32();
                 q.sums[at] = sum as f32;
