@@ -6,7 +6,8 @@ mod common;
 
 use std::sync::Arc;
 
-use hydra_engine::{LoadOptions, Model, Slots, Tokenizer};
+use hydra_engine::model::quant::convert_gguf_file;
+use hydra_engine::{Conversion, LoadOptions, Model, Slots, Tokenizer};
 
 /// Expected ids from Hugging Face `tokenizers` built from this GGUF's vocab
 /// and merges with SmolLM2's pre-tokenizer (Digits(individual) + ByteLevel).
@@ -67,7 +68,9 @@ fn smollm2_answers_paris_and_matches_reference() {
     );
     let info = model.info();
     assert_eq!(info.architecture, "llama");
-    assert_eq!(info.quantization, "Q4_1");
+    let packed = hydra_engine::model::packed::PackedMatrix::is_fast_here();
+    let expected = if packed { "Q4_1" } else { "Q4_1->Q8_0" };
+    assert_eq!(info.quantization, expected);
     assert_eq!(info.vocab_size, 49152);
     assert_eq!(info.n_ctx_train, 8192);
     assert_eq!(info.eos_tokens, vec![2]);
@@ -90,9 +93,19 @@ fn smollm2_answers_paris_and_matches_reference() {
     streamed += &sd.finish();
     assert_eq!(streamed, text);
 
-    // The reference runs the very weights we run, with candle's own Q4_1 kernels.
+    // The reference runs the very weights we run: the file as shipped (candle's own Q4_1
+    // kernels), or where the engine converts it, the converted file.
     let t = std::time::Instant::now();
-    let reference = common::reference_greedy(&path, &prompt, 32);
+    let dir = tempfile::tempdir().unwrap();
+    let weights = if packed {
+        path.clone()
+    } else {
+        let converted = dir.path().join("smollm2-q8_0.gguf");
+        let q = convert_gguf_file(&path, &converted, Conversion::default()).unwrap();
+        assert_eq!(q, "Q4_1->Q8_0");
+        converted
+    };
+    let reference = common::reference_greedy(&weights, &prompt, 32);
     println!("reference: {:.2}s", t.elapsed().as_secs_f64());
     assert_eq!(out.tokens, reference, "ours {:?}", text);
 }

@@ -1,9 +1,9 @@
 //! Load-time conversion of quantized weights to types with fast kernels.
 //!
 //! candle's CPU backend has SIMD dot products for Q4_0, Q8_0 and the K-quants,
-//! but only scalar code for Q4_1, Q5_0, Q5_1 and Q8_1. On the CPU the engine runs
-//! Q4_0, Q4_1 and Q8_0 with its own kernels (`model::packed`), so of these only
-//! Q5_0, Q5_1 and Q8_1 are slow; on a GPU, candle's kernels cover them all.
+//! but only scalar code for Q4_1, Q5_0, Q5_1 and Q8_1. On a CPU with AVX2 the engine
+//! runs Q4_0, Q4_1 and Q8_0 with its own kernels (`model::packed`), so of these only
+//! Q5_0, Q5_1 and Q8_1 are slow there; on a GPU, candle's kernels cover them all.
 //! Conversion dequantizes to f32 and requantizes; to Q8_0 it is close to lossless,
 //! to Q4_0 it loses a little more but keeps the size.
 
@@ -14,6 +14,7 @@ use std::str::FromStr;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 
+use super::packed::PackedMatrix;
 use crate::error::{EngineError, Result};
 
 /// The quantized type to convert slow weights to.
@@ -105,9 +106,10 @@ pub fn dtype_name(d: GgmlDType) -> &'static str {
 }
 
 /// Whether the engine has a fast matmul kernel for `dtype` on `device` (its own for Q4_1
-/// on the CPU, candle's for the rest).
+/// on a CPU with AVX2, candle's for the rest).
 pub fn has_fast_path(dtype: GgmlDType, device: &Device) -> bool {
     match dtype {
+        GgmlDType::Q4_1 => !device.is_cpu() || PackedMatrix::is_fast_here(),
         GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => !device.is_cpu(),
         _ => true,
     }
@@ -232,7 +234,9 @@ mod tests {
         let q80 = QTensor::quantize(&f, GgmlDType::Q8_0).unwrap();
         let auto = Conversion::default();
         assert_eq!(conversion_for(&q50, auto, &dev), Some(GgmlDType::Q8_0));
-        assert_eq!(conversion_for(&q41, auto, &dev), None);
+        // Q4_1 has the engine's own kernel where the CPU has AVX2.
+        let q41_target = (!PackedMatrix::is_fast_here()).then_some(GgmlDType::Q8_0);
+        assert_eq!(conversion_for(&q41, auto, &dev), q41_target);
         assert_eq!(conversion_for(&q80, auto, &dev), None);
         assert_eq!(conversion_for(&q50, Conversion::Never, &dev), None);
         let c = convert(&q41, GgmlDType::Q8_0).unwrap();

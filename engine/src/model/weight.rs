@@ -1,8 +1,8 @@
 //! A weight matrix of a decoder and the one rule for multiplying activations with it.
 //!
-//! On the CPU, Q8_0 and Q4_0 matrices are repacked at load for the engine's own kernels
-//! ([`super::packed`]); every other type, and every matrix on a GPU, stays a candle
-//! `QMatMul`. By row count:
+//! On a CPU with AVX2, Q8_0, Q4_0 and Q4_1 matrices are repacked at load for the engine's
+//! own kernels ([`super::packed`]); every other type, every matrix on other CPUs and every
+//! matrix on a GPU stays a candle `QMatMul`. By row count:
 //! - fewer than [`DEQUANT_MIN_ROWS`] rows (decode steps, short chunks): the quantized
 //!   kernels;
 //! - more: the matrix is dequantized and candle's f32 GEMM runs. `engine/benches/qmatmul.rs`
@@ -22,7 +22,7 @@ const DEQUANT_MIN_ROWS: usize = 64;
 /// A weight matrix `(out, in)`.
 #[derive(Debug)]
 pub(crate) enum Weight {
-    /// Repacked for [`PackedMatrix`] (CPU, Q8_0 and Q4_0).
+    /// Repacked for [`PackedMatrix`] (CPU with AVX2: Q8_0, Q4_0 and Q4_1).
     Packed(PackedMatrix),
     /// candle's quantized matmul (other types, and GPUs).
     Candle(QMatMul),
@@ -31,7 +31,7 @@ pub(crate) enum Weight {
 impl Weight {
     /// The weight for `t` on `device`.
     pub(crate) fn new(t: Arc<QTensor>, device: &Device) -> candle_core::Result<Self> {
-        if device.is_cpu() {
+        if device.is_cpu() && PackedMatrix::is_fast_here() {
             if let Some(p) = PackedMatrix::from_qtensor(&t)? {
                 return Ok(Self::Packed(p));
             }

@@ -60,6 +60,13 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
+    /// Whether this CPU has SIMD kernels for packed matrices. Without them (CPUs other than
+    /// x86-64 with AVX2), the engine keeps candle's kernels, which have NEON code, and only
+    /// the tests run the portable path.
+    pub fn is_fast_here() -> bool {
+        Isa::best() != Isa::Scalar
+    }
+
     /// Whether a matrix of `dtype` with rows of `k` can be packed.
     pub fn supports(dtype: GgmlDType, k: usize) -> bool {
         Self::kind_of(dtype).is_some() && k.is_multiple_of(BLOCK) && k > 0
