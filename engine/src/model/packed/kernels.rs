@@ -146,10 +146,9 @@ pub unsafe fn row_dots<const M: usize>(
         Isa::Scalar => scalar(kind, w, acts),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512Vnni => {
-            // SAFETY: the CPU has the features each function enables (the caller's
-            // contract), and every row holds `blocks` whole blocks and `pad` per-block
-            // entries (asserted above), which is all they read. The shifts are the kinds'
-            // offsets: 128 = 1 << 7, 8 = 1 << 3; Q4_1 has none.
+            // The shifts are the kinds' offsets: 128 = 1 << 7, 8 = 1 << 3; Q4_1 has none.
+            // SAFETY: the CPU has the features each function enables (the caller's contract);
+            // the rows hold `blocks` blocks and `pad` entries (asserted above), all they read.
             unsafe {
                 match (isa, kind) {
                     (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false, 7>(w, acts),
