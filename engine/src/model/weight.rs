@@ -41,8 +41,54 @@ impl Weight {
 
     /// `xs @ W^T` over the last dimension of `xs`.
     pub(crate) fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
+        let [y] = Self::forward_many([self], xs)?;
+        Ok(y)
+    }
+
+    /// `[xs @ W^T for W in ws]`. The packed matrices among `ws`, when the rows are few,
+    /// run in one pass of the packed kernels with the activations quantized once
+    /// ([`PackedMatrix::matmul_many`]); every other product runs on its own.
+    pub(crate) fn forward_many<const N: usize>(
+        ws: [&Weight; N],
+        xs: &Tensor,
+    ) -> candle_core::Result<[Tensor; N]> {
         let k = xs.dim(D::Minus1)?;
         let rows = xs.elem_count() / k.max(1);
+        let packed: Vec<&PackedMatrix> = ws.iter().filter_map(|w| w.kernel_for(k, rows)).collect();
+        let mut results = if packed.is_empty() {
+            Vec::new()
+        } else {
+            let x = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            PackedMatrix::matmul_many(&packed, &x, rows)
+        }
+        .into_iter();
+        let mut dims = xs.dims().to_vec();
+        let outs: Vec<Tensor> = ws
+            .iter()
+            .map(|w| match w.kernel_for(k, rows) {
+                Some(p) => {
+                    *dims.last_mut().expect("k was read from the last dimension") = p.dims().0;
+                    let out = results.next().expect("one result per packed matrix");
+                    Tensor::from_vec(out, dims.as_slice(), xs.device())
+                }
+                None => w.forward_alone(xs, k, rows),
+            })
+            .collect::<candle_core::Result<_>>()?;
+        Ok(outs.try_into().expect("one result per weight"))
+    }
+
+    /// The packed matrix, when `rows` rows of width `k` go through the packed kernels.
+    fn kernel_for(&self, k: usize, rows: usize) -> Option<&PackedMatrix> {
+        match self {
+            Self::Packed(p) if rows < DEQUANT_MIN_ROWS && p.dims().1 == k => Some(p),
+            _ => None,
+        }
+    }
+
+    /// One product on every other path: the f32 GEMM from [`DEQUANT_MIN_ROWS`] rows, and
+    /// candle's `QMatMul` (the packed kernels' path for fewer rows is [`Self::forward_many`]'s;
+    /// a packed matrix reaches here with fewer rows only when `k` does not match it).
+    fn forward_alone(&self, xs: &Tensor, k: usize, rows: usize) -> candle_core::Result<Tensor> {
         match self {
             Self::Packed(p) => {
                 let (n, pk) = p.dims();
@@ -51,14 +97,8 @@ impl Weight {
                 }
                 let mut dims = xs.dims().to_vec();
                 *dims.last_mut().expect("k was read from the last dimension") = n;
-                let out = if rows >= DEQUANT_MIN_ROWS {
-                    let w = Tensor::from_vec(p.dequantize(), (n, k), xs.device())?;
-                    xs.reshape((rows, k))?.matmul(&w.t()?)?
-                } else {
-                    let x = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                    Tensor::from_vec(p.matmul(&x, rows), (rows, n), xs.device())?
-                };
-                out.reshape(dims)
+                let w = Tensor::from_vec(p.dequantize(), (n, k), xs.device())?;
+                xs.reshape((rows, k))?.matmul(&w.t()?)?.reshape(dims)
             }
             Self::Candle(QMatMul::QTensor(q))
                 if rows >= DEQUANT_MIN_ROWS && xs.device().is_cpu() =>
@@ -68,41 +108,53 @@ impl Weight {
             Self::Candle(w) => w.forward(xs),
         }
     }
+}
 
-    /// `[xs @ W^T for W in ws]`: when every matrix is packed and the rows few, the
-    /// activations are quantized once and all the products run in one parallel pass
-    /// ([`PackedMatrix::matmul_many`]); otherwise one [`Weight::forward`] each.
-    pub(crate) fn forward_many<const N: usize>(
-        ws: [&Weight; N],
-        xs: &Tensor,
-    ) -> candle_core::Result<[Tensor; N]> {
-        let k = xs.dim(D::Minus1)?;
-        let rows = xs.elem_count() / k.max(1);
-        let packed: Option<Vec<&PackedMatrix>> = ws
-            .iter()
-            .map(|w| match w {
-                Self::Packed(p) if p.dims().1 == k => Some(p),
-                _ => None,
-            })
-            .collect();
-        let outs: Vec<Tensor> = match packed {
-            Some(ps) if rows < DEQUANT_MIN_ROWS => {
-                let x = xs.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                let mut dims = xs.dims().to_vec();
-                PackedMatrix::matmul_many(&ps, &x, rows)
-                    .into_iter()
-                    .zip(&ps)
-                    .map(|(out, p)| {
-                        *dims.last_mut().expect("k was read from the last dimension") = p.dims().0;
-                        Tensor::from_vec(out, dims.as_slice(), xs.device())
-                    })
-                    .collect::<candle_core::Result<_>>()?
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::GgmlDType;
+
+    fn weight(n: usize, k: usize, dtype: GgmlDType) -> (Weight, QMatMul) {
+        let w = Tensor::randn(0f32, 0.1, (n, k), &Device::Cpu).unwrap();
+        let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
+        (
+            Weight::new(q.clone(), &Device::Cpu).unwrap(),
+            QMatMul::from_arc(q).unwrap(),
+        )
+    }
+
+    #[test]
+    fn packed_and_candle_weights_together_give_candles_products() {
+        let k = 256;
+        // Matrix heights that are not multiples of 16: for those (at this width) candle picks its
+        // repacked tile kernels, which measured up to 0.05 away from its own one-row kernel
+        // and from the packed and portable paths, which agree with each other.
+        let (a, a_ref) = weight(50, k, GgmlDType::Q8_0);
+        let (b, b_ref) = weight(16, k, GgmlDType::Q4K);
+        let (c, c_ref) = weight(41, k, GgmlDType::Q4_0);
+        if PackedMatrix::is_fast_here() {
+            assert!(matches!(a, Weight::Packed(_)) && matches!(c, Weight::Packed(_)));
+        }
+        assert!(matches!(b, Weight::Candle(_)));
+        for rows in [1, 3, 70] {
+            let xs = Tensor::randn(0f32, 1.0, (1, rows, k), &Device::Cpu).unwrap();
+            let [ya, yb, yc] = Weight::forward_many([&a, &b, &c], &xs).unwrap();
+            for (y, w, r) in [(ya, &a, &a_ref), (yb, &b, &b_ref), (yc, &c, &c_ref)] {
+                let alone = w.forward(&xs).unwrap();
+                assert_eq!(y.dims(), alone.dims());
+                let diff = (&y - &alone).unwrap().abs().unwrap().max_all().unwrap();
+                assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{rows} rows");
+                if rows < DEQUANT_MIN_ROWS {
+                    // The packed kernels equal candle's bit for bit.
+                    let theirs = r.forward(&xs).unwrap();
+                    let diff = (&y - &theirs).unwrap().abs().unwrap().max_all().unwrap();
+                    assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{rows} rows, {w:?}");
+                }
             }
-            _ => ws
-                .iter()
-                .map(|w| w.forward(xs))
-                .collect::<candle_core::Result<_>>()?,
-        };
-        Ok(outs.try_into().expect("one result per weight"))
+        }
+        // A width that does not match is an error, not a panic.
+        let xs = Tensor::zeros((1, 2, 128), candle_core::DType::F32, &Device::Cpu).unwrap();
+        assert!(a.forward(&xs).is_err());
     }
 }
