@@ -6,8 +6,10 @@
 //! - fewer than [`DEQUANT_MIN_ROWS`] rows (decode steps, short chunks): the quantized
 //!   kernels;
 //! - more: the matrix is dequantized and candle's f32 GEMM runs. `engine/benches/qmatmul.rs`
-//!   measured one SmolLM2 layer at 0.20x the quantized kernel's time for 64 rows and
-//!   0.11-0.20x for 128-512, the dequantization included (BENCHMARKS.md, #13).
+//!   measured one SmolLM2 layer at 0.20x candle's quantized kernel's time for 64 rows and
+//!   0.11-0.20x for 128-512, the dequantization included; against the packed kernels it
+//!   takes 1.15-1.23x at 64 rows and 0.5-0.9x at 128-512 (BENCHMARKS.md, #13), so the
+//!   threshold could move up for them; it stays where candle's kernels put it.
 
 use std::sync::Arc;
 
