@@ -12,9 +12,10 @@
 //! - Q4_1, which candle only has scalar code for, runs in 4 bits: no conversion to Q8_0
 //!   at load, which read 1.7x the bytes per token;
 //! - each weight block is read once for up to four activation rows ([`kernels`]);
-//! - the output rows are split into chunks run on rayon's pool, the pool the compute
-//!   thread already works in, so an idle or descheduled worker costs a steal, never a
-//!   spinning barrier.
+//! - a layer's products on the same activations (Q, K and V; gate and up) run in one pass
+//!   ([`PackedMatrix::matmul_many`]): the activations are quantized once, and the weight
+//!   rows are split into pieces run on rayon's pool, the pool the compute thread already
+//!   works in, so an idle or descheduled worker costs a steal, never a spinning barrier.
 //!
 //! `engine/benches/qmatmul.rs` measures them against candle's `QMatMul` side by side
 //! (BENCHMARKS.md, #13). The activations are quantized to 8-bit blocks of 32 as ggml and
@@ -33,8 +34,9 @@ use rayon::prelude::*;
 use activations::{padded, QuantizedRow, QuantizedRows, BLOCK};
 pub use kernels::{Isa, Kind, WeightRow};
 
-/// Matrices below this many multiply-adds (weight count times rows) run on the calling
-/// thread: waking a pool worker costs more than it saves (`engine/benches/qmatmul.rs`).
+/// Products below this many multiply-adds (weight count times rows, summed over the
+/// matrices of one pass) run on the calling thread: a few microseconds of work at these
+/// kernels' speed, about what handing a piece to another pool thread costs.
 const PARALLEL_MIN_WORK: usize = 1 << 17;
 
 /// Pieces of output rows per pool thread: more than one, so that a thread that runs slower
@@ -46,7 +48,7 @@ const PIECES_PER_THREAD: usize = 4;
 const PIECE_MIN_WORK: usize = 1 << 15;
 
 /// A quantized weight matrix `(n, k)` in the packed form of [`kernels`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PackedMatrix {
     kind: Kind,
     isa: Isa,
@@ -57,6 +59,18 @@ pub struct PackedMatrix {
     scales: Vec<f16>,
     /// Q4_1's block minimums, laid out as the scales; empty for the other kinds.
     mins: Vec<f16>,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    /// The shape and kind, not the weights.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedMatrix")
+            .field("kind", &self.kind)
+            .field("isa", &self.isa)
+            .field("n", &self.n)
+            .field("k", &self.k)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PackedMatrix {
