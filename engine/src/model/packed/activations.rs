@@ -1,9 +1,10 @@
 //! Activation rows quantized to 8-bit blocks of 32, the form the packed kernels multiply.
 //!
-//! Each block keeps its scale in f32 and the sum of its quants (the kernels take the
-//! weights' unsigned offset back out of an unsigned-by-signed dot product with it:
-//! `sum((w + o) * x) - o * sum(x) = sum(w * x)`), and that sum times the scale (for the
-//! per-block minimum of Q4_1 weights: `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`).
+//! Each block keeps its scale in f32, the sums of its quants per 4-byte lane (the kernels
+//! take the weights' unsigned offset back out of an unsigned-by-signed dot product with
+//! them: `sum((w + o) * x) - o * sum(x) = sum(w * x)`), and the block's sum times its scale
+//! (for the per-block minimum of Q4_1 weights:
+//! `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`).
 //! The per-block values of a row are padded with zeros to a multiple of [`GROUP`] blocks, so
 //! that the kernels load them eight at a time with no tail.
 
@@ -27,21 +28,18 @@ pub struct QuantizedRows {
     rows: usize,
     quants: Vec<i8>,
     scales: Vec<f32>,
-    sums: Vec<f32>,
     scaled_sums: Vec<f32>,
     lane_sums: Vec<i32>,
 }
 
-/// One quantized row: its quants and, padded to [`padded`] entries with zeros, its block
-/// scales, quant sums and scaled sums.
+/// One quantized row: its quants, its lane sums and, padded to [`padded`] entries with
+/// zeros, its block scales and scaled sums.
 #[derive(Debug, Clone, Copy)]
 pub struct QuantizedRow<'a> {
     /// `k` quants.
     pub quants: &'a [i8],
     /// The scale of each block.
     pub scales: &'a [f32],
-    /// The sum of each block's quants (an integer of at most 32 * 127, exact in f32).
-    pub sums: &'a [f32],
     /// The sum of each block's quants times its scale, rounded to f16 as ggml's Q8_1 has it.
     pub scaled_sums: &'a [f32],
     /// Per block, 8 lanes: minus the sum of quants `4j..4j + 4` in lane `j` (the grouping
@@ -87,7 +85,6 @@ impl pulp::WithSimd for Quantize<'_> {
                 // equal candle's (and llama.cpp's, but for its order of summation).
                 let at = r * stride + b;
                 q.scales[at] = f16::from_f32(d).to_f32();
-                q.sums[at] = sum as f32;
                 q.scaled_sums[at] = f16::from_f32(d * sum as f32).to_f32();
                 let lanes = &mut q.lane_sums[(r * k + b * BLOCK) / 4..][..BLOCK / 4];
                 for (l, q4) in lanes.iter_mut().zip(qb.chunks_exact(4)) {
@@ -116,7 +113,6 @@ impl QuantizedRows {
             rows,
             quants: vec![0i8; rows * k],
             scales: vec![0f32; rows * stride],
-            sums: vec![0f32; rows * stride],
             scaled_sums: vec![0f32; rows * stride],
             lane_sums: vec![0i32; rows * k / 4],
         };
@@ -136,7 +132,6 @@ impl QuantizedRows {
         QuantizedRow {
             quants: &self.quants[m * self.k..(m + 1) * self.k],
             scales: &self.scales[per_block.clone()],
-            sums: &self.sums[per_block.clone()],
             scaled_sums: &self.scaled_sums[per_block],
             lane_sums: &self.lane_sums[m * self.k / 4..(m + 1) * self.k / 4],
         }
@@ -155,16 +150,20 @@ mod tests {
         assert_eq!(r.scales[0], f16::from_f32(20.0 / 127.0).to_f32());
         assert_eq!(r.quants[0], -127);
         let sum0: i32 = r.quants[..32].iter().map(|&v| i32::from(v)).sum();
-        assert_eq!(r.sums[0], sum0 as f32);
+        assert_eq!(r.lane_sums[..8].iter().sum::<i32>(), -sum0);
         assert_eq!(r.quants[63], 127);
         let d1 = 43.0f32 / 127.0;
-        assert_eq!(r.scaled_sums[1], f16::from_f32(d1 * r.sums[1]).to_f32());
+        let sum1: i32 = r.quants[32..].iter().map(|&v| i32::from(v)).sum();
+        assert_eq!(r.scaled_sums[1], f16::from_f32(d1 * sum1 as f32).to_f32());
         let lane0: i32 = r.quants[..4].iter().map(|&v| i32::from(v)).sum();
         assert_eq!(r.lane_sums[0], -lane0);
         assert_eq!(r.lane_sums.len(), 16);
         // Two blocks, padded to a group of 8 with zeros.
         assert_eq!(r.scales.len(), GROUP);
-        assert!(r.scales[2..].iter().chain(&r.sums[2..]).all(|&v| v == 0.0));
+        assert!(r.scales[2..]
+            .iter()
+            .chain(&r.scaled_sums[2..])
+            .all(|&v| v == 0.0));
     }
 
     #[test]

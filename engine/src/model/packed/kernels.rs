@@ -136,7 +136,6 @@ pub unsafe fn row_dots<const M: usize>(
         assert!(
             a.quants.len() == blocks * BLOCK
                 && a.scales.len() == pad
-                && a.sums.len() == pad
                 && a.scaled_sums.len() == pad
                 && a.lane_sums.len() == blocks * BLOCK / 4,
             "activation row length"
@@ -173,10 +172,12 @@ fn scalar<const M: usize>(kind: Kind, w: WeightRow<'_>, acts: &[QuantizedRow<'_>
         let min = w.mins.get(b).map(|m| m.to_f32());
         for (o, a) in out.iter_mut().zip(acts) {
             let xq = &a.quants[b * BLOCK..(b + 1) * BLOCK];
+            // The lane sums are negated: adding them takes the offset out.
+            let lanes: i32 = a.lane_sums[b * BLOCK / 4..(b + 1) * BLOCK / 4].iter().sum();
             let dot: i32 = (0..BLOCK)
                 .map(|j| kind.stored(wb, j) * i32::from(xq[j]))
                 .sum::<i32>()
-                - kind.offset() * a.sums[b] as i32;
+                + kind.offset() * lanes;
             *o += dw * a.scales[b] * dot as f32;
             if let Some(m) = min {
                 *o += m * a.scaled_sums[b];

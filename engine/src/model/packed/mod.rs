@@ -162,11 +162,6 @@ impl PackedMatrix {
         self.kind
     }
 
-    /// The instruction set the matmul runs on.
-    pub fn isa(&self) -> Isa {
-        self.isa
-    }
-
     /// `x @ W^T` for the `rows` rows of `x` (row-major `rows * k`): row-major `rows * n`.
     ///
     /// # Panics
