@@ -14,6 +14,7 @@
 #   --no-build   use target/release/hydra-engine as it is (no cargo build)
 #   --embedded   instead: hydra-engine's embedded model alone (no llama.cpp), 4 slots x
 #                --tokens decode at once against 1 slot, --rounds rounds
+#   --pool-use P hydra-engine's --pool-use (adaptive, always, never; default adaptive)
 #
 # llama.cpp 0c1e570 is built once by scripts/llama-cpp.sh into a cache outside the
 # repository; hydra-engine is built here with `cargo build --release`. Both servers run for
@@ -27,12 +28,14 @@
 #   prefill 512    server against server; likewise the long prompt (--long)
 #   4-slot         4 slots x --tokens decode tokens at once: aggregate tokens/s, against
 #                  llama-server -np 4; also each engine's aggregate / its own 1-slot rate
-#   hog            1-slot decode while `yes > /dev/null` runs, and that over the quiet rate
+#   hog            1-slot decode while `yes > /dev/null` runs, and that over the quiet rate;
+#                  also from a second hydra-engine with `--pool-use always` (no adaptation
+#                  to contention), so that the adaptation's effect is measured in the run
 # The load average (uptime) is printed before and after. Not part of CI.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-rounds=3 quick=0 model="" threads=2 long=4000 tokens=256 embedded=0 build=1
+rounds=3 quick=0 model="" threads=2 long=4000 tokens=256 embedded=0 build=1 pool_use=adaptive
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -42,8 +45,9 @@ while [ $# -gt 0 ]; do
     --long) long=$2; shift 2 ;;
     --tokens) tokens=$2; shift 2 ;;
     --embedded) embedded=1; shift ;;
+    --pool-use) pool_use=$2; shift 2 ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "bench-vs-llamacpp: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,6 +66,7 @@ if [ "$embedded" = 1 ]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   HYDRA_PROGRESS_DIR="$work" "$repo/target/release/hydra-engine" serve --builtin \
     --threads "$threads" --slots 4 --ctx 2048 --listen "127.0.0.1:$port" --engine-id bench \
+    --pool-use "$pool_use" \
     >"$work/out" 2>"$work/err" &
   pid=$!
   trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
@@ -128,8 +133,13 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 ctx=$((long + 256))
 hport=$(free_port)
 HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
-  --slots 4 --ctx "$ctx" --listen "127.0.0.1:$hport" --engine-id bench \
+  --slots 4 --ctx "$ctx" --listen "127.0.0.1:$hport" --engine-id bench --pool-use "$pool_use" \
   >"$work/hydra.out" 2>"$work/hydra.err" &
+pids+=($!)
+aport=$(free_port)
+HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
+  --slots 1 --ctx "$ctx" --listen "127.0.0.1:$aport" --engine-id bench-always \
+  --pool-use always >"$work/always.out" 2>"$work/always.err" &
 pids+=($!)
 lport=$(free_port)
 "$prefix/bin/llama-server" -m "$model" -t "$threads" -np 4 -c $((4 * ctx)) \
@@ -137,13 +147,14 @@ lport=$(free_port)
 pids+=($!)
 
 load_before=$(uptime)
-python3 - "$hport" "$lport" "$prefix/bin/llama-bench" "$model" "$threads" "$rounds" \
+python3 - "$hport" "$aport" "$lport" "$prefix/bin/llama-bench" "$model" "$threads" "$rounds" \
   "$long" "$tokens" "$hog_tokens" <<'PY'
 import csv, io, json, statistics, subprocess, sys, threading, time, urllib.request
 
-hport, lport, bench, model, threads, rounds, long_n, tokens, hog_tokens = sys.argv[1:]
+hport, aport, lport, bench, model, threads, rounds, long_n, tokens, hog_tokens = sys.argv[1:]
 threads, rounds, long_n, tokens, hog_tokens = map(int, (threads, rounds, long_n, tokens, hog_tokens))
 H, L = f"http://127.0.0.1:{hport}", f"http://127.0.0.1:{lport}"
+A = f"http://127.0.0.1:{aport}"
 
 def call(url, body=None, timeout=900):
     data = None if body is None else json.dumps(body).encode()
@@ -162,6 +173,7 @@ def wait_up(base, path):
     sys.exit(f"server {base} did not come up")
 
 wait_up(H, "/health")
+wait_up(A, "/health")
 wait_up(L, "/health")
 
 def ids(n, seed):
@@ -169,9 +181,10 @@ def ids(n, seed):
 
 def completion(engine, slot, prompt, n_predict):
     """One completion on a fresh slot: (prompt tok/s, decode tok/s)."""
-    if engine == "hydra":
-        call(f"{H}/slots/{slot}?action=erase", {})
-        r = call(f"{H}/completion", {"tokens": prompt, "n_predict": n_predict,
+    if engine in ("hydra", "always"):
+        base = H if engine == "hydra" else A
+        call(f"{base}/slots/{slot}?action=erase", {})
+        r = call(f"{base}/completion", {"tokens": prompt, "n_predict": n_predict,
                                      "ignore_eos": True, "id_slot": slot})
     else:
         r = call(f"{L}/completion", {"prompt": prompt, "n_predict": n_predict,
@@ -226,10 +239,14 @@ for rnd in range(rounds):
     try:
         time.sleep(0.5)
         add("decode under hog", "hydra", completion("hydra", 0, ids(16, rnd), hog_tokens)[1])
+        add("decode under hog", "always", completion("always", 0, ids(16, rnd), hog_tokens)[1])
         add("decode under hog", "server", completion("llama", 0, ids(16, rnd), hog_tokens)[1])
     finally:
         hog.kill(); hog.wait()
+    # llama.cpp's threads poll for a while after a request: let them settle first.
+    time.sleep(1.0)
     add("decode quiet (hog pair)", "hydra", completion("hydra", 0, ids(16, rnd), hog_tokens)[1])
+    add("decode quiet (hog pair)", "always", completion("always", 0, ids(16, rnd), hog_tokens)[1])
     add("decode quiet (hog pair)", "server", completion("llama", 0, ids(16, rnd), hog_tokens)[1])
 
 med = {k: {e: statistics.median(v) for e, v in d.items()} for k, d in fig.items()}
@@ -256,7 +273,9 @@ for e, name in (("hydra", "hydra-engine"), ("server", "llama-server")):
     agg = med["4-slot aggregate"][e] / med["1-slot (same run)"][e]
     hog = med["decode under hog"][e] / med["decode quiet (hog pair)"][e]
     print(f"\n{name}: 4-slot aggregate / 1 slot = {agg:.2f}x; decode under hog / quiet = {hog:.2f}x", end="")
-print()
+hog = med["decode under hog"]["always"] / med["decode quiet (hog pair)"]["always"]
+print(f"\nhydra-engine --pool-use always: decode under hog / quiet = {hog:.2f}x "
+      f"(under hog {cell('decode under hog', 'always')}, quiet {cell('decode quiet (hog pair)', 'always')})")
 PY
 echo
 echo "load before: $load_before"

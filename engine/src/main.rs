@@ -7,6 +7,7 @@ mod demo;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use hydra_engine::server::config::{ModelSource, Schedule, ServerConfig, DEFAULT_UBATCH};
+use hydra_engine::threads::PoolUse;
 use hydra_engine::{Conversion, DeviceSpec, LoadOptions};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -72,6 +73,11 @@ struct ServeArgs {
     /// per forward, prefill chunks interleaved) or serial (one task at a time, FIFO).
     #[arg(long, default_value_t = Schedule::Batched)]
     schedule: Schedule,
+    /// Whether decode steps spread their kernels over the CPU threads: adaptive (time the
+    /// steps, and run them on the compute thread alone while that is faster, as under CPU
+    /// contention), always, or never.
+    #[arg(long, default_value_t = PoolUse::Adaptive)]
+    pool_use: PoolUse,
     /// CPU threads for compute.
     #[arg(long, default_value_t = default_threads())]
     threads: usize,
@@ -183,6 +189,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ctx: args.ctx,
         ubatch: args.ubatch,
         schedule: args.schedule,
+        pool_use: args.pool_use,
         engine_id: args.engine_id,
         progress_dir: hydra_layout::naming::resolve_dir(args.progress_dir.as_deref()),
         listen: args.listen,

@@ -17,6 +17,7 @@ use candle_core::Device;
 use crate::model::kv_cache::KvCache;
 use crate::model::llama::{Rope, Sequence};
 use crate::model::{LayerHook, Model};
+use crate::threads::{PoolChooser, PoolUse};
 
 /// Next-token scores over the vocabulary (f32, unnormalised).
 ///
@@ -173,6 +174,8 @@ pub struct Slots {
     rope: Rope,
     n_ctx: usize,
     slots: Vec<Slot>,
+    /// Whether each step's kernels use the thread pool ([`crate::threads::pool_use`]).
+    pool: PoolChooser,
 }
 
 impl Slots {
@@ -204,7 +207,18 @@ impl Slots {
             rope,
             n_ctx,
             slots,
+            pool: PoolChooser::new(PoolUse::default(), rayon::current_num_threads()),
         })
+    }
+
+    /// How decode steps use the thread pool (default: [`PoolUse::Adaptive`]).
+    pub fn set_pool_use(&mut self, policy: PoolUse) {
+        self.pool = PoolChooser::new(policy, rayon::current_num_threads());
+    }
+
+    /// How decode steps use the thread pool.
+    pub fn pool_use(&self) -> PoolUse {
+        self.pool.policy()
     }
 
     /// The shared model.
@@ -441,11 +455,16 @@ impl Slots {
             slots: &ids,
             observer,
         };
-        let rows = self
-            .model
-            .weights
-            .forward(&mut batch, &self.rope, &mut hook)?
-            .to_vec2::<f32>()?;
+        let n_rows = seqs.iter().map(|(_, tokens)| tokens.len()).sum();
+        let use_pool = self.pool.plan(n_rows);
+        let started = Instant::now();
+        let (weights, rope) = (&self.model.weights, &self.rope);
+        let rows = crate::threads::with_pool(use_pool, || -> Result<Vec<Vec<f32>>> {
+            Ok(weights
+                .forward(&mut batch, rope, &mut hook)?
+                .to_vec2::<f32>()?)
+        })?;
+        self.pool.record(started.elapsed());
         Ok(rows
             .into_iter()
             .zip(logits_of)

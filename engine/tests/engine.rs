@@ -6,6 +6,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
+use hydra_engine::threads::PoolUse;
 use hydra_engine::{
     generate, EngineError, FinishReason, FnObserver, LoadOptions, Logits, Model, Sampler,
     SamplerConfig, Slots, StateError, StepDone, StepStart,
@@ -607,4 +608,44 @@ fn batched_decode_gives_the_serial_greedy_tokens() {
         .map(|p| tok.encode(p, false))
         .collect();
     batched_matches_serial(gguf, &prompts, 24);
+}
+
+/// The two ways a decode step's kernels run (spread over the pool, or on the compute thread
+/// alone: `threads::pool_use`) give the same logits, bit for bit, on a 2-thread pool with
+/// 4 slots (enough work per step that the pool's path does split it).
+#[test]
+fn kernels_on_the_pool_or_alone_give_the_same_logits() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let model = builtin();
+    let tok = model.tokenizer();
+    let prompts: Vec<Vec<u32>> = ["Once upon a time", "The quick brown fox", "Hi", "1 2 3 4"]
+        .iter()
+        .map(|p| tok.encode(p, true))
+        .collect();
+    let run = |policy: PoolUse| -> Vec<Logits> {
+        pool.install(|| {
+            let mut slots = Slots::new(model.clone(), prompts.len(), 512).unwrap();
+            slots.set_pool_use(policy);
+            assert_eq!(slots.pool_use(), policy);
+            let mut next: Vec<u32> = prompts
+                .iter()
+                .enumerate()
+                .map(|(slot, p)| slots.prefill(slot, p, 4, &mut ()).unwrap().argmax())
+                .collect();
+            let mut all = Vec::new();
+            for _ in 0..16 {
+                let steps: Vec<(usize, u32)> = next.iter().copied().enumerate().collect();
+                let logits = slots.decode_batch(&steps, &mut ()).unwrap();
+                next = logits.iter().map(Logits::argmax).collect();
+                all.extend(logits);
+            }
+            all
+        })
+    };
+    let (on_pool, alone) = (run(PoolUse::Always), run(PoolUse::Never));
+    assert_eq!(on_pool.len(), 16 * prompts.len());
+    assert!(on_pool == alone, "the logits differ between the two modes");
 }

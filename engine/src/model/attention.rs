@@ -205,7 +205,7 @@ pub fn attend_decode_cpu(
         pulp::Arch::new().dispatch(hg);
     };
     let work: usize = views.iter().map(|v| v.3).sum::<usize>() * n_head * hd;
-    if work >= PARALLEL_MIN_WORK {
+    if work >= PARALLEL_MIN_WORK && crate::threads::kernel_threads() > 1 {
         out.par_chunks_mut(n_rep * hd).enumerate().for_each(task);
     } else {
         out.chunks_mut(n_rep * hd).enumerate().for_each(task);

@@ -137,8 +137,9 @@ impl Compute {
             "model loaded"
         );
         let model = Arc::new(model);
-        let slots = Slots::new(model.clone(), config.slots, config.ctx)
+        let mut slots = Slots::new(model.clone(), config.slots, config.ctx)
             .context("cannot create the slots")?;
+        slots.set_pool_use(config.pool_use);
         let n_ctx = slots.n_ctx();
         let llama = model.config().clone();
 
@@ -207,7 +208,12 @@ impl Compute {
     /// Runs the schedule's loop until the queue closes and every task has ended, then
     /// closes the segment.
     pub fn run(mut self, rx: Receiver<Task>) {
-        tracing::info!(schedule = %self.schedule, ubatch = self.ubatch, "compute thread started");
+        tracing::info!(
+            schedule = %self.schedule,
+            ubatch = self.ubatch,
+            pool_use = %self.slots.pool_use(),
+            "compute thread started"
+        );
         match self.schedule {
             Schedule::Serial => serial::run(&mut self, rx),
             Schedule::Batched => batched::run(&mut self, rx),

@@ -2,6 +2,7 @@
 
 use crate::error::EngineError;
 use crate::model::LoadOptions;
+use crate::threads::PoolUse;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -74,6 +75,8 @@ pub struct ServerConfig {
     pub ubatch: usize,
     /// How the compute thread orders its work.
     pub schedule: Schedule,
+    /// Whether decode steps' kernels use the thread pool, or adapt to CPU contention.
+    pub pool_use: PoolUse,
     /// Engine id: names the progress segment.
     pub engine_id: String,
     /// Directory of progress segments.
@@ -98,6 +101,7 @@ impl ServerConfig {
             ctx: 0,
             ubatch: DEFAULT_UBATCH,
             schedule: Schedule::default(),
+            pool_use: PoolUse::default(),
             engine_id: engine_id.to_owned(),
             progress_dir,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),

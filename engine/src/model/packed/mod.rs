@@ -194,7 +194,7 @@ impl PackedMatrix {
         // part of its matrix's result; transposed at the end when there is more than one row.
         let mut outs: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.n * rows]).collect();
         let total: usize = mats.iter().map(|m| m.n).sum();
-        let threads = rayon::current_num_threads();
+        let threads = crate::threads::kernel_threads();
         let parallel = threads > 1 && total * k * rows >= PARALLEL_MIN_WORK;
         let piece = if parallel {
             let min_rows = PIECE_MIN_WORK.div_ceil(k * rows);

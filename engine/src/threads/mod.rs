@@ -1,4 +1,5 @@
-//! CPU thread count.
+//! CPU threads: how many, where the compute loop runs, and whether a step's kernels
+//! spread over the pool ([`pool_use`]).
 //!
 //! candle's CPU backend sizes its worker pools (a rayon pool for tensor ops
 //! and gemm, and a spinning "barrier pool" for quantized matmuls) once, on
@@ -19,7 +20,18 @@
 //! that is not split runs inline, and a split one runs its own halves unless an idle
 //! worker steals them: nothing waits on a thread that is not running.
 
+use std::cell::Cell;
+
 use crate::error::{EngineError, Result};
+
+pub mod pool_use;
+
+pub use pool_use::{PoolChooser, PoolUse};
+
+thread_local! {
+    /// Set while this thread runs a step whose kernels stay on it ([`with_pool`]).
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+}
 
 /// Set the number of CPU threads candle will use.
 ///
@@ -48,4 +60,29 @@ pub fn cpu_threads() -> usize {
 /// blocks until `f` returns.
 pub fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
+}
+
+/// The threads the engine's own kernels (packed matmuls, decode attention) may spread a
+/// piece of work over when called from this thread: rayon's pool size, or 1 inside
+/// [`with_pool`]`(false, ..)`.
+pub fn kernel_threads() -> usize {
+    if ALONE.with(Cell::get) {
+        1
+    } else {
+        rayon::current_num_threads()
+    }
+}
+
+/// Runs `f` on this thread with the engine's kernels spreading their work over the pool
+/// (`use_pool`) or keeping it on this thread; the previous setting is back afterwards, also
+/// when `f` panics. candle's own ops are not affected.
+pub fn with_pool<R>(use_pool: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ALONE.with(|a| a.set(self.0));
+        }
+    }
+    let _restore = Restore(ALONE.with(|a| a.replace(!use_pool)));
+    f()
 }

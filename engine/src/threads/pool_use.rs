@@ -1,0 +1,280 @@
+//! Whether a decode step's kernels spread over the thread pool or run on the compute thread
+//! alone, chosen from the steps' own timings.
+//!
+//! The engine's kernels (the packed weight matmuls, decode attention) hand pieces of a step
+//! to rayon's pool and join them, about five times per layer. On a quiet machine that makes
+//! a decode step faster. When another process keeps a core busy, a pool thread holding a
+//! piece can be descheduled for a scheduler slice (milliseconds) while the compute thread
+//! waits at the join, and SmolLM2's 30 layers make about 150 joins per token: the step then
+//! takes longer than on the compute thread alone. Nothing in the process sees the other
+//! process directly, but the step times show its effect. [`PoolChooser`] times the steps in
+//! the mode it uses, runs a few in the other mode now and then (a trial), and keeps the
+//! faster.
+//!
+//! A trial starts:
+//! - on a schedule that backs off (every 64, 128, then 256 steps) while the current mode
+//!   keeps winning, so that on a quiet machine trials cost about 1% of the steps;
+//! - on the pool, as soon as the window refills after a step that took [`JUMP`] times the
+//!   recent ones (contention starting);
+//! - running alone, once the kernel's count of runnable tasks (`/proc/loadavg`) shows a CPU
+//!   to spare twice in a row (contention over), at most once per switch to running alone.
+//!
+//! Only steps of up to [`MAX_ROWS`] rows (decode batches) are timed and steered; a prefill
+//! chunk's kernels always use the pool. Both modes compute the same values (each output of
+//! a kernel is computed by one call, whichever thread makes it), so the choice changes only
+//! the time a step takes.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::EngineError;
+
+/// How decode steps use the thread pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PoolUse {
+    /// Time the steps and keep whichever of the pool and the compute thread alone is faster
+    /// now (default).
+    #[default]
+    Adaptive,
+    /// Always spread the kernels over the pool.
+    Always,
+    /// Run decode steps' kernels on the compute thread alone (prefill chunks of more than
+    /// [`MAX_ROWS`] rows still use the pool).
+    Never,
+}
+
+impl FromStr for PoolUse {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<Self, EngineError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "adaptive" => Ok(Self::Adaptive),
+            "always" => Ok(Self::Always),
+            "never" => Ok(Self::Never),
+            _ => Err(EngineError::InvalidOption {
+                name: "pool-use",
+                message: format!("{s:?}: expected adaptive, always or never"),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for PoolUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Adaptive => "adaptive",
+            Self::Always => "always",
+            Self::Never => "never",
+        })
+    }
+}
+
+/// Steps of more rows than this always use the pool: prefill chunks, whose pieces are long
+/// enough that a late worker costs a small part of the step.
+pub const MAX_ROWS: usize = 16;
+
+/// Step times kept for the current mode (the rows of the last steps); a trial's mean is
+/// compared with theirs.
+const WINDOW: usize = 4;
+
+/// Steps a trial runs in the other mode.
+const TRIAL_STEPS: usize = 3;
+
+/// Steps between trials after a switch; doubled after each trial the current mode wins.
+const FIRST_INTERVAL: u32 = 64;
+
+/// The longest interval between trials, in steps.
+const LONGEST_INTERVAL: u32 = 256;
+
+/// A step that takes this many times the window's mean starts a trial once the window has
+/// refilled: the conditions changed.
+pub const JUMP: f64 = 1.5;
+
+/// The other mode wins a trial when its mean step time is below this share of the current
+/// mode's (a margin against noise).
+const WIN: f64 = 0.9;
+
+/// Consecutive reads of the run queue with a CPU to spare that start a trial of the pool.
+const SPARE_READS: u32 = 2;
+
+/// Runnable tasks on the machine other than the caller (`/proc/loadavg`'s fourth field
+/// counts the reader itself); `None` where it cannot be read.
+pub fn others_runnable() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let running = text.split_whitespace().nth(3)?.split('/').next()?;
+    running.parse::<usize>().ok()?.checked_sub(1)
+}
+
+/// Chooses, step by step, whether the step's kernels use the pool (see the module
+/// documentation). One per compute thread: [`plan`](Self::plan) before a step,
+/// [`record`](Self::record) after it.
+#[derive(Debug)]
+pub struct PoolChooser {
+    policy: PoolUse,
+    threads: usize,
+    use_pool: bool,
+    /// Per row count (1 to [`MAX_ROWS`]), the last [`WINDOW`] step times in the current
+    /// mode: steps of a batch size are compared with steps of the same size.
+    windows: Vec<VecDeque<Duration>>,
+    /// The running trial's steps: their rows and times.
+    trial: Vec<(usize, Duration)>,
+    in_trial: bool,
+    /// Steps in the current mode before the next trial.
+    until_trial: u32,
+    interval: u32,
+    /// Whether a spare CPU may still start a trial (set when the chooser goes alone).
+    watch_spare: bool,
+    spare_reads: u32,
+    /// The step being run, when it is steered: its rows and whether it uses the pool.
+    planned: Option<(usize, bool)>,
+    runnable: fn() -> Option<usize>,
+}
+
+impl PoolChooser {
+    /// A chooser for a pool of `threads` threads, starting with the pool.
+    pub fn new(policy: PoolUse, threads: usize) -> Self {
+        Self::with_run_queue(policy, threads, others_runnable)
+    }
+
+    /// As [`new`](Self::new), reading the other runnable tasks from `runnable`.
+    pub fn with_run_queue(
+        policy: PoolUse,
+        threads: usize,
+        runnable: fn() -> Option<usize>,
+    ) -> Self {
+        Self {
+            policy,
+            threads,
+            use_pool: true,
+            windows: vec![VecDeque::with_capacity(WINDOW + 1); MAX_ROWS],
+            trial: Vec::with_capacity(TRIAL_STEPS),
+            in_trial: false,
+            until_trial: FIRST_INTERVAL,
+            interval: FIRST_INTERVAL,
+            watch_spare: false,
+            spare_reads: 0,
+            planned: None,
+            runnable,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> PoolUse {
+        self.policy
+    }
+
+    /// Whether steps currently run their kernels on the pool (trials aside).
+    pub fn using_pool(&self) -> bool {
+        self.use_pool
+    }
+
+    /// Whether the next step, of `rows` rows, should spread its kernels over the pool.
+    pub fn plan(&mut self, rows: usize) -> bool {
+        let decode = (1..=MAX_ROWS).contains(&rows);
+        if self.policy != PoolUse::Adaptive || self.threads < 2 || !decode {
+            self.planned = None;
+            return !(self.policy == PoolUse::Never && decode);
+        }
+        // A trial step counts only against a full window of its own batch size.
+        if !self.in_trial && self.until_trial == 0 && self.window(rows).len() == WINDOW {
+            self.in_trial = true;
+        }
+        let pool = self.use_pool != (self.in_trial && self.window(rows).len() == WINDOW);
+        self.planned = Some((rows, pool));
+        pool
+    }
+
+    /// The step planned last took `took` (call only after a step that completed).
+    pub fn record(&mut self, took: Duration) {
+        let Some((rows, pool)) = self.planned.take() else {
+            return;
+        };
+        if pool != self.use_pool {
+            self.trial.push((rows, took));
+            if self.trial.len() == TRIAL_STEPS {
+                self.decide();
+            }
+            return;
+        }
+        let window = &mut self.windows[rows - 1];
+        // On the pool, a jump is contention starting. Alone, it is more contention, which a
+        // trial of the pool would only suffer more from.
+        if self.use_pool
+            && window.len() == WINDOW
+            && took.as_secs_f64() > JUMP * mean(window.iter())
+        {
+            window.clear();
+            self.until_trial = 0;
+            self.interval = FIRST_INTERVAL;
+        }
+        if window.len() == WINDOW {
+            window.pop_front();
+        }
+        window.push_back(took);
+        self.until_trial = self.until_trial.saturating_sub(1);
+        if !self.use_pool && self.watch_spare && self.until_trial > 0 {
+            let spare = (self.runnable)().is_some_and(|others| others + 1 < self.threads);
+            self.spare_reads = if spare { self.spare_reads + 1 } else { 0 };
+            if self.spare_reads >= SPARE_READS {
+                self.until_trial = 0;
+                self.watch_spare = false;
+            }
+        }
+    }
+
+    fn window(&self, rows: usize) -> &VecDeque<Duration> {
+        &self.windows[rows - 1]
+    }
+
+    /// The end of a trial: switch when the other mode was clearly faster. Each trial step
+    /// is weighed against the mean of its batch size's window.
+    fn decide(&mut self) {
+        let ratios: Vec<f64> = self
+            .trial
+            .iter()
+            .map(|&(rows, t)| t.as_secs_f64() / mean(self.window(rows).iter()))
+            .collect();
+        let ratio = ratios.iter().sum::<f64>() / ratios.len() as f64;
+        self.in_trial = false;
+        self.spare_reads = 0;
+        if ratio < WIN {
+            self.use_pool = !self.use_pool;
+            self.watch_spare = !self.use_pool;
+            self.windows.iter_mut().for_each(VecDeque::clear);
+            for (rows, t) in self.trial.drain(..) {
+                self.windows[rows - 1].push_back(t);
+            }
+            self.interval = FIRST_INTERVAL;
+            tracing::info!(
+                time_ratio = format_args!("{ratio:.2}"),
+                "decode steps now run their kernels {}",
+                if self.use_pool {
+                    "on the thread pool"
+                } else {
+                    "on the compute thread alone (CPU contention)"
+                }
+            );
+        } else {
+            self.trial.clear();
+            self.interval = (self.interval * 2).min(LONGEST_INTERVAL);
+        }
+        self.until_trial = self.interval;
+    }
+}
+
+/// The mean of `times`, in seconds (0 for none).
+fn mean<'a>(times: impl IntoIterator<Item = &'a Duration>) -> f64 {
+    let (sum, n) = times
+        .into_iter()
+        .fold((0.0, 0u32), |(s, n), t| (s + t.as_secs_f64(), n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        sum / f64::from(n)
+    }
+}
+
+#[cfg(test)]
+mod tests;
