@@ -13,7 +13,8 @@
 //!
 //! A trial starts:
 //! - on a schedule that backs off (every 64, 128, then 256 steps) while the current mode
-//!   keeps winning, so that on a quiet machine trials cost about 1% of the steps;
+//!   keeps winning, so that on a quiet machine trials cost about 1% of the steps (256 at
+//!   once after a switch back to the pool);
 //! - on the pool, as soon as the window refills after a step that took [`JUMP`] times the
 //!   recent ones (contention starting);
 //! - running alone, once the kernel's count of runnable tasks (`/proc/loadavg`) shows a CPU
@@ -82,10 +83,12 @@ const WINDOW: usize = 4;
 /// Steps a trial runs in the other mode.
 const TRIAL_STEPS: usize = 3;
 
-/// Steps between trials after a switch; doubled after each trial the current mode wins.
+/// Steps between trials at the start, after a jump and after a switch to the compute thread
+/// alone; doubled after each trial the current mode wins.
 const FIRST_INTERVAL: u32 = 64;
 
-/// The longest interval between trials, in steps.
+/// The longest interval between trials, in steps (also the first after a switch back to
+/// the pool).
 const LONGEST_INTERVAL: u32 = 256;
 
 /// A step that takes this many times the window's mean starts a trial once the window has
@@ -246,7 +249,13 @@ impl PoolChooser {
             for (rows, t) in self.trial.drain(..) {
                 self.windows[rows - 1].push_back(t);
             }
-            self.interval = FIRST_INTERVAL;
+            // Back on the pool, contention is over, and a new one shows as a jump: trials
+            // can wait long. Alone, the next trial of the pool comes sooner.
+            self.interval = if self.use_pool {
+                LONGEST_INTERVAL
+            } else {
+                FIRST_INTERVAL
+            };
             tracing::info!(
                 time_ratio = format_args!("{ratio:.2}"),
                 "decode steps now run their kernels {}",

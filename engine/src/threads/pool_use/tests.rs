@@ -105,6 +105,8 @@ fn a_lone_thread_tries_the_pool_again_when_a_cpu_is_spare() {
     let back = (300..400).find(|&i| modes[i]).unwrap();
     assert_eq!(back, 302, "{:?}", &modes[290..]);
     assert!(c.using_pool());
+    // Back on the pool, the next trial waits 256 steps (a new hog would show as a jump).
+    assert!(modes[305..].iter().all(|&p| p), "{:?}", &modes[290..]);
 }
 
 #[test]
