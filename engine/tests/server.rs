@@ -200,6 +200,26 @@ fn killed_engine_is_dead_with_the_slot_orphaned_and_its_id_can_be_reused() {
 }
 
 #[test]
+fn pool_use_is_an_option_with_a_clear_error() {
+    let tmp = scratch();
+    let out = Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
+        .args(["serve", "--builtin", "--pool-use", "sometimes"])
+        .arg("--progress-dir")
+        .arg(tmp.path())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected adaptive, always or never"), "{err}");
+    // Each policy serves; `never` keeps decode on the compute thread.
+    for policy in ["never", "always"] {
+        let e = Engine::start(tmp.path(), policy, &["--slots", "1", "--pool-use", policy]);
+        let (status, body) = post(&e, "/completion", r#"{"prompt":"hi","n_predict":4}"#);
+        assert_eq!(status, 200, "{policy}: {body}");
+    }
+}
+
+#[test]
 fn a_second_engine_with_a_live_id_is_refused() {
     let tmp = scratch();
     let _e = Engine::start(tmp.path(), "twin", &["--slots", "1"]);
