@@ -17,8 +17,9 @@
 //!   once after a switch back to the pool);
 //! - on the pool, as soon as the window refills after a step that took [`JUMP`] times the
 //!   recent ones (contention starting);
-//! - running alone, once the kernel's count of runnable tasks (`/proc/loadavg`) shows a CPU
-//!   to spare twice in a row (contention over), at most once per switch to running alone.
+//! - running alone, once the kernel's count of runnable tasks (`/proc/loadavg`) leaves room
+//!   for every pool thread on the CPUs this process may use, twice in a row (contention
+//!   over), at most once per switch to running alone.
 //!
 //! Only steps of up to [`MAX_ROWS`] rows (decode batches) are timed and steered; a prefill
 //! chunk's kernels always use the pool. Both modes compute the same values (each output of
@@ -117,6 +118,8 @@ pub fn others_runnable() -> Option<usize> {
 pub struct PoolChooser {
     policy: PoolUse,
     threads: usize,
+    /// The CPUs this process may run on.
+    cpus: usize,
     use_pool: bool,
     /// Per row count (1 to [`MAX_ROWS`]), the last [`WINDOW`] step times in the current
     /// mode: steps of a batch size are compared with steps of the same size.
@@ -138,18 +141,22 @@ pub struct PoolChooser {
 impl PoolChooser {
     /// A chooser for a pool of `threads` threads, starting with the pool.
     pub fn new(policy: PoolUse, threads: usize) -> Self {
-        Self::with_run_queue(policy, threads, others_runnable)
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with_run_queue(policy, threads, cpus, others_runnable)
     }
 
-    /// As [`new`](Self::new), reading the other runnable tasks from `runnable`.
+    /// As [`new`](Self::new), on `cpus` CPUs, reading the other runnable tasks from
+    /// `runnable`.
     pub fn with_run_queue(
         policy: PoolUse,
         threads: usize,
+        cpus: usize,
         runnable: fn() -> Option<usize>,
     ) -> Self {
         Self {
             policy,
             threads,
+            cpus,
             use_pool: true,
             windows: vec![VecDeque::with_capacity(WINDOW + 1); MAX_ROWS],
             trial: Vec::with_capacity(TRIAL_STEPS),
@@ -218,7 +225,8 @@ impl PoolChooser {
         window.push_back(took);
         self.until_trial = self.until_trial.saturating_sub(1);
         if !self.use_pool && self.watch_spare && self.until_trial > 0 {
-            let spare = (self.runnable)().is_some_and(|others| others + 1 < self.threads);
+            // Room for every pool thread besides the other runnable tasks.
+            let spare = (self.runnable)().is_some_and(|others| others + self.threads <= self.cpus);
             self.spare_reads = if spare { self.spare_reads + 1 } else { 0 };
             if self.spare_reads >= SPARE_READS {
                 self.until_trial = 0;

@@ -33,7 +33,7 @@ fn alone_steps(modes: &[bool]) -> usize {
 
 #[test]
 fn a_quiet_machine_keeps_the_pool_and_backs_off_its_trials() {
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, idle_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, idle_machine);
     let modes = run(
         &mut c,
         1000,
@@ -55,7 +55,7 @@ fn a_quiet_machine_keeps_the_pool_and_backs_off_its_trials() {
 
 #[test]
 fn contention_moves_the_steps_off_the_pool_within_a_few_steps() {
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     // Quiet for 600 steps (the trials have backed off), then pool steps take 4 times as long.
     let modes = run(&mut c, 700, 1, |i, pool| match (pool, i < 600) {
         (true, true) => 10 * MS,
@@ -78,7 +78,7 @@ fn a_lone_thread_tries_the_pool_again_when_a_cpu_is_spare() {
         STEP.with(|s| Some(if s.get() < 300 { 1 } else { 0 }))
     }
     thread_local!(static STEP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) });
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, queue);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, queue);
     let modes: Vec<bool> = (0..400)
         .map(|i| {
             STEP.with(|s| s.set(i));
@@ -111,7 +111,7 @@ fn a_lone_thread_tries_the_pool_again_when_a_cpu_is_spare() {
 
 #[test]
 fn a_lone_thread_under_a_lasting_hog_tries_the_pool_only_on_the_schedule() {
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     let modes = run(
         &mut c,
         600,
@@ -142,12 +142,12 @@ fn alternating(c: &mut PoolChooser, steps: usize, pool: Duration, alone: Duratio
 fn each_batch_size_is_compared_with_its_own_steps() {
     // Equal modes: the 2-row steps are never taken for a jump, so the trials back off
     // as on a steady batch (64, 128, 256, 256, 256 steps).
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     let modes = alternating(&mut c, 1000, 10 * MS, 10 * MS);
     assert!(c.using_pool());
     assert_eq!(alone_steps(&modes), 3 * 5, "{modes:?}");
     // The lone thread 20% faster at both sizes: found though no 3 steps in a row match.
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     let modes = alternating(&mut c, 100, 10 * MS, 8 * MS);
     assert!(!c.using_pool());
     // Trial at step 64, alone from there on (the next trial of the pool is due at 131).
@@ -157,7 +157,7 @@ fn each_batch_size_is_compared_with_its_own_steps() {
 
 #[test]
 fn noise_within_the_margin_never_switches() {
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     // Alone is 5% faster: under the 10% margin.
     let modes = run(&mut c, 2000, 1, |_, pool| {
         if pool {
@@ -174,19 +174,19 @@ fn noise_within_the_margin_never_switches() {
 #[test]
 fn prefill_chunks_one_thread_and_the_fixed_policies_are_not_steered() {
     let slow_pool = |_, pool: bool| if pool { 40 * MS } else { 10 * MS };
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     assert!(run(&mut c, 500, MAX_ROWS + 1, slow_pool).iter().all(|&p| p));
-    let mut c = PoolChooser::with_run_queue(PoolUse::Always, 2, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Always, 2, 2, busy_machine);
     assert!(run(&mut c, 500, 1, slow_pool).iter().all(|&p| p));
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 1, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 1, 2, busy_machine);
     assert!(run(&mut c, 500, 1, slow_pool).iter().all(|&p| p));
     // `never` keeps decode steps off the pool, whatever they take, but not prefill chunks.
-    let mut c = PoolChooser::with_run_queue(PoolUse::Never, 2, idle_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Never, 2, 2, idle_machine);
     let fast_pool = |_, pool: bool| if pool { MS } else { 10 * MS };
     assert!(run(&mut c, 500, MAX_ROWS, fast_pool).iter().all(|&p| !p));
     assert!(run(&mut c, 5, MAX_ROWS + 1, fast_pool).iter().all(|&p| p));
     // A record without a plan, or for a step that was not steered, changes nothing.
-    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, busy_machine);
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     c.record(MS);
     assert!(c.plan(1));
 }
@@ -207,4 +207,27 @@ fn the_run_queue_reads_on_linux() {
         let n = others_runnable().expect("/proc/loadavg");
         assert!(n < 1 << 20);
     }
+}
+
+#[test]
+fn a_spare_cpu_is_counted_against_the_cpus_the_process_may_use() {
+    fn five_others() -> Option<usize> {
+        Some(5)
+    }
+    let slow_pool = |_, pool: bool| if pool { 40 * MS } else { 16 * MS };
+    // 16 CPUs: five other runnable tasks leave room for both pool threads, so right after
+    // going alone (trial at 64-66) two reads start a trial of the pool (steps 69-71).
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 16, five_others);
+    let modes = run(&mut c, 80, 1, slow_pool);
+    assert!(
+        !modes[64] && !modes[68] && modes[69] && modes[71] && !modes[72],
+        "{modes:?}"
+    );
+    // 2 CPUs: no room, no early trial.
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, five_others);
+    let modes = run(&mut c, 80, 1, slow_pool);
+    assert!(
+        modes[..64].iter().all(|&p| p) && modes[64..].iter().all(|&p| !p),
+        "{modes:?}"
+    );
 }
