@@ -29,7 +29,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::EngineError;
 
@@ -100,6 +100,10 @@ pub const JUMP: f64 = 1.5;
 /// mode's (a margin against noise).
 const WIN: f64 = 0.9;
 
+/// The shortest time between two info-level lines about switches (a machine whose load
+/// comes and goes could otherwise switch every few steps).
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// Consecutive reads of the run queue with a CPU to spare that start a trial of the pool.
 const SPARE_READS: u32 = 2;
 
@@ -136,6 +140,9 @@ pub struct PoolChooser {
     /// The step being run, when it is steered: its rows and whether it uses the pool.
     planned: Option<(usize, bool)>,
     runnable: fn() -> Option<usize>,
+    /// When a switch was last logged at info level, and the switches since.
+    last_log: Option<Instant>,
+    switches: u32,
 }
 
 impl PoolChooser {
@@ -167,6 +174,8 @@ impl PoolChooser {
             spare_reads: 0,
             planned: None,
             runnable,
+            last_log: None,
+            switches: 0,
         }
     }
 
@@ -264,20 +273,40 @@ impl PoolChooser {
             } else {
                 FIRST_INTERVAL
             };
-            tracing::info!(
-                time_ratio = format_args!("{ratio:.2}"),
-                "decode steps now run their kernels {}",
-                if self.use_pool {
-                    "on the thread pool"
-                } else {
-                    "on the compute thread alone (CPU contention)"
-                }
-            );
+            self.log_switch(ratio);
         } else {
             self.trial.clear();
             self.interval = (self.interval * 2).min(LONGEST_INTERVAL);
         }
         self.until_trial = self.interval;
+    }
+}
+
+impl PoolChooser {
+    /// Logs a switch at info level at most once per [`LOG_EVERY`], with the switches since
+    /// the last such line; the others at debug level.
+    fn log_switch(&mut self, ratio: f64) {
+        let mode = if self.use_pool {
+            "on the thread pool"
+        } else {
+            "on the compute thread alone (CPU contention)"
+        };
+        self.switches += 1;
+        let due = self.last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY);
+        if due {
+            tracing::info!(
+                time_ratio = format_args!("{ratio:.2}"),
+                switches = self.switches,
+                "decode steps now run their kernels {mode}"
+            );
+            self.last_log = Some(Instant::now());
+            self.switches = 0;
+        } else {
+            tracing::debug!(
+                time_ratio = format_args!("{ratio:.2}"),
+                "decode steps now run their kernels {mode}"
+            );
+        }
     }
 }
 
