@@ -589,14 +589,18 @@ fn batched_matches_serial(model: Arc<Model>, prompts: &[Vec<u32>], n: usize) {
     }
 }
 
+/// Four prompts of different lengths for the embedded model.
+fn four_prompts(model: &Model) -> Vec<Vec<u32>> {
+    ["Once upon a time", "The quick brown fox", "Hi", "1 2 3 4"]
+        .iter()
+        .map(|p| model.tokenizer().encode(p, true))
+        .collect()
+}
+
 #[test]
 fn batched_decode_gives_the_serial_greedy_tokens() {
     let model = builtin();
-    let tok = model.tokenizer();
-    let prompts: Vec<Vec<u32>> = ["Once upon a time", "The quick brown fox", "Hi", "1 2 3 4"]
-        .iter()
-        .map(|p| tok.encode(p, true))
-        .collect();
+    let prompts = four_prompts(&model);
     batched_matches_serial(model.clone(), &prompts, 24);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
@@ -620,11 +624,7 @@ fn kernels_on_the_pool_or_alone_give_the_same_logits() {
         .build()
         .unwrap();
     let model = builtin();
-    let tok = model.tokenizer();
-    let prompts: Vec<Vec<u32>> = ["Once upon a time", "The quick brown fox", "Hi", "1 2 3 4"]
-        .iter()
-        .map(|p| tok.encode(p, true))
-        .collect();
+    let prompts = four_prompts(&model);
     let run = |policy: PoolUse| -> Vec<Logits> {
         pool.install(|| {
             let mut slots = Slots::new(model.clone(), prompts.len(), 512).unwrap();
