@@ -207,13 +207,13 @@ impl Slots {
             rope,
             n_ctx,
             slots,
-            pool: PoolChooser::new(PoolUse::default(), rayon::current_num_threads()),
+            pool: PoolChooser::new(PoolUse::default()),
         })
     }
 
     /// How decode steps use the thread pool (default: [`PoolUse::Adaptive`]).
     pub fn set_pool_use(&mut self, policy: PoolUse) {
-        self.pool = PoolChooser::new(policy, rayon::current_num_threads());
+        self.pool = PoolChooser::new(policy);
     }
 
     /// How decode steps use the thread pool.

@@ -86,3 +86,27 @@ pub fn with_pool<R>(use_pool: bool, f: impl FnOnce() -> R) -> R {
     let _restore = Restore(ALONE.with(|a| a.replace(!use_pool)));
     f()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_pool_sets_the_kernels_threads_and_restores_them_also_on_panic() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            assert_eq!(kernel_threads(), 2);
+            with_pool(false, || {
+                assert_eq!(kernel_threads(), 1);
+                with_pool(true, || assert_eq!(kernel_threads(), 2));
+                assert_eq!(kernel_threads(), 1);
+            });
+            let panicked = std::panic::catch_unwind(|| with_pool(false, || panic!("in a step")));
+            assert!(panicked.is_err());
+            assert_eq!(kernel_threads(), 2);
+        });
+    }
+}

@@ -17,9 +17,9 @@
 //!   once after a switch back to the pool);
 //! - on the pool, as soon as the window refills after a step that took [`JUMP`] times the
 //!   recent ones (contention starting);
-//! - running alone, once the kernel's count of runnable tasks (`/proc/loadavg`) leaves room
-//!   for every pool thread on the CPUs this process may use, twice in a row (contention
-//!   over), at most once per switch to running alone.
+//! - running alone, once the kernel's count of runnable tasks (`/proc/loadavg`, read every
+//!   4th step) leaves room for every pool thread on the CPUs this process may use, twice in
+//!   a row (contention over), at most once per switch to running alone.
 //!
 //! Only steps of up to [`MAX_ROWS`] rows (decode batches) are timed and steered; a prefill
 //! chunk's kernels always use the pool. Both modes compute the same values (each output of
@@ -107,6 +107,10 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Consecutive reads of the run queue with a CPU to spare that start a trial of the pool.
 const SPARE_READS: u32 = 2;
 
+/// Steps between two reads of the run queue while running alone: a read costs 5-11 µs,
+/// 1-4% of a step of the embedded model if made every step.
+const SPARE_READ_EVERY: u32 = 4;
+
 /// Runnable tasks on the machine other than the caller (`/proc/loadavg`'s fourth field
 /// counts the reader itself); `None` where it cannot be read.
 pub fn others_runnable() -> Option<usize> {
@@ -146,14 +150,15 @@ pub struct PoolChooser {
 }
 
 impl PoolChooser {
-    /// A chooser for a pool of `threads` threads, starting with the pool.
-    pub fn new(policy: PoolUse, threads: usize) -> Self {
+    /// A chooser for rayon's pool as seen from the calling thread, on the CPUs this process
+    /// may use, starting with the pool.
+    pub fn new(policy: PoolUse) -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_run_queue(policy, threads, cpus, others_runnable)
+        Self::with_run_queue(policy, rayon::current_num_threads(), cpus, others_runnable)
     }
 
-    /// As [`new`](Self::new), on `cpus` CPUs, reading the other runnable tasks from
-    /// `runnable`.
+    /// As [`new`](Self::new), for a pool of `threads` threads on `cpus` CPUs, reading the
+    /// other runnable tasks from `runnable`.
     pub fn with_run_queue(
         policy: PoolUse,
         threads: usize,
@@ -233,7 +238,8 @@ impl PoolChooser {
         }
         window.push_back(took);
         self.until_trial = self.until_trial.saturating_sub(1);
-        if !self.use_pool && self.watch_spare && self.until_trial > 0 {
+        let read_due = self.until_trial.is_multiple_of(SPARE_READ_EVERY);
+        if !self.use_pool && self.watch_spare && self.until_trial > 0 && read_due {
             // Room for every pool thread besides the other runnable tasks.
             let spare = (self.runnable)().is_some_and(|others| others + self.threads <= self.cpus);
             self.spare_reads = if spare { self.spare_reads + 1 } else { 0 };

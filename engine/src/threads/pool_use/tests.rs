@@ -101,9 +101,10 @@ fn a_lone_thread_tries_the_pool_again_when_a_cpu_is_spare() {
         3 * 2,
         "{modes:?}"
     );
-    // ...and back on the pool as soon as it ends: 2 spare reads, then a winning trial.
+    // ...and back on the pool soon after it ends: 2 spare reads (every 4th step), then a
+    // winning trial.
     let back = (300..400).find(|&i| modes[i]).unwrap();
-    assert_eq!(back, 302, "{:?}", &modes[290..]);
+    assert!((302..=309).contains(&back), "{back}: {:?}", &modes[290..]);
     assert!(c.using_pool());
     // Back on the pool, the next trial waits 256 steps (a new hog would show as a jump).
     assert!(modes[305..].iter().all(|&p| p), "{:?}", &modes[290..]);
@@ -216,13 +217,13 @@ fn a_spare_cpu_is_counted_against_the_cpus_the_process_may_use() {
     }
     let slow_pool = |_, pool: bool| if pool { 40 * MS } else { 16 * MS };
     // 16 CPUs: five other runnable tasks leave room for both pool threads, so right after
-    // going alone (trial at 64-66) two reads start a trial of the pool (steps 69-71).
+    // going alone (trial at 64-66) two reads, 4 steps apart, start a 3-step trial of the
+    // pool, which loses.
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 16, five_others);
     let modes = run(&mut c, 80, 1, slow_pool);
-    assert!(
-        !modes[64] && !modes[68] && modes[69] && modes[71] && !modes[72],
-        "{modes:?}"
-    );
+    let early = (67..80).find(|&i| modes[i]).expect("an early trial");
+    assert!(early <= 76, "{early}: {modes:?}");
+    assert!(modes[early..early + 3].iter().all(|&p| p) && !modes[early + 3]);
     // 2 CPUs: no room, no early trial.
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, five_others);
     let modes = run(&mut c, 80, 1, slow_pool);
