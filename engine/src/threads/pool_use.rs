@@ -107,8 +107,8 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Consecutive reads of the run queue with a CPU to spare that start a trial of the pool.
 const SPARE_READS: u32 = 2;
 
-/// Steps between two reads of the run queue while running alone: a read costs 5-11 µs,
-/// 1-4% of a step of the embedded model if made every step.
+/// Steps between two reads of the run queue while running alone: a read costs 6-11 µs,
+/// 2-4% of a step of the embedded model if made every step.
 const SPARE_READ_EVERY: u32 = 4;
 
 /// Runnable tasks on the machine other than the caller (`/proc/loadavg`'s fourth field
@@ -286,9 +286,7 @@ impl PoolChooser {
         }
         self.until_trial = self.interval;
     }
-}
 
-impl PoolChooser {
     /// Logs a switch at info level at most once per [`LOG_EVERY`], with the switches since
     /// the last such line; the others at debug level.
     fn log_switch(&mut self, ratio: f64) {
