@@ -17,10 +17,11 @@
 #   --pool-use P hydra-engine's --pool-use (adaptive, always, never; default adaptive)
 #
 # llama.cpp 0c1e570 is built once by scripts/llama-cpp.sh into a cache outside the
-# repository; hydra-engine is built here with `cargo build --release`. Both servers run for
+# repository; hydra-engine is built here with `cargo build --release`. The servers run for
 # the whole script on 127.0.0.1 (hydra-engine --slots 4, llama-server -np 4, the same
-# context per slot), each request on a fresh slot (hydra: erased first; llama-server:
-# cache_prompt false), prompts given as the same token ids to both.
+# context per slot, and for the hog figures a second hydra-engine, --slots 1), each
+# request on a fresh slot (hydra: erased first; llama-server: cache_prompt false), prompts
+# given as the same token ids to both.
 #
 # Figures (each the median over rounds; the ratio is hydra / llama.cpp):
 #   decode         128 tokens, 1 slot, against llama-bench tg128 and llama-server
