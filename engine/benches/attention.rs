@@ -1,6 +1,7 @@
 //! Decode attention of a batch: candle ops per sequence (what the engine ran before, and
 //! still runs on a GPU) against the CPU kernel `attend_decode_cpu`, which attends for the
-//! whole batch in one call over the cache buffers in place.
+//! whole batch in one call over the cache buffers in place, in its two forms: the portable
+//! loops (`Code::Portable`) and the AVX2 code the engine runs where it can (`Code::Native`).
 //!
 //! ```text
 //! cargo bench -p hydra-engine --bench attention -- [--threads N] [--repeat N]
@@ -9,13 +10,15 @@
 //! Head layouts of the embedded model (8 query heads over 4 K/V heads of 32) and of
 //! SmolLM2-135M (9 over 3, of 64); batches of 1 and 4 sequences; every sequence holding
 //! `len` cached positions in a buffer of 4,096. Each figure is the best of `--repeat`
-//! rounds of one layer's attention, the two forms interleaved within each round; the last
-//! column is kernel time / candle-op time (below 1: the kernel is faster).
+//! rounds of one layer's attention, the three interleaved within each round; the last two
+//! columns are the native kernel's time over the candle ops' and over the portable
+//! kernel's (below 1: the native kernel is faster).
 
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
-use hydra_engine::model::attention::{attend, attend_decode_cpu, CachedSequence, Heads};
+use hydra_engine::model::attention::{attend, attend_decode_cpu_with, CachedSequence, Heads};
+use hydra_engine::model::Code;
 
 const CAPACITY: usize = 4096;
 
@@ -40,9 +43,10 @@ fn main() -> candle_core::Result<()> {
     let dev = Device::Cpu;
     println!("# decode attention of one layer, {threads} threads, best of {repeat}; ms per call");
     println!(
-        "| model heads | batch | cached positions | candle ops | kernel | kernel / candle ops |"
+        "| model heads | batch | cached positions | candle ops | portable kernel | native \
+         kernel | native / candle ops | native / portable |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let layouts = [("embedded 8/4x32", 8, 4, 32), ("SmolLM2 9/3x64", 9, 3, 64)];
     for (name, n_head, n_kv_head, head_dim) in layouts {
         let heads = Heads {
@@ -83,19 +87,25 @@ fn main() -> candle_core::Result<()> {
                         .expect("candle-op attention");
                     Tensor::cat(&ys, 1).expect("cat");
                 };
-                let mut kernel = || {
-                    attend_decode_cpu(&q, &seqs, heads).expect("decode kernel");
+                let mut portable = || {
+                    attend_decode_cpu_with(&q, &seqs, heads, Code::Portable).expect("portable");
+                };
+                let mut native = || {
+                    attend_decode_cpu_with(&q, &seqs, heads, Code::Native).expect("native");
                 };
                 ops();
-                kernel();
-                let (mut a, mut b) = (f64::MAX, f64::MAX);
+                portable();
+                native();
+                let (mut a, mut b, mut c) = (f64::MAX, f64::MAX, f64::MAX);
                 for _ in 0..repeat {
                     a = a.min(time_ms(&mut ops));
-                    b = b.min(time_ms(&mut kernel));
+                    b = b.min(time_ms(&mut portable));
+                    c = c.min(time_ms(&mut native));
                 }
                 println!(
-                    "| {name} | {batch} | {len} | {a:.4} | {b:.4} | {:.2} |",
-                    b / a
+                    "| {name} | {batch} | {len} | {a:.4} | {b:.4} | {c:.4} | {:.2} | {:.2} |",
+                    c / a,
+                    c / b
                 );
             }
         }

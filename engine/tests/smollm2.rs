@@ -55,6 +55,16 @@ fn smollm2_tokenizer_matches_reference_encodings() {
     }
 }
 
+/// How far below the reference's best logit (relative to the step's largest) a greedy token
+/// may score. The engine and candle-transformers do not compute the same logits here:
+/// candle quantizes a prefill chunk's activations another way than one row's, sums Q4_1
+/// in another order, and the engine's CPU decode attention and SiLU round differently
+/// (DESIGN.md §7). Fed the same tokens, the two differ by 2-8% of the largest logit at
+/// every step of this test (measured with the old portable attention and SiLU as with the
+/// new code), so a token the reference ranks second by less than that may win; the
+/// largest gap seen is 0.3%. A broken model scores its tokens far below the best.
+const NEAR_TIE: f32 = 2e-2;
+
 #[test]
 fn smollm2_answers_paris_and_matches_reference() {
     let Some(path) = common::real_model("smollm2_answers_paris_and_matches_reference") else {
@@ -94,7 +104,8 @@ fn smollm2_answers_paris_and_matches_reference() {
     assert_eq!(streamed, text);
 
     // The reference runs the very weights we run: the file as shipped (candle's own Q4_1
-    // kernels), or where the engine converts it, the converted file.
+    // kernels), or where the engine converts it, the converted file; it is fed our tokens,
+    // and each must be its greedy choice up to a near-tie.
     let t = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let weights = if packed {
@@ -105,7 +116,8 @@ fn smollm2_answers_paris_and_matches_reference() {
         assert_eq!(q, "Q4_1->Q8_0");
         converted
     };
-    let reference = common::reference_greedy(&weights, &prompt, 32);
+    let reference = common::reference_logits(&weights, &prompt, &out.tokens);
     println!("reference: {:.2}s", t.elapsed().as_secs_f64());
-    assert_eq!(out.tokens, reference, "ours {:?}", text);
+    let gap = common::assert_greedy_matches(&out.tokens, &reference, NEAR_TIE, "SmolLM2");
+    println!("every token the reference's best or within {gap:.2e} of it");
 }

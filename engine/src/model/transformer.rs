@@ -158,7 +158,7 @@ struct Mlp {
 impl Mlp {
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
         let [gate, up] = Weight::forward_many([&self.w_gate, &self.w_up], xs)?;
-        self.w_down.forward(&(candle_nn::ops::silu(&gate)? * up)?)
+        self.w_down.forward(&super::silu_mul::silu_mul(&gate, &up)?)
     }
 }
 

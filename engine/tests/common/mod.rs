@@ -125,3 +125,51 @@ pub fn reference_greedy(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
     }
     out
 }
+
+/// The logits of candle-transformers' reference `quantized_llama` on `path` for a greedy
+/// continuation `tokens` of `prompt`, fed to it one at a time (teacher forcing): after the
+/// prompt, then after each token of `tokens` but the last.
+pub fn reference_logits(path: &Path, prompt: &[u32], tokens: &[u32]) -> Vec<Vec<f32>> {
+    use candle_core::{Device, Tensor};
+    use candle_transformers::models::quantized_llama::ModelWeights;
+    let dev = Device::Cpu;
+    let mut f = std::fs::File::open(path).unwrap();
+    let ct = gguf_file::Content::read(&mut f).unwrap();
+    let mut m = ModelWeights::from_gguf(ct, &mut f, &dev).unwrap();
+    let logits = |l: Tensor| -> Vec<f32> { l.squeeze(0).unwrap().to_vec1().unwrap() };
+    let input = Tensor::new(prompt, &dev).unwrap().unsqueeze(0).unwrap();
+    let mut out = vec![logits(m.forward(&input, 0).unwrap())];
+    for (i, &t) in tokens
+        .iter()
+        .enumerate()
+        .take(tokens.len().saturating_sub(1))
+    {
+        let input = Tensor::new(&[t], &dev).unwrap().unsqueeze(0).unwrap();
+        out.push(logits(m.forward(&input, prompt.len() + i).unwrap()));
+    }
+    out
+}
+
+/// Checks greedy `tokens` against the reference's logits for them ([`reference_logits`]):
+/// at every step the token is the reference's best, or scores within `tol` (relative to
+/// the step's largest logit) of it, a near-tie that rounding differences may break either
+/// way. Returns the largest such gap seen (0 when every token is the reference's best).
+pub fn assert_greedy_matches(tokens: &[u32], reference: &[Vec<f32>], tol: f32, what: &str) -> f32 {
+    assert_eq!(
+        tokens.len(),
+        reference.len(),
+        "{what}: one logit row per token"
+    );
+    let mut worst = 0f32;
+    for (step, (&t, l)) in tokens.iter().zip(reference).enumerate() {
+        let best = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let scale = l.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let gap = (best - l[t as usize]) / scale;
+        assert!(
+            gap <= tol,
+            "{what}: step {step} chose {t}, which the reference scores {gap:e} below its best"
+        );
+        worst = worst.max(gap);
+    }
+    worst
+}

@@ -11,7 +11,8 @@
 //!   count) and the kernels convert eight at a time (F16C);
 //! - Q4_1, which candle only has scalar code for, runs in 4 bits: no conversion to Q8_0
 //!   at load, which read 1.7x the bytes per token;
-//! - each weight block is read once for up to four activation rows ([`kernels`]);
+//! - each weight block is read once for up to four activation rows, and on AVX-512 each
+//!   activation block once for four weight rows ([`kernels`]);
 //! - a layer's products on the same activations (Q, K and V; gate and up) run in one pass
 //!   ([`PackedMatrix::matmul_many`]): the activations are quantized once, and the weight
 //!   rows are split into pieces run on rayon's pool, the pool the compute thread already
@@ -46,6 +47,11 @@ const PIECES_PER_THREAD: usize = 4;
 /// The fewest multiply-adds a piece is given (pieces smaller than this cost more to hand
 /// out than they save).
 const PIECE_MIN_WORK: usize = 1 << 15;
+
+/// Weight rows the AVX-512 VNNI kernel computes at once: their 4-by-4 tile of accumulators
+/// with 4 activation rows, and the loaded weights, fit its 32 vector registers, and each
+/// activation block is loaded once for the 4 weight rows.
+const WEIGHT_TILE: usize = 4;
 
 /// A quantized weight matrix `(n, k)` in the packed form of [`kernels`].
 #[derive(Clone)]
@@ -190,9 +196,7 @@ impl PackedMatrix {
             return vec![Vec::new(); mats.len()];
         }
         let acts = QuantizedRows::new(x, rows, k);
-        // Output-major (`n * rows`), so that each piece of weight rows owns a contiguous
-        // part of its matrix's result; transposed at the end when there is more than one row.
-        let mut outs: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; m.n * rows]).collect();
+        let mut outs: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; rows * m.n]).collect();
         let total: usize = mats.iter().map(|m| m.n).sum();
         let threads = crate::threads::kernel_threads();
         let parallel = threads > 1 && total * k * rows >= PARALLEL_MIN_WORK;
@@ -202,75 +206,106 @@ impl PackedMatrix {
         } else {
             total
         };
-        let mut pieces: Vec<(&PackedMatrix, usize, &mut [f32])> = Vec::new();
+        // A piece: a matrix, its first weight row, and its part of each activation row's
+        // outputs (row-major results, written in place: no transposition after).
+        let mut pieces: Vec<(&PackedMatrix, usize, Vec<&mut [f32]>)> = Vec::new();
         for (&m, out) in mats.iter().zip(&mut outs) {
-            for (i, part) in out.chunks_mut(piece * rows).enumerate() {
-                pieces.push((m, i * piece, part));
+            let mut by_row: Vec<_> = out.chunks_mut(m.n).map(|r| r.chunks_mut(piece)).collect();
+            for i in 0..m.n.div_ceil(piece) {
+                let parts = by_row
+                    .iter_mut()
+                    .map(|r| r.next().expect("every row has a part per piece"))
+                    .collect();
+                pieces.push((m, i * piece, parts));
             }
         }
-        let run =
-            |(m, first, part): (&PackedMatrix, usize, &mut [f32])| m.rows_into(first, &acts, part);
+        let run = |(m, first, mut parts): (&PackedMatrix, usize, Vec<&mut [f32]>)| {
+            m.rows_into(first, &acts, &mut parts)
+        };
         if parallel && pieces.len() > 1 {
             pieces.into_par_iter().for_each(run);
         } else {
             pieces.into_iter().for_each(run);
         }
-        if rows == 1 {
-            return outs;
-        }
-        outs.into_iter()
-            .zip(mats)
-            .map(|(out, m)| {
-                let mut t = vec![0f32; out.len()];
-                for (j, col) in out.chunks_exact(rows).enumerate() {
-                    for (r, &v) in col.iter().enumerate() {
-                        t[r * m.n + j] = v;
-                    }
-                }
-                t
-            })
-            .collect()
+        outs
     }
 
-    /// Weight rows `first..` into `out` (`rows` outputs per weight row, output-major).
-    fn rows_into(&self, first: usize, acts: &QuantizedRows, out: &mut [f32]) {
-        let rows = acts.rows();
+    /// Weight rows `first..first + out[0].len()` into `out` (`out[r][j]`: activation row
+    /// `r` against weight row `first + j`).
+    fn rows_into(&self, first: usize, acts: &QuantizedRows, out: &mut [&mut [f32]]) {
+        let act_rows: Vec<QuantizedRow<'_>> = (0..acts.rows()).map(|m| acts.row(m)).collect();
+        let n_out = out.first().map_or(0, |o| o.len());
+        // Weight rows 4 at a time where the registers allow (AVX-512 has 32 vector
+        // registers; AVX2's 16 hold one weight row's tile).
+        let tile = if self.isa == Isa::Avx512Vnni {
+            WEIGHT_TILE
+        } else {
+            1
+        };
+        let mut j = 0;
+        while j < n_out {
+            j += if n_out - j >= tile && tile == WEIGHT_TILE {
+                self.weight_tile::<WEIGHT_TILE>(first, j, &act_rows, out)
+            } else {
+                self.weight_tile::<1>(first, j, &act_rows, out)
+            };
+        }
+    }
+
+    /// Weight row `n` in the kernels' form.
+    fn weight_row(&self, n: usize) -> WeightRow<'_> {
         let blocks = self.k / BLOCK;
         let bytes = blocks * self.kind.block_bytes();
         let stride = padded(blocks);
-        let act_rows: Vec<QuantizedRow<'_>> = (0..rows).map(|m| acts.row(m)).collect();
-        for (j, o) in out.chunks_exact_mut(rows).enumerate() {
-            let n = first + j;
-            let w = WeightRow {
-                quants: &self.quants[n * bytes..(n + 1) * bytes],
-                scales: &self.scales[n * stride..(n + 1) * stride],
-                mins: self.mins.get(n * stride..(n + 1) * stride).unwrap_or(&[]),
-            };
-            let mut r = 0;
-            while r < rows {
-                r += match rows - r {
-                    1 => self.group::<1>(w, &act_rows, r, o),
-                    2 => self.group::<2>(w, &act_rows, r, o),
-                    3 => self.group::<3>(w, &act_rows, r, o),
-                    _ => self.group::<4>(w, &act_rows, r, o),
-                };
-            }
+        WeightRow {
+            quants: &self.quants[n * bytes..(n + 1) * bytes],
+            scales: &self.scales[n * stride..(n + 1) * stride],
+            mins: self.mins.get(n * stride..(n + 1) * stride).unwrap_or(&[]),
         }
     }
 
-    /// Weight row `w` against activation rows `r..r + M` into `o[r..r + M]`; returns `M`.
-    #[allow(unsafe_code)]
-    fn group<const M: usize>(
+    /// Weight rows `first + j..first + j + NW` against every activation row, into
+    /// `out[r][j..j + NW]`; returns `NW`.
+    fn weight_tile<const NW: usize>(
         &self,
-        w: WeightRow<'_>,
+        first: usize,
+        j: usize,
+        acts: &[QuantizedRow<'_>],
+        out: &mut [&mut [f32]],
+    ) -> usize {
+        let ws: [WeightRow<'_>; NW] = std::array::from_fn(|i| self.weight_row(first + j + i));
+        let mut r = 0;
+        while r < acts.len() {
+            r += match acts.len() - r {
+                1 => self.group::<NW, 1>(&ws, acts, r, j, out),
+                2 => self.group::<NW, 2>(&ws, acts, r, j, out),
+                3 => self.group::<NW, 3>(&ws, acts, r, j, out),
+                _ => self.group::<NW, 4>(&ws, acts, r, j, out),
+            };
+        }
+        NW
+    }
+
+    /// Weight rows `ws` against activation rows `r..r + M`, into `out[r + m][j..j + NW]`;
+    /// returns `M`.
+    #[allow(unsafe_code)]
+    fn group<const NW: usize, const M: usize>(
+        &self,
+        ws: &[WeightRow<'_>; NW],
         acts: &[QuantizedRow<'_>],
         r: usize,
-        o: &mut [f32],
+        j: usize,
+        out: &mut [&mut [f32]],
     ) -> usize {
         let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
         // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was checked
         // by `with_isa`, the only ways it is set.
-        o[r..r + M].copy_from_slice(&unsafe { kernels::row_dots(self.isa, self.kind, w, rows) });
+        let dots = unsafe { kernels::row_dots(self.isa, self.kind, ws, rows) };
+        for (i, d) in dots.iter().enumerate() {
+            for (m, &v) in d.iter().enumerate() {
+                out[r + m][j + i] = v;
+            }
+        }
         M
     }
 

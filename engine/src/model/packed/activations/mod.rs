@@ -10,6 +10,13 @@
 
 use half::f16;
 
+use crate::model::Code;
+
+// SIMD loads and stores through raw pointers (x86 intrinsics have no slice API).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x86;
+
 /// Values per quantized block.
 pub const BLOCK: usize = 32;
 
@@ -102,23 +109,63 @@ impl QuantizedRows {
     /// and the scaled sum are kept rounded to f16. Values that are not finite give a block
     /// of meaningless numbers, never a panic.
     pub fn new(x: &[f32], rows: usize, k: usize) -> Self {
+        Self::new_with(x, rows, k, Code::Native)
+    }
+
+    /// [`Self::new`] with the code `code` (the values are the same, bit for bit).
+    pub fn new_with(x: &[f32], rows: usize, k: usize, code: Code) -> Self {
         assert!(
             k.is_multiple_of(BLOCK),
             "row width {k} is not a multiple of {BLOCK}"
         );
         assert_eq!(x.len(), rows * k, "activation length");
+        let mut q = Self::zeroed(rows, k);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(avx2) = x86::Avx2::detect().filter(|_| code == Code::Native) {
+            q.quantize_avx2(avx2, x);
+            return q;
+        }
+        q.quantize_portable(x);
+        q
+    }
+
+    fn zeroed(rows: usize, k: usize) -> Self {
         let stride = padded(k / BLOCK);
-        let mut q = Self {
+        Self {
             k,
             rows,
             quants: vec![0i8; rows * k],
             scales: vec![0f32; rows * stride],
             scaled_sums: vec![0f32; rows * stride],
             lane_sums: vec![0i32; rows * k / 4],
-        };
+        }
+    }
+
+    /// [`Self::new`]'s quantization in portable code.
+    fn quantize_portable(&mut self, x: &[f32]) {
         // Compiled for the best instruction set the CPU has (see `Quantize`).
-        pulp::Arch::new().dispatch(Quantize { x, q: &mut q });
-        q
+        pulp::Arch::new().dispatch(Quantize { x, q: self });
+    }
+
+    /// [`Self::new`]'s quantization with AVX2 (the same values).
+    #[cfg(target_arch = "x86_64")]
+    fn quantize_avx2(&mut self, avx2: x86::Avx2, x: &[f32]) {
+        let (k, stride) = (self.k, padded(self.k / BLOCK));
+        let rows = x.chunks_exact(k).zip(self.quants.chunks_exact_mut(k));
+        for (r, (xr, qr)) in rows.enumerate() {
+            let lanes = self.lane_sums[r * k / 4..(r + 1) * k / 4].chunks_exact_mut(BLOCK / 4);
+            let blocks = xr.chunks_exact(BLOCK).zip(qr.chunks_exact_mut(BLOCK));
+            for (b, ((xb, qb), lb)) in blocks.zip(lanes).enumerate() {
+                let block = avx2.quantize_block(
+                    xb.try_into().expect("a block"),
+                    qb.try_into().expect("a block"),
+                    lb.try_into().expect("a block's lanes"),
+                );
+                let at = r * stride + b;
+                self.scales[at] = f16::from_f32(block.d).to_f32();
+                self.scaled_sums[at] = f16::from_f32(block.d * block.sum as f32).to_f32();
+            }
+        }
     }
     /// Rows held.
     pub fn rows(&self) -> usize {
@@ -164,6 +211,46 @@ mod tests {
             .iter()
             .chain(&r.scaled_sums[2..])
             .all(|&v| v == 0.0));
+    }
+
+    /// The AVX2 quantization gives the portable loop's values, bit for bit, on blocks of
+    /// every kind: random, exact halves (rounding ties), zeros, NaN and infinities.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_quantization_equals_the_portable_loop() {
+        let Some(avx2) = x86::Avx2::detect() else {
+            return;
+        };
+        let k = 8 * BLOCK;
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let mut x: Vec<f32> = (0..64 * k).map(|_| next() * 7.0).collect();
+        // Block 1: halves after scaling (amax 127, so `x * id` is `x`).
+        for (i, v) in x[BLOCK..2 * BLOCK].iter_mut().enumerate() {
+            *v = if i == 0 { 127.0 } else { i as f32 - 16.5 };
+        }
+        x[2 * BLOCK..3 * BLOCK].fill(0.0);
+        x[3 * BLOCK + 5] = f32::NAN;
+        x[4 * BLOCK + 7] = f32::INFINITY;
+        x[5 * BLOCK + 9] = f32::NEG_INFINITY;
+        x[6 * BLOCK..7 * BLOCK].fill(f32::NAN);
+        x[7 * BLOCK + 1] = 1e30;
+        x[8 * BLOCK + 2] = -1e-30;
+        let rows = x.len() / k;
+        let want = QuantizedRows::new_with(&x, rows, k, Code::Portable);
+        let mut got = QuantizedRows::zeroed(rows, k);
+        got.quantize_avx2(avx2, &x);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(got.quants, want.quants);
+        assert_eq!(got.lane_sums, want.lane_sums);
+        assert_eq!(bits(&got.scales), bits(&want.scales));
+        assert_eq!(bits(&got.scaled_sums), bits(&want.scaled_sums));
+        assert_eq!(QuantizedRows::new(&x, rows, k).quants, want.quants);
     }
 
     #[test]

@@ -8,15 +8,24 @@
 //! Why the second form exists: with candle ops, one sequence's decode attention is about ten
 //! ops per layer (a matmul against the cache, the scale, softmax, a matmul against V and the
 //! reshapes and copies around them), each allocating its result, and in a batched decode
-//! step they repeat for every sequence. `engine/benches/attention.rs` measures both forms
-//! side by side: the kernel takes 0.17-0.92 of the candle ops' time in 11 of its 12 cases
-//! (BENCHMARKS.md, #13). A whole decode step spends under 1% in attention at those lengths;
-//! candle's quantized weight matmuls take most of it (the profile in the same section).
+//! step they repeat for every sequence. The kernel's loops come in two codes (`Code`): the
+//! portable ones, and on x86-64 with AVX2 and FMA the `x86` module's, which score eight
+//! cached positions per vector and take `exp` eight at a time. With the engine's own weight
+//! matmuls fast, attention is a tenth to a sixth of an embedded-model decode step, and
+//! more with long contexts. `engine/benches/attention.rs` measures the three side by side
+//! (BENCHMARKS.md, #13).
 //!
 //! Grouped-query attention: query head `h` attends with K/V head `h / (n_head / n_kv_head)`.
 
 use candle_core::{DType, Storage, Tensor};
 use rayon::prelude::*;
+
+use super::Code;
+
+// SIMD loads and stores through raw pointers (x86 intrinsics have no slice API).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x86;
 
 /// The head layout of an attention block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +141,17 @@ pub fn attend_decode_cpu(
     seqs: &[CachedSequence<'_>],
     heads: Heads,
 ) -> candle_core::Result<Tensor> {
+    attend_decode_cpu_with(q, seqs, heads, Code::Native)
+}
+
+/// [`attend_decode_cpu`] with the head-group code `code` (on x86-64 with AVX2 and FMA the
+/// native code is `x86`'s, for head widths that are a multiple of 8).
+pub fn attend_decode_cpu_with(
+    q: &Tensor,
+    seqs: &[CachedSequence<'_>],
+    heads: Heads,
+    code: Code,
+) -> candle_core::Result<Tensor> {
     let (n_head, n_kv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
     if n_kv == 0 || n_head % n_kv != 0 || hd == 0 {
         candle_core::bail!("decode attention: {n_head} query heads over {n_kv} K/V heads of {hd}")
@@ -182,6 +202,10 @@ pub fn attend_decode_cpu(
     let n_rep = n_head / n_kv;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; batch * n_head * hd];
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = x86::Avx2::detect().filter(|_| hd.is_multiple_of(8) && code == Code::Native);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = code;
     // Task `j * n_kv + g`: the n_rep query heads of sequence j that share K/V head g, whose
     // outputs are adjacent in `out` ((batch, n_head, head_dim) order). Each K and V row is
     // read once for all n_rep heads.
@@ -191,6 +215,10 @@ pub fn attend_decode_cpu(
         let head = g * capacity * hd;
         let (k, v) = (&k[head..head + len * hd], &v[head..head + len * hd]);
         let q = &q_all[(j * n_head + g * n_rep) * hd..(j * n_head + (g + 1) * n_rep) * hd];
+        #[cfg(target_arch = "x86_64")]
+        if let Some(avx2) = avx2 {
+            return avx2.head_group(q, k, v, o, n_rep, hd, len, scale);
+        }
         // The loops are compiled for the best instruction set the CPU has, chosen at run time.
         let hg = HeadGroup {
             q,

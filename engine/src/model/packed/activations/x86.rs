@@ -1,0 +1,100 @@
+//! [`super::QuantizedRows::new`]'s block quantization with AVX2: the same values, bit for
+//! bit, as the portable loop (a block's largest magnitude, scale and sums are computed with
+//! the same float operations; the quants are rounded half away from zero, as `f32::round`
+//! rounds, and NaN gives 0, as `as i8` gives), with the 32 values of a block in four
+//! vectors instead of lane by lane (a perf profile of the embedded model with 4 slots had
+//! the portable loop at 7% of a decode step).
+
+use std::arch::x86_64::*;
+
+/// Proof that this CPU has AVX2, so that [`Avx2::quantize_block`] is safe to call.
+#[derive(Debug, Clone, Copy)]
+pub struct Avx2(());
+
+/// One quantized block: the scale before rounding to f16 and the sum of the quants.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Block {
+    /// The largest magnitude over 127.
+    pub d: f32,
+    /// The sum of the quants.
+    pub sum: i32,
+}
+
+impl Avx2 {
+    /// `Some` when this CPU has AVX2.
+    pub fn detect() -> Option<Self> {
+        is_x86_feature_detected!("avx2").then_some(Self(()))
+    }
+
+    /// Quantize the 32 values `x` into `q`, and their negated sums per 4 quants into
+    /// `lanes`.
+    #[inline]
+    pub fn quantize_block(self, x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block {
+        // SAFETY: `self` exists only where the CPU has AVX2 (`detect`).
+        unsafe { quantize_block(x, q, lanes) }
+    }
+}
+
+/// # Safety
+/// The CPU has AVX2.
+#[target_feature(enable = "avx2")]
+fn quantize_block(x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block {
+    let mut v = [_mm256_setzero_ps(); 4];
+    for (i, v) in v.iter_mut().enumerate() {
+        // SAFETY: `x` is 32 f32, four vectors of 8.
+        *v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
+    }
+    let sign = _mm256_set1_ps(-0.0);
+    // `max(|v|, m)`: a NaN lane keeps `m`, as `f32::max` ignores NaN.
+    let mut m = _mm256_setzero_ps();
+    for v in v {
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v), m);
+    }
+    let mut ms = [0f32; 8];
+    // SAFETY: `ms` is 8 writable f32.
+    unsafe { _mm256_storeu_ps(ms.as_mut_ptr(), m) };
+    let amax = ms.into_iter().fold(0f32, f32::max);
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let half = _mm256_set1_ps(0.5);
+    let one = _mm256_set1_ps(1.0);
+    let mut ints = [_mm256_setzero_si256(); 4];
+    for (v, int) in v.iter().zip(&mut ints) {
+        let s = _mm256_mul_ps(*v, id);
+        // Half away from zero: truncate, then step away from zero when the dropped part is
+        // at least a half (exact: `s` and its truncation are within 2^23).
+        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(s);
+        let far = _mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_andnot_ps(sign, _mm256_sub_ps(s, t)), half);
+        let step = _mm256_and_ps(far, _mm256_or_ps(one, _mm256_and_ps(sign, s)));
+        // NaN lanes (from infinite inputs) are unordered with themselves: 0.
+        let r = _mm256_and_ps(_mm256_add_ps(t, step), _mm256_cmp_ps::<_CMP_ORD_Q>(s, s));
+        *int = _mm256_cvtps_epi32(r);
+    }
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    // Saturating packs (as `as i8` saturates), then the 4-byte groups back in order.
+    let bytes = _mm256_packs_epi16(
+        _mm256_packs_epi32(ints[0], ints[1]),
+        _mm256_packs_epi32(ints[2], ints[3]),
+    );
+    let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+    // SAFETY: `q` is 32 writable bytes.
+    unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), bytes) };
+    // The sums of 4 quants, from the saturated bytes, in the same order.
+    let mut wide = [_mm256_setzero_si256(); 4];
+    for (i, w) in wide.iter_mut().enumerate() {
+        // SAFETY: `q` holds 32 bytes; `8 * i + 8 <= 32`.
+        *w = _mm256_cvtepi8_epi32(unsafe { _mm_loadl_epi64(q.as_ptr().add(8 * i).cast()) });
+    }
+    let fours = _mm256_hadd_epi32(
+        _mm256_hadd_epi32(wide[0], wide[1]),
+        _mm256_hadd_epi32(wide[2], wide[3]),
+    );
+    let fours = _mm256_permutevar8x32_epi32(fours, order);
+    let neg = _mm256_sub_epi32(_mm256_setzero_si256(), fours);
+    // SAFETY: `lanes` is 8 writable i32.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), neg) };
+    Block {
+        d,
+        sum: -lanes.iter().sum::<i32>(),
+    }
+}
