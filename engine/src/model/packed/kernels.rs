@@ -1,14 +1,11 @@
-//! Dot products of a tile of packed weight rows (one, or four on AVX-512) with up to four
-//! quantized activation rows, for each instruction set the packed matmul can run on.
+//! Dot products of one packed weight row with up to four quantized activation rows, for
+//! each instruction set the packed matmul can run on.
 //!
 //! The weights are stored unsigned, as `w + o` (`o` = 128 for 8-bit, 8 for 4-bit), so that
 //! the unsigned-by-signed byte products of `vpmaddubsw` and `vpdpbusd` apply; the offset
 //! comes back out through the activation block's quant sum. Each weight block is loaded
 //! (and for 4-bit unpacked) once and multiplied with every activation row of the group,
-//! so a batch of rows reads the weights once; each activation block is loaded once for
-//! every weight row of the tile. A tile of four weight rows also gives the FMA chains of a
-//! single activation row (one decoding slot) four independent accumulators instead of one,
-//! which is what made a one-row step latency-bound.
+//! so a batch of rows reads the weights once.
 
 use half::f16;
 
@@ -111,35 +108,30 @@ pub struct WeightRow<'a> {
     pub mins: &'a [f16],
 }
 
-/// `[[dot(w, a) for a in acts] for w in ws]`: for each weight row and activation row, the
-/// sum over blocks of `d * dx * dot(u - offset, x)`, plus `m * dx * sum(x)` for Q4_1.
+/// `[dot(w, a) for a in acts]`: for each activation row, the sum over blocks of
+/// `d * dx * dot(u - offset, x)`, plus `m * dx * sum(x)` for Q4_1.
 ///
 /// # Panics
 /// When the lengths of the rows disagree.
 ///
 /// # Safety
 /// `isa` must be available on this CPU ([`Isa::is_available`]).
-pub unsafe fn row_dots<const NW: usize, const M: usize>(
+pub unsafe fn row_dots<const M: usize>(
     isa: Isa,
     kind: Kind,
-    ws: &[WeightRow<'_>; NW],
+    w: WeightRow<'_>,
     acts: &[QuantizedRow<'_>; M],
-) -> [[f32; M]; NW] {
-    let Some(first) = ws.first() else {
-        return [[0f32; M]; NW];
-    };
-    let blocks = first.quants.len() / kind.block_bytes();
+) -> [f32; M] {
+    let blocks = w.quants.len() / kind.block_bytes();
     let pad = padded(blocks);
+    assert_eq!(
+        w.quants.len(),
+        blocks * kind.block_bytes(),
+        "weight row length"
+    );
+    assert_eq!(w.scales.len(), pad, "weight scales");
     let has_mins = kind == Kind::Q4_1;
-    for w in ws {
-        assert_eq!(
-            w.quants.len(),
-            blocks * kind.block_bytes(),
-            "weight row length"
-        );
-        assert_eq!(w.scales.len(), pad, "weight scales");
-        assert_eq!(w.mins.len(), if has_mins { pad } else { 0 }, "minimums");
-    }
+    assert_eq!(w.mins.len(), if has_mins { pad } else { 0 }, "minimums");
     for a in acts {
         assert!(
             a.quants.len() == blocks * BLOCK
@@ -150,7 +142,7 @@ pub unsafe fn row_dots<const NW: usize, const M: usize>(
         );
     }
     match isa {
-        Isa::Scalar => ws.map(|w| scalar(kind, w, acts)),
+        Isa::Scalar => scalar(kind, w, acts),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512Vnni => {
             // The shifts are the kinds' offsets: 128 = 1 << 7, 8 = 1 << 3; Q4_1 has none.
@@ -158,12 +150,12 @@ pub unsafe fn row_dots<const NW: usize, const M: usize>(
             // the rows hold `blocks` blocks and `pad` entries (asserted above), all they read.
             unsafe {
                 match (isa, kind) {
-                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<NW, M, false, 7>(ws, acts),
-                    (Isa::Avx512Vnni, Kind::Q4_0) => x86::vnni::<NW, M, true, 3>(ws, acts),
-                    (Isa::Avx512Vnni, Kind::Q4_1) => x86::vnni::<NW, M, true, 0>(ws, acts),
-                    (_, Kind::Q8_0) => x86::avx2_q8(ws, acts),
-                    (_, Kind::Q4_0) => x86::avx2_q4::<NW, M, 3>(ws, acts),
-                    (_, Kind::Q4_1) => x86::avx2_q4::<NW, M, 0>(ws, acts),
+                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false, 7>(w, acts),
+                    (Isa::Avx512Vnni, Kind::Q4_0) => x86::vnni::<M, true, 3>(w, acts),
+                    (Isa::Avx512Vnni, Kind::Q4_1) => x86::vnni::<M, true, 0>(w, acts),
+                    (_, Kind::Q8_0) => x86::avx2_q8(w, acts),
+                    (_, Kind::Q4_0) => x86::avx2_q4::<M, 3>(w, acts),
+                    (_, Kind::Q4_1) => x86::avx2_q4::<M, 0>(w, acts),
                 }
             }
         }
@@ -273,71 +265,46 @@ mod x86 {
     /// The block loop of every SIMD kernel, in a macro so that it compiles inside each
     /// one's `target_feature` function.
     ///
-    /// `$nw` weight rows against `$m` activation rows. Per group of 8 blocks, for each
-    /// pair of a weight row and an activation row: the products of the weight and
+    /// Per group of 8 blocks, for each activation row: the products of the weight and
     /// activation scales (`d * dx`, one multiply for the 8) and the Q4_1 minimum term
-    /// `m * dx * sum(x)` are vector operations. Per block, `$prep` readies each weight row's
-    /// loaded block once for all activation rows, and `$dot` gives 8 lanes of integer
-    /// products with one activation row's block `$x` (`$ls`: its negated lane sums, for the
-    /// offset), each lane the sum over 4 consecutive bytes, as candle's and ggml's kernels
-    /// have them, so that the float arithmetic after it is theirs too. Every pair has its
-    /// own accumulator, summed over the blocks in order, so the tile's shape never changes
-    /// a result.
+    /// `m * dx * sum(x)` are vector operations. Per block, `$prep` readies the loaded
+    /// weights once for all rows, and `$dot` gives 8 lanes of integer products with one
+    /// activation row's block `$x` (`$ls`: its negated lane sums, for the offset), each lane
+    /// the sum over 4 consecutive bytes, as candle's and ggml's kernels have them, so that
+    /// the float arithmetic after it is theirs too.
     macro_rules! block_loop {
-        ($ws:expr, $acts:expr, $nw:ident, $m:ident, $q4:expr,
+        ($w:expr, $acts:expr, $m:ident, $q4:expr,
          |$wb:ident| $prep:expr, |$p:ident, $x:ident, $ls:ident| $dot:expr) => {{
-            let (ws, acts): (&[WeightRow<'_>; $nw], &[QuantizedRow<'_>; $m]) = ($ws, $acts);
-            let blocks = ws[0].quants.len() / if $q4 { BLOCK / 2 } else { BLOCK };
-            let has_mins = !ws[0].mins.is_empty();
-            let mut acc = [[_mm256_setzero_ps(); $m]; $nw];
-            let mut mins_acc = [[_mm256_setzero_ps(); $m]; $nw];
-            let mut dd = [[[0f32; GROUP]; $m]; $nw];
+            let (w, acts): (WeightRow<'_>, &[QuantizedRow<'_>; $m]) = ($w, $acts);
+            let blocks = w.quants.len() / if $q4 { BLOCK / 2 } else { BLOCK };
+            let mut acc = [_mm256_setzero_ps(); $m];
+            let mut mins_acc = [_mm256_setzero_ps(); $m];
+            let mut dd = [[0f32; GROUP]; $m];
             for g in (0..blocks).step_by(GROUP) {
-                for ((w, dd), mins_acc) in ws.iter().zip(&mut dd).zip(&mut mins_acc) {
-                    let dw = halfs8(w.scales, g);
-                    let mins = has_mins.then(|| halfs8(w.mins, g));
-                    for ((a, dd), mins_acc) in acts.iter().zip(dd).zip(mins_acc) {
-                        // SAFETY: `dd` is 8 writable f32.
-                        unsafe {
-                            _mm256_storeu_ps(
-                                dd.as_mut_ptr(),
-                                _mm256_mul_ps(dw, floats8(a.scales, g)),
-                            )
-                        };
-                        if let Some(m) = mins {
-                            *mins_acc = _mm256_fmadd_ps(m, floats8(a.scaled_sums, g), *mins_acc);
-                        }
+                let dw = halfs8(w.scales, g);
+                let mins = (!w.mins.is_empty()).then(|| halfs8(w.mins, g));
+                for ((a, dd), mins_acc) in acts.iter().zip(&mut dd).zip(&mut mins_acc) {
+                    // SAFETY: `dd` is 8 writable f32.
+                    unsafe {
+                        _mm256_storeu_ps(dd.as_mut_ptr(), _mm256_mul_ps(dw, floats8(a.scales, g)))
+                    };
+                    if let Some(m) = mins {
+                        *mins_acc = _mm256_fmadd_ps(m, floats8(a.scaled_sums, g), *mins_acc);
                     }
                 }
                 for (j, b) in (g..blocks.min(g + GROUP)).enumerate() {
-                    let mut prepped = [None; $nw];
-                    for (w, p) in ws.iter().zip(&mut prepped) {
-                        // SAFETY: `w` holds `blocks` blocks (the caller's contract).
-                        let $wb = unsafe { load_block::<{ $q4 }>(w.quants.as_ptr(), b) };
-                        *p = Some($prep);
-                    }
-                    for (m, a) in acts.iter().enumerate() {
+                    // SAFETY: `w` holds `blocks` blocks (the caller's contract).
+                    let $wb = unsafe { load_block::<{ $q4 }>(w.quants.as_ptr(), b) };
+                    let $p = $prep;
+                    for ((acc, a), dd) in acc.iter_mut().zip(acts).zip(&dd) {
                         // SAFETY: every row holds `blocks` blocks (the caller's contract).
                         let ($x, $ls) = unsafe { (load_acts(a, b), load_lane_sums(a, b)) };
-                        for ((acc, dd), p) in acc.iter_mut().zip(&dd).zip(&prepped) {
-                            let $p = p.expect("every weight row is prepared");
-                            let dot = _mm256_cvtepi32_ps($dot);
-                            acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dd[m][j]), dot, acc[m]);
-                        }
+                        let dot = _mm256_cvtepi32_ps($dot);
+                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[j]), dot, *acc);
                     }
                 }
             }
-            let mut out = [[0f32; $m]; $nw];
-            for ((out, acc), mins_acc) in out.iter_mut().zip(&acc).zip(&mins_acc) {
-                for ((o, acc), mins_acc) in out.iter_mut().zip(acc).zip(mins_acc) {
-                    *o = if has_mins {
-                        hsum(*acc) + hsum(*mins_acc)
-                    } else {
-                        hsum(*acc)
-                    };
-                }
-            }
-            out
+            std::array::from_fn(|i| hsum(acc[i]) + hsum(mins_acc[i]))
         }};
     }
 
@@ -348,16 +315,15 @@ mod x86 {
     /// The CPU has AVX2, FMA and F16C; the weight row and every row of `acts` hold the same
     /// whole number of blocks, and the per-block entries of [`super::padded`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn avx2_q8<const NW: usize, const M: usize>(
-        ws: &[WeightRow<'_>; NW],
+    pub(super) unsafe fn avx2_q8<const M: usize>(
+        w: WeightRow<'_>,
         acts: &[QuantizedRow<'_>; M],
-    ) -> [[f32; M]; NW] {
+    ) -> [f32; M] {
         let ones = _mm256_set1_epi16(1);
         let flip = _mm256_set1_epi8(-128);
         block_loop!(
-            ws,
+            w,
             acts,
-            NW,
             M,
             false,
             |wb| {
@@ -378,12 +344,12 @@ mod x86 {
     /// # Safety
     /// As [`avx2_q8`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn avx2_q4<const NW: usize, const M: usize, const SHIFT: i32>(
-        ws: &[WeightRow<'_>; NW],
+    pub(super) unsafe fn avx2_q4<const M: usize, const SHIFT: i32>(
+        w: WeightRow<'_>,
         acts: &[QuantizedRow<'_>; M],
-    ) -> [[f32; M]; NW] {
+    ) -> [f32; M] {
         let ones = _mm256_set1_epi16(1);
-        block_loop!(ws, acts, NW, M, true, |wb| wb, |u, x, ls| {
+        block_loop!(w, acts, M, true, |wb| wb, |u, x, ls| {
             let d = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
             if SHIFT > 0 {
                 _mm256_add_epi32(d, _mm256_slli_epi32::<SHIFT>(ls))
@@ -400,11 +366,11 @@ mod x86 {
     /// # Safety
     /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn vnni<const NW: usize, const M: usize, const Q4: bool, const SHIFT: i32>(
-        ws: &[WeightRow<'_>; NW],
+    pub(super) unsafe fn vnni<const M: usize, const Q4: bool, const SHIFT: i32>(
+        w: WeightRow<'_>,
         acts: &[QuantizedRow<'_>; M],
-    ) -> [[f32; M]; NW] {
-        block_loop!(ws, acts, NW, M, Q4, |wb| wb, |u, x, ls| {
+    ) -> [f32; M] {
+        block_loop!(w, acts, M, Q4, |wb| wb, |u, x, ls| {
             let start = if SHIFT > 0 {
                 _mm256_slli_epi32::<SHIFT>(ls)
             } else {

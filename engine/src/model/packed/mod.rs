@@ -11,8 +11,7 @@
 //!   count) and the kernels convert eight at a time (F16C);
 //! - Q4_1, which candle only has scalar code for, runs in 4 bits: no conversion to Q8_0
 //!   at load, which read 1.7x the bytes per token;
-//! - each weight block is read once for up to four activation rows, and on AVX-512 each
-//!   activation block once for four weight rows ([`kernels`]);
+//! - each weight block is read once for up to four activation rows ([`kernels`]);
 //! - a layer's products on the same activations (Q, K and V; gate and up) run in one pass
 //!   ([`PackedMatrix::matmul_many`]): the activations are quantized once, and the weight
 //!   rows are split into pieces run on rayon's pool, the pool the compute thread already
@@ -47,11 +46,6 @@ const PIECES_PER_THREAD: usize = 4;
 /// The fewest multiply-adds a piece is given (pieces smaller than this cost more to hand
 /// out than they save).
 const PIECE_MIN_WORK: usize = 1 << 15;
-
-/// Weight rows the AVX-512 VNNI kernel computes at once: their 4-by-4 tile of accumulators
-/// with 4 activation rows, and the loaded weights, fit its 32 vector registers, and each
-/// activation block is loaded once for the 4 weight rows.
-const WEIGHT_TILE: usize = 4;
 
 /// A quantized weight matrix `(n, k)` in the packed form of [`kernels`].
 #[derive(Clone)]
@@ -235,20 +229,17 @@ impl PackedMatrix {
     fn rows_into(&self, first: usize, acts: &QuantizedRows, out: &mut [&mut [f32]]) {
         let act_rows: Vec<QuantizedRow<'_>> = (0..acts.rows()).map(|m| acts.row(m)).collect();
         let n_out = out.first().map_or(0, |o| o.len());
-        // Weight rows 4 at a time where the registers allow (AVX-512 has 32 vector
-        // registers; AVX2's 16 hold one weight row's tile).
-        let tile = if self.isa == Isa::Avx512Vnni {
-            WEIGHT_TILE
-        } else {
-            1
-        };
-        let mut j = 0;
-        while j < n_out {
-            j += if n_out - j >= tile && tile == WEIGHT_TILE {
-                self.weight_tile::<WEIGHT_TILE>(first, j, &act_rows, out)
-            } else {
-                self.weight_tile::<1>(first, j, &act_rows, out)
-            };
+        for j in 0..n_out {
+            let w = self.weight_row(first + j);
+            let mut r = 0;
+            while r < act_rows.len() {
+                r += match act_rows.len() - r {
+                    1 => self.group::<1>(w, &act_rows, r, j, out),
+                    2 => self.group::<2>(w, &act_rows, r, j, out),
+                    3 => self.group::<3>(w, &act_rows, r, j, out),
+                    _ => self.group::<4>(w, &act_rows, r, j, out),
+                };
+            }
         }
     }
 
@@ -264,34 +255,11 @@ impl PackedMatrix {
         }
     }
 
-    /// Weight rows `first + j..first + j + NW` against every activation row, into
-    /// `out[r][j..j + NW]`; returns `NW`.
-    fn weight_tile<const NW: usize>(
-        &self,
-        first: usize,
-        j: usize,
-        acts: &[QuantizedRow<'_>],
-        out: &mut [&mut [f32]],
-    ) -> usize {
-        let ws: [WeightRow<'_>; NW] = std::array::from_fn(|i| self.weight_row(first + j + i));
-        let mut r = 0;
-        while r < acts.len() {
-            r += match acts.len() - r {
-                1 => self.group::<NW, 1>(&ws, acts, r, j, out),
-                2 => self.group::<NW, 2>(&ws, acts, r, j, out),
-                3 => self.group::<NW, 3>(&ws, acts, r, j, out),
-                _ => self.group::<NW, 4>(&ws, acts, r, j, out),
-            };
-        }
-        NW
-    }
-
-    /// Weight rows `ws` against activation rows `r..r + M`, into `out[r + m][j..j + NW]`;
-    /// returns `M`.
+    /// Weight row `w` against activation rows `r..r + M`, into `out[r + m][j]`; returns `M`.
     #[allow(unsafe_code)]
-    fn group<const NW: usize, const M: usize>(
+    fn group<const M: usize>(
         &self,
-        ws: &[WeightRow<'_>; NW],
+        w: WeightRow<'_>,
         acts: &[QuantizedRow<'_>],
         r: usize,
         j: usize,
@@ -300,11 +268,9 @@ impl PackedMatrix {
         let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
         // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was checked
         // by `with_isa`, the only ways it is set.
-        let dots = unsafe { kernels::row_dots(self.isa, self.kind, ws, rows) };
-        for (i, d) in dots.iter().enumerate() {
-            for (m, &v) in d.iter().enumerate() {
-                out[r + m][j + i] = v;
-            }
+        let dots = unsafe { kernels::row_dots(self.isa, self.kind, w, rows) };
+        for (m, v) in dots.into_iter().enumerate() {
+            out[r + m][j] = v;
         }
         M
     }
