@@ -21,6 +21,9 @@
 //!   4th step) leaves room for every pool thread on the CPUs this process may use, twice in
 //!   a row (contention over), at most once per switch to running alone.
 //!
+//! A trial's steps are weighed against the window's median, and the median ratio decides,
+//! so that one step out of line (a stall, or the pool's workers waking) decides nothing.
+//!
 //! Only steps of up to [`MAX_ROWS`] rows (decode batches) are timed and steered; a prefill
 //! chunk's kernels always use the pool. Both modes compute the same values (each output of
 //! a kernel is computed by one call, whichever thread makes it), so the choice changes only
@@ -77,8 +80,8 @@ impl fmt::Display for PoolUse {
 /// enough that a late worker costs a small part of the step.
 pub const MAX_ROWS: usize = 16;
 
-/// Step times kept for the current mode (the rows of the last steps); a trial's mean is
-/// compared with theirs.
+/// Step times kept for the current mode (the rows of the last steps); a trial's steps are
+/// compared with their median.
 const WINDOW: usize = 4;
 
 /// Steps a trial runs in the other mode.
@@ -96,8 +99,8 @@ const LONGEST_INTERVAL: u32 = 256;
 /// refilled: the conditions changed.
 pub const JUMP: f64 = 1.5;
 
-/// The other mode wins a trial when its mean step time is below this share of the current
-/// mode's (a margin against noise).
+/// The other mode wins a trial when its median step time is below this share of the
+/// current mode's (a margin against noise).
 const WIN: f64 = 0.9;
 
 /// The shortest time between two info-level lines about switches (a machine whose load
@@ -255,14 +258,17 @@ impl PoolChooser {
     }
 
     /// The end of a trial: switch when the other mode was clearly faster. Each trial step
-    /// is weighed against the mean of its batch size's window.
+    /// is weighed against the median of its batch size's window, and the trial's median
+    /// ratio decides. Medians, so that one step out of line decides nothing: a stall of the
+    /// virtual machine in the window, or the first step of a trial of the pool, which waits
+    /// for its sleeping workers to wake (0.05-0.1 ms, half a step of a small model).
     fn decide(&mut self) {
         let ratios: Vec<f64> = self
             .trial
             .iter()
-            .map(|&(rows, t)| t.as_secs_f64() / mean(self.window(rows).iter()))
+            .map(|&(rows, t)| t.as_secs_f64() / median(self.window(rows).iter()))
             .collect();
-        let ratio = ratios.iter().sum::<f64>() / ratios.len() as f64;
+        let ratio = median(&ratios);
         self.in_trial = false;
         self.spare_reads = 0;
         if ratio < WIN {
@@ -311,6 +317,34 @@ impl PoolChooser {
                 "decode steps now run their kernels {mode}"
             );
         }
+    }
+}
+
+/// The median of `values` (for an even count, the mean of the middle two; 0 for none).
+fn median<'a, T: Seconds + 'a>(values: impl IntoIterator<Item = &'a T>) -> f64 {
+    let mut v: Vec<f64> = values.into_iter().map(Seconds::seconds).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// A step time, or a ratio of two, as a number.
+trait Seconds {
+    fn seconds(&self) -> f64;
+}
+
+impl Seconds for Duration {
+    fn seconds(&self) -> f64 {
+        self.as_secs_f64()
+    }
+}
+
+impl Seconds for f64 {
+    fn seconds(&self) -> f64 {
+        *self
     }
 }
 

@@ -232,3 +232,35 @@ fn a_spare_cpu_is_counted_against_the_cpus_the_process_may_use() {
         "{modes:?}"
     );
 }
+
+/// A trial of the pool whose first step waits for the pool's sleeping workers to wake (and
+/// so takes longer than running alone) still wins when its other steps are clearly faster.
+#[test]
+fn a_slow_first_step_of_a_pool_trial_does_not_lose_it() {
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
+    // Contention first: the pool is slow, and the chooser goes alone.
+    let modes = run(
+        &mut c,
+        80,
+        4,
+        |_, pool| if pool { 40 * MS } else { 10 * MS },
+    );
+    assert!(!c.using_pool(), "{modes:?}");
+    // Then the pool is twice as fast as alone, but the first step after a stretch alone
+    // takes 2.5 times an alone step (a mean of the trial's ratios would lose: 1.17).
+    let mut last_pool = false;
+    let modes: Vec<bool> = (0..200)
+        .map(|_| {
+            let pool = c.plan(4);
+            let t = match (pool, last_pool) {
+                (true, false) => 25 * MS,
+                (true, true) => 5 * MS,
+                (false, _) => 10 * MS,
+            };
+            c.record(t);
+            last_pool = pool;
+            pool
+        })
+        .collect();
+    assert!(c.using_pool(), "{modes:?}");
+}
