@@ -22,7 +22,10 @@
 //!   a row (contention over), at most once per switch to running alone.
 //!
 //! A trial's steps are weighed against the window's median, and the median ratio decides,
-//! so that one step out of line (a stall, or the pool's workers waking) decides nothing.
+//! so that one step out of line (a stall, or the pool's workers waking) decides nothing. A
+//! trial that wins must also beat the [`CONFIRM_STEPS`] steps that follow it in the current
+//! mode: a burst of slow steps slows both modes, and a trial run as it ends would otherwise
+//! beat a window taken during it.
 //!
 //! Only steps of up to [`MAX_ROWS`] rows (decode batches) are timed and steered; a prefill
 //! chunk's kernels always use the pool. Both modes compute the same values (each output of
@@ -87,6 +90,12 @@ const WINDOW: usize = 4;
 /// Steps a trial runs in the other mode.
 const TRIAL_STEPS: usize = 3;
 
+/// Steps in the current mode right after a trial that beat the window, which the trial must
+/// beat as well before the chooser switches: a burst of slow steps (the virtual machine's
+/// host busy for a few milliseconds) slows both modes, and a trial run as it ends would
+/// otherwise beat a window taken in it.
+const CONFIRM_STEPS: usize = 3;
+
 /// Steps between trials at the start, after a jump and after a switch to the compute thread
 /// alone; doubled after each trial the current mode wins.
 const FIRST_INTERVAL: u32 = 64;
@@ -138,6 +147,10 @@ pub struct PoolChooser {
     /// The running trial's steps: their rows and times.
     trial: Vec<(usize, Duration)>,
     in_trial: bool,
+    /// After a trial that beat the window: steps in the current mode right after it, which
+    /// the trial must beat too ([`CONFIRM_STEPS`]).
+    confirm: Vec<(usize, Duration)>,
+    confirming: bool,
     /// Steps in the current mode before the next trial.
     until_trial: u32,
     interval: u32,
@@ -176,6 +189,8 @@ impl PoolChooser {
             windows: vec![VecDeque::with_capacity(WINDOW + 1); MAX_ROWS],
             trial: Vec::with_capacity(TRIAL_STEPS),
             in_trial: false,
+            confirm: Vec::with_capacity(CONFIRM_STEPS),
+            confirming: false,
             until_trial: FIRST_INTERVAL,
             interval: FIRST_INTERVAL,
             watch_spare: false,
@@ -204,6 +219,10 @@ impl PoolChooser {
             self.planned = None;
             return !(self.policy == PoolUse::Never && decode);
         }
+        if self.confirming {
+            self.planned = Some((rows, self.use_pool));
+            return self.use_pool;
+        }
         // A trial step counts only against a full window of its own batch size.
         if !self.in_trial && self.until_trial == 0 && self.window(rows).len() == WINDOW {
             self.in_trial = true;
@@ -218,6 +237,13 @@ impl PoolChooser {
         let Some((rows, pool)) = self.planned.take() else {
             return;
         };
+        if self.confirming {
+            self.confirm.push((rows, took));
+            if self.confirm.len() == CONFIRM_STEPS {
+                self.confirmed();
+            }
+            return;
+        }
         if pool != self.use_pool {
             self.trial.push((rows, took));
             if self.trial.len() == TRIAL_STEPS {
@@ -257,20 +283,44 @@ impl PoolChooser {
         &self.windows[rows - 1]
     }
 
-    /// The end of a trial: switch when the other mode was clearly faster. Each trial step
-    /// is weighed against the median of its batch size's window, and the trial's median
-    /// ratio decides. Medians, so that one step out of line decides nothing: a stall of the
+    /// The end of a trial: when the other mode was clearly faster than the window, confirm
+    /// it against the steps that follow; otherwise the current mode stays. Each trial step is
+    /// weighed against the median of its batch size's window, and the trial's median ratio
+    /// decides. Medians, so that one step out of line decides nothing: a stall of the
     /// virtual machine in the window, or the first step of a trial of the pool, which waits
     /// for its sleeping workers to wake (0.05-0.1 ms, half a step of a small model).
     fn decide(&mut self) {
-        let ratios: Vec<f64> = self
-            .trial
-            .iter()
-            .map(|&(rows, t)| t.as_secs_f64() / median(self.window(rows).iter()))
-            .collect();
-        let ratio = median(&ratios);
+        let ratio = self.trial_ratio(|c, rows| median(c.window(rows).iter()));
         self.in_trial = false;
         self.spare_reads = 0;
+        if ratio < WIN {
+            self.confirming = true;
+        } else {
+            self.trial.clear();
+            self.interval = (self.interval * 2).min(LONGEST_INTERVAL);
+            self.until_trial = self.interval;
+        }
+    }
+
+    /// The end of the confirming steps: switch when the trial beats them too.
+    fn confirmed(&mut self) {
+        self.confirming = false;
+        // Each trial step against the confirming steps of its batch size (the window's
+        // where there are none).
+        let ratio = self.trial_ratio(|c, rows| {
+            let same: Vec<Duration> = c
+                .confirm
+                .iter()
+                .filter(|(r, _)| *r == rows)
+                .map(|(_, t)| *t)
+                .collect();
+            if same.is_empty() {
+                median(c.window(rows).iter())
+            } else {
+                median(same.iter())
+            }
+        });
+        let confirm = std::mem::take(&mut self.confirm);
         if ratio < WIN {
             self.use_pool = !self.use_pool;
             self.watch_spare = !self.use_pool;
@@ -287,10 +337,27 @@ impl PoolChooser {
             };
             self.log_switch(ratio);
         } else {
+            // The steps right after the trial were as fast: the window was out of line.
             self.trial.clear();
-            self.interval = (self.interval * 2).min(LONGEST_INTERVAL);
+            for (rows, t) in confirm {
+                let window = &mut self.windows[rows - 1];
+                if window.len() == WINDOW {
+                    window.pop_front();
+                }
+                window.push_back(t);
+            }
         }
         self.until_trial = self.interval;
+    }
+
+    /// The median over the trial's steps of each one's time over `reference(rows)`.
+    fn trial_ratio(&self, reference: impl Fn(&Self, usize) -> f64) -> f64 {
+        let ratios: Vec<f64> = self
+            .trial
+            .iter()
+            .map(|&(rows, t)| t.as_secs_f64() / reference(self, rows))
+            .collect();
+        median(&ratios)
     }
 
     /// Logs a switch at info level at most once per [`LOG_EVERY`], with the switches since

@@ -63,11 +63,13 @@ fn contention_moves_the_steps_off_the_pool_within_a_few_steps() {
         (false, _) => 16 * MS,
     });
     assert!(!c.using_pool());
-    // The jump at step 600 refills the window (4 steps), then a 3-step trial wins.
+    // The jump at step 600 refills the window (4 steps), then a 3-step trial wins, and
+    // beats the 3 pool steps after it: alone from step 610.
     let first_alone = (600..700).find(|&i| !modes[i]).unwrap();
     assert_eq!(first_alone, 604, "{:?}", &modes[600..]);
+    assert!(modes[607..610].iter().all(|&p| p), "{:?}", &modes[600..]);
     // Then only the scheduled trial of the pool 64 steps later.
-    let pool_steps = modes[607..].iter().filter(|&&p| p).count();
+    let pool_steps = modes[610..].iter().filter(|&&p| p).count();
     assert_eq!(pool_steps, 3, "{:?}", &modes[600..]);
 }
 
@@ -93,21 +95,27 @@ fn a_lone_thread_tries_the_pool_again_when_a_cpu_is_spare() {
             pool
         })
         .collect();
-    // Alone from the first trial (after 64 steps) while the hog runs, but for the scheduled
-    // trials of the pool (after 64 and 128 steps)...
+    // Alone from the first trial (after 64 steps, confirmed by 3 pool steps) while the hog
+    // runs, but for the scheduled trials of the pool (after 64 and 128 steps)...
     assert!(modes[..64].iter().all(|&p| p) && !modes[64]);
+    assert!(modes[67..70].iter().all(|&p| p) && !modes[70]);
     assert_eq!(
-        modes[67..300].iter().filter(|&&p| p).count(),
+        modes[70..300].iter().filter(|&&p| p).count(),
         3 * 2,
         "{modes:?}"
     );
     // ...and back on the pool soon after it ends: 2 spare reads (every 4th step), then a
-    // winning trial.
+    // winning trial, confirmed by 3 more steps alone.
     let back = (300..400).find(|&i| modes[i]).unwrap();
     assert!((302..=309).contains(&back), "{back}: {:?}", &modes[290..]);
     assert!(c.using_pool());
+    assert!(
+        modes[back + 3..back + 6].iter().all(|&p| !p),
+        "{:?}",
+        &modes[290..]
+    );
     // Back on the pool, the next trial waits 256 steps (a new hog would show as a jump).
-    assert!(modes[305..].iter().all(|&p| p), "{:?}", &modes[290..]);
+    assert!(modes[back + 6..].iter().all(|&p| p), "{:?}", &modes[290..]);
 }
 
 #[test]
@@ -120,8 +128,8 @@ fn a_lone_thread_under_a_lasting_hog_tries_the_pool_only_on_the_schedule() {
         |_, pool| if pool { 40 * MS } else { 16 * MS },
     );
     assert!(!c.using_pool());
-    // After the switch (step 67): trials of 3 pool steps, after 64, 128 and 256 steps.
-    let pool_steps = modes[67..].iter().filter(|&&p| p).count();
+    // After the switch (step 70): trials of 3 pool steps, after 64, 128 and 256 steps.
+    let pool_steps = modes[70..].iter().filter(|&&p| p).count();
     assert_eq!(pool_steps, 3 * 3, "{modes:?}");
 }
 
@@ -151,9 +159,12 @@ fn each_batch_size_is_compared_with_its_own_steps() {
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     let modes = alternating(&mut c, 100, 10 * MS, 8 * MS);
     assert!(!c.using_pool());
-    // Trial at step 64, alone from there on (the next trial of the pool is due at 131).
+    // Trial at step 64, confirmed at 67-69, alone from there on (the next trial of the pool
+    // is due at 134).
     assert!(modes[..64].iter().all(|&p| p), "{modes:?}");
-    assert!(modes[64..].iter().all(|&p| !p), "{modes:?}");
+    assert!(modes[64..67].iter().all(|&p| !p), "{modes:?}");
+    assert!(modes[67..70].iter().all(|&p| p), "{modes:?}");
+    assert!(modes[70..].iter().all(|&p| !p), "{modes:?}");
 }
 
 #[test]
@@ -217,18 +228,18 @@ fn a_spare_cpu_is_counted_against_the_cpus_the_process_may_use() {
     }
     let slow_pool = |_, pool: bool| if pool { 40 * MS } else { 16 * MS };
     // 16 CPUs: five other runnable tasks leave room for both pool threads, so right after
-    // going alone (trial at 64-66) two reads, 4 steps apart, start a 3-step trial of the
-    // pool, which loses.
+    // going alone (trial at 64-66, confirmed at 67-69) two reads, 4 steps apart, start a
+    // 3-step trial of the pool, which loses.
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 16, five_others);
-    let modes = run(&mut c, 80, 1, slow_pool);
-    let early = (67..80).find(|&i| modes[i]).expect("an early trial");
-    assert!(early <= 76, "{early}: {modes:?}");
+    let modes = run(&mut c, 84, 1, slow_pool);
+    let early = (70..84).find(|&i| modes[i]).expect("an early trial");
+    assert!(early <= 79, "{early}: {modes:?}");
     assert!(modes[early..early + 3].iter().all(|&p| p) && !modes[early + 3]);
     // 2 CPUs: no room, no early trial.
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, five_others);
-    let modes = run(&mut c, 80, 1, slow_pool);
+    let modes = run(&mut c, 84, 1, slow_pool);
     assert!(
-        modes[..64].iter().all(|&p| p) && modes[64..].iter().all(|&p| !p),
+        modes[..64].iter().all(|&p| p) && modes[70..].iter().all(|&p| !p),
         "{modes:?}"
     );
 }
@@ -263,4 +274,32 @@ fn a_slow_first_step_of_a_pool_trial_does_not_lose_it() {
         })
         .collect();
     assert!(c.using_pool(), "{modes:?}");
+}
+
+/// A burst of slow steps (the host busy for a few milliseconds) slows both modes: a trial
+/// of the lone thread that runs as the burst ends beats the window taken during it, but not
+/// the pool steps right after it, and the chooser stays on the pool.
+#[test]
+fn a_burst_that_slows_both_modes_does_not_switch() {
+    let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
+    // The pool takes 5 ms and alone 8 ms, except in steps 300-306, where a burst makes the
+    // pool take 12 ms (a jump) and alone 8.5 ms.
+    let modes = run(&mut c, 400, 4, |i, pool| {
+        match (pool, (300..307).contains(&i)) {
+            (true, true) => 12 * MS,
+            (true, false) => 5 * MS,
+            (false, true) => Duration::from_micros(8_500),
+            (false, false) => 8 * MS,
+        }
+    });
+    // The jump at 300 starts the window again with burst steps (300-303); the trial
+    // (304-306) beats them, but not the pool steps after it (307-309).
+    assert!(modes[304..307].iter().all(|&p| !p), "{:?}", &modes[295..]);
+    assert!(c.using_pool());
+    // On the pool until the next scheduled trial, 64 steps on.
+    assert!(
+        modes[307..307 + 64].iter().all(|&p| p),
+        "{:?}",
+        &modes[295..]
+    );
 }
