@@ -207,13 +207,22 @@ unsafe fn softmax_row(row: &mut [f32], len: usize) {
 unsafe fn weighted_sum(p: &[f32], v: &[f32], o: &mut [f32], hd: usize) {
     let mut c = 0;
     while c < hd {
-        // Up to 8 vectors of the head in registers at a time (64 lanes).
-        c += match (hd - c) / 8 {
-            // SAFETY: lanes `c..c + 8 * W` lie inside `o` and inside each row of `v`.
-            1 => unsafe { weighted_lanes::<1>(p, v, o, hd, c) },
-            2 | 3 => unsafe { weighted_lanes::<2>(p, v, o, hd, c) },
-            4..=7 => unsafe { weighted_lanes::<4>(p, v, o, hd, c) },
-            _ => unsafe { weighted_lanes::<8>(p, v, o, hd, c) },
+        // Up to 8 vectors of the head in registers at a time (64 lanes), never past `hd`.
+        let vectors = match (hd - c) / 8 {
+            1 => 1,
+            2 | 3 => 2,
+            4..=7 => 4,
+            _ => 8,
+        };
+        // SAFETY: the CPU has AVX2 and FMA (this function's contract); `c + 8 * vectors <=
+        // hd`, so lanes `c..c + 8 * vectors` lie inside `o` and inside each row of `v`.
+        c += unsafe {
+            match vectors {
+                1 => weighted_lanes::<1>(p, v, o, hd, c),
+                2 => weighted_lanes::<2>(p, v, o, hd, c),
+                4 => weighted_lanes::<4>(p, v, o, hd, c),
+                _ => weighted_lanes::<8>(p, v, o, hd, c),
+            }
         };
     }
 }
