@@ -290,7 +290,7 @@ impl PoolChooser {
     /// virtual machine in the window, or the first step of a trial of the pool, which waits
     /// for its sleeping workers to wake (0.05-0.1 ms, half a step of a small model).
     fn decide(&mut self) {
-        let ratio = self.trial_ratio(|c, rows| median(c.window(rows).iter()));
+        let ratio = self.trial_ratio(|c, rows| median(c.window(rows).iter().map(secs)));
         self.in_trial = false;
         self.spare_reads = 0;
         if ratio < WIN {
@@ -308,16 +308,16 @@ impl PoolChooser {
         // Each trial step against the confirming steps of its batch size (the window's
         // where there are none).
         let ratio = self.trial_ratio(|c, rows| {
-            let same: Vec<Duration> = c
+            let same: Vec<f64> = c
                 .confirm
                 .iter()
                 .filter(|(r, _)| *r == rows)
-                .map(|(_, t)| *t)
+                .map(|(_, t)| t.as_secs_f64())
                 .collect();
             if same.is_empty() {
-                median(c.window(rows).iter())
+                median(c.window(rows).iter().map(secs))
             } else {
-                median(same.iter())
+                median(same)
             }
         });
         let confirm = std::mem::take(&mut self.confirm);
@@ -352,12 +352,11 @@ impl PoolChooser {
 
     /// The median over the trial's steps of each one's time over `reference(rows)`.
     fn trial_ratio(&self, reference: impl Fn(&Self, usize) -> f64) -> f64 {
-        let ratios: Vec<f64> = self
-            .trial
-            .iter()
-            .map(|&(rows, t)| t.as_secs_f64() / reference(self, rows))
-            .collect();
-        median(&ratios)
+        median(
+            self.trial
+                .iter()
+                .map(|&(rows, t)| t.as_secs_f64() / reference(self, rows)),
+        )
     }
 
     /// Logs a switch at info level at most once per [`LOG_EVERY`], with the switches since
@@ -388,8 +387,8 @@ impl PoolChooser {
 }
 
 /// The median of `values` (for an even count, the mean of the middle two; 0 for none).
-fn median<'a, T: Seconds + 'a>(values: impl IntoIterator<Item = &'a T>) -> f64 {
-    let mut v: Vec<f64> = values.into_iter().map(Seconds::seconds).collect();
+fn median(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.into_iter().collect();
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => 0.0,
@@ -398,21 +397,9 @@ fn median<'a, T: Seconds + 'a>(values: impl IntoIterator<Item = &'a T>) -> f64 {
     }
 }
 
-/// A step time, or a ratio of two, as a number.
-trait Seconds {
-    fn seconds(&self) -> f64;
-}
-
-impl Seconds for Duration {
-    fn seconds(&self) -> f64 {
-        self.as_secs_f64()
-    }
-}
-
-impl Seconds for f64 {
-    fn seconds(&self) -> f64 {
-        *self
-    }
+/// `t` in seconds.
+fn secs(t: &Duration) -> f64 {
+    t.as_secs_f64()
 }
 
 /// The mean of `times`, in seconds (0 for none).

@@ -215,11 +215,6 @@ pub fn attend_decode_cpu_with(
         let head = g * capacity * hd;
         let (k, v) = (&k[head..head + len * hd], &v[head..head + len * hd]);
         let q = &q_all[(j * n_head + g * n_rep) * hd..(j * n_head + (g + 1) * n_rep) * hd];
-        #[cfg(target_arch = "x86_64")]
-        if let Some(avx2) = avx2 {
-            return avx2.head_group(q, k, v, o, n_rep, hd, len, scale);
-        }
-        // The loops are compiled for the best instruction set the CPU has, chosen at run time.
         let hg = HeadGroup {
             q,
             k,
@@ -230,6 +225,11 @@ pub fn attend_decode_cpu_with(
             len,
             scale,
         };
+        #[cfg(target_arch = "x86_64")]
+        if let Some(avx2) = avx2 {
+            return avx2.head_group(hg);
+        }
+        // The loops are compiled for the best instruction set the CPU has, chosen at run time.
         pulp::Arch::new().dispatch(hg);
     };
     let work: usize = views.iter().map(|v| v.3).sum::<usize>() * n_head * hd;
@@ -263,7 +263,11 @@ fn cpu_rows<'a>(
         .ok_or_else(|| candle_core::Error::Msg(format!("decode attention: {what} out of range")))
 }
 
-/// [`head_group`]'s arguments, for pulp's dispatch: `with_simd` is inlined into a function
+/// One task of the decode kernel: attention of `n_rep` query heads `q` (`n_rep * hd`) that
+/// share one K/V head, whose `len` rows are `k` and `v` (`len * hd`), into `o`
+/// (`n_rep * hd`, zeroed), scores scaled by `scale`.
+///
+/// The portable code runs through pulp's dispatch: `with_simd` is inlined into a function
 /// compiled for the instruction set pulp picks (AVX2 and FMA on x86-64), so the loops of
 /// [`head_group`], inlined into it, are vectorized for it. (A closure handed to `dispatch`
 /// is not: a perf profile showed its body compiled for SSE2, 18% of a SmolLM2 decode.)
@@ -283,26 +287,23 @@ impl pulp::WithSimd for HeadGroup<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        head_group(
-            self.q, self.k, self.v, self.o, self.n_rep, self.hd, self.len, self.scale,
-        );
+        head_group(self);
     }
 }
 
-/// Attention of `n_rep` query heads `q` (`n_rep * hd`) that share one K/V head, whose `len`
-/// rows are `k` and `v` (`len * hd`), into `o` (`n_rep * hd`, zeroed).
+/// The portable loops of a [`HeadGroup`].
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn head_group(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &mut [f32],
-    n_rep: usize,
-    hd: usize,
-    len: usize,
-    scale: f32,
-) {
+fn head_group(hg: HeadGroup<'_>) {
+    let HeadGroup {
+        q,
+        k,
+        v,
+        o,
+        n_rep,
+        hd,
+        len,
+        scale,
+    } = hg;
     // scores[r * len + t]: query head r against position t.
     let mut scores = vec![0f32; n_rep * len];
     for (t, k) in k.chunks_exact(hd).enumerate() {

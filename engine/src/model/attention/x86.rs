@@ -16,6 +16,7 @@
 
 use std::arch::x86_64::*;
 
+use super::HeadGroup;
 use crate::model::simd_exp::exp8;
 
 /// Proof that this CPU has AVX2 and FMA, so that [`Avx2::head_group`] is safe to call.
@@ -28,25 +29,15 @@ impl Avx2 {
         is_available().then_some(Self(()))
     }
 
-    /// [`head_group`], for head widths that are a multiple of 8.
+    /// [`head_group`]: a task of the decode kernel, for head widths that are a multiple
+    /// of 8.
     ///
     /// # Panics
     /// As [`head_group`].
-    #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub fn head_group(
-        self,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        o: &mut [f32],
-        n_rep: usize,
-        hd: usize,
-        len: usize,
-        scale: f32,
-    ) {
+    pub fn head_group(self, hg: HeadGroup<'_>) {
         // SAFETY: `self` exists only where `is_available` said yes (`detect`).
-        unsafe { head_group(q, k, v, o, n_rep, hd, len, scale) }
+        unsafe { head_group(hg) }
     }
 }
 
@@ -54,8 +45,7 @@ fn is_available() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
 }
 
-/// Attention of `n_rep` query heads `q` (`n_rep * hd`) sharing one K/V head of `len` rows
-/// `k` and `v` (`len * hd`), into `o` (`n_rep * hd`); `scores` is scratch space.
+/// The attention of a [`HeadGroup`].
 ///
 /// # Panics
 /// When `hd` is not a multiple of 8 or a slice is shorter than the shapes say.
@@ -63,17 +53,17 @@ fn is_available() -> bool {
 /// # Safety
 /// The CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn head_group(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &mut [f32],
-    n_rep: usize,
-    hd: usize,
-    len: usize,
-    scale: f32,
-) {
+unsafe fn head_group(hg: HeadGroup<'_>) {
+    let HeadGroup {
+        q,
+        k,
+        v,
+        o,
+        n_rep,
+        hd,
+        len,
+        scale,
+    } = hg;
     assert!(hd.is_multiple_of(8) && hd > 0, "head width {hd}");
     assert!(
         q.len() >= n_rep * hd && o.len() >= n_rep * hd,
