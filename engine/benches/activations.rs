@@ -19,6 +19,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
+use clap::Parser;
 use hydra_engine::model::packed::activations::QuantizedRows;
 use hydra_engine::model::silu_mul::silu_mul_with;
 use hydra_engine::model::Code;
@@ -57,18 +58,23 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// The activation work of a decode step: portable code against the AVX2 code.
+#[derive(Parser)]
+struct Args {
+    /// Rounds of 200 calls; each figure is the best round.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 fn main() -> candle_core::Result<()> {
-    let mut repeat = 20;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        if a == "--repeat" {
-            repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(20).max(1);
-        }
-    }
+    let args = Args::parse();
     hydra_engine::threads::set_cpu_threads(1).map_err(candle_core::Error::wrap)?;
     // On a worker of the pool, as the engine's compute loop runs (candle's ops then run
     // inline instead of being handed to the pool).
-    hydra_engine::threads::run_in_pool(|| run(repeat))
+    hydra_engine::threads::run_in_pool(|| run(args.repeat as usize))
 }
 
 fn run(repeat: usize) -> candle_core::Result<()> {

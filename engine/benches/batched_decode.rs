@@ -17,41 +17,28 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::Parser;
 use hydra_engine::threads::PoolUse;
 use hydra_engine::{LoadOptions, Model, Slots};
 
+/// Batched decode in-process: 1 slot against 4 slots at once, per `--pool-use` policy.
+#[derive(Parser)]
 struct Args {
+    /// A GGUF model (default: the embedded model).
+    #[arg(long)]
     model: Option<String>,
-    threads: usize,
-    tokens: usize,
-    rounds: usize,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        model: None,
-        threads: 2,
-        tokens: 256,
-        rounds: 9,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut num = |name: &str| -> Result<usize, String> {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n| n > 0)
-                .ok_or(format!("{name} needs a positive number"))
-        };
-        match arg.as_str() {
-            "--model" => a.model = Some(it.next().ok_or("--model needs a path")?),
-            "--threads" => a.threads = num("--threads")?,
-            "--tokens" => a.tokens = num("--tokens")?,
-            "--rounds" => a.rounds = num("--rounds")?,
-            "--bench" => {}
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    Ok(a)
+    /// Compute threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: u16,
+    /// Tokens each slot decodes per measurement.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    tokens: u32,
+    /// Rounds; the figures are medians over them.
+    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 /// Milliseconds per step of `slots` slots decoding `tokens` tokens each, batched.
@@ -84,14 +71,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(2);
-        }
-    };
-    hydra_engine::threads::set_cpu_threads(args.threads).expect("threads");
+    let args = Args::parse();
+    hydra_engine::threads::set_cpu_threads(args.threads.into()).expect("threads");
     let model = Arc::new(match &args.model {
         Some(p) => Model::load_gguf(p, &LoadOptions::default()).expect("load"),
         None => Model::builtin().expect("embedded model"),
@@ -104,10 +85,11 @@ fn run(args: &Args, model: &Arc<Model>) {
     let policies = [PoolUse::Adaptive, PoolUse::Always, PoolUse::Never];
     let mut times = vec![(Vec::new(), Vec::new()); policies.len()];
     step_ms(model, PoolUse::Always, 4, 16);
+    let tokens = args.tokens as usize;
     for _ in 0..args.rounds {
         for (p, (one, four)) in policies.iter().zip(&mut times) {
-            one.push(step_ms(model, *p, 1, args.tokens));
-            four.push(step_ms(model, *p, 4, args.tokens));
+            one.push(step_ms(model, *p, 1, tokens));
+            four.push(step_ms(model, *p, 4, tokens));
         }
     }
     println!(
