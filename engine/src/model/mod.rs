@@ -16,7 +16,7 @@ pub(crate) mod qwen3;
 pub mod silu_mul;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-pub(crate) mod simd_exp;
+pub(crate) mod simd;
 mod support;
 pub(crate) mod transformer;
 pub(crate) mod weight;

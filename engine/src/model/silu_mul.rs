@@ -4,7 +4,7 @@
 //! allocating its result. A perf profile of the embedded model decoding 4 slots had the two
 //! at 7% of the compute thread, which runs them while the pool's other threads wait. On
 //! x86-64 with AVX2 and FMA the product is computed eight values at a time with a vector
-//! `exp` (`simd_exp`, within 2 ulp of `expf`); elsewhere, and for tensors that are not
+//! `exp` (`model::simd`, within 2 ulp of `expf`); elsewhere, and for tensors that are not
 //! contiguous f32 on the CPU, candle's ops run.
 
 use candle_core::{DType, Storage, Tensor};
@@ -21,8 +21,8 @@ pub fn silu_mul_with(gate: &Tensor, up: &Tensor, code: Code) -> candle_core::Res
     #[cfg(not(target_arch = "x86_64"))]
     let _ = code;
     #[cfg(target_arch = "x86_64")]
-    if let Some(avx2) = x86::Avx2::detect().filter(|_| code == Code::Native) {
-        if let Some(out) = on_cpu_slices(gate, up, |g, u| avx2.silu_mul(g, u))? {
+    if let Some(avx2) = crate::model::simd::Avx2Fma::for_code(code) {
+        if let Some(out) = on_cpu_slices(gate, up, |g, u| x86::silu_mul(avx2, g, u))? {
             return Ok(out);
         }
     }
@@ -66,37 +66,25 @@ fn on_cpu_slices(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use crate::model::simd_exp::exp8;
+    use crate::model::simd::{exp8, Avx2Fma};
 
-    /// Proof that this CPU has AVX2 and FMA, so that [`Avx2::silu_mul`] is safe to call.
-    #[derive(Debug, Clone, Copy)]
-    pub struct Avx2(());
-
-    impl Avx2 {
-        /// `Some` when this CPU has AVX2 and FMA.
-        pub fn detect() -> Option<Self> {
-            (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-                .then_some(Self(()))
-        }
-
-        /// `silu(g) * u` elementwise.
-        ///
-        /// # Panics
-        /// When the lengths differ.
-        pub fn silu_mul(self, g: &[f32], u: &[f32]) -> Vec<f32> {
-            assert_eq!(g.len(), u.len(), "gate and up lengths");
-            let mut out = vec![0f32; g.len()];
-            // SAFETY: `self` exists only where the CPU has AVX2 and FMA (`detect`); the three
-            // slices have one length.
-            unsafe { silu_mul(g, u, &mut out) };
-            out
-        }
+    /// `silu(g) * u` elementwise.
+    ///
+    /// # Panics
+    /// When the lengths differ.
+    pub fn silu_mul(_: Avx2Fma, g: &[f32], u: &[f32]) -> Vec<f32> {
+        assert_eq!(g.len(), u.len(), "gate and up lengths");
+        let mut out = vec![0f32; g.len()];
+        // SAFETY: an `Avx2Fma` exists only where the CPU has AVX2 and FMA; the three slices
+        // have one length.
+        unsafe { silu_mul_into(g, u, &mut out) };
+        out
     }
 
     /// # Safety
     /// AVX2 and FMA; `g`, `u` and `out` have one length.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn silu_mul(g: &[f32], u: &[f32], out: &mut [f32]) {
+    unsafe fn silu_mul_into(g: &[f32], u: &[f32], out: &mut [f32]) {
         let one = _mm256_set1_ps(1.0);
         let sign = _mm256_set1_ps(-0.0);
         let full = g.len() / 8 * 8;

@@ -203,7 +203,7 @@ pub fn attend_decode_cpu_with(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; batch * n_head * hd];
     #[cfg(target_arch = "x86_64")]
-    let avx2 = x86::Avx2::detect().filter(|_| hd.is_multiple_of(8) && code == Code::Native);
+    let avx2 = crate::model::simd::Avx2Fma::for_code(code).filter(|_| hd.is_multiple_of(8));
     #[cfg(not(target_arch = "x86_64"))]
     let _ = code;
     // Task `j * n_kv + g`: the n_rep query heads of sequence j that share K/V head g, whose
@@ -227,7 +227,7 @@ pub fn attend_decode_cpu_with(
         };
         #[cfg(target_arch = "x86_64")]
         if let Some(avx2) = avx2 {
-            return avx2.head_group(hg);
+            return x86::attend(avx2, hg);
         }
         // The loops are compiled for the best instruction set the CPU has, chosen at run time.
         pulp::Arch::new().dispatch(hg);

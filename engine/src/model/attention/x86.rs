@@ -17,32 +17,16 @@
 use std::arch::x86_64::*;
 
 use super::HeadGroup;
-use crate::model::simd_exp::exp8;
+use crate::model::simd::{exp8, Avx2Fma};
 
-/// Proof that this CPU has AVX2 and FMA, so that [`Avx2::head_group`] is safe to call.
-#[derive(Debug, Clone, Copy)]
-pub struct Avx2(());
-
-impl Avx2 {
-    /// `Some` when this CPU has AVX2 and FMA.
-    pub fn detect() -> Option<Self> {
-        is_available().then_some(Self(()))
-    }
-
-    /// [`head_group`]: a task of the decode kernel, for head widths that are a multiple
-    /// of 8.
-    ///
-    /// # Panics
-    /// As [`head_group`].
-    #[inline]
-    pub fn head_group(self, hg: HeadGroup<'_>) {
-        // SAFETY: `self` exists only where `is_available` said yes (`detect`).
-        unsafe { head_group(hg) }
-    }
-}
-
-fn is_available() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+/// A task of the decode kernel ([`head_group`]), for head widths that are a multiple of 8.
+///
+/// # Panics
+/// As [`head_group`].
+#[inline]
+pub fn attend(_: Avx2Fma, hg: HeadGroup<'_>) {
+    // SAFETY: an `Avx2Fma` exists only where the CPU has AVX2 and FMA.
+    unsafe { head_group(hg) }
 }
 
 /// The attention of a [`HeadGroup`].

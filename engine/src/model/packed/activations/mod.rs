@@ -10,6 +10,8 @@
 
 use half::f16;
 
+#[cfg(target_arch = "x86_64")]
+use crate::model::simd::Avx2Fma;
 use crate::model::Code;
 
 // SIMD loads and stores through raw pointers (x86 intrinsics have no slice API).
@@ -121,7 +123,7 @@ impl QuantizedRows {
         assert_eq!(x.len(), rows * k, "activation length");
         let mut q = Self::zeroed(rows, k);
         #[cfg(target_arch = "x86_64")]
-        if let Some(avx2) = x86::Avx2::detect().filter(|_| code == Code::Native) {
+        if let Some(avx2) = Avx2Fma::for_code(code) {
             q.quantize_avx2(avx2, x);
             return q;
         }
@@ -149,14 +151,15 @@ impl QuantizedRows {
 
     /// [`Self::new`]'s quantization with AVX2 (the same values).
     #[cfg(target_arch = "x86_64")]
-    fn quantize_avx2(&mut self, avx2: x86::Avx2, x: &[f32]) {
+    fn quantize_avx2(&mut self, avx2: Avx2Fma, x: &[f32]) {
         let (k, stride) = (self.k, padded(self.k / BLOCK));
         let rows = x.chunks_exact(k).zip(self.quants.chunks_exact_mut(k));
         for (r, (xr, qr)) in rows.enumerate() {
             let lanes = self.lane_sums[r * k / 4..(r + 1) * k / 4].chunks_exact_mut(BLOCK / 4);
             let blocks = xr.chunks_exact(BLOCK).zip(qr.chunks_exact_mut(BLOCK));
             for (b, ((xb, qb), lb)) in blocks.zip(lanes).enumerate() {
-                let block = avx2.quantize_block(
+                let block = x86::quantize_block(
+                    avx2,
                     xb.try_into().expect("a block"),
                     qb.try_into().expect("a block"),
                     lb.try_into().expect("a block's lanes"),
@@ -218,7 +221,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_quantization_equals_the_portable_loop() {
-        let Some(avx2) = x86::Avx2::detect() else {
+        let Some(avx2) = Avx2Fma::detect() else {
             return;
         };
         let k = 8 * BLOCK;

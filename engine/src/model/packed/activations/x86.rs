@@ -7,9 +7,7 @@
 
 use std::arch::x86_64::*;
 
-/// Proof that this CPU has AVX2, so that [`Avx2::quantize_block`] is safe to call.
-#[derive(Debug, Clone, Copy)]
-pub struct Avx2(());
+use crate::model::simd::Avx2Fma;
 
 /// One quantized block: the scale before rounding to f16 and the sum of the quants.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,25 +18,17 @@ pub struct Block {
     pub sum: i32,
 }
 
-impl Avx2 {
-    /// `Some` when this CPU has AVX2.
-    pub fn detect() -> Option<Self> {
-        is_x86_feature_detected!("avx2").then_some(Self(()))
-    }
-
-    /// Quantize the 32 values `x` into `q`, and their negated sums per 4 quants into
-    /// `lanes`.
-    #[inline]
-    pub fn quantize_block(self, x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block {
-        // SAFETY: `self` exists only where the CPU has AVX2 (`detect`).
-        unsafe { quantize_block(x, q, lanes) }
-    }
+/// Quantize the 32 values `x` into `q`, and their negated sums per 4 quants into `lanes`.
+#[inline]
+pub fn quantize_block(_: Avx2Fma, x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block {
+    // SAFETY: an `Avx2Fma` exists only where the CPU has AVX2 (and FMA).
+    unsafe { quantize_avx2(x, q, lanes) }
 }
 
 /// # Safety
 /// The CPU has AVX2.
 #[target_feature(enable = "avx2")]
-fn quantize_block(x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block {
+fn quantize_avx2(x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block {
     let mut v = [_mm256_setzero_ps(); 4];
     for (i, v) in v.iter_mut().enumerate() {
         // SAFETY: `x` is 32 f32, four vectors of 8.
