@@ -108,33 +108,64 @@ pub struct WeightRow<'a> {
     pub mins: &'a [f16],
 }
 
-/// `[dot(w, a) for a in acts]`: for each activation row, the sum over blocks of
-/// `d * dx * dot(u - offset, x)`, plus `m * dx * sum(x)` for Q4_1.
+/// Consecutive packed weight rows of `blocks` blocks each, as [`WeightRow`]s end to end.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightRows<'a> {
+    /// Blocks per row.
+    pub blocks: usize,
+    /// The rows' stored quants.
+    pub quants: &'a [u8],
+    /// The rows' scales, [`padded`] entries per row.
+    pub scales: &'a [f16],
+    /// The rows' minimums (Q4_1), laid out as the scales, or empty.
+    pub mins: &'a [f16],
+}
+
+impl<'a> WeightRows<'a> {
+    /// Row `j` (`bytes`: its quants' length).
+    #[inline]
+    fn row(&self, j: usize, bytes: usize) -> WeightRow<'a> {
+        let pad = padded(self.blocks);
+        WeightRow {
+            quants: &self.quants[j * bytes..(j + 1) * bytes],
+            scales: &self.scales[j * pad..(j + 1) * pad],
+            mins: self.mins.get(j * pad..(j + 1) * pad).unwrap_or(&[]),
+        }
+    }
+}
+
+/// `out[j] = [dot(w_j, a) for a in acts]` for each weight row `w_j` of `w`: for each
+/// activation row, the sum over blocks of `d * dx * dot(u - offset, x)`, plus
+/// `m * dx * sum(x)` for Q4_1. The loop over the weight rows runs inside the kernel of
+/// `isa`, and the lengths are checked once for all of them.
 ///
 /// # Panics
-/// When the lengths of the rows disagree.
+/// When the lengths of the rows disagree, or `out` has another number of rows than `w`.
 ///
 /// # Safety
 /// `isa` must be available on this CPU ([`Isa::is_available`]).
-pub unsafe fn row_dots<const M: usize>(
+pub unsafe fn rows_dots<const M: usize>(
     isa: Isa,
     kind: Kind,
-    w: WeightRow<'_>,
+    w: WeightRows<'_>,
     acts: &[QuantizedRow<'_>; M],
-) -> [f32; M] {
-    let blocks = w.quants.len() / kind.block_bytes();
+    out: &mut [[f32; M]],
+) {
+    let (blocks, bytes) = (w.blocks, w.blocks * kind.block_bytes());
     let pad = padded(blocks);
-    assert_eq!(
-        w.quants.len(),
-        blocks * kind.block_bytes(),
-        "weight row length"
-    );
-    assert_eq!(w.scales.len(), pad, "weight scales");
+    let rows = out.len();
+    assert_eq!(w.quants.len(), rows * bytes, "weight rows' length");
+    assert_eq!(w.scales.len(), rows * pad, "weight scales");
     let has_mins = kind == Kind::Q4_1;
-    assert_eq!(w.mins.len(), if has_mins { pad } else { 0 }, "minimums");
+    assert_eq!(
+        w.mins.len(),
+        if has_mins { rows * pad } else { 0 },
+        "minimums"
+    );
     for a in acts {
         assert!(
             a.quants.len() == blocks * BLOCK
+                && a.biased.len() == blocks * BLOCK
                 && a.scales.len() == pad
                 && a.scaled_sums.len() == pad
                 && a.lane_sums.len() == blocks * BLOCK / 4,
@@ -142,20 +173,27 @@ pub unsafe fn row_dots<const M: usize>(
         );
     }
     match isa {
-        Isa::Scalar => scalar(kind, w, acts),
+        Isa::Scalar => {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = scalar(kind, w.row(j, bytes), acts);
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512Vnni => {
-            // The shifts are the kinds' offsets: 128 = 1 << 7, 8 = 1 << 3; Q4_1 has none.
+            // The shifts and VNNI's offsets are the kinds' offsets: 128 = 1 << 7 (-128 as an
+            // `i8`, the same byte), 8 = 1 << 3; Q4_1 has none.
             // SAFETY: the CPU has the features each function enables (the caller's contract);
-            // the rows hold `blocks` blocks and `pad` entries (asserted above), all they read.
+            // every row holds `blocks` blocks and `pad` entries (asserted above), all they read.
             unsafe {
                 match (isa, kind) {
-                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false, 7>(w, acts),
-                    (Isa::Avx512Vnni, Kind::Q4_0) => x86::vnni::<M, true, 3>(w, acts),
-                    (Isa::Avx512Vnni, Kind::Q4_1) => x86::vnni::<M, true, 0>(w, acts),
-                    (_, Kind::Q8_0) => x86::avx2_q8(w, acts),
-                    (_, Kind::Q4_0) => x86::avx2_q4::<M, 3>(w, acts),
-                    (_, Kind::Q4_1) => x86::avx2_q4::<M, 0>(w, acts),
+                    (Isa::Avx512Vnni, Kind::Q8_0) => {
+                        x86::vnni::<M, false, { i8::MIN }>(w, bytes, acts, out)
+                    }
+                    (Isa::Avx512Vnni, Kind::Q4_0) => x86::vnni::<M, true, 8>(w, bytes, acts, out),
+                    (Isa::Avx512Vnni, Kind::Q4_1) => x86::vnni::<M, true, 0>(w, bytes, acts, out),
+                    (_, Kind::Q8_0) => x86::avx2_q8(w, bytes, acts, out),
+                    (_, Kind::Q4_0) => x86::avx2_q4::<M, 3>(w, bytes, acts, out),
+                    (_, Kind::Q4_1) => x86::avx2_q4::<M, 0>(w, bytes, acts, out),
                 }
             }
         }
@@ -193,7 +231,7 @@ mod x86 {
 
     use half::f16;
 
-    use super::{QuantizedRow, WeightRow, BLOCK, GROUP};
+    use super::{QuantizedRow, WeightRow, WeightRows, BLOCK, GROUP};
 
     /// The stored bytes of block `b` as 32 unsigned bytes.
     ///
@@ -222,6 +260,17 @@ mod x86 {
     unsafe fn load_acts(a: &QuantizedRow<'_>, b: usize) -> __m256i {
         // SAFETY: the block is 32 bytes at `b * 32`, inside `a.quants` (the caller's contract).
         unsafe { _mm256_loadu_si256(a.quants.as_ptr().add(b * BLOCK).cast()) }
+    }
+
+    /// Activation block `b` of `a`, biased by 128 (unsigned).
+    ///
+    /// # Safety
+    /// `a` must hold at least `b + 1` blocks.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load_biased_acts(a: &QuantizedRow<'_>, b: usize) -> __m256i {
+        // SAFETY: the block is 32 bytes at `b * 32`, inside `a.biased` (the caller's contract).
+        unsafe { _mm256_loadu_si256(a.biased.as_ptr().add(b * BLOCK).cast()) }
     }
 
     /// `v[at..at + 8]` as f32.
@@ -262,21 +311,24 @@ mod x86 {
         unsafe { _mm256_loadu_si256(a.lane_sums.as_ptr().add(b * BLOCK / 4).cast()) }
     }
 
-    /// The block loop of every SIMD kernel, in a macro so that it compiles inside each
-    /// one's `target_feature` function.
+    /// The loops of every SIMD kernel, over the weight rows and their blocks, in a macro so
+    /// that they compile inside each one's `target_feature` function.
     ///
     /// Per group of 8 blocks, for each activation row: the products of the weight and
     /// activation scales (`d * dx`, one multiply for the 8) and the Q4_1 minimum term
     /// `m * dx * sum(x)` are vector operations. Per block, `$prep` readies the loaded
     /// weights once for all rows, and `$dot` gives 8 lanes of integer products with one
-    /// activation row's block `$x` (`$ls`: its negated lane sums, for the offset), each lane
+    /// activation row's block `$x` (read by `$load`; `$ls`: its negated lane sums, for the
+    /// offset), each lane
     /// the sum over 4 consecutive bytes, as candle's and ggml's kernels have them, so that
     /// the float arithmetic after it is theirs too.
     macro_rules! block_loop {
-        ($w:expr, $acts:expr, $m:ident, $q4:expr,
+        ($rows:expr, $bytes:expr, $acts:expr, $out:expr, $m:ident, $q4:expr, $load:ident,
          |$wb:ident| $prep:expr, |$p:ident, $x:ident, $ls:ident| $dot:expr) => {{
-            let (w, acts): (WeightRow<'_>, &[QuantizedRow<'_>; $m]) = ($w, $acts);
-            let blocks = w.quants.len() / if $q4 { BLOCK / 2 } else { BLOCK };
+            let (rows, acts): (WeightRows<'_>, &[QuantizedRow<'_>; $m]) = ($rows, $acts);
+            for (j, o) in $out.iter_mut().enumerate() {
+            let w: WeightRow<'_> = rows.row(j, $bytes);
+            let blocks = rows.blocks;
             let mut acc = [_mm256_setzero_ps(); $m];
             let mut mins_acc = [_mm256_setzero_ps(); $m];
             let mut dd = [[0f32; GROUP]; $m];
@@ -298,13 +350,18 @@ mod x86 {
                     let $p = $prep;
                     for ((acc, a), dd) in acc.iter_mut().zip(acts).zip(&dd) {
                         // SAFETY: every row holds `blocks` blocks (the caller's contract).
-                        let ($x, $ls) = unsafe { (load_acts(a, b), load_lane_sums(a, b)) };
+                        let ($x, $ls) = unsafe { ($load(a, b), load_lane_sums(a, b)) };
                         let dot = _mm256_cvtepi32_ps($dot);
                         *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[j]), dot, *acc);
                     }
                 }
             }
-            std::array::from_fn(|i| hsum(acc[i]) + hsum(mins_acc[i]))
+            *o = if w.mins.is_empty() {
+                std::array::from_fn(|i| hsum(acc[i]))
+            } else {
+                std::array::from_fn(|i| hsum(acc[i]) + hsum(mins_acc[i]))
+            };
+            }
         }};
     }
 
@@ -316,16 +373,21 @@ mod x86 {
     /// whole number of blocks, and the per-block entries of [`super::padded`].
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn avx2_q8<const M: usize>(
-        w: WeightRow<'_>,
+        w: WeightRows<'_>,
+        bytes: usize,
         acts: &[QuantizedRow<'_>; M],
-    ) -> [f32; M] {
+        out: &mut [[f32; M]],
+    ) {
         let ones = _mm256_set1_epi16(1);
         let flip = _mm256_set1_epi8(-128);
         block_loop!(
             w,
+            bytes,
             acts,
+            out,
             M,
             false,
+            load_acts,
             |wb| {
                 let s = _mm256_xor_si256(wb, flip);
                 (_mm256_sign_epi8(s, s), s)
@@ -345,11 +407,13 @@ mod x86 {
     /// As [`avx2_q8`].
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn avx2_q4<const M: usize, const SHIFT: i32>(
-        w: WeightRow<'_>,
+        w: WeightRows<'_>,
+        bytes: usize,
         acts: &[QuantizedRow<'_>; M],
-    ) -> [f32; M] {
+        out: &mut [[f32; M]],
+    ) {
         let ones = _mm256_set1_epi16(1);
-        block_loop!(w, acts, M, true, |wb| wb, |u, x, ls| {
+        block_loop!(w, bytes, acts, out, M, true, load_acts, |wb| wb, |u, x, ls| {
             let d = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
             if SHIFT > 0 {
                 _mm256_add_epi32(d, _mm256_slli_epi32::<SHIFT>(ls))
@@ -359,24 +423,37 @@ mod x86 {
         })
     }
 
-    /// AVX-512 VNNI on 256-bit vectors: one `vpdpbusd` of the stored (unsigned) weights
-    /// with the activations per block and row, started from the lanes' offset terms
-    /// (`1 << SHIFT` times the negated lane sums; none when `SHIFT` is 0: Q4_1).
+    /// AVX-512 VNNI on 256-bit vectors: one `vpdpbusd` per block and row, of the activations
+    /// biased by 128 (unsigned) with the signed weights `u - OFFSET` (a wrapping byte
+    /// subtraction: Q8_0's 128 is -128 as an `i8`), started from minus 128 times the weights'
+    /// lane sums, which one more `vpdpbusd` per weight block gives for every row. Each lane
+    /// is then `sum((x + 128) * w) - 128 * sum(w) = sum(x * w)`, exactly the signed kernels'
+    /// lane, and the rows share all the work on the weights.
     ///
     /// # Safety
     /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn vnni<const M: usize, const Q4: bool, const SHIFT: i32>(
-        w: WeightRow<'_>,
+    pub(super) unsafe fn vnni<const M: usize, const Q4: bool, const OFFSET: i8>(
+        w: WeightRows<'_>,
+        bytes: usize,
         acts: &[QuantizedRow<'_>; M],
-    ) -> [f32; M] {
-        block_loop!(w, acts, M, Q4, |wb| wb, |u, x, ls| {
-            let start = if SHIFT > 0 {
-                _mm256_slli_epi32::<SHIFT>(ls)
-            } else {
-                _mm256_setzero_si256()
-            };
-            _mm256_dpbusd_epi32(start, u, x)
-        })
+        out: &mut [[f32; M]],
+    ) {
+        let bias = _mm256_set1_epi8(i8::MIN);
+        block_loop!(
+            w,
+            bytes,
+            acts,
+            out,
+            M,
+            Q4,
+            load_biased_acts,
+            |wb| {
+                let signed = _mm256_sub_epi8(wb, _mm256_set1_epi8(OFFSET));
+                let bias_lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, signed);
+                (signed, _mm256_sub_epi32(_mm256_setzero_si256(), bias_lanes))
+            },
+            |p, x, _ls| _mm256_dpbusd_epi32(p.1, x, p.0)
+        )
     }
 }

@@ -32,7 +32,7 @@ use half::f16;
 use rayon::prelude::*;
 
 use activations::{padded, QuantizedRow, QuantizedRows, BLOCK};
-pub use kernels::{Isa, Kind, WeightRow};
+pub use kernels::{Isa, Kind, WeightRow, WeightRows};
 
 /// Products below this many multiply-adds (weight count times rows, summed over the
 /// matrices of one pass) run on the calling thread: a few microseconds of work at these
@@ -229,48 +229,48 @@ impl PackedMatrix {
     fn rows_into(&self, first: usize, acts: &QuantizedRows, out: &mut [&mut [f32]]) {
         let act_rows: Vec<QuantizedRow<'_>> = (0..acts.rows()).map(|m| acts.row(m)).collect();
         let n_out = out.first().map_or(0, |o| o.len());
-        for j in 0..n_out {
-            let w = self.weight_row(first + j);
-            let mut r = 0;
-            while r < act_rows.len() {
-                r += match act_rows.len() - r {
-                    1 => self.group::<1>(w, &act_rows, r, j, out),
-                    2 => self.group::<2>(w, &act_rows, r, j, out),
-                    3 => self.group::<3>(w, &act_rows, r, j, out),
-                    _ => self.group::<4>(w, &act_rows, r, j, out),
-                };
-            }
+        let mut r = 0;
+        while r < act_rows.len() {
+            r += match act_rows.len() - r {
+                1 => self.group::<1>(first, n_out, &act_rows, r, out),
+                2 => self.group::<2>(first, n_out, &act_rows, r, out),
+                3 => self.group::<3>(first, n_out, &act_rows, r, out),
+                _ => self.group::<4>(first, n_out, &act_rows, r, out),
+            };
         }
     }
 
-    /// Weight row `n` in the kernels' form.
-    fn weight_row(&self, n: usize) -> WeightRow<'_> {
-        let blocks = self.k / BLOCK;
-        let bytes = blocks * self.kind.block_bytes();
-        let stride = padded(blocks);
-        WeightRow {
-            quants: &self.quants[n * bytes..(n + 1) * bytes],
-            scales: &self.scales[n * stride..(n + 1) * stride],
-            mins: self.mins.get(n * stride..(n + 1) * stride).unwrap_or(&[]),
-        }
-    }
-
-    /// Weight row `w` against activation rows `r..r + M`, into `out[r + m][j]`; returns `M`.
+    /// Weight rows `first..first + n` against activation rows `r..r + M`, into
+    /// `out[r + m][j]`; returns `M`.
     #[allow(unsafe_code)]
     fn group<const M: usize>(
         &self,
-        w: WeightRow<'_>,
+        first: usize,
+        n: usize,
         acts: &[QuantizedRow<'_>],
         r: usize,
-        j: usize,
         out: &mut [&mut [f32]],
     ) -> usize {
         let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
+        let blocks = self.k / BLOCK;
+        let (bytes, stride) = (blocks * self.kind.block_bytes(), padded(blocks));
+        let weights = WeightRows {
+            blocks,
+            quants: &self.quants[first * bytes..(first + n) * bytes],
+            scales: &self.scales[first * stride..(first + n) * stride],
+            mins: self
+                .mins
+                .get(first * stride..(first + n) * stride)
+                .unwrap_or(&[]),
+        };
+        let mut dots = vec![[0f32; M]; n];
         // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was checked
         // by `with_isa`, the only ways it is set.
-        let dots = unsafe { kernels::row_dots(self.isa, self.kind, w, rows) };
-        for (m, v) in dots.into_iter().enumerate() {
-            out[r + m][j] = v;
+        unsafe { kernels::rows_dots(self.isa, self.kind, weights, rows, &mut dots) };
+        for (j, d) in dots.iter().enumerate() {
+            for (m, &v) in d.iter().enumerate() {
+                out[r + m][j] = v;
+            }
         }
         M
     }

@@ -36,6 +36,7 @@ pub struct QuantizedRows {
     k: usize,
     rows: usize,
     quants: Vec<i8>,
+    biased: Vec<u8>,
     scales: Vec<f32>,
     scaled_sums: Vec<f32>,
     lane_sums: Vec<i32>,
@@ -47,6 +48,9 @@ pub struct QuantizedRows {
 pub struct QuantizedRow<'a> {
     /// `k` quants.
     pub quants: &'a [i8],
+    /// The `k` quants plus 128, as unsigned bytes: the unsigned operand of `vpdpbusd` when
+    /// the weights are the signed one (the kernels take the 128 back out per weight block).
+    pub biased: &'a [u8],
     /// The scale of each block.
     pub scales: &'a [f32],
     /// The sum of each block's quants times its scale, rounded to f16 as ggml's Q8_1 has it.
@@ -123,11 +127,14 @@ impl QuantizedRows {
         assert_eq!(x.len(), rows * k, "activation length");
         let mut q = Self::zeroed(rows, k);
         #[cfg(target_arch = "x86_64")]
-        if let Some(avx2) = Avx2Fma::for_code(code) {
-            q.quantize_avx2(avx2, x);
-            return q;
+        let done = Avx2Fma::for_code(code).map(|avx2| q.quantize_avx2(avx2, x));
+        #[cfg(not(target_arch = "x86_64"))]
+        let done: Option<()> = None;
+        if done.is_none() {
+            q.quantize_portable(x);
         }
-        q.quantize_portable(x);
+        // `i8 as u8` is the two's complement; flipping the top bit adds 128.
+        q.biased = q.quants.iter().map(|&v| v as u8 ^ 0x80).collect();
         q
     }
 
@@ -137,6 +144,7 @@ impl QuantizedRows {
             k,
             rows,
             quants: vec![0i8; rows * k],
+            biased: Vec::new(),
             scales: vec![0f32; rows * stride],
             scaled_sums: vec![0f32; rows * stride],
             lane_sums: vec![0i32; rows * k / 4],
@@ -181,6 +189,7 @@ impl QuantizedRows {
         let per_block = m * stride..(m + 1) * stride;
         QuantizedRow {
             quants: &self.quants[m * self.k..(m + 1) * self.k],
+            biased: &self.biased[m * self.k..(m + 1) * self.k],
             scales: &self.scales[per_block.clone()],
             scaled_sums: &self.scaled_sums[per_block],
             lane_sums: &self.lane_sums[m * self.k / 4..(m + 1) * self.k / 4],
