@@ -3,9 +3,10 @@
 //! llama.cpp vocabularies, written at test time by `tests/models/make_gguf.py` (the
 //! PyPI `gguf` package) into a cache outside the repository, keyed by the script's hash.
 //!
-//! For each file: greedy tokens over 32 steps equal the reference's; the logits of
-//! every step agree within `TOLERANCE` of the largest logit; chunked prefill and a KV
-//! state saved and restored into another slot give the same tokens.
+//! For each file, over 32 greedy steps with the reference fed our tokens: each token is
+//! the reference's best or a near-tie (`NEAR_TIE`); the logits agree within `TOLERANCE` of
+//! the largest logit at the median step and `FLIPPED_TOLERANCE` at every step; chunked
+//! prefill and a KV state saved and restored into another slot give the same tokens.
 //!
 //! candle's quantized models read no RoPE scaling, so the scaled files are checked
 //! against each other: the same weights with `rope.scaling.*` metadata and with the
@@ -21,12 +22,19 @@ use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use hydra_engine::{Conversion, LoadOptions, Logits, Model, Slots};
 
-/// Largest |ours - reference| allowed, relative to the largest |reference logit|
-/// of the step. The engine's own weight kernels (`model::packed`) compute every lane and
-/// every float operation as candle's do, so llama and qwen2 measure a difference of 0;
-/// qwen3's reference uses candle's CPU flash attention, which sums in another order, and
-/// computes its RoPE frequencies in f64.
-const TOLERANCE: f32 = 1e-4;
+/// Largest |ours - reference| allowed at a typical step (the median over the steps),
+/// relative to the largest |reference logit| of the step. The engine's weight kernels
+/// (`model::packed`) compute candle's exact integer block products but sum them in another
+/// order, and its decode attention and SiLU round differently: about 1e-7 is measured.
+const TOLERANCE: f32 = 1e-5;
+/// Largest difference allowed at any step. The activations are quantized to 8 bits before
+/// every weight product, so a rounding difference that moves a value across a quantization
+/// step changes that quant by one, up to 1/127 of its block's largest value, and the
+/// difference grows from there: measured 7.8e-3 once in 128 steps (llama-spm, step 31).
+const FLIPPED_TOLERANCE: f32 = 3e-2;
+/// Our greedy token must be the reference's best, or score within this much (relative to
+/// the step's largest logit) of it: a near-tie that such differences may break either way.
+const NEAR_TIE: f32 = 2e-2;
 /// Two spellings of the same RoPE scaling: the frequencies differ in the last bits.
 const SAME_SCALING: f32 = 1e-5;
 /// A RoPE scaling must move the logits at least this much (relative) to count as applied.
@@ -167,23 +175,34 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>) {
     let mut slots = Slots::new(model.clone(), 3, 256).unwrap();
     let mut logits = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
     let mut worst = 0f32;
+    let mut diffs = Vec::new();
     let mut ours_tokens = Vec::new();
     let mut ref_tokens = Vec::new();
     for step in 0..STEPS {
-        worst = worst.max(max_rel_diff(logits.as_slice(), &ref_logits));
+        diffs.push(max_rel_diff(logits.as_slice(), &ref_logits));
+        worst = worst.max(diffs[step]);
         let next = logits.argmax();
         let ref_next = Logits::from(ref_logits.clone()).argmax();
         ours_tokens.push(next);
         ref_tokens.push(ref_next);
-        assert_eq!(
-            next, ref_next,
-            "{file}: greedy tokens differ at step {step}"
+        let gap = (ref_logits[ref_next as usize] - ref_logits[next as usize])
+            / ref_logits.iter().fold(1f32, |m, v| m.max(v.abs()));
+        assert!(
+            gap <= NEAR_TIE,
+            "{file}: step {step}: our token {next} scores {gap:e} below the reference's {ref_next}"
         );
         logits = slots.decode_step(0, next).unwrap();
         ref_logits = reference.forward(&[next], prompt.len() + step);
     }
-    println!("{file} ({arch}): {STEPS} greedy tokens equal, max logit difference {worst:.2e} of the largest logit");
-    assert!(worst <= TOLERANCE, "{file}: logits differ by {worst:e}");
+    let equal = ours_tokens.iter().zip(&ref_tokens).filter(|(a, b)| a == b).count();
+    diffs.sort_by(f32::total_cmp);
+    let typical = diffs[STEPS / 2];
+    println!(
+        "{file} ({arch}): {equal} of {STEPS} greedy tokens equal, logit difference of the \
+         largest logit {typical:.2e} at the median step, {worst:.2e} at most"
+    );
+    assert!(typical <= TOLERANCE, "{file}: logits differ by {typical:e} (median)");
+    assert!(worst <= FLIPPED_TOLERANCE, "{file}: logits differ by {worst:e}");
 
     // Chunked prefill (chunks of 3) gives the same continuation.
     let first = slots.prefill(1, &prompt, 3, &mut ()).unwrap();

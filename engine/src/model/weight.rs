@@ -148,10 +148,16 @@ mod tests {
                 let diff = (&y - &alone).unwrap().abs().unwrap().max_all().unwrap();
                 assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{rows} rows");
                 if rows < DEQUANT_MIN_ROWS {
-                    // The packed kernels equal candle's bit for bit.
+                    // The packed kernels sum candle's exact block products in another
+                    // order: a few units in the last place of the largest product.
                     let theirs = r.forward(&xs).unwrap();
                     let diff = (&y - &theirs).unwrap().abs().unwrap().max_all().unwrap();
-                    assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{rows} rows, {w:?}");
+                    let scale = theirs.abs().unwrap().max_all().unwrap();
+                    let (diff, scale) = (
+                        diff.to_scalar::<f32>().unwrap(),
+                        scale.to_scalar::<f32>().unwrap(),
+                    );
+                    assert!(diff <= 1e-5 * scale, "{rows} rows, {w:?}: {diff} of {scale}");
                 }
             }
         }

@@ -1,15 +1,36 @@
-//! Dot products of one packed weight row with up to four quantized activation rows, for
-//! each instruction set the packed matmul can run on.
+//! Dot products of a tile of eight packed weight rows with up to four quantized activation
+//! rows, for each instruction set the packed matmul can run on.
 //!
-//! The weights are stored unsigned, as `w + o` (`o` = 128 for 8-bit, 8 for 4-bit), so that
-//! the unsigned-by-signed byte products of `vpmaddubsw` and `vpdpbusd` apply; the offset
-//! comes back out through the activation block's quant sum. Each weight block is loaded
-//! (and for 4-bit unpacked) once and multiplied with every activation row of the group,
-//! so a batch of rows reads the weights once.
+//! # The tile layout
+//!
+//! Weight rows are stored in tiles of [`TILE`] = 8 consecutive rows, block by block: for
+//! each tile and each block of 32 weights, the eight rows' quants interleaved so that a
+//! 32-byte vector holds four consecutive quants of each of the eight rows. One `vpdpbusd`
+//! (or `vpmaddubsw` + `vpmaddwd`) of such a vector with four activation bytes broadcast to
+//! every lane then advances all eight rows by four products, and the eight lanes of the
+//! result are the eight rows' sums: no horizontal sum per row, and one float conversion,
+//! one scale multiply and one FMA per block serve eight rows. This is the layout llama.cpp
+//! repacks its Q4_0 weights into for the same reason (its `block_q4_0x8`).
+//!
+//! - Q8_0: per tile and block, eight vectors; vector `t` byte `4r + p` is row `r`'s quant
+//!   `4t + p`, stored unsigned as `q + 128`.
+//! - Q4_0 and Q4_1: per tile and block, four vectors; vector `c` byte `4r + p` is row `r`'s
+//!   ggml byte `4c + p`, whose low nibble is quant `4c + p` and high nibble quant
+//!   `16 + 4c + p` (ggml's order), stored unsigned as ggml stores them (`q + 8` for Q4_0).
+//! - Scales (and Q4_1's minimums): per tile and block, the eight rows' f16 values.
+//!
+//! The unsigned quants `u` take the weight's offset `o` (128, 8, or 0 for Q4_1) back out
+//! through the activation block's quant sum: `sum((u - o) * x) = sum(u * x) - o * sum(x)`,
+//! exact in integers. Each block's float step is `acc += (d * dx) * dot` (one rounding for
+//! the scale product, one fused multiply-add), the same in every kernel, so every
+//! instruction set gives the same result bit for bit, for any number of activation rows.
 
 use half::f16;
 
-use super::activations::{padded, QuantizedRow, BLOCK, GROUP};
+use super::activations::{QuantizedRow, BLOCK};
+
+/// Weight rows per tile.
+pub const TILE: usize = 8;
 
 /// An instruction set the kernels are written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -18,7 +39,8 @@ pub enum Isa {
     Scalar,
     /// AVX2, FMA and F16C (`vpmaddubsw`, `vpmaddwd`).
     Avx2,
-    /// AVX-512 VNNI on 256-bit vectors (`vpdpbusd`): one instruction per block and row.
+    /// AVX-512 VNNI on 256-bit vectors (`vpdpbusd`): one instruction per four quants of a
+    /// tile's eight rows.
     Avx512Vnni,
 }
 
@@ -62,20 +84,24 @@ impl Isa {
 pub enum Kind {
     /// A byte per weight, `u = q + 128` (from ggml Q8_0).
     Q8_0,
-    /// Two weights per byte, `u = q + 8`, the first 16 of a block in the low nibbles and
-    /// the last 16 in the high ones (ggml Q4_0's order).
+    /// Two weights per byte, `u = q + 8`, in ggml Q4_0's nibble order.
     Q4_0,
     /// Two weights per byte as Q4_0, `u = q`, with the block's minimum (ggml Q4_1).
     Q4_1,
 }
 
 impl Kind {
-    /// Bytes of one block of [`BLOCK`] weights.
+    /// Bytes of one row's block of [`BLOCK`] weights.
     pub fn block_bytes(self) -> usize {
         match self {
             Kind::Q8_0 => BLOCK,
             Kind::Q4_0 | Kind::Q4_1 => BLOCK / 2,
         }
+    }
+
+    /// Bytes of one tile's block: [`TILE`] rows' blocks.
+    pub fn tile_block_bytes(self) -> usize {
+        TILE * self.block_bytes()
     }
 
     /// The unsigned offset of a stored quant (0 for Q4_1, whose blocks have a minimum).
@@ -87,113 +113,96 @@ impl Kind {
         }
     }
 
-    /// The stored (unsigned) value of weight `j` of the block `wb`.
-    pub fn stored(self, wb: &[u8], j: usize) -> i32 {
+    /// Whether blocks carry a minimum.
+    pub fn has_mins(self) -> bool {
+        self == Kind::Q4_1
+    }
+
+    /// Where quant `j` of row `r` of a tile's block lives: the byte, and for 4-bit kinds
+    /// whether it is the high nibble.
+    pub fn position(self, r: usize, j: usize) -> (usize, bool) {
         match self {
-            Kind::Q8_0 => i32::from(wb[j]),
-            _ if j < BLOCK / 2 => i32::from(wb[j] & 0x0F),
-            _ => i32::from(wb[j - BLOCK / 2] >> 4),
+            Kind::Q8_0 => (BLOCK * (j / 4) + 4 * r + j % 4, false),
+            _ => {
+                let low = j % (BLOCK / 2);
+                (BLOCK * (low / 4) + 4 * r + low % 4, j >= BLOCK / 2)
+            }
+        }
+    }
+
+    /// The stored (unsigned) quant `j` of row `r` of the tile block `tb`.
+    pub fn stored(self, tb: &[u8], r: usize, j: usize) -> i32 {
+        let (at, high) = self.position(r, j);
+        match (self, high) {
+            (Kind::Q8_0, _) => i32::from(tb[at]),
+            (_, false) => i32::from(tb[at] & 0x0F),
+            (_, true) => i32::from(tb[at] >> 4),
         }
     }
 }
 
-/// A packed weight row of `quants.len() / kind.block_bytes()` blocks.
+/// Consecutive tiles of `blocks` blocks each.
 #[derive(Debug, Clone, Copy)]
-pub struct WeightRow<'a> {
-    /// The stored quants.
-    pub quants: &'a [u8],
-    /// One f16 scale per block, padded with zeros to [`padded`] entries.
-    pub scales: &'a [f16],
-    /// One f16 minimum per block, padded likewise (Q4_1), or empty.
-    pub mins: &'a [f16],
-}
-
-/// Consecutive packed weight rows of `blocks` blocks each, as [`WeightRow`]s end to end.
-#[derive(Debug, Clone, Copy)]
-pub struct WeightRows<'a> {
+pub struct Tiles<'a> {
     /// Blocks per row.
     pub blocks: usize,
-    /// The rows' stored quants.
+    /// The tiles' quants, [`Kind::tile_block_bytes`] per block.
     pub quants: &'a [u8],
-    /// The rows' scales, [`padded`] entries per row.
+    /// The tiles' scales, [`TILE`] per block.
     pub scales: &'a [f16],
-    /// The rows' minimums (Q4_1), laid out as the scales, or empty.
+    /// The tiles' minimums (Q4_1), laid out as the scales, or empty.
     pub mins: &'a [f16],
 }
 
-impl<'a> WeightRows<'a> {
-    /// Row `j` (`bytes`: its quants' length).
-    #[inline]
-    fn row(&self, j: usize, bytes: usize) -> WeightRow<'a> {
-        let pad = padded(self.blocks);
-        WeightRow {
-            quants: &self.quants[j * bytes..(j + 1) * bytes],
-            scales: &self.scales[j * pad..(j + 1) * pad],
-            mins: self.mins.get(j * pad..(j + 1) * pad).unwrap_or(&[]),
-        }
-    }
-}
-
-/// `out[j] = [dot(w_j, a) for a in acts]` for each weight row `w_j` of `w`: for each
-/// activation row, the sum over blocks of `d * dx * dot(u - offset, x)`, plus
-/// `m * dx * sum(x)` for Q4_1. The loop over the weight rows runs inside the kernel of
-/// `isa`, and the lengths are checked once for all of them.
+/// `out[t * M + m][r]`: the product of row `r` of tile `t` of `tiles` with activation row
+/// `m` of `acts`, the sum over blocks of `d * dx * dot(u - offset, x)`, plus
+/// `m * dx * sum(x)` for Q4_1. The loop over the tiles runs inside the kernel of `isa`,
+/// and the lengths are checked once for all of them.
 ///
 /// # Panics
-/// When the lengths of the rows disagree, or `out` has another number of rows than `w`.
+/// When the lengths disagree, or `out` is not `M` entries per tile.
 ///
 /// # Safety
 /// `isa` must be available on this CPU ([`Isa::is_available`]).
-pub unsafe fn rows_dots<const M: usize>(
+pub unsafe fn tile_dots<const M: usize>(
     isa: Isa,
     kind: Kind,
-    w: WeightRows<'_>,
+    tiles: Tiles<'_>,
     acts: &[QuantizedRow<'_>; M],
-    out: &mut [[f32; M]],
+    out: &mut [[f32; TILE]],
 ) {
-    let (blocks, bytes) = (w.blocks, w.blocks * kind.block_bytes());
-    let pad = padded(blocks);
-    let rows = out.len();
-    assert_eq!(w.quants.len(), rows * bytes, "weight rows' length");
-    assert_eq!(w.scales.len(), rows * pad, "weight scales");
-    let has_mins = kind == Kind::Q4_1;
+    let blocks = tiles.blocks;
+    assert_eq!(out.len() % M.max(1), 0, "M outputs per tile");
+    let n_tiles = out.len() / M.max(1);
     assert_eq!(
-        w.mins.len(),
-        if has_mins { rows * pad } else { 0 },
-        "minimums"
+        tiles.quants.len(),
+        n_tiles * blocks * kind.tile_block_bytes(),
+        "tile quants"
     );
+    assert_eq!(tiles.scales.len(), n_tiles * blocks * TILE, "tile scales");
+    let mins = if kind.has_mins() { tiles.scales.len() } else { 0 };
+    assert_eq!(tiles.mins.len(), mins, "tile minimums");
     for a in acts {
         assert!(
             a.quants.len() == blocks * BLOCK
-                && a.biased.len() == blocks * BLOCK
-                && a.scales.len() == pad
-                && a.scaled_sums.len() == pad
-                && a.lane_sums.len() == blocks * BLOCK / 4,
+                && a.scales.len() >= blocks
+                && a.scaled_sums.len() >= blocks
+                && a.sums.len() == blocks,
             "activation row length"
         );
     }
     match isa {
-        Isa::Scalar => {
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = scalar(kind, w.row(j, bytes), acts);
-            }
-        }
+        Isa::Scalar => scalar(kind, tiles, acts, out),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512Vnni => {
-            // The shifts and VNNI's offsets are the kinds' offsets: 128 = 1 << 7 (-128 as an
-            // `i8`, the same byte), 8 = 1 << 3; Q4_1 has none.
             // SAFETY: the CPU has the features each function enables (the caller's contract);
-            // every row holds `blocks` blocks and `pad` entries (asserted above), all they read.
+            // every tile and row holds `blocks` blocks (asserted above), all they read.
             unsafe {
                 match (isa, kind) {
-                    (Isa::Avx512Vnni, Kind::Q8_0) => {
-                        x86::vnni::<M, false, { i8::MIN }>(w, bytes, acts, out)
-                    }
-                    (Isa::Avx512Vnni, Kind::Q4_0) => x86::vnni::<M, true, 8>(w, bytes, acts, out),
-                    (Isa::Avx512Vnni, Kind::Q4_1) => x86::vnni::<M, true, 0>(w, bytes, acts, out),
-                    (_, Kind::Q8_0) => x86::avx2_q8(w, bytes, acts, out),
-                    (_, Kind::Q4_0) => x86::avx2_q4::<M, 3>(w, bytes, acts, out),
-                    (_, Kind::Q4_1) => x86::avx2_q4::<M, 0>(w, bytes, acts, out),
+                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false>(kind, tiles, acts, out),
+                    (Isa::Avx512Vnni, _) => x86::vnni::<M, true>(kind, tiles, acts, out),
+                    (_, Kind::Q8_0) => x86::avx2_q8(tiles, acts, out),
+                    (_, _) => x86::avx2_q4(kind, tiles, acts, out),
                 }
             }
         }
@@ -202,258 +211,243 @@ pub unsafe fn rows_dots<const M: usize>(
     }
 }
 
-fn scalar<const M: usize>(kind: Kind, w: WeightRow<'_>, acts: &[QuantizedRow<'_>; M]) -> [f32; M] {
-    let mut out = [0f32; M];
-    let bb = kind.block_bytes();
-    for (b, (wb, dw)) in w.quants.chunks_exact(bb).zip(w.scales).enumerate() {
-        let dw = dw.to_f32();
-        let min = w.mins.get(b).map(|m| m.to_f32());
-        for (o, a) in out.iter_mut().zip(acts) {
-            let xq = &a.quants[b * BLOCK..(b + 1) * BLOCK];
-            // The lane sums are negated: adding them takes the offset out.
-            let lanes: i32 = a.lane_sums[b * BLOCK / 4..(b + 1) * BLOCK / 4].iter().sum();
-            let dot: i32 = (0..BLOCK)
-                .map(|j| kind.stored(wb, j) * i32::from(xq[j]))
-                .sum::<i32>()
-                + kind.offset() * lanes;
-            *o += dw * a.scales[b] * dot as f32;
-            if let Some(m) = min {
-                *o += m * a.scaled_sums[b];
+/// The reference: every kernel's arithmetic, one value at a time.
+fn scalar<const M: usize>(
+    kind: Kind,
+    tiles: Tiles<'_>,
+    acts: &[QuantizedRow<'_>; M],
+    out: &mut [[f32; TILE]],
+) {
+    let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
+    for (t, outs) in out.chunks_exact_mut(M).enumerate() {
+        for (a, o) in acts.iter().zip(outs) {
+            let mut acc = [0f32; TILE];
+            let mut mins = [0f32; TILE];
+            for b in 0..blocks {
+                let at = t * blocks + b;
+                let quants = &tiles.quants[at * tb..(at + 1) * tb];
+                let xq = &a.quants[b * BLOCK..(b + 1) * BLOCK];
+                for r in 0..TILE {
+                    let dot = (0..BLOCK)
+                        .map(|j| kind.stored(quants, r, j) * i32::from(xq[j]))
+                        .sum::<i32>()
+                        - kind.offset() * a.sums[b];
+                    let dd = tiles.scales[at * TILE + r].to_f32() * a.scales[b];
+                    acc[r] = dd.mul_add(dot as f32, acc[r]);
+                    if let Some(m) = tiles.mins.get(at * TILE + r) {
+                        mins[r] = m.to_f32().mul_add(a.scaled_sums[b], mins[r]);
+                    }
+                }
             }
+            *o = if kind.has_mins() {
+                std::array::from_fn(|r| acc[r] + mins[r])
+            } else {
+                acc
+            };
         }
     }
-    out
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use half::f16;
+    use super::{Kind, QuantizedRow, Tiles, BLOCK, TILE};
 
-    use super::{QuantizedRow, WeightRow, WeightRows, BLOCK, GROUP};
-
-    /// The stored bytes of block `b` as 32 unsigned bytes.
+    /// The 8 scales (or minimums) of block `at`, as f32.
     ///
     /// # Safety
-    /// `w` must hold at least `b + 1` blocks (32 bytes each for 8-bit, 16 for 4-bit).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn load_block<const Q4: bool>(w: *const u8, b: usize) -> __m256i {
-        if Q4 {
-            // SAFETY: block `b` is 16 bytes at `b * 16`, inside `w` (the caller's contract).
-            let lo = unsafe { _mm_loadu_si128(w.add(b * BLOCK / 2).cast()) };
-            let hi = _mm_srli_epi16(lo, 4);
-            _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0F))
-        } else {
-            // SAFETY: block `b` is 32 bytes at `b * 32`, inside `w` (the caller's contract).
-            unsafe { _mm256_loadu_si256(w.add(b * BLOCK).cast()) }
-        }
-    }
-
-    /// Activation block `b` of `a`.
-    ///
-    /// # Safety
-    /// `a` must hold at least `b + 1` blocks.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn load_acts(a: &QuantizedRow<'_>, b: usize) -> __m256i {
-        // SAFETY: the block is 32 bytes at `b * 32`, inside `a.quants` (the caller's contract).
-        unsafe { _mm256_loadu_si256(a.quants.as_ptr().add(b * BLOCK).cast()) }
-    }
-
-    /// Activation block `b` of `a`, biased by 128 (unsigned).
-    ///
-    /// # Safety
-    /// `a` must hold at least `b + 1` blocks.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn load_biased_acts(a: &QuantizedRow<'_>, b: usize) -> __m256i {
-        // SAFETY: the block is 32 bytes at `b * 32`, inside `a.biased` (the caller's contract).
-        unsafe { _mm256_loadu_si256(a.biased.as_ptr().add(b * BLOCK).cast()) }
-    }
-
-    /// `v[at..at + 8]` as f32.
+    /// `v` holds at least `8 * (at + 1)` values.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn halfs8(v: &[f16], at: usize) -> __m256 {
-        let v = &v[at..at + GROUP];
-        // SAFETY: `v` is 8 f16, 16 readable bytes (the slice above is bounds-checked).
-        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(v.as_ptr().cast()) })
+    unsafe fn halfs8(v: &[half::f16], at: usize) -> __m256 {
+        // SAFETY: 8 f16 (16 bytes) at `8 * at`, inside `v` (the caller's contract).
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(v.as_ptr().add(TILE * at).cast()) })
     }
 
-    /// `v[at..at + 8]`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn floats8(v: &[f32], at: usize) -> __m256 {
-        let v = &v[at..at + GROUP];
-        // SAFETY: `v` is 8 f32, 32 readable bytes (the slice above is bounds-checked).
-        unsafe { _mm256_loadu_ps(v.as_ptr()) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
-
-    /// Block `b`'s 8 negated lane sums of `a`.
+    /// Activation quants `4t..4t + 4` of block `b` of `a`, in every 32-bit lane.
     ///
     /// # Safety
-    /// `a` must hold at least `b + 1` blocks.
+    /// `a` holds at least `b + 1` blocks.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn load_lane_sums(a: &QuantizedRow<'_>, b: usize) -> __m256i {
-        // SAFETY: the block's 8 lanes are 32 bytes at `b * 8`, inside `a.lane_sums` (the
-        // caller's contract).
-        unsafe { _mm256_loadu_si256(a.lane_sums.as_ptr().add(b * BLOCK / 4).cast()) }
+    unsafe fn fours(a: &QuantizedRow<'_>, b: usize, t: usize) -> __m256i {
+        // SAFETY: 4 bytes at `32 b + 4 t`, inside `a.quants` (the caller's contract).
+        let v = unsafe { a.quants.as_ptr().add(b * BLOCK + 4 * t).cast::<i32>().read_unaligned() };
+        _mm256_set1_epi32(v)
     }
 
-    /// The loops of every SIMD kernel, over the weight rows and their blocks, in a macro so
-    /// that they compile inside each one's `target_feature` function.
+    /// A block's eight quant vectors (vector `t`: quants `4t..4t + 4` of the eight rows),
+    /// unsigned.
     ///
-    /// Per group of 8 blocks, for each activation row: the products of the weight and
-    /// activation scales (`d * dx`, one multiply for the 8) and the Q4_1 minimum term
-    /// `m * dx * sum(x)` are vector operations. Per block, `$prep` readies the loaded
-    /// weights once for all rows, and `$dot` gives 8 lanes of integer products with one
-    /// activation row's block `$x` (read by `$load`; `$ls`: its negated lane sums, for the
-    /// offset), each lane
-    /// the sum over 4 consecutive bytes, as candle's and ggml's kernels have them, so that
-    /// the float arithmetic after it is theirs too.
-    macro_rules! block_loop {
-        ($rows:expr, $bytes:expr, $acts:expr, $out:expr, $m:ident, $q4:expr, $load:ident,
-         |$wb:ident| $prep:expr, |$p:ident, $x:ident, $ls:ident| $dot:expr) => {{
-            let (rows, acts): (WeightRows<'_>, &[QuantizedRow<'_>; $m]) = ($rows, $acts);
-            for (j, o) in $out.iter_mut().enumerate() {
-            let w: WeightRow<'_> = rows.row(j, $bytes);
-            let blocks = rows.blocks;
-            let mut acc = [_mm256_setzero_ps(); $m];
-            let mut mins_acc = [_mm256_setzero_ps(); $m];
-            let mut dd = [[0f32; GROUP]; $m];
-            for g in (0..blocks).step_by(GROUP) {
-                let dw = halfs8(w.scales, g);
-                let mins = (!w.mins.is_empty()).then(|| halfs8(w.mins, g));
-                for ((a, dd), mins_acc) in acts.iter().zip(&mut dd).zip(&mut mins_acc) {
-                    // SAFETY: `dd` is 8 writable f32.
-                    unsafe {
-                        _mm256_storeu_ps(dd.as_mut_ptr(), _mm256_mul_ps(dw, floats8(a.scales, g)))
-                    };
-                    if let Some(m) = mins {
-                        *mins_acc = _mm256_fmadd_ps(m, floats8(a.scaled_sums, g), *mins_acc);
-                    }
-                }
-                for (j, b) in (g..blocks.min(g + GROUP)).enumerate() {
-                    // SAFETY: `w` holds `blocks` blocks (the caller's contract).
-                    let $wb = unsafe { load_block::<{ $q4 }>(w.quants.as_ptr(), b) };
-                    let $p = $prep;
-                    for ((acc, a), dd) in acc.iter_mut().zip(acts).zip(&dd) {
-                        // SAFETY: every row holds `blocks` blocks (the caller's contract).
-                        let ($x, $ls) = unsafe { ($load(a, b), load_lane_sums(a, b)) };
-                        let dot = _mm256_cvtepi32_ps($dot);
-                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[j]), dot, *acc);
-                    }
-                }
+    /// # Safety
+    /// `q` points at a tile block: 256 bytes (8-bit) or 128 (4-bit).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn unpack<const Q4: bool>(q: *const u8) -> [__m256i; 8] {
+        let mut u = [_mm256_setzero_si256(); 8];
+        if Q4 {
+            let low = _mm256_set1_epi8(0x0F);
+            for c in 0..4 {
+                // SAFETY: vector `c` of the 128 bytes (the caller's contract).
+                let v = unsafe { _mm256_loadu_si256(q.add(BLOCK * c).cast()) };
+                u[c] = _mm256_and_si256(v, low);
+                u[c + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
             }
-            *o = if w.mins.is_empty() {
-                std::array::from_fn(|i| hsum(acc[i]))
-            } else {
-                std::array::from_fn(|i| hsum(acc[i]) + hsum(mins_acc[i]))
-            };
+        } else {
+            for (t, u) in u.iter_mut().enumerate() {
+                // SAFETY: vector `t` of the 256 bytes (the caller's contract).
+                *u = unsafe { _mm256_loadu_si256(q.add(BLOCK * t).cast()) };
+            }
+        }
+        u
+    }
+
+    /// The loops of every SIMD kernel, over the tiles, their blocks and the activation
+    /// rows, in a macro so that they compile inside each one's `target_feature` function.
+    /// `$prep` readies a block's eight quant vectors `$u` once for all rows; `$dot` gives
+    /// the eight rows' exact integer dot products with the activation row `$a`'s block `$b`,
+    /// started from `$start` (the offset term).
+    macro_rules! tile_loop {
+        ($kind:expr, $tiles:expr, $acts:expr, $out:expr, $m:ident, $q4:expr,
+         |$u:ident| $prep:expr, |$p:ident, $a:ident, $b:ident, $start:ident| $dot:expr) => {{
+            let (kind, tiles, acts): (Kind, Tiles<'_>, &[QuantizedRow<'_>; $m]) =
+                ($kind, $tiles, $acts);
+            let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
+            let offset = kind.offset();
+            let has_mins = kind.has_mins();
+            for (t, outs) in $out.chunks_exact_mut($m).enumerate() {
+                let mut acc = [_mm256_setzero_ps(); $m];
+                let mut mins = [_mm256_setzero_ps(); $m];
+                for $b in 0..blocks {
+                    let at = t * blocks + $b;
+                    // SAFETY: tile block `at` is inside the quants (checked by the caller).
+                    let $u = unsafe { unpack::<{ $q4 }>(tiles.quants.as_ptr().add(at * tb)) };
+                    let $p = $prep;
+                    // SAFETY: 8 scales (minimums) per block (checked by the caller).
+                    let dw = unsafe { halfs8(tiles.scales, at) };
+                    let mw = if has_mins {
+                        // SAFETY: as the scales.
+                        Some(unsafe { halfs8(tiles.mins, at) })
+                    } else {
+                        None
+                    };
+                    for (($a, acc), mins) in acts.iter().zip(&mut acc).zip(&mut mins) {
+                        let $start = _mm256_set1_epi32(-offset * $a.sums[$b]);
+                        let dot = _mm256_cvtepi32_ps($dot);
+                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps($a.scales[$b]));
+                        *acc = _mm256_fmadd_ps(dd, dot, *acc);
+                        if let Some(mw) = mw {
+                            let ss = _mm256_set1_ps($a.scaled_sums[$b]);
+                            *mins = _mm256_fmadd_ps(mw, ss, *mins);
+                        }
+                    }
+                }
+                for ((o, acc), mins) in outs.iter_mut().zip(acc).zip(mins) {
+                    let v = if has_mins { _mm256_add_ps(acc, mins) } else { acc };
+                    // SAFETY: `o` is 8 writable f32.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+                }
             }
         }};
     }
 
-    /// AVX2, 8-bit weights: the sign trick (`|w| * sign(x, w)`, which never saturates
-    /// `vpmaddubsw`) on the signed weights, so no offset term.
+    /// AVX2, 8-bit weights: the quants made signed again (`u ^ 0x80`) and the sign trick
+    /// (`|w| * sign(x, w)`, which never saturates `vpmaddubsw`), so no offset term: the
+    /// offset's start is not used.
     ///
     /// # Safety
-    /// The CPU has AVX2, FMA and F16C; the weight row and every row of `acts` hold the same
-    /// whole number of blocks, and the per-block entries of [`super::padded`].
+    /// The CPU has AVX2, FMA and F16C; `tiles` and every row of `acts` hold the same
+    /// number of blocks, and `out` has `M` entries per tile.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn avx2_q8<const M: usize>(
-        w: WeightRows<'_>,
-        bytes: usize,
+        tiles: Tiles<'_>,
         acts: &[QuantizedRow<'_>; M],
-        out: &mut [[f32; M]],
+        out: &mut [[f32; TILE]],
     ) {
         let ones = _mm256_set1_epi16(1);
-        let flip = _mm256_set1_epi8(-128);
-        block_loop!(
-            w,
-            bytes,
+        let flip = _mm256_set1_epi8(i8::MIN);
+        tile_loop!(
+            Kind::Q8_0,
+            tiles,
             acts,
             out,
             M,
             false,
-            load_acts,
-            |wb| {
-                let s = _mm256_xor_si256(wb, flip);
-                (_mm256_sign_epi8(s, s), s)
+            |u| {
+                let mut p = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 8];
+                for (p, u) in p.iter_mut().zip(u) {
+                    let w = _mm256_xor_si256(u, flip);
+                    *p = (_mm256_sign_epi8(w, w), w);
+                }
+                p
             },
-            |p, x, _ls| _mm256_madd_epi16(
-                _mm256_maddubs_epi16(p.0, _mm256_sign_epi8(x, p.1)),
-                ones
-            )
+            |p, a, b, _start| {
+                let mut sum = _mm256_setzero_si256();
+                for (t, (abs, w)) in p.iter().enumerate() {
+                    // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                    let x = unsafe { fours(a, b, t) };
+                    let prod = _mm256_maddubs_epi16(*abs, _mm256_sign_epi8(x, *w));
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(prod, ones));
+                }
+                sum
+            }
         )
     }
 
     /// AVX2, 4-bit weights: unsigned nibbles times signed activations in `vpmaddubsw`
-    /// directly (at most 15 * 127 * 2 per pair), less the offset `1 << SHIFT` (none when
-    /// `SHIFT` is 0: Q4_1) times each lane's activation sum.
+    /// directly; the eight vectors' 16-bit pair sums (each at most 15 * 127 * 2) add up
+    /// without overflow (8 * 3810 < 32768) before one `vpmaddwd`.
     ///
     /// # Safety
     /// As [`avx2_q8`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn avx2_q4<const M: usize, const SHIFT: i32>(
-        w: WeightRows<'_>,
-        bytes: usize,
+    pub(super) unsafe fn avx2_q4<const M: usize>(
+        kind: Kind,
+        tiles: Tiles<'_>,
         acts: &[QuantizedRow<'_>; M],
-        out: &mut [[f32; M]],
+        out: &mut [[f32; TILE]],
     ) {
         let ones = _mm256_set1_epi16(1);
-        block_loop!(w, bytes, acts, out, M, true, load_acts, |wb| wb, |u, x, ls| {
-            let d = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones);
-            if SHIFT > 0 {
-                _mm256_add_epi32(d, _mm256_slli_epi32::<SHIFT>(ls))
-            } else {
-                d
+        tile_loop!(kind, tiles, acts, out, M, true, |u| u, |p, a, b, start| {
+            let mut pairs = _mm256_setzero_si256();
+            for (t, u) in p.iter().enumerate() {
+                // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                let x = unsafe { fours(a, b, t) };
+                pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(*u, x));
             }
+            _mm256_add_epi32(start, _mm256_madd_epi16(pairs, ones))
         })
     }
 
-    /// AVX-512 VNNI on 256-bit vectors: one `vpdpbusd` per block and row, of the activations
-    /// biased by 128 (unsigned) with the signed weights `u - OFFSET` (a wrapping byte
-    /// subtraction: Q8_0's 128 is -128 as an `i8`), started from minus 128 times the weights'
-    /// lane sums, which one more `vpdpbusd` per weight block gives for every row. Each lane
-    /// is then `sum((x + 128) * w) - 128 * sum(w) = sum(x * w)`, exactly the signed kernels'
-    /// lane, and the rows share all the work on the weights.
+    /// AVX-512 VNNI on 256-bit vectors: eight `vpdpbusd` per block and activation row, in
+    /// four independent chains (the integer sums are exact in any order).
     ///
     /// # Safety
     /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn vnni<const M: usize, const Q4: bool, const OFFSET: i8>(
-        w: WeightRows<'_>,
-        bytes: usize,
+    pub(super) unsafe fn vnni<const M: usize, const Q4: bool>(
+        kind: Kind,
+        tiles: Tiles<'_>,
         acts: &[QuantizedRow<'_>; M],
-        out: &mut [[f32; M]],
+        out: &mut [[f32; TILE]],
     ) {
-        let bias = _mm256_set1_epi8(i8::MIN);
-        block_loop!(
-            w,
-            bytes,
-            acts,
-            out,
-            M,
-            Q4,
-            load_biased_acts,
-            |wb| {
-                let signed = _mm256_sub_epi8(wb, _mm256_set1_epi8(OFFSET));
-                let bias_lanes = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, signed);
-                (signed, _mm256_sub_epi32(_mm256_setzero_si256(), bias_lanes))
-            },
-            |p, x, _ls| _mm256_dpbusd_epi32(p.1, x, p.0)
-        )
+        tile_loop!(kind, tiles, acts, out, M, Q4, |u| u, |u, a, b, start| {
+            let mut x = [_mm256_setzero_si256(); 8];
+            for (t, x) in x.iter_mut().enumerate() {
+                // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                *x = unsafe { fours(a, b, t) };
+            }
+            let zero = _mm256_setzero_si256();
+            let d0 = _mm256_dpbusd_epi32(start, u[0], x[0]);
+            let d1 = _mm256_dpbusd_epi32(zero, u[1], x[1]);
+            let d2 = _mm256_dpbusd_epi32(zero, u[2], x[2]);
+            let d3 = _mm256_dpbusd_epi32(zero, u[3], x[3]);
+            let d0 = _mm256_dpbusd_epi32(d0, u[4], x[4]);
+            let d1 = _mm256_dpbusd_epi32(d1, u[5], x[5]);
+            let d2 = _mm256_dpbusd_epi32(d2, u[6], x[6]);
+            let d3 = _mm256_dpbusd_epi32(d3, u[7], x[7]);
+            _mm256_add_epi32(_mm256_add_epi32(d0, d1), _mm256_add_epi32(d2, d3))
+        })
     }
 }

@@ -5,13 +5,15 @@
 //! 54% of the time in candle's Q8_0 dot product, 8% converting its f16 block scales, and
 //! about 20% in its spinning thread pool; and candle computes each (weight row, activation
 //! row) pair on its own, so four rows cost four times one. Here:
-//! - weights are repacked once at load with unsigned quants, so that AVX-512 VNNI's
-//!   `vpdpbusd` (or AVX2's `vpmaddubsw`) applies; the f16 block scales stay f16 (decode
-//!   reads every weight byte once per token and is bound by memory bandwidth, so bytes
-//!   count) and the kernels convert eight at a time (F16C);
+//! - weights are repacked once at load into tiles of eight rows interleaved block by block
+//!   ([`kernels`]), with unsigned quants, so that one AVX-512 VNNI `vpdpbusd` (or AVX2
+//!   `vpmaddubsw`) advances eight rows at once and the float work per block is shared by
+//!   the eight; the f16 block scales stay f16 (decode reads every weight byte once per
+//!   token and is bound by memory bandwidth, so bytes count) and the kernels convert eight
+//!   at a time (F16C);
 //! - Q4_1, which candle only has scalar code for, runs in 4 bits: no conversion to Q8_0
 //!   at load, which read 1.7x the bytes per token;
-//! - each weight block is read once for up to four activation rows ([`kernels`]);
+//! - each weight block is read once for up to four activation rows;
 //! - a layer's products on the same activations (Q, K and V; gate and up) run in one pass
 //!   ([`PackedMatrix::matmul_many`]): the activations are quantized once, and the weight
 //!   rows are split into pieces run on rayon's pool, the pool the compute thread already
@@ -19,8 +21,12 @@
 //!
 //! `engine/benches/qmatmul.rs` measures them against candle's `QMatMul` side by side
 //! (BENCHMARKS.md, #13). The activations are quantized to 8-bit blocks of 32 as ggml and
-//! candle quantize them, and the SIMD kernels compute every lane as candle's AVX2 kernels
-//! do, so Q8_0 and Q4_0 results equal candle's bit for bit (tests below).
+//! candle quantize them, and each block's integer dot product is exact, so results differ
+//! from candle's only in the order the blocks' float terms are summed (candle sums eight
+//! partial lanes per row and adds them at the end; here each block's whole dot product is
+//! one term): a few units in the last place, tested below. Every instruction set here
+//! gives the same result bit for bit, and a row's result does not depend on the rows
+//! computed with it.
 
 pub mod activations;
 // SIMD loads through raw pointers (x86 intrinsics have no slice API).
@@ -31,8 +37,8 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use half::f16;
 use rayon::prelude::*;
 
-use activations::{padded, QuantizedRow, QuantizedRows, BLOCK};
-pub use kernels::{Isa, Kind, WeightRow, WeightRows};
+use activations::{QuantizedRow, QuantizedRows, BLOCK};
+pub use kernels::{Isa, Kind, Tiles, TILE};
 
 /// Products below this many multiply-adds (weight count times rows, summed over the
 /// matrices of one pass) run on the calling thread: a few microseconds of work at these
@@ -47,15 +53,17 @@ const PIECES_PER_THREAD: usize = 4;
 /// out than they save).
 const PIECE_MIN_WORK: usize = 1 << 15;
 
-/// A quantized weight matrix `(n, k)` in the packed form of [`kernels`].
+/// A quantized weight matrix `(n, k)` in the tile layout of [`kernels`], its rows padded
+/// with zero rows to a whole number of tiles.
 #[derive(Clone)]
 pub struct PackedMatrix {
     kind: Kind,
     isa: Isa,
     n: usize,
     k: usize,
+    /// Per tile and block, the tile's eight rows' quants.
     quants: Vec<u8>,
-    /// Per row, the block scales padded with zeros to a group of 8 blocks.
+    /// Per tile and block, the eight rows' scales.
     scales: Vec<f16>,
     /// Q4_1's block minimums, laid out as the scales; empty for the other kinds.
     mins: Vec<f16>,
@@ -116,21 +124,29 @@ impl PackedMatrix {
                 blocks * src_block
             );
         }
-        // Per row: the quants, and the scales (and minimums) padded to a group of 8 blocks.
-        let stride = padded(k / BLOCK);
-        let mut quants = Vec::with_capacity(blocks * kind.block_bytes());
-        let mut scales = vec![f16::ZERO; n * stride];
-        let mut mins = vec![f16::ZERO; if header == 4 { n * stride } else { 0 }];
+        // Into tiles of eight rows, block by block (the layout of `kernels`).
+        let blocks_per_row = k / BLOCK;
+        let tile_blocks = n.div_ceil(TILE) * blocks_per_row;
+        let tb = kind.tile_block_bytes();
+        let mut quants = vec![0u8; tile_blocks * tb];
+        let mut scales = vec![f16::ZERO; tile_blocks * TILE];
+        let mut mins = vec![f16::ZERO; if header == 4 { tile_blocks * TILE } else { 0 }];
         for (i, src) in data.chunks_exact(src_block).enumerate() {
-            let at = i / (k / BLOCK) * stride + i % (k / BLOCK);
-            scales[at] = f16::from_le_bytes([src[0], src[1]]);
+            let (row, b) = (i / blocks_per_row, i % blocks_per_row);
+            let (r, at) = (row % TILE, (row / TILE) * blocks_per_row + b);
+            scales[at * TILE + r] = f16::from_le_bytes([src[0], src[1]]);
             if header == 4 {
-                mins[at] = f16::from_le_bytes([src[2], src[3]]);
+                mins[at * TILE + r] = f16::from_le_bytes([src[2], src[3]]);
             }
-            let q = &src[header..];
-            match kind {
-                Kind::Q8_0 => quants.extend(q.iter().map(|&v| v ^ 0x80)),
-                Kind::Q4_0 | Kind::Q4_1 => quants.extend_from_slice(q),
+            let tile_block = &mut quants[at * tb..(at + 1) * tb];
+            for (j, &q) in src[header..].iter().enumerate() {
+                // ggml's bytes: one quant each (Q8_0, stored `q + 128`), or two nibbles, of
+                // quants `j` and `j + 16`, which the tile keeps in one byte as ggml does.
+                let (to, _) = kind.position(r, j);
+                tile_block[to] = match kind {
+                    Kind::Q8_0 => q ^ 0x80,
+                    Kind::Q4_0 | Kind::Q4_1 => q,
+                };
             }
         }
         Ok(Some(Self {
@@ -194,12 +210,14 @@ impl PackedMatrix {
         let total: usize = mats.iter().map(|m| m.n).sum();
         let threads = crate::threads::kernel_threads();
         let parallel = threads > 1 && total * k * rows >= PARALLEL_MIN_WORK;
+        // Pieces are whole tiles; the last piece of a matrix may be shorter.
         let piece = if parallel {
             let min_rows = PIECE_MIN_WORK.div_ceil(k * rows);
             total.div_ceil(threads * PIECES_PER_THREAD).max(min_rows)
         } else {
             total
-        };
+        }
+        .next_multiple_of(TILE);
         // A piece: a matrix, its first weight row, and its part of each activation row's
         // outputs (row-major results, written in place: no transposition after).
         let mut pieces: Vec<(&PackedMatrix, usize, Vec<&mut [f32]>)> = Vec::new();
@@ -225,10 +243,11 @@ impl PackedMatrix {
     }
 
     /// Weight rows `first..first + out[0].len()` into `out` (`out[r][j]`: activation row
-    /// `r` against weight row `first + j`).
+    /// `r` against weight row `first + j`); `first` is the first row of a tile.
     fn rows_into(&self, first: usize, acts: &QuantizedRows, out: &mut [&mut [f32]]) {
         let act_rows: Vec<QuantizedRow<'_>> = (0..acts.rows()).map(|m| acts.row(m)).collect();
         let n_out = out.first().map_or(0, |o| o.len());
+        debug_assert_eq!(first % TILE, 0, "pieces start at a tile");
         let mut r = 0;
         while r < act_rows.len() {
             r += match act_rows.len() - r {
@@ -240,8 +259,8 @@ impl PackedMatrix {
         }
     }
 
-    /// Weight rows `first..first + n` against activation rows `r..r + M`, into
-    /// `out[r + m][j]`; returns `M`.
+    /// Weight rows `first..first + n` (`first` at a tile) against activation rows
+    /// `r..r + M`, into `out[r + m][j]`; returns `M`.
     #[allow(unsafe_code)]
     fn group<const M: usize>(
         &self,
@@ -253,23 +272,26 @@ impl PackedMatrix {
     ) -> usize {
         let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
         let blocks = self.k / BLOCK;
-        let (bytes, stride) = (blocks * self.kind.block_bytes(), padded(blocks));
-        let weights = WeightRows {
+        let (t0, t1) = (first / TILE, (first + n).div_ceil(TILE));
+        let (tb, per_tile) = (self.kind.tile_block_bytes(), blocks * TILE);
+        let tiles = Tiles {
             blocks,
-            quants: &self.quants[first * bytes..(first + n) * bytes],
-            scales: &self.scales[first * stride..(first + n) * stride],
+            quants: &self.quants[t0 * blocks * tb..t1 * blocks * tb],
+            scales: &self.scales[t0 * per_tile..t1 * per_tile],
             mins: self
                 .mins
-                .get(first * stride..(first + n) * stride)
+                .get(t0 * per_tile..t1 * per_tile)
                 .unwrap_or(&[]),
         };
-        let mut dots = vec![[0f32; M]; n];
+        let mut dots = vec![[0f32; TILE]; (t1 - t0) * M];
         // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was checked
         // by `with_isa`, the only ways it is set.
-        unsafe { kernels::rows_dots(self.isa, self.kind, weights, rows, &mut dots) };
-        for (j, d) in dots.iter().enumerate() {
-            for (m, &v) in d.iter().enumerate() {
-                out[r + m][j] = v;
+        unsafe { kernels::tile_dots(self.isa, self.kind, tiles, rows, &mut dots) };
+        for (t, per_row) in dots.chunks_exact(M).enumerate() {
+            let at = t * TILE;
+            let take = n.saturating_sub(at).min(TILE);
+            for (m, tile) in per_row.iter().enumerate() {
+                out[r + m][at..at + take].copy_from_slice(&tile[..take]);
             }
         }
         M
@@ -280,15 +302,16 @@ impl PackedMatrix {
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.n * self.k];
         let (kind, off) = (self.kind, self.kind.offset() as f32);
-        let blocks = self.k / BLOCK;
-        let (bb, stride) = (kind.block_bytes(), padded(blocks));
+        let (blocks, tb) = (self.k / BLOCK, kind.tile_block_bytes());
         out.par_chunks_mut(self.k).enumerate().for_each(|(n, row)| {
+            let (r, tile) = (n % TILE, n / TILE);
             for (b, ob) in row.chunks_exact_mut(BLOCK).enumerate() {
-                let wb = &self.quants[(n * blocks + b) * bb..][..bb];
-                let d = self.scales[n * stride + b].to_f32();
-                let m = self.mins.get(n * stride + b).map_or(0.0, |m| m.to_f32());
+                let at = tile * blocks + b;
+                let quants = &self.quants[at * tb..(at + 1) * tb];
+                let d = self.scales[at * TILE + r].to_f32();
+                let m = self.mins.get(at * TILE + r).map_or(0.0, |m| m.to_f32());
                 for (j, o) in ob.iter_mut().enumerate() {
-                    *o = (kind.stored(wb, j) as f32 - off) * d + m;
+                    *o = (kind.stored(quants, r, j) as f32 - off) * d + m;
                 }
             }
         });

@@ -1,12 +1,9 @@
 //! Activation rows quantized to 8-bit blocks of 32, the form the packed kernels multiply.
 //!
-//! Each block keeps its scale in f32, the sums of its quants per 4-byte lane (the kernels
-//! take the weights' unsigned offset back out of an unsigned-by-signed dot product with
-//! them: `sum((w + o) * x) - o * sum(x) = sum(w * x)`), and the block's sum times its scale
-//! (for the per-block minimum of Q4_1 weights:
-//! `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`).
-//! The per-block values of a row are padded with zeros to a multiple of [`GROUP`] blocks, so
-//! that the kernels load them eight at a time with no tail.
+//! Each block keeps its scale in f32, the sum of its quants (the kernels take the weights'
+//! unsigned offset back out of an unsigned-by-signed dot product with it:
+//! `sum((w + o) * x) - o * sum(x) = sum(w * x)`), and that sum times its scale (for the
+//! per-block minimum of Q4_1 weights: `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`).
 
 use half::f16;
 
@@ -22,44 +19,28 @@ mod x86;
 /// Values per quantized block.
 pub const BLOCK: usize = 32;
 
-/// Blocks whose per-block values the kernels handle at once.
-pub const GROUP: usize = 8;
-
-/// Per-block entries of a row of `blocks` blocks: `blocks` rounded up to [`GROUP`].
-pub fn padded(blocks: usize) -> usize {
-    blocks.next_multiple_of(GROUP)
-}
-
 /// `rows` activation rows of `k` values each, quantized per block of [`BLOCK`].
 #[derive(Debug, Clone)]
 pub struct QuantizedRows {
     k: usize,
     rows: usize,
     quants: Vec<i8>,
-    biased: Vec<u8>,
     scales: Vec<f32>,
     scaled_sums: Vec<f32>,
-    lane_sums: Vec<i32>,
+    sums: Vec<i32>,
 }
 
-/// One quantized row: its quants, its lane sums and, padded to [`padded`] entries with
-/// zeros, its block scales and scaled sums.
+/// One quantized row: its quants, and per block its scale, scaled sum and sum.
 #[derive(Debug, Clone, Copy)]
 pub struct QuantizedRow<'a> {
     /// `k` quants.
     pub quants: &'a [i8],
-    /// The `k` quants plus 128, as unsigned bytes: the unsigned operand of `vpdpbusd` when
-    /// the weights are the signed one (the kernels take the 128 back out per weight block).
-    pub biased: &'a [u8],
     /// The scale of each block.
     pub scales: &'a [f32],
     /// The sum of each block's quants times its scale, rounded to f16 as ggml's Q8_1 has it.
     pub scaled_sums: &'a [f32],
-    /// Per block, 8 lanes: minus the sum of quants `4j..4j + 4` in lane `j` (the grouping
-    /// of `vpdpbusd` and of `vpmaddubsw` + `vpmaddwd`), so that the kernels take the
-    /// weights' offset out lane by lane and every lane holds exactly what candle's and
-    /// ggml's signed kernels hold.
-    pub lane_sums: &'a [i32],
+    /// The sum of each block's quants.
+    pub sums: &'a [i32],
 }
 
 /// The quantization of [`QuantizedRows::new`], for pulp's dispatch: `with_simd` is inlined
@@ -77,7 +58,7 @@ impl pulp::WithSimd for Quantize<'_> {
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
         let Quantize { x, q } = self;
-        let (k, stride) = (q.k, padded(q.k / BLOCK));
+        let (k, stride) = (q.k, q.k / BLOCK);
         for (r, (xr, qr)) in x
             .chunks_exact(k)
             .zip(q.quants.chunks_exact_mut(k))
@@ -99,10 +80,7 @@ impl pulp::WithSimd for Quantize<'_> {
                 let at = r * stride + b;
                 q.scales[at] = f16::from_f32(d).to_f32();
                 q.scaled_sums[at] = f16::from_f32(d * sum as f32).to_f32();
-                let lanes = &mut q.lane_sums[(r * k + b * BLOCK) / 4..][..BLOCK / 4];
-                for (l, q4) in lanes.iter_mut().zip(qb.chunks_exact(4)) {
-                    *l = -q4.iter().map(|&v| i32::from(v)).sum::<i32>();
-                }
+                q.sums[at] = sum;
             }
         }
     }
@@ -127,27 +105,23 @@ impl QuantizedRows {
         assert_eq!(x.len(), rows * k, "activation length");
         let mut q = Self::zeroed(rows, k);
         #[cfg(target_arch = "x86_64")]
-        let done = Avx2Fma::for_code(code).map(|avx2| q.quantize_avx2(avx2, x));
-        #[cfg(not(target_arch = "x86_64"))]
-        let done: Option<()> = None;
-        if done.is_none() {
-            q.quantize_portable(x);
+        if let Some(avx2) = Avx2Fma::for_code(code) {
+            q.quantize_avx2(avx2, x);
+            return q;
         }
-        // `i8 as u8` is the two's complement; flipping the top bit adds 128.
-        q.biased = q.quants.iter().map(|&v| v as u8 ^ 0x80).collect();
+        q.quantize_portable(x);
         q
     }
 
     fn zeroed(rows: usize, k: usize) -> Self {
-        let stride = padded(k / BLOCK);
+        let blocks = rows * k / BLOCK;
         Self {
             k,
             rows,
             quants: vec![0i8; rows * k],
-            biased: Vec::new(),
-            scales: vec![0f32; rows * stride],
-            scaled_sums: vec![0f32; rows * stride],
-            lane_sums: vec![0i32; rows * k / 4],
+            scales: vec![0f32; blocks],
+            scaled_sums: vec![0f32; blocks],
+            sums: vec![0i32; blocks],
         }
     }
 
@@ -160,22 +134,16 @@ impl QuantizedRows {
     /// [`Self::new`]'s quantization with AVX2 (the same values).
     #[cfg(target_arch = "x86_64")]
     fn quantize_avx2(&mut self, avx2: Avx2Fma, x: &[f32]) {
-        let (k, stride) = (self.k, padded(self.k / BLOCK));
-        let rows = x.chunks_exact(k).zip(self.quants.chunks_exact_mut(k));
-        for (r, (xr, qr)) in rows.enumerate() {
-            let lanes = self.lane_sums[r * k / 4..(r + 1) * k / 4].chunks_exact_mut(BLOCK / 4);
-            let blocks = xr.chunks_exact(BLOCK).zip(qr.chunks_exact_mut(BLOCK));
-            for (b, ((xb, qb), lb)) in blocks.zip(lanes).enumerate() {
-                let block = x86::quantize_block(
-                    avx2,
-                    xb.try_into().expect("a block"),
-                    qb.try_into().expect("a block"),
-                    lb.try_into().expect("a block's lanes"),
-                );
-                let at = r * stride + b;
-                self.scales[at] = f16::from_f32(block.d).to_f32();
-                self.scaled_sums[at] = f16::from_f32(block.d * block.sum as f32).to_f32();
-            }
+        let xs = x.chunks_exact(BLOCK).zip(self.quants.chunks_exact_mut(BLOCK));
+        for (at, (xb, qb)) in xs.enumerate() {
+            let block = x86::quantize_block(
+                avx2,
+                xb.try_into().expect("a block"),
+                qb.try_into().expect("a block"),
+            );
+            self.scales[at] = f16::from_f32(block.d).to_f32();
+            self.scaled_sums[at] = f16::from_f32(block.d * block.sum as f32).to_f32();
+            self.sums[at] = block.sum;
         }
     }
     /// Rows held.
@@ -185,14 +153,13 @@ impl QuantizedRows {
 
     /// Row `m`.
     pub fn row(&self, m: usize) -> QuantizedRow<'_> {
-        let stride = padded(self.k / BLOCK);
-        let per_block = m * stride..(m + 1) * stride;
+        let blocks = self.k / BLOCK;
+        let per_block = m * blocks..(m + 1) * blocks;
         QuantizedRow {
             quants: &self.quants[m * self.k..(m + 1) * self.k],
-            biased: &self.biased[m * self.k..(m + 1) * self.k],
             scales: &self.scales[per_block.clone()],
-            scaled_sums: &self.scaled_sums[per_block],
-            lane_sums: &self.lane_sums[m * self.k / 4..(m + 1) * self.k / 4],
+            scaled_sums: &self.scaled_sums[per_block.clone()],
+            sums: &self.sums[per_block],
         }
     }
 }
@@ -209,20 +176,13 @@ mod tests {
         assert_eq!(r.scales[0], f16::from_f32(20.0 / 127.0).to_f32());
         assert_eq!(r.quants[0], -127);
         let sum0: i32 = r.quants[..32].iter().map(|&v| i32::from(v)).sum();
-        assert_eq!(r.lane_sums[..8].iter().sum::<i32>(), -sum0);
+        assert_eq!(r.sums[0], sum0);
         assert_eq!(r.quants[63], 127);
         let d1 = 43.0f32 / 127.0;
         let sum1: i32 = r.quants[32..].iter().map(|&v| i32::from(v)).sum();
         assert_eq!(r.scaled_sums[1], f16::from_f32(d1 * sum1 as f32).to_f32());
-        let lane0: i32 = r.quants[..4].iter().map(|&v| i32::from(v)).sum();
-        assert_eq!(r.lane_sums[0], -lane0);
-        assert_eq!(r.lane_sums.len(), 16);
-        // Two blocks, padded to a group of 8 with zeros.
-        assert_eq!(r.scales.len(), GROUP);
-        assert!(r.scales[2..]
-            .iter()
-            .chain(&r.scaled_sums[2..])
-            .all(|&v| v == 0.0));
+        assert_eq!(r.sums[1], sum1);
+        assert_eq!((r.scales.len(), r.scaled_sums.len(), r.sums.len()), (2, 2, 2));
     }
 
     /// The AVX2 quantization gives the portable loop's values, bit for bit, on blocks of
@@ -259,7 +219,7 @@ mod tests {
         got.quantize_avx2(avx2, &x);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(got.quants, want.quants);
-        assert_eq!(got.lane_sums, want.lane_sums);
+        assert_eq!(got.sums, want.sums);
         assert_eq!(bits(&got.scales), bits(&want.scales));
         assert_eq!(bits(&got.scaled_sums), bits(&want.scaled_sums));
         assert_eq!(QuantizedRows::new(&x, rows, k).quants, want.quants);

@@ -18,17 +18,17 @@ pub struct Block {
     pub sum: i32,
 }
 
-/// Quantize the 32 values `x` into `q`, and their negated sums per 4 quants into `lanes`.
+/// Quantize the 32 values `x` into `q`.
 #[inline]
-pub fn quantize_block(_: Avx2Fma, x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block {
+pub fn quantize_block(_: Avx2Fma, x: &[f32; 32], q: &mut [i8; 32]) -> Block {
     // SAFETY: an `Avx2Fma` exists only where the CPU has AVX2 (and FMA).
-    unsafe { quantize_avx2(x, q, lanes) }
+    unsafe { quantize_avx2(x, q) }
 }
 
 /// # Safety
 /// The CPU has AVX2.
 #[target_feature(enable = "avx2")]
-fn quantize_avx2(x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block {
+fn quantize_avx2(x: &[f32; 32], q: &mut [i8; 32]) -> Block {
     let mut v = [_mm256_setzero_ps(); 4];
     for (i, v) in v.iter_mut().enumerate() {
         // SAFETY: `x` is 32 f32, four vectors of 8.
@@ -69,22 +69,14 @@ fn quantize_avx2(x: &[f32; 32], q: &mut [i8; 32], lanes: &mut [i32; 8]) -> Block
     let bytes = _mm256_permutevar8x32_epi32(bytes, order);
     // SAFETY: `q` is 32 writable bytes.
     unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), bytes) };
-    // The sums of 4 quants, from the saturated bytes, in the same order.
-    let mut wide = [_mm256_setzero_si256(); 4];
-    for (i, w) in wide.iter_mut().enumerate() {
-        // SAFETY: `q` holds 32 bytes; `8 * i + 8 <= 32`.
-        *w = _mm256_cvtepi8_epi32(unsafe { _mm_loadl_epi64(q.as_ptr().add(8 * i).cast()) });
-    }
-    let fours = _mm256_hadd_epi32(
-        _mm256_hadd_epi32(wide[0], wide[1]),
-        _mm256_hadd_epi32(wide[2], wide[3]),
+    // The sum of the saturated bytes: `vpsadbw` of the bytes biased by 128 against zero
+    // gives four sums of eight, each 1024 over the signed sum.
+    let biased = _mm256_xor_si256(bytes, _mm256_set1_epi8(i8::MIN));
+    let eights = _mm256_sad_epu8(biased, _mm256_setzero_si256());
+    let s = _mm_add_epi64(
+        _mm256_castsi256_si128(eights),
+        _mm256_extracti128_si256::<1>(eights),
     );
-    let fours = _mm256_permutevar8x32_epi32(fours, order);
-    let neg = _mm256_sub_epi32(_mm256_setzero_si256(), fours);
-    // SAFETY: `lanes` is 8 writable i32.
-    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), neg) };
-    Block {
-        d,
-        sum: -lanes.iter().sum::<i32>(),
-    }
+    let sum = _mm_cvtsi128_si64(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))) as i32 - 32 * 128;
+    Block { d, sum }
 }
