@@ -277,40 +277,44 @@ mod x86 {
         _mm256_set1_epi32(v)
     }
 
-    /// A block's eight quant vectors (vector `t`: quants `4t..4t + 4` of the eight rows),
-    /// unsigned.
+    /// Vector `c` of a 4-bit tile block, as its low nibbles (quants `4c..4c + 4` of the eight
+    /// rows) and its high nibbles (quants `16 + 4c..`), unsigned.
     ///
     /// # Safety
-    /// `q` points at a tile block: 256 bytes (8-bit) or 128 (4-bit).
+    /// `q` points at a 4-bit tile block (128 bytes); `c < 4`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn unpack<const Q4: bool>(q: *const u8) -> [__m256i; 8] {
-        let mut u = [_mm256_setzero_si256(); 8];
-        if Q4 {
-            let low = _mm256_set1_epi8(0x0F);
-            for c in 0..4 {
-                // SAFETY: vector `c` of the 128 bytes (the caller's contract).
-                let v = unsafe { _mm256_loadu_si256(q.add(BLOCK * c).cast()) };
-                u[c] = _mm256_and_si256(v, low);
-                u[c + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-            }
-        } else {
-            for (t, u) in u.iter_mut().enumerate() {
-                // SAFETY: vector `t` of the 256 bytes (the caller's contract).
-                *u = unsafe { _mm256_loadu_si256(q.add(BLOCK * t).cast()) };
-            }
-        }
-        u
+    unsafe fn nibbles(q: *const u8, c: usize) -> (__m256i, __m256i) {
+        let low = _mm256_set1_epi8(0x0F);
+        // SAFETY: vector `c` of the 128 bytes (the caller's contract).
+        let v = unsafe { _mm256_loadu_si256(q.add(BLOCK * c).cast()) };
+        (
+            _mm256_and_si256(v, low),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+        )
     }
 
-    /// The loops of every SIMD kernel, over the tiles, their blocks and the activation
-    /// rows, in a macro so that they compile inside each one's `target_feature` function.
-    /// `$prep` readies a block's eight quant vectors `$u` once for all rows; `$dot` gives
-    /// the eight rows' exact integer dot products with the activation row `$a`'s block `$b`,
-    /// started from `$start` (the offset term).
+    /// Vector `t` of an 8-bit tile block (quants `4t..4t + 4` of the eight rows), unsigned.
+    ///
+    /// # Safety
+    /// `q` points at an 8-bit tile block (256 bytes); `t < 8`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn bytes(q: *const u8, t: usize) -> __m256i {
+        // SAFETY: vector `t` of the 256 bytes (the caller's contract).
+        unsafe { _mm256_loadu_si256(q.add(BLOCK * t).cast()) }
+    }
+
+    /// The loops of every SIMD kernel, over the tiles and their blocks, and each block's
+    /// float step per activation row, in a macro so that they compile inside each one's
+    /// `target_feature` function. `$dots` gives the eight rows' exact integer dot products
+    /// of tile block `$q` (a pointer) with block `$b` of every activation row, each started
+    /// from its `starts` entry (the offset term, `-offset * sum(x)`). The work on a weight
+    /// vector is done once and used for every activation row before the next vector is
+    /// read, so no more than one or two weight vectors are live at a time.
     macro_rules! tile_loop {
-        ($kind:expr, $tiles:expr, $acts:expr, $out:expr, $m:ident, $q4:expr,
-         |$u:ident| $prep:expr, |$p:ident, $a:ident, $b:ident, $start:ident| $dot:expr) => {{
+        ($kind:expr, $tiles:expr, $acts:expr, $out:expr, $m:ident,
+         |$q:ident, $b:ident, $starts:ident| $dots:expr) => {{
             let (kind, tiles, acts): (Kind, Tiles<'_>, &[QuantizedRow<'_>; $m]) =
                 ($kind, $tiles, $acts);
             let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
@@ -321,9 +325,11 @@ mod x86 {
                 let mut mins = [_mm256_setzero_ps(); $m];
                 for $b in 0..blocks {
                     let at = t * blocks + $b;
-                    // SAFETY: tile block `at` is inside the quants (checked by the caller).
-                    let $u = unsafe { unpack::<{ $q4 }>(tiles.quants.as_ptr().add(at * tb)) };
-                    let $p = $prep;
+                    // Inside the quants (checked by the caller).
+                    let $q = tiles.quants[at * tb..(at + 1) * tb].as_ptr();
+                    let $starts: [__m256i; $m] =
+                        std::array::from_fn(|m| _mm256_set1_epi32(-offset * acts[m].sums[$b]));
+                    let dots: [__m256i; $m] = $dots;
                     // SAFETY: 8 scales (minimums) per block (checked by the caller).
                     let dw = unsafe { halfs8(tiles.scales, at) };
                     let mw = if has_mins {
@@ -332,13 +338,11 @@ mod x86 {
                     } else {
                         None
                     };
-                    for (($a, acc), mins) in acts.iter().zip(&mut acc).zip(&mut mins) {
-                        let $start = _mm256_set1_epi32(-offset * $a.sums[$b]);
-                        let dot = _mm256_cvtepi32_ps($dot);
-                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps($a.scales[$b]));
-                        *acc = _mm256_fmadd_ps(dd, dot, *acc);
+                    for (((a, acc), mins), dot) in acts.iter().zip(&mut acc).zip(&mut mins).zip(dots) {
+                        let dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.scales[$b]));
+                        *acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot), *acc);
                         if let Some(mw) = mw {
-                            let ss = _mm256_set1_ps($a.scaled_sums[$b]);
+                            let ss = _mm256_set1_ps(a.scaled_sums[$b]);
                             *mins = _mm256_fmadd_ps(mw, ss, *mins);
                         }
                     }
@@ -353,8 +357,7 @@ mod x86 {
     }
 
     /// AVX2, 8-bit weights: the quants made signed again (`u ^ 0x80`) and the sign trick
-    /// (`|w| * sign(x, w)`, which never saturates `vpmaddubsw`), so no offset term: the
-    /// offset's start is not used.
+    /// (`|w| * sign(x, w)`, which never saturates `vpmaddubsw`), so no offset term.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; `tiles` and every row of `acts` hold the same
@@ -367,32 +370,21 @@ mod x86 {
     ) {
         let ones = _mm256_set1_epi16(1);
         let flip = _mm256_set1_epi8(i8::MIN);
-        tile_loop!(
-            Kind::Q8_0,
-            tiles,
-            acts,
-            out,
-            M,
-            false,
-            |u| {
-                let mut p = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 8];
-                for (p, u) in p.iter_mut().zip(u) {
-                    let w = _mm256_xor_si256(u, flip);
-                    *p = (_mm256_sign_epi8(w, w), w);
-                }
-                p
-            },
-            |p, a, b, _start| {
-                let mut sum = _mm256_setzero_si256();
-                for (t, (abs, w)) in p.iter().enumerate() {
+        tile_loop!(Kind::Q8_0, tiles, acts, out, M, |q, b, _starts| {
+            let mut sums = [_mm256_setzero_si256(); M];
+            for t in 0..8 {
+                // SAFETY: `q` is a whole 8-bit tile block.
+                let w = _mm256_xor_si256(unsafe { bytes(q, t) }, flip);
+                let abs = _mm256_sign_epi8(w, w);
+                for (a, sum) in acts.iter().zip(&mut sums) {
                     // SAFETY: `a` holds `blocks` blocks (the caller's contract).
                     let x = unsafe { fours(a, b, t) };
-                    let prod = _mm256_maddubs_epi16(*abs, _mm256_sign_epi8(x, *w));
-                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(prod, ones));
+                    let prod = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(x, w));
+                    *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(prod, ones));
                 }
-                sum
             }
-        )
+            sums
+        })
     }
 
     /// AVX2, 4-bit weights: unsigned nibbles times signed activations in `vpmaddubsw`
@@ -409,19 +401,27 @@ mod x86 {
         out: &mut [[f32; TILE]],
     ) {
         let ones = _mm256_set1_epi16(1);
-        tile_loop!(kind, tiles, acts, out, M, true, |u| u, |p, a, b, start| {
-            let mut pairs = _mm256_setzero_si256();
-            for (t, u) in p.iter().enumerate() {
-                // SAFETY: `a` holds `blocks` blocks (the caller's contract).
-                let x = unsafe { fours(a, b, t) };
-                pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(*u, x));
+        tile_loop!(kind, tiles, acts, out, M, |q, b, starts| {
+            let mut pairs = [_mm256_setzero_si256(); M];
+            for c in 0..4 {
+                // SAFETY: `q` is a whole 4-bit tile block.
+                let (low, high) = unsafe { nibbles(q, c) };
+                for (a, pairs) in acts.iter().zip(&mut pairs) {
+                    // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                    let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
+                    let both = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(low, x0),
+                        _mm256_maddubs_epi16(high, x1),
+                    );
+                    *pairs = _mm256_add_epi16(*pairs, both);
+                }
             }
-            _mm256_add_epi32(start, _mm256_madd_epi16(pairs, ones))
+            std::array::from_fn(|m| _mm256_add_epi32(starts[m], _mm256_madd_epi16(pairs[m], ones)))
         })
     }
 
     /// AVX-512 VNNI on 256-bit vectors: eight `vpdpbusd` per block and activation row, in
-    /// four independent chains (the integer sums are exact in any order).
+    /// two independent chains per row (the integer sums are exact in any order).
     ///
     /// # Safety
     /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
@@ -432,22 +432,28 @@ mod x86 {
         acts: &[QuantizedRow<'_>; M],
         out: &mut [[f32; TILE]],
     ) {
-        tile_loop!(kind, tiles, acts, out, M, Q4, |u| u, |u, a, b, start| {
-            let mut x = [_mm256_setzero_si256(); 8];
-            for (t, x) in x.iter_mut().enumerate() {
-                // SAFETY: `a` holds `blocks` blocks (the caller's contract).
-                *x = unsafe { fours(a, b, t) };
+        tile_loop!(kind, tiles, acts, out, M, |q, b, starts| {
+            let mut d = [[_mm256_setzero_si256(); 2]; M];
+            for (d, start) in d.iter_mut().zip(starts) {
+                d[0] = start;
             }
-            let zero = _mm256_setzero_si256();
-            let d0 = _mm256_dpbusd_epi32(start, u[0], x[0]);
-            let d1 = _mm256_dpbusd_epi32(zero, u[1], x[1]);
-            let d2 = _mm256_dpbusd_epi32(zero, u[2], x[2]);
-            let d3 = _mm256_dpbusd_epi32(zero, u[3], x[3]);
-            let d0 = _mm256_dpbusd_epi32(d0, u[4], x[4]);
-            let d1 = _mm256_dpbusd_epi32(d1, u[5], x[5]);
-            let d2 = _mm256_dpbusd_epi32(d2, u[6], x[6]);
-            let d3 = _mm256_dpbusd_epi32(d3, u[7], x[7]);
-            _mm256_add_epi32(_mm256_add_epi32(d0, d1), _mm256_add_epi32(d2, d3))
+            for c in 0..4 {
+                // Vectors `c` and `c + 4` (for 4 bits, the two halves of one load).
+                let (u0, u1) = if Q4 {
+                    // SAFETY: `q` is a whole 4-bit tile block.
+                    unsafe { nibbles(q, c) }
+                } else {
+                    // SAFETY: `q` is a whole 8-bit tile block.
+                    unsafe { (bytes(q, c), bytes(q, c + 4)) }
+                };
+                for (a, d) in acts.iter().zip(&mut d) {
+                    // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                    let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
+                    d[0] = _mm256_dpbusd_epi32(d[0], u0, x0);
+                    d[1] = _mm256_dpbusd_epi32(d[1], u1, x1);
+                }
+            }
+            d.map(|[d0, d1]| _mm256_add_epi32(d0, d1))
         })
     }
 }
