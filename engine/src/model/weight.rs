@@ -1,15 +1,12 @@
 //! A weight matrix of a decoder and the one rule for multiplying activations with it.
 //!
 //! On a CPU with AVX2, Q8_0, Q4_0 and Q4_1 matrices are repacked at load for the engine's
-//! own kernels ([`super::packed`]); every other type, every matrix on other CPUs and every
-//! matrix on a GPU stays a candle `QMatMul`. By row count:
-//! - fewer than [`DEQUANT_MIN_ROWS`] rows (decode steps, short chunks): the quantized
-//!   kernels;
-//! - more: the matrix is dequantized and candle's f32 GEMM runs. `engine/benches/qmatmul.rs`
-//!   measured one SmolLM2 layer at 0.20x candle's quantized kernel's time for 64 rows and
-//!   0.11-0.20x for 128-512, the dequantization included; against the packed kernels it
-//!   takes 1.15-1.23x at 64 rows and 0.5-0.9x at 128-512 (BENCHMARKS.md, #13), so the
-//!   threshold could move up for them; it stays where candle's kernels put it.
+//! own kernels ([`super::packed`]), which run every row count: with the tile layout they
+//! take 0.34-0.80x the time of dequantizing and candle's f32 GEMM at 32 to 512 rows
+//! (`engine/benches/qmatmul.rs`, one SmolLM2 layer, BENCHMARKS.md #13). Every other type,
+//! every matrix on other CPUs and every matrix on a GPU stays a candle `QMatMul`; on the CPU
+//! from [`DEQUANT_MIN_ROWS`] rows such a matrix is dequantized for the f32 GEMM, which
+//! measured 0.11-0.20x candle's quantized kernels' time at 64-512 rows.
 
 use std::sync::Arc;
 
@@ -18,7 +15,8 @@ use candle_core::{DType, Device, Module, Tensor, D};
 
 use super::packed::PackedMatrix;
 
-/// Rows from which a CPU weight matmul dequantizes the matrix and runs the f32 GEMM.
+/// Rows from which a CPU matmul of a candle `QMatMul` dequantizes the matrix and runs the
+/// f32 GEMM.
 const DEQUANT_MIN_ROWS: usize = 64;
 
 /// A weight matrix `(out, in)`.
@@ -47,16 +45,16 @@ impl Weight {
         Ok(y)
     }
 
-    /// `[xs @ W^T for W in ws]`. The packed matrices among `ws`, when the rows are few,
-    /// run in one pass of the packed kernels with the activations quantized once
-    /// ([`PackedMatrix::matmul_many`]); every other product runs on its own.
+    /// `[xs @ W^T for W in ws]`. The packed matrices among `ws` run in one pass of the
+    /// packed kernels with the activations quantized once ([`PackedMatrix::matmul_many`]);
+    /// every other product runs on its own.
     pub(crate) fn forward_many<const N: usize>(
         ws: [&Weight; N],
         xs: &Tensor,
     ) -> candle_core::Result<[Tensor; N]> {
         let k = xs.dim(D::Minus1)?;
         let rows = xs.elem_count() / k.max(1);
-        let packed: Vec<&PackedMatrix> = ws.iter().filter_map(|w| w.kernel_for(k, rows)).collect();
+        let packed: Vec<&PackedMatrix> = ws.iter().filter_map(|w| w.kernel_for(k)).collect();
         let mut results = if packed.is_empty() {
             Vec::new()
         } else {
@@ -67,7 +65,7 @@ impl Weight {
         let mut dims = xs.dims().to_vec();
         let outs: Vec<Tensor> = ws
             .iter()
-            .map(|w| match w.kernel_for(k, rows) {
+            .map(|w| match w.kernel_for(k) {
                 Some(p) => {
                     *dims.last_mut().expect("k was read from the last dimension") = p.dims().0;
                     let out = results.next().expect("one result per packed matrix");
@@ -79,28 +77,20 @@ impl Weight {
         Ok(outs.try_into().expect("one result per weight"))
     }
 
-    /// The packed matrix, when `rows` rows of width `k` go through the packed kernels.
-    fn kernel_for(&self, k: usize, rows: usize) -> Option<&PackedMatrix> {
+    /// The packed matrix, when activations of width `k` go through the packed kernels.
+    fn kernel_for(&self, k: usize) -> Option<&PackedMatrix> {
         match self {
-            Self::Packed(p) if rows < DEQUANT_MIN_ROWS && p.dims().1 == k => Some(p),
+            Self::Packed(p) if p.dims().1 == k => Some(p),
             _ => None,
         }
     }
 
-    /// One product on every other path: the f32 GEMM from [`DEQUANT_MIN_ROWS`] rows, and
-    /// candle's `QMatMul` (the packed kernels' path for fewer rows is [`Self::forward_many`]'s;
-    /// a packed matrix reaches here with fewer rows only when `k` does not match it).
+    /// One product on candle's paths: the f32 GEMM from [`DEQUANT_MIN_ROWS`] rows, else
+    /// candle's `QMatMul` (a packed matrix reaches here only when `k` does not match it).
     fn forward_alone(&self, xs: &Tensor, k: usize, rows: usize) -> candle_core::Result<Tensor> {
         match self {
             Self::Packed(p) => {
-                let (n, pk) = p.dims();
-                if k != pk {
-                    candle_core::bail!("matmul: activations have {k} columns, weights {pk}");
-                }
-                let mut dims = xs.dims().to_vec();
-                *dims.last_mut().expect("k was read from the last dimension") = n;
-                let w = Tensor::from_vec(p.dequantize(), (n, k), xs.device())?;
-                xs.reshape((rows, k))?.matmul(&w.t()?)?.reshape(dims)
+                candle_core::bail!("matmul: activations have {k} columns, weights {}", p.dims().1)
             }
             Self::Candle(QMatMul::QTensor(q))
                 if rows >= DEQUANT_MIN_ROWS && xs.device().is_cpu() =>
@@ -147,9 +137,11 @@ mod tests {
                 assert_eq!(y.dims(), alone.dims());
                 let diff = (&y - &alone).unwrap().abs().unwrap().max_all().unwrap();
                 assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{rows} rows");
-                if rows < DEQUANT_MIN_ROWS {
-                    // The packed kernels sum candle's exact block products in another
-                    // order: a few units in the last place of the largest product.
+                if rows < DEQUANT_MIN_ROWS || matches!(w, Weight::Packed(_)) {
+                    // Quantized activations on both sides (the f32 GEMM takes candle's
+                    // other types from DEQUANT_MIN_ROWS rows). The packed kernels sum
+                    // candle's exact block products in another order: a few units in the
+                    // last place of the largest product.
                     let theirs = r.forward(&xs).unwrap();
                     let diff = (&y - &theirs).unwrap().abs().unwrap().max_all().unwrap();
                     let scale = theirs.abs().unwrap().max_all().unwrap();
