@@ -194,15 +194,25 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>) {
         logits = slots.decode_step(0, next).unwrap();
         ref_logits = reference.forward(&[next], prompt.len() + step);
     }
-    let equal = ours_tokens.iter().zip(&ref_tokens).filter(|(a, b)| a == b).count();
+    let equal = ours_tokens
+        .iter()
+        .zip(&ref_tokens)
+        .filter(|(a, b)| a == b)
+        .count();
     diffs.sort_by(f32::total_cmp);
     let typical = diffs[STEPS / 2];
     println!(
         "{file} ({arch}): {equal} of {STEPS} greedy tokens equal, logit difference of the \
          largest logit {typical:.2e} at the median step, {worst:.2e} at most"
     );
-    assert!(typical <= TOLERANCE, "{file}: logits differ by {typical:e} (median)");
-    assert!(worst <= FLIPPED_TOLERANCE, "{file}: logits differ by {worst:e}");
+    assert!(
+        typical <= TOLERANCE,
+        "{file}: logits differ by {typical:e} (median)"
+    );
+    assert!(
+        worst <= FLIPPED_TOLERANCE,
+        "{file}: logits differ by {worst:e}"
+    );
 
     // Chunked prefill (chunks of 3) gives the same continuation.
     let first = slots.prefill(1, &prompt, 3, &mut ()).unwrap();

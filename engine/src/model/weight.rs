@@ -90,7 +90,10 @@ impl Weight {
     fn forward_alone(&self, xs: &Tensor, k: usize, rows: usize) -> candle_core::Result<Tensor> {
         match self {
             Self::Packed(p) => {
-                candle_core::bail!("matmul: activations have {k} columns, weights {}", p.dims().1)
+                candle_core::bail!(
+                    "matmul: activations have {k} columns, weights {}",
+                    p.dims().1
+                )
             }
             Self::Candle(QMatMul::QTensor(q))
                 if rows >= DEQUANT_MIN_ROWS && xs.device().is_cpu() =>
@@ -149,7 +152,10 @@ mod tests {
                         diff.to_scalar::<f32>().unwrap(),
                         scale.to_scalar::<f32>().unwrap(),
                     );
-                    assert!(diff <= 1e-5 * scale, "{rows} rows, {w:?}: {diff} of {scale}");
+                    assert!(
+                        diff <= 1e-5 * scale,
+                        "{rows} rows, {w:?}: {diff} of {scale}"
+                    );
                 }
             }
         }

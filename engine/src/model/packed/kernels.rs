@@ -180,7 +180,11 @@ pub unsafe fn tile_dots<const M: usize>(
         "tile quants"
     );
     assert_eq!(tiles.scales.len(), n_tiles * blocks * TILE, "tile scales");
-    let mins = if kind.has_mins() { tiles.scales.len() } else { 0 };
+    let mins = if kind.has_mins() {
+        tiles.scales.len()
+    } else {
+        0
+    };
     assert_eq!(tiles.mins.len(), mins, "tile minimums");
     for a in acts {
         assert!(
@@ -273,7 +277,13 @@ mod x86 {
     #[target_feature(enable = "avx2")]
     unsafe fn fours(a: &QuantizedRow<'_>, b: usize, t: usize) -> __m256i {
         // SAFETY: 4 bytes at `32 b + 4 t`, inside `a.quants` (the caller's contract).
-        let v = unsafe { a.quants.as_ptr().add(b * BLOCK + 4 * t).cast::<i32>().read_unaligned() };
+        let v = unsafe {
+            a.quants
+                .as_ptr()
+                .add(b * BLOCK + 4 * t)
+                .cast::<i32>()
+                .read_unaligned()
+        };
         _mm256_set1_epi32(v)
     }
 
@@ -338,7 +348,9 @@ mod x86 {
                     } else {
                         None
                     };
-                    for (((a, acc), mins), dot) in acts.iter().zip(&mut acc).zip(&mut mins).zip(dots) {
+                    for (((a, acc), mins), dot) in
+                        acts.iter().zip(&mut acc).zip(&mut mins).zip(dots)
+                    {
                         let dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.scales[$b]));
                         *acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(dot), *acc);
                         if let Some(mw) = mw {
@@ -348,7 +360,11 @@ mod x86 {
                     }
                 }
                 for ((o, acc), mins) in outs.iter_mut().zip(acc).zip(mins) {
-                    let v = if has_mins { _mm256_add_ps(acc, mins) } else { acc };
+                    let v = if has_mins {
+                        _mm256_add_ps(acc, mins)
+                    } else {
+                        acc
+                    };
                     // SAFETY: `o` is 8 writable f32.
                     unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
                 }

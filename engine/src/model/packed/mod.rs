@@ -278,10 +278,7 @@ impl PackedMatrix {
             blocks,
             quants: &self.quants[t0 * blocks * tb..t1 * blocks * tb],
             scales: &self.scales[t0 * per_tile..t1 * per_tile],
-            mins: self
-                .mins
-                .get(t0 * per_tile..t1 * per_tile)
-                .unwrap_or(&[]),
+            mins: self.mins.get(t0 * per_tile..t1 * per_tile).unwrap_or(&[]),
         };
         let mut dots = vec![[0f32; TILE]; (t1 - t0) * M];
         // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was checked

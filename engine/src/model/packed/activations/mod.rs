@@ -134,7 +134,9 @@ impl QuantizedRows {
     /// [`Self::new`]'s quantization with AVX2 (the same values).
     #[cfg(target_arch = "x86_64")]
     fn quantize_avx2(&mut self, avx2: Avx2Fma, x: &[f32]) {
-        let xs = x.chunks_exact(BLOCK).zip(self.quants.chunks_exact_mut(BLOCK));
+        let xs = x
+            .chunks_exact(BLOCK)
+            .zip(self.quants.chunks_exact_mut(BLOCK));
         for (at, (xb, qb)) in xs.enumerate() {
             let block = x86::quantize_block(
                 avx2,
@@ -182,7 +184,10 @@ mod tests {
         let sum1: i32 = r.quants[32..].iter().map(|&v| i32::from(v)).sum();
         assert_eq!(r.scaled_sums[1], f16::from_f32(d1 * sum1 as f32).to_f32());
         assert_eq!(r.sums[1], sum1);
-        assert_eq!((r.scales.len(), r.scaled_sums.len(), r.sums.len()), (2, 2, 2));
+        assert_eq!(
+            (r.scales.len(), r.scaled_sums.len(), r.sums.len()),
+            (2, 2, 2)
+        );
     }
 
     /// The AVX2 quantization gives the portable loop's values, bit for bit, on blocks of
