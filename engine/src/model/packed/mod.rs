@@ -41,8 +41,10 @@ use activations::{QuantizedRow, QuantizedRows, BLOCK};
 pub use kernels::{Isa, Kind, Tiles, TILE};
 
 /// Products below this many multiply-adds (weight count times rows, summed over the
-/// matrices of one pass) run on the calling thread: a few microseconds of work at these
-/// kernels' speed, about what handing a piece to another pool thread costs.
+/// matrices of one pass) run on the calling thread: one or two microseconds of work at
+/// these kernels' speed, about what handing a piece to another pool thread costs. (Four
+/// times this, with pieces four times larger, measured no different on the embedded
+/// model's 4-slot step, BENCHMARKS.md #13.)
 const PARALLEL_MIN_WORK: usize = 1 << 17;
 
 /// Pieces of output rows per pool thread: more than one, so that a thread that runs slower
