@@ -272,7 +272,7 @@ mod x86 {
     /// Activation quants `4t..4t + 4` of block `b` of `a`, in every 32-bit lane.
     ///
     /// # Safety
-    /// `a` holds at least `b + 1` blocks.
+    /// `a` holds at least `b + 1` blocks; `t < 8`.
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn fours(a: &QuantizedRow<'_>, b: usize, t: usize) -> __m256i {
