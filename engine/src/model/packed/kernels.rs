@@ -287,6 +287,48 @@ mod x86 {
         _mm256_set1_epi32(v)
     }
 
+    /// One activation row's block against a tile block's eight unsigned vectors `u`: the
+    /// eight `vpdpbusd` of vector `c` with the row's quants `4c..4c + 4` broadcast to every
+    /// lane, alternately into `d[0]` (`c < 4`) and `d[1]`. The instructions read the
+    /// broadcasts themselves (EVEX embedded broadcasts), written with `asm!` because,
+    /// given the broadcasts as values, the compiler hoisted a block's broadcasts of every
+    /// row ahead of their uses and, from two rows on, spilled them to the stack.
+    ///
+    /// # Safety
+    /// `x` points at a block of 32 readable activation quants; the CPU has AVX512-VNNI and
+    /// AVX512-VL.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+    unsafe fn block_dots(d: [__m256i; 2], u: &[__m256i; 8], x: *const i8) -> [__m256i; 2] {
+        let [mut d0, mut d1] = d;
+        // SAFETY: reads the 32 bytes at `x` (the caller's contract), writes only `d0`, `d1`.
+        unsafe {
+            std::arch::asm!(
+                "vpdpbusd {d0}, {u0}, dword ptr [{x}]{{1to8}}",
+                "vpdpbusd {d1}, {u4}, dword ptr [{x} + 16]{{1to8}}",
+                "vpdpbusd {d0}, {u1}, dword ptr [{x} + 4]{{1to8}}",
+                "vpdpbusd {d1}, {u5}, dword ptr [{x} + 20]{{1to8}}",
+                "vpdpbusd {d0}, {u2}, dword ptr [{x} + 8]{{1to8}}",
+                "vpdpbusd {d1}, {u6}, dword ptr [{x} + 24]{{1to8}}",
+                "vpdpbusd {d0}, {u3}, dword ptr [{x} + 12]{{1to8}}",
+                "vpdpbusd {d1}, {u7}, dword ptr [{x} + 28]{{1to8}}",
+                d0 = inout(ymm_reg) d0,
+                d1 = inout(ymm_reg) d1,
+                u0 = in(ymm_reg) u[0],
+                u1 = in(ymm_reg) u[1],
+                u2 = in(ymm_reg) u[2],
+                u3 = in(ymm_reg) u[3],
+                u4 = in(ymm_reg) u[4],
+                u5 = in(ymm_reg) u[5],
+                u6 = in(ymm_reg) u[6],
+                u7 = in(ymm_reg) u[7],
+                x = in(reg) x,
+                options(pure, readonly, nostack, preserves_flags),
+            );
+        }
+        [d0, d1]
+    }
+
     /// Vector `c` of a 4-bit tile block, as its low nibbles (quants `4c..4c + 4` of the eight
     /// rows) and its high nibbles (quants `16 + 4c..`), unsigned.
     ///
@@ -453,20 +495,31 @@ mod x86 {
             for (d, start) in d.iter_mut().zip(starts) {
                 d[0] = start;
             }
+            // Vectors `c` and `c + 4` (for 4 bits, the two halves of load `c`).
+            let mut u = [_mm256_setzero_si256(); 8];
             for c in 0..4 {
-                // Vectors `c` and `c + 4` (for 4 bits, the two halves of one load).
-                let (u0, u1) = if Q4 {
+                (u[c], u[c + 4]) = if Q4 {
                     // SAFETY: `q` is a whole 4-bit tile block.
                     unsafe { nibbles(q, c) }
                 } else {
                     // SAFETY: `q` is a whole 8-bit tile block.
                     unsafe { (bytes(q, c), bytes(q, c + 4)) }
                 };
-                for (a, d) in acts.iter().zip(&mut d) {
-                    // SAFETY: `a` holds `blocks` blocks (the caller's contract).
-                    let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
-                    d[0] = _mm256_dpbusd_epi32(d[0], u0, x0);
-                    d[1] = _mm256_dpbusd_epi32(d[1], u1, x1);
+            }
+            for (a, d) in acts.iter().zip(&mut d) {
+                if M == 1 {
+                    // One row: the broadcasts as values, which the compiler keeps in
+                    // registers (`block_dots` measured 1.05-1.25x the time here).
+                    for c in 0..4 {
+                        // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                        let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
+                        d[0] = _mm256_dpbusd_epi32(d[0], u[c], x0);
+                        d[1] = _mm256_dpbusd_epi32(d[1], u[c + 4], x1);
+                    }
+                } else {
+                    // SAFETY: `a` holds `blocks` blocks (the caller's contract), so block
+                    // `b`'s 32 quants.
+                    *d = unsafe { block_dots(*d, &u, a.quants.as_ptr().add(b * BLOCK)) };
                 }
             }
             d.map(|[d0, d1]| _mm256_add_epi32(d0, d1))
