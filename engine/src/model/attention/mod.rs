@@ -389,7 +389,8 @@ mod tests {
                     n_kv_head: 4,
                     head_dim: 32,
                 },
-                vec![1, 7, 300],
+                // Every length of a short last block of 8 positions (1-7), and whole ones.
+                vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 300],
             ),
             (
                 Heads {

@@ -79,21 +79,61 @@ unsafe fn head_group(hg: HeadGroup<'_>) {
 unsafe fn scores_row(q: &[f32], k: &[f32], row: &mut [f32], hd: usize, len: usize, scale: f32) {
     let scale = _mm256_set1_ps(scale);
     for t0 in (0..len).step_by(8) {
-        let n = (len - t0).min(8);
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for c in (0..hd).step_by(8) {
-            // SAFETY: `c + 8 <= hd == q.len()`.
-            let qv = unsafe { _mm256_loadu_ps(q.as_ptr().add(c)) };
-            for (i, acc) in acc.iter_mut().enumerate().take(n) {
-                // SAFETY: position `t0 + i < len`, so its lanes `c..c + 8` lie inside `k`.
-                let kv = unsafe { _mm256_loadu_ps(k.as_ptr().add((t0 + i) * hd + c)) };
-                *acc = _mm256_fmadd_ps(qv, kv, *acc);
+        // Whole blocks of 8 positions with a constant count, so that the loop over them
+        // unrolls with no test per position; only the last block may be shorter.
+        // SAFETY: positions `t0..t0 + n` are below `len` (`k`'s rows, the caller's
+        // contract), and `q.len() == hd`.
+        let acc = unsafe {
+            match len - t0 {
+                8.. => dots::<8>(q, k, t0, hd),
+                n => dots_short(q, k, t0, hd, n),
             }
-        }
+        };
         let sums = _mm256_mul_ps(reduce8(&acc), scale);
         // SAFETY: `t0 + 8 <= row.len()` (it is rounded up to 8); lanes past `len` hold the
         // zero accumulators' sums.
         unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(t0), sums) };
+    }
+}
+
+/// The lane-wise products of `q` with positions `t0..t0 + N` of `k`, summed over the
+/// head's vectors (`acc[i]` for position `t0 + i`).
+///
+/// # Safety
+/// AVX2 and FMA; `q.len() == hd`, a multiple of 8; `k.len() >= (t0 + N) * hd`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dots<const N: usize>(q: &[f32], k: &[f32], t0: usize, hd: usize) -> [__m256; 8] {
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for c in (0..hd).step_by(8) {
+        // SAFETY: `c + 8 <= hd == q.len()`.
+        let qv = unsafe { _mm256_loadu_ps(q.as_ptr().add(c)) };
+        for (i, acc) in acc.iter_mut().enumerate().take(N) {
+            // SAFETY: position `t0 + i < t0 + N`, so its lanes `c..c + 8` lie inside `k`.
+            let kv = unsafe { _mm256_loadu_ps(k.as_ptr().add((t0 + i) * hd + c)) };
+            *acc = _mm256_fmadd_ps(qv, kv, *acc);
+        }
+    }
+    acc
+}
+
+/// [`dots`] for a count `n < 8` known only at run time (the last block of a row).
+///
+/// # Safety
+/// As [`dots`] with `N = n`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dots_short(q: &[f32], k: &[f32], t0: usize, hd: usize, n: usize) -> [__m256; 8] {
+    // SAFETY: the caller's contract, for each count.
+    unsafe {
+        match n {
+            1 => dots::<1>(q, k, t0, hd),
+            2 => dots::<2>(q, k, t0, hd),
+            3 => dots::<3>(q, k, t0, hd),
+            4 => dots::<4>(q, k, t0, hd),
+            5 => dots::<5>(q, k, t0, hd),
+            6 => dots::<6>(q, k, t0, hd),
+            _ => dots::<7>(q, k, t0, hd),
+        }
     }
 }
 
@@ -181,7 +221,7 @@ unsafe fn softmax_row(row: &mut [f32], len: usize) {
 unsafe fn weighted_sum(p: &[f32], v: &[f32], o: &mut [f32], hd: usize) {
     let mut c = 0;
     while c < hd {
-        // Up to 8 vectors of the head in registers at a time (64 lanes), never past `hd`.
+        // Up to 8 vectors of the head at a time (64 lanes), never past `hd`.
         let vectors = match (hd - c) / 8 {
             1 => 1,
             2 | 3 => 2,
@@ -214,19 +254,38 @@ unsafe fn weighted_lanes<const W: usize>(
     hd: usize,
     c: usize,
 ) -> usize {
-    // Two sets of accumulators, for even and odd positions: twice the independent FMA
-    // chains, so that a head of 4 vectors (32 lanes) is not bound by the FMA's latency.
-    let mut acc = [[_mm256_setzero_ps(); W]; 2];
-    for (t, &p) in p.iter().enumerate() {
-        let p = _mm256_set1_ps(p);
+    let step = |acc: &mut [__m256; W], t: usize| {
+        let weight = _mm256_set1_ps(p[t]);
         let row = t * hd + c;
-        for (w, acc) in acc[t % 2].iter_mut().enumerate() {
+        for (w, acc) in acc.iter_mut().enumerate() {
             // SAFETY: `row + 8 * w + 8 <= t * hd + hd <= v.len()` (the caller's contract).
             let x = unsafe { _mm256_loadu_ps(v.as_ptr().add(row + 8 * w)) };
-            *acc = _mm256_fmadd_ps(p, x, *acc);
+            *acc = _mm256_fmadd_ps(weight, x, *acc);
+        }
+    };
+    // Below 8 vectors, two sets of accumulators, for even and odd positions: twice the
+    // independent FMA chains, so that a head of 4 vectors (32 lanes) is not bound by the
+    // FMA's latency. 8 vectors are 8 chains already, and two sets of them would take all
+    // 16 of AVX2's registers: they use one. The sets are indexed only by constants
+    // (positions go in pairs), so they stay in registers: indexed by `t % 2`, they lived
+    // on the stack, and every FMA waited for a store and a load (`perf annotate`: 55% of
+    // the kernel's time).
+    let mut even = [_mm256_setzero_ps(); W];
+    let mut odd = [_mm256_setzero_ps(); W];
+    if W >= 8 {
+        for t in 0..p.len() {
+            step(&mut even, t);
+        }
+    } else {
+        for t in (0..p.len() / 2 * 2).step_by(2) {
+            step(&mut even, t);
+            step(&mut odd, t + 1);
+        }
+        if p.len() % 2 == 1 {
+            step(&mut even, p.len() - 1);
         }
     }
-    for (w, (even, odd)) in acc[0].iter().zip(&acc[1]).enumerate() {
+    for (w, (even, odd)) in even.iter().zip(&odd).enumerate() {
         // SAFETY: `c + 8 * w + 8 <= o.len()` (the caller's contract).
         unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(c + 8 * w), _mm256_add_ps(*even, *odd)) };
     }
