@@ -408,6 +408,24 @@ mod tests {
                 },
                 vec![3],
             ),
+            // One query head per K/V head, and 7 per K/V head (heads in parts of 3, 3 and 1),
+            // with head widths that leave 1 and 2 vectors after the 4-vector passes.
+            (
+                Heads {
+                    n_head: 4,
+                    n_kv_head: 4,
+                    head_dim: 16,
+                },
+                vec![1, 2, 9, 33],
+            ),
+            (
+                Heads {
+                    n_head: 14,
+                    n_kv_head: 2,
+                    head_dim: 40,
+                },
+                vec![5, 70],
+            ),
         ] {
             let Heads {
                 n_head,

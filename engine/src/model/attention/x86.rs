@@ -1,14 +1,17 @@
 //! Decode attention of one group of query heads on x86-64 with AVX2 and FMA: the portable
 //! [`super::head_group`]'s arithmetic, rearranged so that every step is a full vector
-//! operation.
+//! operation and each cached K and V row is read once for several query heads.
 //!
-//! - Scores: eight cached positions at a time, each position's products summed in eight
-//!   lanes, then the eight positions' lanes reduced together into one vector of eight scores
-//!   (three rounds of `vhaddps` and a cross-half add), instead of a horizontal sum per
-//!   position.
+//! - Heads: the group's query heads (which share one K/V head) in parts of up to three;
+//!   every K or V vector loaded serves each head of the part. Reading each row once per
+//!   head instead made long caches bound by the cache's bandwidth.
+//! - Scores: eight cached positions at a time for a part of one head, four for more (the
+//!   accumulators stay within AVX2's 16 registers), each position's products summed in
+//!   eight lanes, then the positions' lanes reduced together into one vector of scores
+//!   (rounds of `vhaddps` and a cross-half add) instead of a horizontal sum per position.
 //! - Softmax: `exp` on eight scores at once ([`exp8`], within 2 ulp of `f32::exp`).
-//! - Weighted sum of values: the output head stays in registers for the whole cache, which
-//!   is read once per head instead of the output being loaded and stored per position.
+//! - Weighted sum of values: the output heads stay in registers for the whole cache, four
+//!   vectors of each at a time.
 //!
 //! The float summation order differs from the portable loops, so results agree to rounding
 //! (the tests bound the difference), not bit for bit. Each output still depends only on its
@@ -57,84 +60,218 @@ unsafe fn head_group(hg: HeadGroup<'_>) {
     // Rounded up to whole vectors, so that every score load and store is a full one.
     let stride = len.next_multiple_of(8);
     let mut scores = vec![0f32; n_rep * stride];
-    for (r, row) in scores.chunks_exact_mut(stride).enumerate() {
-        let q = &q[r * hd..(r + 1) * hd];
-        // SAFETY: the CPU has AVX2 and FMA (the caller's contract); `q` is `hd` long, `k`
-        // holds `len` rows of `hd` and `row` is `stride` long (asserted and sliced above).
-        unsafe { scores_row(q, k, row, hd, len, scale) };
-        // SAFETY: as above; the first `len` entries of `row` are scores.
-        unsafe { softmax_row(row, len) };
-    }
-    for (r, o) in o.chunks_exact_mut(hd).take(n_rep).enumerate() {
-        // SAFETY: as above: `v` holds `len` rows of `hd`, `o` is `hd` long.
-        unsafe { weighted_sum(&scores[r * stride..r * stride + len], v, o, hd) };
+    // The group's heads in chunks of up to `MAX_HEADS`: each K and V row is read once per
+    // chunk, not once per head.
+    let mut h = 0;
+    while h < n_rep {
+        let r = (n_rep - h).min(MAX_HEADS);
+        let part = Part {
+            q: &q[h * hd..(h + r) * hd],
+            k,
+            v,
+            o: &mut o[h * hd..(h + r) * hd],
+            scores: &mut scores[h * stride..(h + r) * stride],
+            stride,
+            hd,
+            len,
+            scale,
+        };
+        // SAFETY: the CPU has AVX2 and FMA (the caller's contract); `part` holds `r` heads
+        // (sliced above) and `k`, `v` hold `len` rows of `hd` (asserted above).
+        unsafe {
+            match r {
+                1 => part.attend::<1>(),
+                2 => part.attend::<2>(),
+                _ => part.attend::<3>(),
+            }
+        }
+        h += r;
     }
 }
 
-/// `row[t] = scale * dot(q, k[t])` for `t < len`, and 0 up to the next multiple of 8.
-///
-/// # Safety
-/// AVX2 and FMA; `q.len() == hd`, `k.len() >= len * hd`, `row.len() >= len` rounded up to 8.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn scores_row(q: &[f32], k: &[f32], row: &mut [f32], hd: usize, len: usize, scale: f32) {
-    let scale = _mm256_set1_ps(scale);
-    for t0 in (0..len).step_by(8) {
-        // Whole blocks of 8 positions with a constant count, so that the loop over them
-        // unrolls with no test per position; only the last block may be shorter.
-        // SAFETY: positions `t0..t0 + n` are below `len` (`k`'s rows, the caller's
-        // contract), and `q.len() == hd`.
-        let acc = unsafe {
-            match len - t0 {
-                8.. => dots::<8>(q, k, t0, hd),
-                n => dots_short(q, k, t0, hd, n),
+/// The most query heads of a group attended together: their accumulators and the K row
+/// being read take 3 x 4 + 1 of AVX2's 16 registers.
+const MAX_HEADS: usize = 3;
+
+/// `R` query heads of a group (`R` from the call) against the K/V head they share.
+struct Part<'a> {
+    /// `R` heads of `hd`.
+    q: &'a [f32],
+    /// `len` rows of `hd`.
+    k: &'a [f32],
+    /// `len` rows of `hd`.
+    v: &'a [f32],
+    /// `R` heads of `hd`.
+    o: &'a mut [f32],
+    /// `R` rows of `stride` scores.
+    scores: &'a mut [f32],
+    /// `len` rounded up to 8.
+    stride: usize,
+    hd: usize,
+    len: usize,
+    scale: f32,
+}
+
+impl Part<'_> {
+    /// Scores, softmax and weighted sum of the `R` heads.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; the slices are as long as the fields' documentation says, `R >= 1`,
+    /// `hd` a multiple of 8.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn attend<const R: usize>(mut self) {
+        // Eight positions at a time for one head (eight FMA chains), four for more.
+        // SAFETY: the caller's contract, for each block size.
+        unsafe {
+            if R == 1 {
+                self.scores::<R, 8>();
+            } else {
+                self.scores::<R, 4>();
+            }
+        }
+        for r in 0..R {
+            // SAFETY: AVX2 and FMA; row `r` is `stride` long and holds `len` scores.
+            unsafe { softmax_row(&mut self.scores[r * self.stride..], self.len) };
+        }
+        let mut c = 0;
+        while c < self.hd {
+            // Up to 4 vectors of the heads at a time (32 lanes), never past `hd`.
+            // SAFETY: the caller's contract; `c + 8 * W <= hd` for the `W` picked.
+            c += unsafe {
+                match (self.hd - c) / 8 {
+                    1 => self.weighted::<R, 1>(c),
+                    2 | 3 => self.weighted::<R, 2>(c),
+                    _ => self.weighted::<R, 4>(c),
+                }
+            };
+        }
+    }
+
+    /// `scores[r][t] = scale * dot(q[r], k[t])` for `t < len`, and 0 up to the next
+    /// multiple of 8, `P` positions at a time.
+    ///
+    /// # Safety
+    /// As [`Part::attend`]; `P` is 4 or 8.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn scores<const R: usize, const P: usize>(&mut self) {
+        let scale = _mm256_set1_ps(self.scale);
+        for t0 in (0..self.len).step_by(P) {
+            let n = (self.len - t0).min(P);
+            // A constant count for whole blocks, so that their loop unrolls with no test
+            // per position; only the last block may be shorter.
+            // SAFETY: the caller's contract; positions `t0..t0 + n` are below `len`.
+            let acc = unsafe {
+                if n == P {
+                    self.dots::<R, P>(t0, P)
+                } else {
+                    self.dots::<R, P>(t0, n)
+                }
+            };
+            for (r, acc) in acc.iter().enumerate() {
+                let at = r * self.stride + t0;
+                // SAFETY: `t0 + P <= stride` (`t0 < len`, a multiple of `P`, which divides
+                // 8), so the `P` scores stored lie inside row `r`; lanes past `len` hold
+                // the zero accumulators' sums.
+                unsafe {
+                    let out = self.scores.as_mut_ptr().add(at);
+                    if P == 8 {
+                        let a: &[__m256; 8] = acc[..].try_into().expect("8 accumulators");
+                        _mm256_storeu_ps(out, _mm256_mul_ps(reduce8(a), scale));
+                    } else {
+                        let a: &[__m256; 4] = acc[..4].try_into().expect("4 accumulators");
+                        _mm_storeu_ps(out, _mm_mul_ps(reduce4(a), _mm256_castps256_ps128(scale)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lane-wise products of each of the `R` query heads with positions `t0..t0 + n` of
+    /// `k` (`n <= P`), summed over the head's vectors: `acc[r][i]` for position `t0 + i`,
+    /// zero from `n` on.
+    ///
+    /// # Safety
+    /// As [`Part::attend`]; `t0 + n <= len`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dots<const R: usize, const P: usize>(&self, t0: usize, n: usize) -> [[__m256; P]; R] {
+        let (q, k, hd) = (self.q, self.k, self.hd);
+        let mut acc = [[_mm256_setzero_ps(); P]; R];
+        for c in (0..hd).step_by(8) {
+            for i in 0..P.min(n) {
+                // SAFETY: position `t0 + i < len`, so its lanes `c..c + 8` lie inside `k`.
+                let kv = unsafe { _mm256_loadu_ps(k.as_ptr().add((t0 + i) * hd + c)) };
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: `r < R` heads of `hd` in `q`, and `c + 8 <= hd`.
+                    let qv = unsafe { _mm256_loadu_ps(q.as_ptr().add(r * hd + c)) };
+                    acc[i] = _mm256_fmadd_ps(qv, kv, acc[i]);
+                }
+            }
+        }
+        acc
+    }
+
+    /// Lanes `c..c + 8 * W` of `o[r] = sum over t of scores[r][t] * v[t]` for the `R`
+    /// heads; returns `8 * W`. Each V row's lanes are loaded once for all `R` heads.
+    ///
+    /// # Safety
+    /// As [`Part::attend`]; `c + 8 * W <= hd`, and the scores are probabilities (softmax
+    /// done).
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weighted<const R: usize, const W: usize>(&mut self, c: usize) -> usize {
+        let (v, hd, stride) = (self.v, self.hd, self.stride);
+        let p = &self.scores[..];
+        let step = |acc: &mut [[__m256; W]; R], t: usize| {
+            let row = t * hd + c;
+            for w in 0..W {
+                // SAFETY: `row + 8 * w + 8 <= t * hd + hd <= v.len()` (`t < len`).
+                let x = unsafe { _mm256_loadu_ps(v.as_ptr().add(row + 8 * w)) };
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let weight = _mm256_set1_ps(p[r * stride + t]);
+                    acc[w] = _mm256_fmadd_ps(weight, x, acc[w]);
+                }
             }
         };
-        let sums = _mm256_mul_ps(reduce8(&acc), scale);
-        // SAFETY: `t0 + 8 <= row.len()` (it is rounded up to 8); lanes past `len` hold the
-        // zero accumulators' sums.
-        unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(t0), sums) };
+        // With fewer than 8 accumulators, a second set for odd positions: enough
+        // independent FMA chains not to wait on the FMA's latency. Both sets are indexed
+        // only by constants (positions go in pairs), so they stay in registers (indexed by
+        // `t % 2`, they lived on the stack: `perf annotate`, 55% of the kernel's time).
+        let mut even = [[_mm256_setzero_ps(); W]; R];
+        let mut odd = [[_mm256_setzero_ps(); W]; R];
+        if R * W >= 8 {
+            for t in 0..self.len {
+                step(&mut even, t);
+            }
+        } else {
+            for t in (0..self.len / 2 * 2).step_by(2) {
+                step(&mut even, t);
+                step(&mut odd, t + 1);
+            }
+            if self.len % 2 == 1 {
+                step(&mut even, self.len - 1);
+            }
+        }
+        for (r, (even, odd)) in even.iter().zip(&odd).enumerate() {
+            for w in 0..W {
+                // SAFETY: `r < R` heads of `hd` in `o`, and `c + 8 * w + 8 <= hd`.
+                unsafe {
+                    _mm256_storeu_ps(
+                        self.o.as_mut_ptr().add(r * hd + c + 8 * w),
+                        _mm256_add_ps(even[w], odd[w]),
+                    )
+                };
+            }
+        }
+        8 * W
     }
 }
 
-/// The lane-wise products of `q` with positions `t0..t0 + N` of `k`, summed over the
-/// head's vectors (`acc[i]` for position `t0 + i`).
-///
-/// # Safety
-/// AVX2 and FMA; `q.len() == hd`, a multiple of 8; `k.len() >= (t0 + N) * hd`.
+/// `[sum of the lanes of a[i]] for i in 0..4`.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dots<const N: usize>(q: &[f32], k: &[f32], t0: usize, hd: usize) -> [__m256; 8] {
-    let mut acc = [_mm256_setzero_ps(); 8];
-    for c in (0..hd).step_by(8) {
-        // SAFETY: `c + 8 <= hd == q.len()`.
-        let qv = unsafe { _mm256_loadu_ps(q.as_ptr().add(c)) };
-        for (i, acc) in acc.iter_mut().enumerate().take(N) {
-            // SAFETY: position `t0 + i < t0 + N`, so its lanes `c..c + 8` lie inside `k`.
-            let kv = unsafe { _mm256_loadu_ps(k.as_ptr().add((t0 + i) * hd + c)) };
-            *acc = _mm256_fmadd_ps(qv, kv, *acc);
-        }
-    }
-    acc
-}
-
-/// [`dots`] for a count `n < 8` known only at run time (the last block of a row).
-///
-/// # Safety
-/// As [`dots`] with `N = n`.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dots_short(q: &[f32], k: &[f32], t0: usize, hd: usize, n: usize) -> [__m256; 8] {
-    // SAFETY: the caller's contract, for each count.
-    unsafe {
-        match n {
-            1 => dots::<1>(q, k, t0, hd),
-            2 => dots::<2>(q, k, t0, hd),
-            3 => dots::<3>(q, k, t0, hd),
-            4 => dots::<4>(q, k, t0, hd),
-            5 => dots::<5>(q, k, t0, hd),
-            6 => dots::<6>(q, k, t0, hd),
-            _ => dots::<7>(q, k, t0, hd),
-        }
-    }
+#[target_feature(enable = "avx2")]
+fn reduce4(a: &[__m256; 4]) -> __m128 {
+    let s = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s))
 }
 
 /// `[sum of the lanes of a[i]] for i in 0..8`.
@@ -211,85 +348,6 @@ unsafe fn softmax_row(row: &mut [f32], len: usize) {
             _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_loadu_ps(p), inv));
         }
     }
-}
-
-/// `o = sum over t of p[t] * v[t]` (`p.len()` rows of `hd` in `v`).
-///
-/// # Safety
-/// AVX2 and FMA; `o.len() == hd`, a multiple of 8; `v.len() >= p.len() * hd`.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn weighted_sum(p: &[f32], v: &[f32], o: &mut [f32], hd: usize) {
-    let mut c = 0;
-    while c < hd {
-        // Up to 8 vectors of the head at a time (64 lanes), never past `hd`.
-        let vectors = match (hd - c) / 8 {
-            1 => 1,
-            2 | 3 => 2,
-            4..=7 => 4,
-            _ => 8,
-        };
-        // SAFETY: the CPU has AVX2 and FMA (this function's contract); `c + 8 * vectors <=
-        // hd`, so lanes `c..c + 8 * vectors` lie inside `o` and inside each row of `v`.
-        c += unsafe {
-            match vectors {
-                1 => weighted_lanes::<1>(p, v, o, hd, c),
-                2 => weighted_lanes::<2>(p, v, o, hd, c),
-                4 => weighted_lanes::<4>(p, v, o, hd, c),
-                _ => weighted_lanes::<8>(p, v, o, hd, c),
-            }
-        };
-    }
-}
-
-/// Lanes `c..c + 8 * W` of [`weighted_sum`]; returns `8 * W`.
-///
-/// # Safety
-/// AVX2 and FMA; `c + 8 * W <= hd == o.len()`, `v.len() >= p.len() * hd`.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn weighted_lanes<const W: usize>(
-    p: &[f32],
-    v: &[f32],
-    o: &mut [f32],
-    hd: usize,
-    c: usize,
-) -> usize {
-    let step = |acc: &mut [__m256; W], t: usize| {
-        let weight = _mm256_set1_ps(p[t]);
-        let row = t * hd + c;
-        for (w, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: `row + 8 * w + 8 <= t * hd + hd <= v.len()` (the caller's contract).
-            let x = unsafe { _mm256_loadu_ps(v.as_ptr().add(row + 8 * w)) };
-            *acc = _mm256_fmadd_ps(weight, x, *acc);
-        }
-    };
-    // Below 8 vectors, two sets of accumulators, for even and odd positions: twice the
-    // independent FMA chains, so that a head of 4 vectors (32 lanes) is not bound by the
-    // FMA's latency. 8 vectors are 8 chains already, and two sets of them would take all
-    // 16 of AVX2's registers: they use one. The sets are indexed only by constants
-    // (positions go in pairs), so they stay in registers: indexed by `t % 2`, they lived
-    // on the stack, and every FMA waited for a store and a load (`perf annotate`: 55% of
-    // the kernel's time).
-    let mut even = [_mm256_setzero_ps(); W];
-    let mut odd = [_mm256_setzero_ps(); W];
-    if W >= 8 {
-        for t in 0..p.len() {
-            step(&mut even, t);
-        }
-    } else {
-        for t in (0..p.len() / 2 * 2).step_by(2) {
-            step(&mut even, t);
-            step(&mut odd, t + 1);
-        }
-        if p.len() % 2 == 1 {
-            step(&mut even, p.len() - 1);
-        }
-    }
-    for (w, (even, odd)) in even.iter().zip(&odd).enumerate() {
-        // SAFETY: `c + 8 * w + 8 <= o.len()` (the caller's contract).
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(c + 8 * w), _mm256_add_ps(*even, *odd)) };
-    }
-    8 * W
 }
 
 #[inline]
