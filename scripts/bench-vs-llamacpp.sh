@@ -27,6 +27,7 @@
 #   decode         128 tokens, 1 slot, against llama-bench tg128 and llama-server
 #   prefill 128    against llama-bench pp128
 #   prefill 512    server against server; likewise the long prompt (--long)
+#   decode long    64 tokens decoded right after the long prompt, over its cache
 #   4-slot         4 slots x --tokens decode tokens at once: aggregate tokens/s, against
 #                  llama-server -np 4; also each engine's aggregate / its own 1-slot rate
 #   hog            1-slot decode while `yes > /dev/null` runs, and that over the quiet rate;
@@ -216,6 +217,9 @@ def llama_bench():
     tg = next(float(x["avg_ts"]) for x in rows if int(x["n_gen"]) > 0)
     return pp, tg
 
+# Tokens decoded after the long prompt, over its cache.
+LONG_DECODE = 64
+
 fig = {}
 def add(name, engine, value):
     fig.setdefault(name, {}).setdefault(engine, []).append(value)
@@ -229,9 +233,13 @@ for rnd in range(rounds):
     add("decode 128", "server", completion("llama", 0, ids(16, rnd), 128)[1])
     add("prefill 128", "hydra", completion("hydra", 1, ids(128, rnd), 1)[0])
     add("prefill 128", "server", completion("llama", 1, ids(128, rnd), 1)[0])
-    for n in (512, long_n):
-        add(f"prefill {n}", "hydra", completion("hydra", 2, ids(n, rnd), 1)[0])
-        add(f"prefill {n}", "server", completion("llama", 2, ids(n, rnd), 1)[0])
+    add("prefill 512", "hydra", completion("hydra", 2, ids(512, rnd), 1)[0])
+    add("prefill 512", "server", completion("llama", 2, ids(512, rnd), 1)[0])
+    # The long prompt, then decode over its cache (where attention reads the most).
+    for engine, key in (("hydra", "hydra"), ("llama", "server")):
+        pp, tg = completion(engine, 2, ids(long_n, rnd), LONG_DECODE)
+        add(f"prefill {long_n}", key, pp)
+        add("decode after long", key, tg)
     add("4-slot aggregate", "hydra", aggregate("hydra", tokens))
     add("4-slot aggregate", "server", aggregate("llama", tokens))
     add("1-slot (same run)", "hydra", completion("hydra", 3, ids(16, rnd), tokens)[1])
@@ -264,6 +272,8 @@ rows = [("decode 128 vs llama-bench tg128", "decode 128", "bench"),
         ("prefill 128 (servers)", "prefill 128", "server"),
         ("prefill 512 (servers)", "prefill 512", "server"),
         (f"prefill {long_n} (servers)", f"prefill {long_n}", "server"),
+        (f"decode {LONG_DECODE} after the {long_n}-token prompt (servers)", "decode after long",
+         "server"),
         (f"4 slots x {tokens} decode, aggregate", "4-slot aggregate", "server"),
         (f"1 slot x {tokens} decode", "1-slot (same run)", "server"),
         (f"decode {hog_tokens} under one `yes` hog", "decode under hog", "server"),
