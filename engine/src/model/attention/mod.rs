@@ -128,6 +128,47 @@ pub struct CachedSequence<'a> {
 /// microseconds of arithmetic over the pool costs more than it saves.
 const PARALLEL_MIN_WORK: usize = 1 << 16;
 
+/// Caches of at least this many positions are attended in blocks of [`SPLIT_BLOCK`] when
+/// the pool may share the work out (one sequence has only a few K/V heads: SmolLM2's 3 on
+/// two threads left one of them idle for a third of the time).
+const SPLIT_MIN_LEN: usize = 1024;
+
+/// Positions per block of a split cache.
+const SPLIT_BLOCK: usize = 512;
+
+/// A task of the decode kernel: group `t` (sequence `t / n_kv`, K/V head `t % n_kv`) over
+/// `positions` of its cache, into `o`; with `stats` for a block of a split cache.
+struct Task<'a> {
+    t: usize,
+    positions: std::ops::Range<usize>,
+    o: &'a mut [f32],
+    stats: Option<&'a mut [f32]>,
+}
+
+/// `o` (`n_rep * hd`, zeroed) from the unnormalized outputs `parts` and the statistics
+/// `stats` of a group's blocks ([`HeadGroup::stats`]): per head, the blocks' outputs and
+/// sums rescaled to the largest of their maximums, then divided by the total sum.
+fn merge_blocks(o: &mut [f32], parts: &[f32], stats: &[f32], n_rep: usize, hd: usize) {
+    let blocks = stats.len() / (2 * n_rep);
+    for (r, o) in o.chunks_exact_mut(hd).enumerate() {
+        let stat = |b: usize, i: usize| stats[b * 2 * n_rep + 2 * r + i];
+        let max = (0..blocks)
+            .map(|b| stat(b, 0))
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for b in 0..blocks {
+            let w = (stat(b, 0) - max).exp();
+            sum += w * stat(b, 1);
+            let part = &parts[(b * n_rep + r) * hd..(b * n_rep + r + 1) * hd];
+            axpy(w, part, o);
+        }
+        let inv = 1.0 / sum;
+        for x in o.iter_mut() {
+            *x *= inv;
+        }
+    }
+}
+
 /// Decode attention of a batch: `q` `(batch, n_head, 1, head_dim)` contiguous f32 on the CPU,
 /// row `j` the new token of `seqs[j]`, whose keys and values (that token's included) are
 /// already in its buffers. Returns `(1, batch, n_head * head_dim)`, as [`attend`] would
@@ -206,24 +247,67 @@ pub fn attend_decode_cpu_with(
     let avx2 = crate::model::simd::Avx2Fma::for_code(code).filter(|_| hd.is_multiple_of(8));
     #[cfg(not(target_arch = "x86_64"))]
     let _ = code;
-    // Task `j * n_kv + g`: the n_rep query heads of sequence j that share K/V head g, whose
-    // outputs are adjacent in `out` ((batch, n_head, head_dim) order). Each K and V row is
-    // read once for all n_rep heads.
-    let task = |(t, o): (usize, &mut [f32])| {
+    // Group `t = j * n_kv + g`: the n_rep query heads of sequence j that share K/V head g,
+    // whose outputs are adjacent in `out` ((batch, n_head, head_dim) order). Each K and V
+    // row is read once for all n_rep heads. A group over a long cache is split into blocks
+    // of positions when the pool may share them out, so that one sequence's few K/V heads
+    // still keep every thread busy; its blocks' unnormalized outputs and softmax
+    // statistics are merged below.
+    let threads = crate::threads::kernel_threads();
+    let blocks: Vec<usize> = (0..batch * n_kv)
+        .map(|t| match views[t / n_kv].3 {
+            len if threads > 1 && len >= SPLIT_MIN_LEN => len.div_ceil(SPLIT_BLOCK),
+            _ => 1,
+        })
+        .collect();
+    let split: usize = blocks.iter().filter(|&&b| b > 1).sum();
+    let mut block_out = vec![0f32; split * n_rep * hd];
+    let mut block_stats = vec![0f32; split * 2 * n_rep];
+    let mut tasks = Vec::with_capacity(batch * n_kv + split);
+    {
+        let mut outs = block_out.chunks_mut(n_rep * hd);
+        let mut stats = block_stats.chunks_mut(2 * n_rep);
+        for (t, o) in out.chunks_mut(n_rep * hd).enumerate() {
+            let len = views[t / n_kv].3;
+            if blocks[t] == 1 {
+                tasks.push(Task {
+                    t,
+                    positions: 0..len,
+                    o,
+                    stats: None,
+                });
+                continue;
+            }
+            for b in 0..blocks[t] {
+                tasks.push(Task {
+                    t,
+                    positions: b * SPLIT_BLOCK..((b + 1) * SPLIT_BLOCK).min(len),
+                    o: outs.next().expect("a block output per block"),
+                    stats: stats.next(),
+                });
+            }
+        }
+    }
+    let task = |Task {
+                    t,
+                    positions,
+                    o,
+                    stats,
+                }: Task<'_>| {
         let (j, g) = (t / n_kv, t % n_kv);
-        let (k, v, capacity, len) = views[j];
-        let head = g * capacity * hd;
-        let (k, v) = (&k[head..head + len * hd], &v[head..head + len * hd]);
+        let (k, v, capacity, _) = views[j];
+        let rows = g * capacity * hd + positions.start * hd..g * capacity * hd + positions.end * hd;
         let q = &q_all[(j * n_head + g * n_rep) * hd..(j * n_head + (g + 1) * n_rep) * hd];
         let hg = HeadGroup {
             q,
-            k,
-            v,
+            k: &k[rows.clone()],
+            v: &v[rows],
             o,
             n_rep,
             hd,
-            len,
+            len: positions.len(),
             scale,
+            stats,
         };
         #[cfg(target_arch = "x86_64")]
         if let Some(avx2) = avx2 {
@@ -233,10 +317,24 @@ pub fn attend_decode_cpu_with(
         pulp::Arch::new().dispatch(hg);
     };
     let work: usize = views.iter().map(|v| v.3).sum::<usize>() * n_head * hd;
-    if work >= PARALLEL_MIN_WORK && crate::threads::kernel_threads() > 1 {
-        out.par_chunks_mut(n_rep * hd).enumerate().for_each(task);
+    if work >= PARALLEL_MIN_WORK && threads > 1 {
+        tasks.into_par_iter().for_each(task);
     } else {
-        out.chunks_mut(n_rep * hd).enumerate().for_each(task);
+        tasks.into_iter().for_each(task);
+    }
+    let mut at = 0;
+    for (t, o) in out.chunks_mut(n_rep * hd).enumerate() {
+        let n = blocks[t];
+        if n > 1 {
+            merge_blocks(
+                o,
+                &block_out[at * n_rep * hd..(at + n) * n_rep * hd],
+                &block_stats[at * 2 * n_rep..(at + n) * 2 * n_rep],
+                n_rep,
+                hd,
+            );
+            at += n;
+        }
     }
     drop(views);
     drop(guards);
@@ -280,6 +378,10 @@ struct HeadGroup<'a> {
     hd: usize,
     len: usize,
     scale: f32,
+    /// For a block of a longer cache (`2 * n_rep`): the softmax is left unnormalized, `o`
+    /// gets `sum over t of exp(s_t - max) * v_t`, and head `r`'s `max` and sum of
+    /// `exp(s_t - max)` go to `stats[2r]` and `stats[2r + 1]` ([`merge_blocks`]).
+    stats: Option<&'a mut [f32]>,
 }
 
 impl pulp::WithSimd for HeadGroup<'_> {
@@ -303,6 +405,7 @@ fn head_group(hg: HeadGroup<'_>) {
         hd,
         len,
         scale,
+        mut stats,
     } = hg;
     // scores[r * len + t]: query head r against position t.
     let mut scores = vec![0f32; n_rep * len];
@@ -311,12 +414,17 @@ fn head_group(hg: HeadGroup<'_>) {
             scores[r * len + t] = dot(q, k) * scale;
         }
     }
-    for row in scores.chunks_exact_mut(len) {
+    for (r, row) in scores.chunks_exact_mut(len).enumerate() {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0f32;
         for s in row.iter_mut() {
             *s = (*s - max).exp();
             sum += *s;
+        }
+        if let Some(stats) = stats.as_deref_mut() {
+            stats[2 * r] = max;
+            stats[2 * r + 1] = sum;
+            continue;
         }
         let inv = 1.0 / sum;
         for s in row.iter_mut() {
@@ -379,7 +487,7 @@ mod tests {
 
     /// The kernel agrees with the candle-op form for every sequence of a batch of unequal
     /// lengths, read out of buffers larger than what they hold, on both the sequential and
-    /// the parallel path.
+    /// the parallel path, and for caches split into blocks of positions.
     #[test]
     fn decode_kernel_matches_the_candle_ops() {
         for (heads, lens) in [
@@ -406,7 +514,7 @@ mod tests {
                     n_kv_head: 4,
                     head_dim: 12,
                 },
-                vec![3],
+                vec![3, 1500],
             ),
             // One query head per K/V head, and 7 per K/V head (heads in parts of 3, 3 and 1),
             // with head widths that leave 1 and 2 vectors after the 4-vector passes.
@@ -424,7 +532,7 @@ mod tests {
                     n_kv_head: 2,
                     head_dim: 40,
                 },
-                vec![5, 70],
+                vec![5, 70, 1100],
             ),
         ] {
             let Heads {
@@ -447,7 +555,13 @@ mod tests {
                 .zip(&lens)
                 .map(|((k, v), &len)| CachedSequence { k, v, len })
                 .collect();
-            let got = attend_decode_cpu(&q, &seqs, heads).unwrap();
+            // On two threads, so that caches from `SPLIT_MIN_LEN` positions on are split
+            // into blocks (2000, 1500 and 1100 here) on any machine.
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            let got = pool.install(|| attend_decode_cpu(&q, &seqs, heads).unwrap());
             assert_eq!(got.dims(), [1, lens.len(), n_head * head_dim]);
             for (j, ((k, v), &len)) in bufs.iter().zip(&lens).enumerate() {
                 let want = attend(

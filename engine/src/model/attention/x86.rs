@@ -50,6 +50,7 @@ unsafe fn head_group(hg: HeadGroup<'_>) {
         hd,
         len,
         scale,
+        mut stats,
     } = hg;
     assert!(hd.is_multiple_of(8) && hd > 0, "head width {hd}");
     assert!(
@@ -71,6 +72,7 @@ unsafe fn head_group(hg: HeadGroup<'_>) {
             v,
             o: &mut o[h * hd..(h + r) * hd],
             scores: &mut scores[h * stride..(h + r) * stride],
+            stats: stats.as_deref_mut().map(|s| &mut s[2 * h..2 * (h + r)]),
             stride,
             hd,
             len,
@@ -105,6 +107,8 @@ struct Part<'a> {
     o: &'a mut [f32],
     /// `R` rows of `stride` scores.
     scores: &'a mut [f32],
+    /// `2 * R` softmax statistics, for a block of a longer cache ([`super::HeadGroup`]).
+    stats: Option<&'a mut [f32]>,
     /// `len` rounded up to 8.
     stride: usize,
     hd: usize,
@@ -129,9 +133,15 @@ impl Part<'_> {
                 self.scores::<R, 4>();
             }
         }
+        let normalize = self.stats.is_none();
         for r in 0..R {
             // SAFETY: AVX2 and FMA; row `r` is `stride` long and holds `len` scores.
-            unsafe { softmax_row(&mut self.scores[r * self.stride..], self.len) };
+            let (max, sum) =
+                unsafe { softmax_row(&mut self.scores[r * self.stride..], self.len, normalize) };
+            if let Some(stats) = self.stats.as_deref_mut() {
+                stats[2 * r] = max;
+                stats[2 * r + 1] = sum;
+            }
         }
         let mut c = 0;
         while c < self.hd {
@@ -292,12 +302,13 @@ fn reduce8(a: &[__m256; 8]) -> __m256 {
 }
 
 /// Softmax of `row[..len]` in place (`row` is `len` rounded up to 8 long; the lanes past
-/// `len` are left with values that are never read).
+/// `len` are left with values that are never read), or with `normalize` false only
+/// `exp(s - max)`; returns `max` and the sum of the exponentials.
 ///
 /// # Safety
 /// AVX2 and FMA; `row.len() >= len` rounded up to 8, `len > 0`.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_row(row: &mut [f32], len: usize) {
+unsafe fn softmax_row(row: &mut [f32], len: usize, normalize: bool) -> (f32, f32) {
     let full = len / 8 * 8;
     let mut max = f32::NEG_INFINITY;
     if full > 0 {
@@ -340,6 +351,9 @@ unsafe fn softmax_row(row: &mut [f32], len: usize) {
             sum += e;
         }
     }
+    if !normalize {
+        return (max, sum);
+    }
     let inv = _mm256_set1_ps(1.0 / sum);
     for t in (0..len.next_multiple_of(8)).step_by(8) {
         // SAFETY: `t + 8 <= row.len()`.
@@ -348,6 +362,7 @@ unsafe fn softmax_row(row: &mut [f32], len: usize) {
             _mm256_storeu_ps(p, _mm256_mul_ps(_mm256_loadu_ps(p), inv));
         }
     }
+    (max, sum)
 }
 
 #[inline]
