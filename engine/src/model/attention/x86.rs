@@ -179,9 +179,8 @@ impl Part<'_> {
             };
             for (r, acc) in acc.iter().enumerate() {
                 let at = r * self.stride + t0;
-                // SAFETY: `t0 + P <= stride` (`t0 < len`, a multiple of `P`, which divides
-                // 8), so the `P` scores stored lie inside row `r`; lanes past `len` hold
-                // the zero accumulators' sums.
+                // Lanes past `len` hold the zero accumulators' sums.
+                // SAFETY: `t0 + P <= stride` (`t0 < len`, a multiple of `P`, which divides 8).
                 unsafe {
                     let out = self.scores.as_mut_ptr().add(at);
                     if P == 8 {
