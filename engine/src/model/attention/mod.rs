@@ -262,13 +262,11 @@ pub fn attend_decode_cpu_with(
     // statistics are merged below.
     let threads = crate::threads::kernel_threads();
     let few_groups = threads > 1 && batch * n_kv < SPLIT_GROUPS_PER_THREAD * threads;
-    let blocks: Vec<usize> = (0..batch * n_kv)
-        .map(|t| match views[t / n_kv].3 {
-            len if few_groups && len >= SPLIT_MIN_LEN => len.div_ceil(SPLIT_BLOCK),
-            _ => 1,
-        })
-        .collect();
-    let split: usize = blocks.iter().filter(|&&b| b > 1).sum();
+    let blocks = |t: usize| match views[t / n_kv].3 {
+        len if few_groups && len >= SPLIT_MIN_LEN => len.div_ceil(SPLIT_BLOCK),
+        _ => 1,
+    };
+    let split: usize = (0..batch * n_kv).map(blocks).filter(|&b| b > 1).sum();
     let mut block_out = vec![0f32; split * n_rep * hd];
     let mut block_stats = vec![0f32; split * 2 * n_rep];
     let mut tasks = Vec::with_capacity(batch * n_kv + split);
@@ -277,7 +275,7 @@ pub fn attend_decode_cpu_with(
         let mut stats = block_stats.chunks_mut(2 * n_rep);
         for (t, o) in out.chunks_mut(n_rep * hd).enumerate() {
             let len = views[t / n_kv].3;
-            if blocks[t] == 1 {
+            if blocks(t) == 1 {
                 tasks.push(Task {
                     t,
                     positions: 0..len,
@@ -286,7 +284,7 @@ pub fn attend_decode_cpu_with(
                 });
                 continue;
             }
-            for b in 0..blocks[t] {
+            for b in 0..blocks(t) {
                 tasks.push(Task {
                     t,
                     positions: b * SPLIT_BLOCK..((b + 1) * SPLIT_BLOCK).min(len),
@@ -332,7 +330,7 @@ pub fn attend_decode_cpu_with(
     }
     let mut at = 0;
     for (t, o) in out.chunks_mut(n_rep * hd).enumerate() {
-        let n = blocks[t];
+        let n = blocks(t);
         if n > 1 {
             merge_blocks(
                 o,
