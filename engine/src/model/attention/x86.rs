@@ -40,18 +40,9 @@ pub fn attend(_: Avx2Fma, hg: HeadGroup<'_>) {
 /// # Safety
 /// The CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn head_group(hg: HeadGroup<'_>) {
-    let HeadGroup {
-        q,
-        k,
-        v,
-        o,
-        n_rep,
-        hd,
-        len,
-        scale,
-        mut stats,
-    } = hg;
+unsafe fn head_group(mut hg: HeadGroup<'_>) {
+    let (q, k, v, o) = (hg.q, hg.k, hg.v, &mut *hg.o);
+    let (n_rep, hd, len) = (hg.n_rep, hg.hd, hg.len);
     assert!(hd.is_multiple_of(8) && hd > 0, "head width {hd}");
     assert!(
         q.len() >= n_rep * hd && o.len() >= n_rep * hd,
@@ -72,11 +63,11 @@ unsafe fn head_group(hg: HeadGroup<'_>) {
             v,
             o: &mut o[h * hd..(h + r) * hd],
             scores: &mut scores[h * stride..(h + r) * stride],
-            stats: stats.as_deref_mut().map(|s| &mut s[2 * h..2 * (h + r)]),
+            stats: hg.stats.as_deref_mut().map(|s| &mut s[2 * h..2 * (h + r)]),
             stride,
             hd,
             len,
-            scale,
+            scale: hg.scale,
         };
         // SAFETY: the CPU has AVX2 and FMA (the caller's contract); `part` holds `r` heads
         // (sliced above) and `k`, `v` hold `len` rows of `hd` (asserted above).

@@ -55,6 +55,10 @@ const PIECES_PER_THREAD: usize = 4;
 /// out than they save).
 const PIECE_MIN_WORK: usize = 1 << 15;
 
+/// Tiles computed per call of the kernel within a piece (their results, up to four rows'
+/// worth, sit in a 4 KiB buffer on the stack).
+const GROUP_TILES: usize = 32;
+
 /// A quantized weight matrix `(n, k)` in the tile layout of [`kernels`], its rows padded
 /// with zero rows to a whole number of tiles.
 #[derive(Clone)]
@@ -208,6 +212,7 @@ impl PackedMatrix {
             return vec![Vec::new(); mats.len()];
         }
         let acts = QuantizedRows::new(x, rows, k);
+        let acts: Vec<QuantizedRow<'_>> = (0..acts.rows()).map(|m| acts.row(m)).collect();
         let mut outs: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; rows * m.n]).collect();
         let total: usize = mats.iter().map(|m| m.n).sum();
         let threads = crate::threads::kernel_threads();
@@ -246,17 +251,16 @@ impl PackedMatrix {
 
     /// Weight rows `first..first + out[0].len()` into `out` (`out[r][j]`: activation row
     /// `r` against weight row `first + j`); `first` is the first row of a tile.
-    fn rows_into(&self, first: usize, acts: &QuantizedRows, out: &mut [&mut [f32]]) {
-        let act_rows: Vec<QuantizedRow<'_>> = (0..acts.rows()).map(|m| acts.row(m)).collect();
+    fn rows_into(&self, first: usize, act_rows: &[QuantizedRow<'_>], out: &mut [&mut [f32]]) {
         let n_out = out.first().map_or(0, |o| o.len());
         debug_assert_eq!(first % TILE, 0, "pieces start at a tile");
         let mut r = 0;
         while r < act_rows.len() {
             r += match act_rows.len() - r {
-                1 => self.group::<1>(first, n_out, &act_rows, r, out),
-                2 => self.group::<2>(first, n_out, &act_rows, r, out),
-                3 => self.group::<3>(first, n_out, &act_rows, r, out),
-                _ => self.group::<4>(first, n_out, &act_rows, r, out),
+                1 => self.group::<1>(first, n_out, act_rows, r, out),
+                2 => self.group::<2>(first, n_out, act_rows, r, out),
+                3 => self.group::<3>(first, n_out, act_rows, r, out),
+                _ => self.group::<4>(first, n_out, act_rows, r, out),
             };
         }
     }
@@ -274,23 +278,29 @@ impl PackedMatrix {
     ) -> usize {
         let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
         let blocks = self.k / BLOCK;
-        let (t0, t1) = (first / TILE, (first + n).div_ceil(TILE));
         let (tb, per_tile) = (self.kind.tile_block_bytes(), blocks * TILE);
-        let tiles = Tiles {
-            blocks,
-            quants: &self.quants[t0 * blocks * tb..t1 * blocks * tb],
-            scales: &self.scales[t0 * per_tile..t1 * per_tile],
-            mins: self.mins.get(t0 * per_tile..t1 * per_tile).unwrap_or(&[]),
-        };
-        let mut dots = vec![[0f32; TILE]; (t1 - t0) * M];
-        // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was checked
-        // by `with_isa`, the only ways it is set.
-        unsafe { kernels::tile_dots(self.isa, self.kind, tiles, rows, &mut dots) };
-        for (t, per_row) in dots.chunks_exact(M).enumerate() {
-            let at = t * TILE;
-            let take = n.saturating_sub(at).min(TILE);
-            for (m, tile) in per_row.iter().enumerate() {
-                out[r + m][at..at + take].copy_from_slice(&tile[..take]);
+        // The tiles' results go through a buffer on the stack, `GROUP_TILES` tiles at a
+        // time: no allocation per piece and group of rows.
+        let mut dots = [[0f32; TILE]; GROUP_TILES * 4];
+        let (first_tile, end_tile) = (first / TILE, (first + n).div_ceil(TILE));
+        for t0 in (first_tile..end_tile).step_by(GROUP_TILES) {
+            let t1 = (t0 + GROUP_TILES).min(end_tile);
+            let tiles = Tiles {
+                blocks,
+                quants: &self.quants[t0 * blocks * tb..t1 * blocks * tb],
+                scales: &self.scales[t0 * per_tile..t1 * per_tile],
+                mins: self.mins.get(t0 * per_tile..t1 * per_tile).unwrap_or(&[]),
+            };
+            let dots = &mut dots[..(t1 - t0) * M];
+            // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was
+            // checked by `with_isa`, the only ways it is set.
+            unsafe { kernels::tile_dots(self.isa, self.kind, tiles, rows, dots) };
+            for (t, per_row) in dots.chunks_exact(M).enumerate() {
+                let at = (t0 + t) * TILE - first;
+                let take = n.saturating_sub(at).min(TILE);
+                for (m, tile) in per_row.iter().enumerate() {
+                    out[r + m][at..at + take].copy_from_slice(&tile[..take]);
+                }
             }
         }
         M

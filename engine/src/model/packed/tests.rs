@@ -112,6 +112,13 @@ fn parallel_chunks_give_the_sequential_result() {
         .unwrap()
         .install(|| packed.matmul(&x, rows));
     assert_eq!(split, one);
+    // One piece of 126 tiles, computed `GROUP_TILES` at a time: the same as candle's.
+    assert_close(
+        &one,
+        &candle_matmul(&q, &x, rows),
+        1e-5,
+        "one piece of many tiles",
+    );
 }
 
 #[test]
