@@ -1,5 +1,5 @@
 //! Decode attention of a batch: candle ops per sequence (what the engine ran before, and
-//! still runs on a GPU) against the CPU kernel `attend_decode_cpu`, which attends for the
+//! still runs on a GPU) against the CPU kernel `attend_cpu`, which attends for the
 //! whole batch in one call over the cache buffers in place, in its two forms: the portable
 //! loops (`Code::Portable`) and the AVX2 code the engine runs where it can (`Code::Native`).
 //!
@@ -17,7 +17,7 @@
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
-use hydra_engine::model::attention::{attend, attend_decode_cpu_with, CachedSequence, Heads};
+use hydra_engine::model::attention::{attend, attend_cpu_with, CachedSequence, Heads};
 use hydra_engine::model::Code;
 
 const CAPACITY: usize = 4096;
@@ -39,6 +39,8 @@ fn main() -> candle_core::Result<()> {
             _ => {}
         }
     }
+    // As the engine binary does (`hydra_engine::memory`).
+    hydra_engine::memory::keep_freed_memory();
     hydra_engine::threads::set_cpu_threads(threads).map_err(candle_core::Error::wrap)?;
     let dev = Device::Cpu;
     println!("# decode attention of one layer, {threads} threads, best of {repeat}; ms per call");
@@ -68,7 +70,12 @@ fn main() -> candle_core::Result<()> {
                 let q = Tensor::randn(0f32, 1.0, (batch, n_head, 1, head_dim), &dev)?;
                 let seqs: Vec<CachedSequence<'_>> = buffers
                     .iter()
-                    .map(|(k, v)| CachedSequence { k, v, len })
+                    .map(|(k, v)| CachedSequence {
+                        k,
+                        v,
+                        len,
+                        queries: 1,
+                    })
                     .collect();
                 let mut ops = || {
                     let ys: Vec<Tensor> = buffers
@@ -88,10 +95,10 @@ fn main() -> candle_core::Result<()> {
                     Tensor::cat(&ys, 1).expect("cat");
                 };
                 let mut portable = || {
-                    attend_decode_cpu_with(&q, &seqs, heads, Code::Portable).expect("portable");
+                    attend_cpu_with(&q, &seqs, heads, Code::Portable).expect("portable");
                 };
                 let mut native = || {
-                    attend_decode_cpu_with(&q, &seqs, heads, Code::Native).expect("native");
+                    attend_cpu_with(&q, &seqs, heads, Code::Native).expect("native");
                 };
                 ops();
                 portable();

@@ -346,21 +346,37 @@ impl DecoderWeights {
         let cfg = &self.cfg;
         let all: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         let n_rows = all.len();
-        let masks = seqs
-            .iter()
-            .map(|s| match s.tokens.len() {
-                1 => Ok(None),
-                n => candle_transformers::utils::build_causal_mask(n, s.cache.len(), &self.device)
-                    .map(Some),
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        // A decode batch (one token per sequence) rotates all its rows in one op, and on the
-        // CPU attends in one kernel call (`attention::attend_decode_cpu`).
-        let decode_rows = if seqs.iter().all(|s| s.tokens.len() == 1) {
-            let positions: Vec<u32> = seqs.iter().map(|s| s.cache.len() as u32).collect();
+        // On the CPU, and for a decode batch anywhere, RoPE rotates every row in one op at
+        // its own position, and the CPU attends for every row in one kernel call
+        // (`attention::attend_cpu`). Chunks elsewhere go through candle's ops per
+        // sequence, with a causal mask.
+        let decode = seqs.iter().all(|s| s.tokens.len() == 1);
+        let rows = if decode || self.device.is_cpu() {
+            let positions: Vec<u32> = seqs
+                .iter()
+                .flat_map(|s| {
+                    let past = s.cache.len() as u32;
+                    (0..s.tokens.len() as u32).map(move |i| past + i)
+                })
+                .collect();
             Some(rope.rows(&positions, &self.device)?)
         } else {
             None
+        };
+        let masks = match rows {
+            Some(_) => Vec::new(),
+            None => seqs
+                .iter()
+                .map(|s| match s.tokens.len() {
+                    1 => Ok(None),
+                    n => candle_transformers::utils::build_causal_mask(
+                        n,
+                        s.cache.len(),
+                        &self.device,
+                    )
+                    .map(Some),
+                })
+                .collect::<candle_core::Result<Vec<_>>>()?,
         };
         let x = Tensor::new(all.as_slice(), &self.device)?.unsqueeze(0)?;
         let mut h = self.embeddings.forward(&x)?;
@@ -369,8 +385,8 @@ impl DecoderWeights {
             let residual = &h;
             let xs = layer.attn_norm.forward(&h)?;
             let qkv = self.qkv(&layer.attn, &xs)?;
-            let y = match &decode_rows {
-                Some(rows) => self.attend_decode(i, qkv, seqs, rope, rows)?,
+            let y = match &rows {
+                Some(rows) => self.attend_rows(i, qkv, seqs, rope, rows)?,
                 None => self.attend_chunks(i, qkv, seqs, rope, &masks)?,
             };
             let y = layer.attn.wo.forward(&y)?;
@@ -435,11 +451,12 @@ impl DecoderWeights {
         rows_of(ys)
     }
 
-    /// Attention of layer `layer` for a decode batch (one token per sequence): one RoPE op
-    /// for all the queries and one for all the keys, then per sequence only the cache write;
-    /// on the CPU one kernel call attends for every sequence, elsewhere
-    /// [`attention::attend`] runs per sequence. Returns `(1, batch, n_head * head_dim)`.
-    fn attend_decode(
+    /// Attention of layer `layer` with every row rotated at once: one RoPE op for all the
+    /// queries and one for all the keys (`rows`, from [`Rope::rows`]), then per sequence
+    /// only the cache write. On the CPU one kernel call attends for every row of every
+    /// sequence; elsewhere (a decode batch) [`attention::attend`] runs per sequence.
+    /// Returns `(1, rows, n_head * head_dim)`.
+    fn attend_rows(
         &self,
         layer: usize,
         [q, k, v]: [Tensor; 3],
@@ -448,27 +465,41 @@ impl DecoderWeights {
         rows: &[Tensor; 2],
     ) -> candle_core::Result<Tensor> {
         let heads = self.heads();
-        let b = seqs.len();
-        // (1, b, heads, hd) -> (b, heads, 1, hd): the same memory, contiguous as it is.
-        let by_sequence = |t: &Tensor, h: usize| -> candle_core::Result<Tensor> {
+        let b = q.dim(1)?;
+        // (1, rows, heads, hd) -> (rows, heads, 1, hd): the same memory, contiguous as it is.
+        let by_row = |t: &Tensor, h: usize| -> candle_core::Result<Tensor> {
             t.reshape((b, 1, h, heads.head_dim))?.transpose(1, 2)
         };
-        let q = rope.apply_rows(&by_sequence(&q, heads.n_head)?, rows)?;
-        let k = rope.apply_rows(&by_sequence(&k, heads.n_kv_head)?, rows)?;
-        let v = by_sequence(&v, heads.n_kv_head)?.contiguous()?;
+        let q = rope.apply_rows(&by_row(&q, heads.n_head)?, rows)?;
+        let k = rope.apply_rows(&by_row(&k, heads.n_kv_head)?, rows)?;
+        let v = by_row(&v, heads.n_kv_head)?.contiguous()?;
+        // A sequence's rows `row..row + n` as the cache takes them, `(1, n_kv_head, n, hd)`.
+        let for_cache = |t: &Tensor, row: usize, n: usize| -> candle_core::Result<Tensor> {
+            let t = t.narrow(0, row, n)?;
+            if n == 1 {
+                return Ok(t);
+            }
+            t.reshape((1, n, heads.n_kv_head, heads.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
         if self.device.is_cpu() {
-            let mut cached = Vec::with_capacity(b);
-            for (j, s) in seqs.iter().enumerate() {
-                let (kc, vc) = s
-                    .cache
-                    .write(layer, &k.narrow(0, j, 1)?, &v.narrow(0, j, 1)?)?;
+            let mut cached = Vec::with_capacity(seqs.len());
+            let mut row = 0;
+            for s in seqs {
+                let n = s.tokens.len();
+                let (kc, vc) =
+                    s.cache
+                        .write(layer, &for_cache(&k, row, n)?, &for_cache(&v, row, n)?)?;
                 cached.push(CachedSequence {
                     k: kc,
                     v: vc,
-                    len: s.cache.len() + 1,
+                    len: s.cache.len() + n,
+                    queries: n,
                 });
+                row += n;
             }
-            return attention::attend_decode_cpu(&q, &cached, heads);
+            return attention::attend_cpu(&q, &cached, heads);
         }
         let mut ys = Vec::with_capacity(b);
         for (j, s) in seqs.iter().enumerate() {

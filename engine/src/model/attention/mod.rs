@@ -1,14 +1,17 @@
 //! Attention of new queries against a slot's cached keys and values, in two forms with one
 //! meaning:
 //! - [`attend`]: candle ops, on any device, for any number of queries with an optional
-//!   causal mask (prefill chunks, and decode on a GPU);
-//! - [`attend_decode_cpu`]: one query per sequence, every sequence of a decode batch in one
-//!   call, computed in place over the CPU cache buffers.
+//!   causal mask (on a GPU: prefill chunks, and decode per sequence);
+//! - [`attend_cpu`]: every new token of a forward (a decode batch, prefill chunks, or both)
+//!   in one call, computed in place over the CPU cache buffers.
 //!
 //! Why the second form exists: with candle ops, one sequence's decode attention is about ten
 //! ops per layer (a matmul against the cache, the scale, softmax, a matmul against V and the
 //! reshapes and copies around them), each allocating its result, and in a batched decode
-//! step they repeat for every sequence. The kernel's loops come in two codes (`Code`): the
+//! step they repeat for every sequence. A prefill chunk's ops also build a mask and a score
+//! matrix of chunk x cache positions per head, then scale, mask and softmax it into three
+//! more (on the embedded model, the candle form made a 512-token prefill 2.6x slower than
+//! the kernel: BENCHMARKS.md, #13). The kernel's loops come in two codes (`Code`): the
 //! portable ones, and on x86-64 with AVX2 and FMA the `x86` module's, which score eight
 //! cached positions per vector and take `exp` eight at a time. With the engine's own weight
 //! matmuls fast, attention is a tenth to a sixth of an embedded-model decode step, and
@@ -113,15 +116,18 @@ fn attend_block(
         .reshape((1, n, n_head * hd))
 }
 
-/// One sequence of a decode batch, as [`attend_decode_cpu`] reads it.
+/// One sequence of a forward, as [`attend_cpu`] reads it.
 #[derive(Debug, Clone, Copy)]
 pub struct CachedSequence<'a> {
     /// Key buffer, `(1, n_kv_head, capacity, head_dim)` contiguous f32.
     pub k: &'a Tensor,
     /// Value buffer, the same shape.
     pub v: &'a Tensor,
-    /// Positions of the buffers that hold keys and values, the new token's included.
+    /// Positions of the buffers that hold keys and values, the new tokens' included.
     pub len: usize,
+    /// The new tokens (at least 1; 1 in a decode step): the last `queries` of the `len`
+    /// positions. Each attends causally, to the positions up to and including its own.
+    pub queries: usize,
 }
 
 /// Work (multiply-adds) below which the kernel stays on the calling thread: spreading a few
@@ -143,7 +149,7 @@ const SPLIT_GROUPS_PER_THREAD: usize = 2;
 /// Positions per block of a split cache.
 const SPLIT_BLOCK: usize = 512;
 
-/// A task of the decode kernel: group `t` (sequence `t / n_kv`, K/V head `t % n_kv`) over
+/// A task of the kernel: group `t` (row `t / n_kv`, K/V head `t % n_kv`) over the
 /// `positions` of its cache, into `o`; with `stats` for a block of a split cache.
 struct Task<'a> {
     t: usize,
@@ -176,25 +182,26 @@ fn merge_blocks(o: &mut [f32], parts: &[f32], stats: &[f32], n_rep: usize, hd: u
     }
 }
 
-/// Decode attention of a batch: `q` `(batch, n_head, 1, head_dim)` contiguous f32 on the CPU,
-/// row `j` the new token of `seqs[j]`, whose keys and values (that token's included) are
-/// already in its buffers. Returns `(1, batch, n_head * head_dim)`, as [`attend`] would
-/// for each sequence, concatenated.
+/// Attention of the new tokens of a forward (a decode batch, prefill chunks, or both) over
+/// the CPU cache buffers: `q` `(rows, n_head, 1, head_dim)` contiguous f32, the rows being
+/// the new tokens of `seqs[0]` in order, then those of `seqs[1]`, and so on, whose keys and
+/// values are already in the buffers. Returns `(1, rows, n_head * head_dim)`: for each
+/// sequence what [`attend`] with a causal mask gives, concatenated.
 ///
 /// Scores, softmax and the weighted sum of values run over the cache buffers in place, one
-/// task per (sequence, K/V head); the tasks are spread over the current rayon pool when the
-/// batch holds enough work.
-pub fn attend_decode_cpu(
+/// task per (row, K/V head), with no score matrix, mask or copy of the cache; the tasks are
+/// spread over the current rayon pool when the forward holds enough work.
+pub fn attend_cpu(
     q: &Tensor,
     seqs: &[CachedSequence<'_>],
     heads: Heads,
 ) -> candle_core::Result<Tensor> {
-    attend_decode_cpu_with(q, seqs, heads, Code::Native)
+    attend_cpu_with(q, seqs, heads, Code::Native)
 }
 
-/// [`attend_decode_cpu`] with the head-group code `code` (on x86-64 with AVX2 and FMA the
+/// [`attend_cpu`] with the head-group code `code` (on x86-64 with AVX2 and FMA the
 /// native code is `x86`'s, for head widths that are a multiple of 8).
-pub fn attend_decode_cpu_with(
+pub fn attend_cpu_with(
     q: &Tensor,
     seqs: &[CachedSequence<'_>],
     heads: Heads,
@@ -202,18 +209,22 @@ pub fn attend_decode_cpu_with(
 ) -> candle_core::Result<Tensor> {
     let (n_head, n_kv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
     if n_kv == 0 || n_head % n_kv != 0 || hd == 0 {
-        candle_core::bail!("decode attention: {n_head} query heads over {n_kv} K/V heads of {hd}")
+        candle_core::bail!("cached attention: {n_head} query heads over {n_kv} K/V heads of {hd}")
     }
-    let batch = seqs.len();
-    if q.dims() != [batch, n_head, 1, hd] || q.dtype() != DType::F32 {
+    if seqs.is_empty() {
+        candle_core::bail!("cached attention: no sequences")
+    }
+    // Rows: one per new token.
+    let n_rows: usize = seqs.iter().map(|s| s.queries).sum();
+    if q.dims() != [n_rows, n_head, 1, hd] || q.dtype() != DType::F32 {
         candle_core::bail!(
-            "decode attention: queries {:?} {:?}, expected ({batch}, {n_head}, 1, {hd}) f32",
+            "cached attention: queries {:?} {:?}, expected ({n_rows}, {n_head}, 1, {hd}) f32",
             q.dims(),
             q.dtype()
         )
     }
     let (q_storage, q_layout) = q.storage_and_layout();
-    let q_all = cpu_rows(&q_storage, q_layout, batch * n_head * hd, "queries")?;
+    let q_all = cpu_rows(&q_storage, q_layout, n_rows * n_head * hd, "queries")?;
     // Read guards of every buffer, held while the kernel runs (nothing writes them meanwhile:
     // the forward that wrote the new rows has finished its writes).
     let guards = seqs
@@ -223,53 +234,56 @@ pub fn attend_decode_cpu_with(
                 let d = t.dims();
                 if d.len() != 4 || d[0] != 1 || d[1] != n_kv || d[3] != hd || s.len > d[2] {
                     candle_core::bail!(
-                        "decode attention: {name} buffer {d:?} cannot hold {} positions of \
+                        "cached attention: {name} buffer {d:?} cannot hold {} positions of \
                          ({n_kv}, {hd})",
                         s.len
                     )
                 }
-                if s.len == 0 {
-                    candle_core::bail!("decode attention: a sequence with no positions")
+                if s.queries == 0 || s.queries > s.len {
+                    candle_core::bail!(
+                        "cached attention: {} new tokens in {} positions",
+                        s.queries,
+                        s.len
+                    )
                 }
             }
-            Ok((s.k.storage_and_layout(), s.v.storage_and_layout(), s.len))
+            Ok((s.k.storage_and_layout(), s.v.storage_and_layout(), s))
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    let mut views = Vec::with_capacity(batch);
-    for ((ks, kl), (vs, vl), len) in &guards {
+    // Per row: its sequence's buffers, their capacity, and the positions the row sees.
+    let mut views = Vec::with_capacity(n_rows);
+    for ((ks, kl), (vs, vl), s) in &guards {
         let capacity = kl.dims()[2];
         let n = n_kv * capacity * hd;
-        views.push((
-            cpu_rows(ks, kl, n, "keys")?,
-            cpu_rows(vs, vl, n, "values")?,
-            capacity,
-            *len,
-        ));
+        let (k, v) = (cpu_rows(ks, kl, n, "keys")?, cpu_rows(vs, vl, n, "values")?);
+        for i in 0..s.queries {
+            views.push((k, v, capacity, s.len - s.queries + i + 1));
+        }
     }
 
     let n_rep = n_head / n_kv;
     let scale = 1.0 / (hd as f32).sqrt();
-    let mut out = vec![0f32; batch * n_head * hd];
+    let mut out = vec![0f32; n_rows * n_head * hd];
     #[cfg(target_arch = "x86_64")]
     let avx2 = crate::model::simd::Avx2Fma::for_code(code).filter(|_| hd.is_multiple_of(8));
     #[cfg(not(target_arch = "x86_64"))]
     let _ = code;
-    // Group `t = j * n_kv + g`: the n_rep query heads of sequence j that share K/V head g,
-    // whose outputs are adjacent in `out` ((batch, n_head, head_dim) order). Each K and V
-    // row is read once for all n_rep heads. A group over a long cache is split into blocks
-    // of positions when the pool may share them out, so that one sequence's few K/V heads
+    // Group `t = j * n_kv + g`: the n_rep query heads of row j that share K/V head g, whose
+    // outputs are adjacent in `out` ((rows, n_head, head_dim) order). Each K and V row is
+    // read once for all n_rep heads. A group over a long cache is split into blocks of
+    // positions when the pool may share them out, so that one sequence's few K/V heads
     // still keep every thread busy; its blocks' unnormalized outputs and softmax
     // statistics are merged below.
     let threads = crate::threads::kernel_threads();
-    let few_groups = threads > 1 && batch * n_kv < SPLIT_GROUPS_PER_THREAD * threads;
+    let few_groups = threads > 1 && n_rows * n_kv < SPLIT_GROUPS_PER_THREAD * threads;
     let blocks = |t: usize| match views[t / n_kv].3 {
         len if few_groups && len >= SPLIT_MIN_LEN => len.div_ceil(SPLIT_BLOCK),
         _ => 1,
     };
-    let split: usize = (0..batch * n_kv).map(blocks).filter(|&b| b > 1).sum();
+    let split: usize = (0..n_rows * n_kv).map(blocks).filter(|&b| b > 1).sum();
     let mut block_out = vec![0f32; split * n_rep * hd];
     let mut block_stats = vec![0f32; split * 2 * n_rep];
-    let mut tasks = Vec::with_capacity(batch * n_kv + split);
+    let mut tasks = Vec::with_capacity(n_rows * n_kv + split);
     {
         let mut outs = block_out.chunks_mut(n_rep * hd);
         let mut stats = block_stats.chunks_mut(2 * n_rep);
@@ -345,7 +359,7 @@ pub fn attend_decode_cpu_with(
     drop(views);
     drop(guards);
     drop(q_storage);
-    Tensor::from_vec(out, (1, batch, n_head * hd), q.device())
+    Tensor::from_vec(out, (1, n_rows, n_head * hd), q.device())
 }
 
 /// The `n` f32 values a contiguous CPU tensor's layout covers.
@@ -356,18 +370,18 @@ fn cpu_rows<'a>(
     what: &str,
 ) -> candle_core::Result<&'a [f32]> {
     let Storage::Cpu(cpu) = storage else {
-        candle_core::bail!("decode attention: {what} are not on the CPU")
+        candle_core::bail!("cached attention: {what} are not on the CPU")
     };
     if !layout.is_contiguous() {
-        candle_core::bail!("decode attention: {what} are not contiguous")
+        candle_core::bail!("cached attention: {what} are not contiguous")
     }
     let start = layout.start_offset();
     cpu.as_slice::<f32>()?
         .get(start..start + n)
-        .ok_or_else(|| candle_core::Error::Msg(format!("decode attention: {what} out of range")))
+        .ok_or_else(|| candle_core::Error::Msg(format!("cached attention: {what} out of range")))
 }
 
-/// One task of the decode kernel: attention of `n_rep` query heads `q` (`n_rep * hd`) that
+/// One task of the kernel: attention of `n_rep` query heads `q` (`n_rep * hd`) that
 /// share one K/V head, whose `len` rows are `k` and `v` (`len * hd`), into `o`
 /// (`n_rep * hd`, zeroed), scores scaled by `scale`.
 ///
@@ -560,7 +574,12 @@ mod tests {
             let seqs: Vec<CachedSequence<'_>> = bufs
                 .iter()
                 .zip(&lens)
-                .map(|((k, v), &len)| CachedSequence { k, v, len })
+                .map(|((k, v), &len)| CachedSequence {
+                    k,
+                    v,
+                    len,
+                    queries: 1,
+                })
                 .collect();
             // On two threads, so that long caches of batches with few groups are split
             // into blocks (1500 and 1100 here) on any machine.
@@ -568,7 +587,7 @@ mod tests {
                 .num_threads(2)
                 .build()
                 .unwrap();
-            let got = pool.install(|| attend_decode_cpu(&q, &seqs, heads).unwrap());
+            let got = pool.install(|| attend_cpu(&q, &seqs, heads).unwrap());
             assert_eq!(got.dims(), [1, lens.len(), n_head * head_dim]);
             for (j, ((k, v), &len)) in bufs.iter().zip(&lens).enumerate() {
                 let want = attend(
@@ -584,6 +603,78 @@ mod tests {
                     diff < 1e-5,
                     "{heads:?} sequence {j} of length {len}: {diff}"
                 );
+            }
+        }
+    }
+
+    /// Sequences bringing several new tokens (prefill chunks, one from an empty cache), mixed
+    /// with single decode tokens in one call: each row attends causally, as the candle ops
+    /// with a causal mask do, on the AVX2 path (width 32) and the portable one (width 12).
+    #[test]
+    fn chunks_match_the_masked_candle_ops() {
+        let seqs_of = [(0, 5), (37, 9), (300, 1), (0, 1), (64, 17)];
+        for heads in [
+            Heads {
+                n_head: 8,
+                n_kv_head: 4,
+                head_dim: 32,
+            },
+            Heads {
+                n_head: 4,
+                n_kv_head: 1,
+                head_dim: 12,
+            },
+        ] {
+            let (nh, nkv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
+            let bufs: Vec<(Tensor, Tensor)> = (0..seqs_of.len() as u64)
+                .map(|j| {
+                    let capacity = seqs_of[j as usize].0 + seqs_of[j as usize].1 + 3;
+                    (
+                        seeded((1, nkv, capacity, hd), 2 * j + 11),
+                        seeded((1, nkv, capacity, hd), 2 * j + 12),
+                    )
+                })
+                .collect();
+            let rows: usize = seqs_of.iter().map(|s| s.1).sum();
+            let q = seeded((rows, nh, 1, hd), 42);
+            let seqs: Vec<CachedSequence<'_>> = bufs
+                .iter()
+                .zip(seqs_of)
+                .map(|((k, v), (past, n))| CachedSequence {
+                    k,
+                    v,
+                    len: past + n,
+                    queries: n,
+                })
+                .collect();
+            let got = attend_cpu(&q, &seqs, heads).unwrap();
+            assert_eq!(got.dims(), [1, rows, nh * hd]);
+            let mut row = 0;
+            for ((k, v), (past, n)) in bufs.iter().zip(seqs_of) {
+                // (n, heads, 1, hd) rows -> (1, heads, n, hd), as the chunk path lays queries out.
+                let q = q
+                    .narrow(0, row, n)
+                    .unwrap()
+                    .reshape((1, n, nh, hd))
+                    .unwrap()
+                    .transpose(1, 2)
+                    .unwrap()
+                    .contiguous()
+                    .unwrap();
+                let mask = (n > 1).then(|| {
+                    candle_transformers::utils::build_causal_mask(n, past, &Device::Cpu).unwrap()
+                });
+                let want = attend(
+                    &q,
+                    &k.narrow(2, 0, past + n).unwrap(),
+                    &v.narrow(2, 0, past + n).unwrap(),
+                    mask.as_ref(),
+                    heads,
+                )
+                .unwrap();
+                let diff = max_abs_diff(&got.narrow(1, row, n).unwrap(), &want);
+                assert!(diff < 1e-5, "{heads:?} past {past} n {n}: {diff}");
+                row += n;
             }
         }
     }
@@ -625,28 +716,39 @@ mod tests {
             k: &k,
             v: &k,
             len: 4,
+            queries: 1,
         }];
-        assert!(attend_decode_cpu(&q, &beyond, heads).is_err());
+        assert!(attend_cpu(&q, &beyond, heads).is_err());
         let empty = [CachedSequence {
             k: &k,
             v: &k,
             len: 0,
+            queries: 1,
         }];
-        assert!(attend_decode_cpu(&q, &empty, heads).is_err());
+        assert!(attend_cpu(&q, &empty, heads).is_err());
         let ok = [CachedSequence {
             k: &k,
             v: &k,
             len: 3,
+            queries: 1,
         }];
-        assert!(attend_decode_cpu(&q, &ok, heads).is_ok());
-        assert!(attend_decode_cpu(&q, &[], heads).is_err(), "batch mismatch");
+        assert!(attend_cpu(&q, &ok, heads).is_ok());
+        let too_many = [CachedSequence {
+            k: &k,
+            v: &k,
+            len: 3,
+            queries: 4,
+        }];
+        assert!(attend_cpu(&seeded((4, 2, 1, 4), 2), &too_many, heads).is_err());
+        assert!(attend_cpu(&q, &[], heads).is_err(), "batch mismatch");
         let strided = seeded((1, 1, 4, 3), 3).transpose(2, 3).unwrap();
         assert_eq!(strided.dims(), k.dims());
         let bad = [CachedSequence {
             k: &strided,
             v: &k,
             len: 3,
+            queries: 1,
         }];
-        assert!(attend_decode_cpu(&q, &bad, heads).is_err());
+        assert!(attend_cpu(&q, &bad, heads).is_err());
     }
 }
