@@ -71,6 +71,8 @@ struct Args {
 
 fn main() -> candle_core::Result<()> {
     let args = Args::parse();
+    // As the engine binary does (`hydra_engine::memory`).
+    hydra_engine::memory::keep_freed_memory();
     hydra_engine::threads::set_cpu_threads(1).map_err(candle_core::Error::wrap)?;
     // On a worker of the pool, as the engine's compute loop runs (candle's ops then run
     // inline instead of being handed to the pool).

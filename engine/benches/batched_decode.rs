@@ -72,6 +72,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let args = Args::parse();
+    // As the engine binary does (`hydra_engine::memory`).
+    hydra_engine::memory::keep_freed_memory();
     hydra_engine::threads::set_cpu_threads(args.threads.into()).expect("threads");
     let model = Arc::new(match &args.model {
         Some(p) => Model::load_gguf(p, &LoadOptions::default()).expect("load"),

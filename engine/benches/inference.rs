@@ -162,6 +162,8 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // As the engine binary does (`hydra_engine::memory`).
+    hydra_engine::memory::keep_freed_memory();
     hydra_engine::threads::set_cpu_threads(args.threads).expect("threads");
     let tmp = std::env::temp_dir().join(format!("hydra-bench-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();

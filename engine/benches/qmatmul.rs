@@ -56,6 +56,8 @@ fn main() -> candle_core::Result<()> {
             _ => {}
         }
     }
+    // As the engine binary does (`hydra_engine::memory`).
+    hydra_engine::memory::keep_freed_memory();
     hydra_engine::threads::set_cpu_threads(threads).map_err(candle_core::Error::wrap)?;
     let dev = Device::Cpu;
     println!("# one SmolLM2-135M layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per call (and per row)");

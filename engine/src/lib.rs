@@ -34,14 +34,16 @@
 
 #![deny(missing_docs)]
 // No unsafe code, except the one CUDA host-callback launch (`server::layer_signal`, behind
-// the `cuda` feature), which has no safe API in cudarc, and the x86 SIMD kernels of the packed
-// matmuls (`model::packed`); `deny` lets those modules allow it.
+// the `cuda` feature), which has no safe API in cudarc, the x86 SIMD kernels (`model::packed`,
+// `model::attention`, `model::silu_mul`, `model::simd`) and the allocator setting of
+// `memory`; `deny` lets those places allow it.
 #![deny(unsafe_code)]
 
 pub mod device;
 pub mod error;
 pub mod hash;
 pub mod kv_state;
+pub mod memory;
 pub mod model;
 pub mod sampling;
 pub mod server;

@@ -115,6 +115,9 @@ fn main() -> ExitCode {
     } else {
         "info"
     });
+    if !hydra_engine::memory::keep_freed_memory() {
+        tracing::debug!("allocator settings not applied (not glibc): freed memory goes back");
+    }
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Demo(args) => demo::run(&args),
