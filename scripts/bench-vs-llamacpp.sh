@@ -178,8 +178,14 @@ wait_up(H, "/health")
 wait_up(A, "/health")
 wait_up(L, "/health")
 
+# Prompt token ids: ordinary tokens, clear of the specials at the start of a vocabulary
+# (ids 100 up for a large one; 3 up for a byte vocabulary of a few hundred).
+n_vocab = call(f"{L}/v1/models")["data"][0]["meta"]["n_vocab"]
+first = 100 if n_vocab > 1000 else 3
+span = min(40000, n_vocab - first)
+
 def ids(n, seed):
-    return [100 + (i * 7919 + seed * 104729) % 40000 for i in range(n)]
+    return [first + (i * 7919 + seed * 104729) % span for i in range(n)]
 
 def completion(engine, slot, prompt, n_predict):
     """One completion on a fresh slot: (prompt tok/s, decode tok/s)."""
