@@ -43,6 +43,8 @@ pub mod device;
 pub mod error;
 pub mod hash;
 pub mod kv_state;
+// One `mallopt` call.
+#[allow(unsafe_code)]
 pub mod memory;
 pub mod model;
 pub mod sampling;

@@ -26,19 +26,17 @@ const TRIM_THRESHOLD: libc::c_int = 256 << 20;
 /// setting, which changes nothing but speed. Returns whether the allocator took it (always
 /// false on a target without glibc, where it does nothing).
 ///
-/// The cost: the process keeps up to [`TRIM_THRESHOLD`] of freed heap memory mapped, so its
+/// The cost: the process keeps up to 256 MiB of freed heap memory mapped, so its
 /// resident size stays at its peak working set instead of falling back between steps.
 pub fn keep_freed_memory() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: `mallopt` only sets allocator parameters (it takes the arena lock), and
         // both values are within the ranges glibc documents for them.
-        #[allow(unsafe_code)]
-        let set = unsafe {
+        unsafe {
             libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
                 && libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-        };
-        set
+        }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     false

@@ -712,35 +712,33 @@ mod tests {
         };
         let k = seeded((1, 1, 3, 4), 1);
         let q = seeded((1, 2, 1, 4), 2);
-        let beyond = [CachedSequence {
-            k: &k,
-            v: &k,
-            len: 4,
-            queries: 1,
-        }];
-        assert!(attend_cpu(&q, &beyond, heads).is_err());
-        let empty = [CachedSequence {
-            k: &k,
-            v: &k,
-            len: 0,
-            queries: 1,
-        }];
-        assert!(attend_cpu(&q, &empty, heads).is_err());
-        let ok = [CachedSequence {
-            k: &k,
-            v: &k,
-            len: 3,
-            queries: 1,
-        }];
-        assert!(attend_cpu(&q, &ok, heads).is_ok());
-        let too_many = [CachedSequence {
-            k: &k,
-            v: &k,
-            len: 3,
-            queries: 4,
-        }];
-        assert!(attend_cpu(&seeded((4, 2, 1, 4), 2), &too_many, heads).is_err());
-        assert!(attend_cpu(&q, &[], heads).is_err(), "batch mismatch");
+        let one = |k, len, queries| {
+            [CachedSequence {
+                k,
+                v: k,
+                len,
+                queries,
+            }]
+        };
+        assert!(
+            attend_cpu(&q, &one(&k, 4, 1), heads).is_err(),
+            "beyond the buffer"
+        );
+        assert!(
+            attend_cpu(&q, &one(&k, 0, 1), heads).is_err(),
+            "no positions"
+        );
+        assert!(attend_cpu(&q, &one(&k, 3, 1), heads).is_ok());
+        let q4 = seeded((4, 2, 1, 4), 2);
+        assert!(
+            attend_cpu(&q4, &one(&k, 3, 4), heads).is_err(),
+            "more tokens than positions"
+        );
+        assert!(attend_cpu(&q, &[], heads).is_err(), "no sequences");
+        assert!(
+            attend_cpu(&q4, &one(&k, 3, 1), heads).is_err(),
+            "rows mismatch"
+        );
         let strided = seeded((1, 1, 4, 3), 3).transpose(2, 3).unwrap();
         assert_eq!(strided.dims(), k.dims());
         let bad = [CachedSequence {
