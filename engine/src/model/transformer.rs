@@ -105,8 +105,8 @@ impl Rope {
         self.rotate(x, &cos, &sin)
     }
 
-    /// The tables' rows for one token per sequence at `positions`, each `(batch, 1, d / 2)`:
-    /// what [`Rope::apply_rows`] rotates a decode batch with.
+    /// The tables' rows for tokens at `positions`, each `(rows, 1, d / 2)`: what
+    /// [`Rope::apply_rows`] rotates a forward's rows with, each at its own position.
     fn rows(&self, positions: &[u32], device: &Device) -> candle_core::Result<[Tensor; 2]> {
         let idx = Tensor::new(positions, device)?;
         let half = self.cos.dim(1)?;
@@ -114,8 +114,9 @@ impl Rope {
         Ok([pick(&self.cos)?, pick(&self.sin)?])
     }
 
-    /// Rotates `x` `(batch, heads, 1, head_dim)`, batch entry `j` at the position of row `j`
-    /// of `rows` (from [`Rope::rows`]): one op for every sequence of a decode batch.
+    /// Rotates `x` `(rows, heads, 1, head_dim)`, entry `j` at the position of row `j` of
+    /// `rows` (from [`Rope::rows`]): one op for every token of a forward, whatever
+    /// sequences they belong to.
     fn apply_rows(&self, x: &Tensor, rows: &[Tensor; 2]) -> candle_core::Result<Tensor> {
         self.rotate(x, &rows[0], &rows[1])
     }
@@ -426,7 +427,8 @@ impl DecoderWeights {
     }
 
     /// Attention of layer `layer` for sequences of any length, each in turn: RoPE, the cache
-    /// write and [`attention::attend`] per sequence. Returns `(1, rows, n_head * head_dim)`.
+    /// write and [`attention::attend`] with a causal mask per sequence (a GPU forward that
+    /// holds a prefill chunk). Returns `(1, rows, n_head * head_dim)`.
     fn attend_chunks(
         &self,
         layer: usize,
