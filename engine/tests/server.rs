@@ -339,12 +339,22 @@ fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
     ];
     for (method, path, body, want_status, want_code) in cases {
         let req = agent().request(method, &e.url(path));
-        let (status, json) = call(req, body.as_deref());
-        assert_eq!(status, want_status, "{method} {path}: {json}");
-        assert_eq!(json["error"]["code"], want_code, "{method} {path}: {json}");
-        assert!(json["error"]["message"]
-            .as_str()
-            .is_some_and(|m| !m.is_empty()));
+        match hydra_fault::http::try_call(req, body.as_deref()) {
+            Ok((status, json)) => {
+                assert_eq!(status, want_status, "{method} {path}: {json}");
+                assert_eq!(json["error"]["code"], want_code, "{method} {path}: {json}");
+                assert!(json["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty()));
+            }
+            // A body really sent past the limit: the server answers 413 as soon as the
+            // limit is passed and closes, so the client, still writing, may see a broken
+            // pipe instead of the answer (as the fault suite's api_abuse allows).
+            Err(t) if want_code == "payload_too_large" => {
+                println!("{method} {path}: the connection closed before the 413 was read: {t}");
+            }
+            Err(t) => panic!("{method} {path}: transport error: {t}"),
+        }
         // The next valid request succeeds.
         let (status, json) = post(&e, "/slots/0/prefill", r#"{"prompt":"ok"}"#);
         assert_eq!(status, 200, "after {method} {path}: {json}");
