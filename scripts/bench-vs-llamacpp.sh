@@ -61,6 +61,9 @@ while [ $# -gt 0 ]; do
 done
 hog_tokens=128
 if [ "$quick" = 1 ]; then rounds=1 long=${long:-2000} hog_tokens=64; fi
+if [ "$shape" = 1 ] && [ "$embedded" = 1 ]; then
+  echo "bench-vs-llamacpp: --embedded and --embedded-shape exclude each other" >&2; exit 2
+fi
 if [ "$shape" = 1 ]; then long=${long:-2000}; fi
 long=${long:-4000}
 

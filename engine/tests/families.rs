@@ -59,8 +59,13 @@ fn test_models() -> Option<PathBuf> {
     DIR.get_or_init(make_test_models).clone()
 }
 
+/// The test models' generator.
+fn make_gguf() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/make_gguf.py")
+}
+
 fn make_test_models() -> Option<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/make_gguf.py");
+    let script = make_gguf();
     let source = std::fs::read(&script).expect("read make_gguf.py");
     let cache = std::env::var_os("HYDRA_CACHE_DIR")
         .map(PathBuf::from)
@@ -110,9 +115,8 @@ fn make_test_models() -> Option<PathBuf> {
 /// if it is not there yet (after the default ones).
 fn named_test_model(name: &str) -> Option<PathBuf> {
     let dir = test_models()?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/make_gguf.py");
     let out = Command::new("python3")
-        .arg(&script)
+        .arg(make_gguf())
         .arg("--out")
         .arg(&dir)
         .arg(name)

@@ -149,6 +149,16 @@ const SPLIT_GROUPS_PER_THREAD: usize = 2;
 /// Positions per block of a split cache.
 const SPLIT_BLOCK: usize = 512;
 
+/// One row (new token) of [`attend_cpu`]: its sequence's K and V buffers
+/// (`n_kv_head * capacity * head_dim`) and the positions it sees, `0..len`.
+#[derive(Clone, Copy)]
+struct RowView<'a> {
+    k: &'a [f32],
+    v: &'a [f32],
+    capacity: usize,
+    len: usize,
+}
+
 /// A task of the kernel: group `t` (row `t / n_kv`, K/V head `t % n_kv`) over the
 /// `positions` of its cache, into `o`; with `stats` for a block of a split cache.
 struct Task<'a> {
@@ -250,14 +260,18 @@ pub fn attend_cpu_with(
             Ok((s.k.storage_and_layout(), s.v.storage_and_layout(), s))
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    // Per row: its sequence's buffers, their capacity, and the positions the row sees.
     let mut views = Vec::with_capacity(n_rows);
     for ((ks, kl), (vs, vl), s) in &guards {
         let capacity = kl.dims()[2];
         let n = n_kv * capacity * hd;
         let (k, v) = (cpu_rows(ks, kl, n, "keys")?, cpu_rows(vs, vl, n, "values")?);
         for i in 0..s.queries {
-            views.push((k, v, capacity, s.len - s.queries + i + 1));
+            views.push(RowView {
+                k,
+                v,
+                capacity,
+                len: s.len - s.queries + i + 1,
+            });
         }
     }
 
@@ -276,7 +290,7 @@ pub fn attend_cpu_with(
     // statistics are merged below.
     let threads = crate::threads::kernel_threads();
     let few_groups = threads > 1 && n_rows * n_kv < SPLIT_GROUPS_PER_THREAD * threads;
-    let blocks = |t: usize| match views[t / n_kv].3 {
+    let blocks = |t: usize| match views[t / n_kv].len {
         len if few_groups && len >= SPLIT_MIN_LEN => len.div_ceil(SPLIT_BLOCK),
         _ => 1,
     };
@@ -288,8 +302,8 @@ pub fn attend_cpu_with(
         let mut outs = block_out.chunks_mut(n_rep * hd);
         let mut stats = block_stats.chunks_mut(2 * n_rep);
         for (t, o) in out.chunks_mut(n_rep * hd).enumerate() {
-            let len = views[t / n_kv].3;
-            if blocks(t) == 1 {
+            let (len, n_blocks) = (views[t / n_kv].len, blocks(t));
+            if n_blocks == 1 {
                 tasks.push(Task {
                     t,
                     positions: 0..len,
@@ -298,7 +312,7 @@ pub fn attend_cpu_with(
                 });
                 continue;
             }
-            for b in 0..blocks(t) {
+            for b in 0..n_blocks {
                 tasks.push(Task {
                     t,
                     positions: b * SPLIT_BLOCK..((b + 1) * SPLIT_BLOCK).min(len),
@@ -315,7 +329,7 @@ pub fn attend_cpu_with(
                     stats,
                 }: Task<'_>| {
         let (j, g) = (t / n_kv, t % n_kv);
-        let (k, v, capacity, _) = views[j];
+        let RowView { k, v, capacity, .. } = views[j];
         let rows = g * capacity * hd + positions.start * hd..g * capacity * hd + positions.end * hd;
         let q = &q_all[(j * n_head + g * n_rep) * hd..(j * n_head + (g + 1) * n_rep) * hd];
         let hg = HeadGroup {
@@ -336,7 +350,7 @@ pub fn attend_cpu_with(
         // The loops are compiled for the best instruction set the CPU has, chosen at run time.
         pulp::Arch::new().dispatch(hg);
     };
-    let work: usize = views.iter().map(|v| v.3).sum::<usize>() * n_head * hd;
+    let work: usize = views.iter().map(|v| v.len).sum::<usize>() * n_head * hd;
     if work >= PARALLEL_MIN_WORK && threads > 1 {
         tasks.into_par_iter().for_each(task);
     } else {
