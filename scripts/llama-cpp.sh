@@ -13,6 +13,9 @@
 #   scripts/llama-cpp.sh legacy-build|legacy-check|legacy-prefix|legacy-src
 #                                 the same for the older API generation (llama_decode,
 #                                 llama_memory_seq_rm): llama-server only
+#   scripts/llama-cpp.sh valgrind-bench
+#                                 llama-bench of 0c1e570 for AVX2 (no AVX-512), which
+#                                 valgrind can run (scripts/bench-preload.sh)
 #
 # The source is llama.cpp commit 0c1e570 as vendored by the PyPI sdist
 # llama-cpp-python==0.3.36; the older generation is the llama.cpp vendored by
@@ -22,6 +25,7 @@
 set -euo pipefail
 
 cache_root=${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}
+native=(-DGGML_NATIVE=ON)
 
 # generation current|legacy: the sdist, its source directory, the install prefix (keyed by
 # version) and the targets built for it.
@@ -35,6 +39,14 @@ generation() {
       SDIST_VERSION=0.3.16
       key=llama-cpp-python-0.3.16
       ;;
+    avx2)
+      # 0c1e570 without -march=native: AVX2/FMA/F16C only, which valgrind (3.19) decodes
+      # (it has no AVX-512); for the instruction counts of scripts/bench-preload.sh.
+      SDIST_VERSION=0.3.36
+      key=0c1e570-avx2
+      native=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+        -DGGML_AVX512=OFF -DGGML_BMI2=ON)
+      ;;
   esac
   sdist_dir=$cache_root/llama-cpp-python-$SDIST_VERSION
   src=$sdist_dir/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp
@@ -45,7 +57,7 @@ generation current
 say() { printf 'llama-cpp: %s\n' "$*" >&2; }
 
 usage() {
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -100,7 +112,7 @@ build() {
   # the shared libllama/ggml next to them without LD_LIBRARY_PATH. GIT_CEILING_DIRECTORIES:
   # the build-info step must not take the commit of a repository that holds the cache.
   GIT_CEILING_DIRECTORIES=$cache_root cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    "${native[@]}" -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
     -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
@@ -127,5 +139,6 @@ case "${1:-}" in
   legacy-build) generation legacy; build llama-server; echo "$prefix" ;;
   legacy-check) generation legacy; has llama-server ;;
   legacy-prefix) generation legacy; echo "$prefix" ;;
+  valgrind-bench) generation avx2; build llama-bench; echo "$prefix" ;;
   *) usage ;;
 esac
