@@ -5,8 +5,8 @@
 
 use crate::describe;
 use crate::ext;
-use crate::layers;
 use crate::ffi::*;
+use crate::layers;
 use crate::log::warn_once;
 use crate::registry;
 use crate::symbols;
@@ -105,7 +105,8 @@ pub unsafe fn sched_compute_with(
     graph: *mut GgmlGraph,
 ) -> i32 {
     // SAFETY: forwarded from this function's contract.
-    let plan = guarded(|| Some(unsafe { layers::plan(sched, graph) })).unwrap_or(layers::Plan::Pass);
+    let plan =
+        guarded(|| Some(unsafe { layers::plan(sched, graph) })).unwrap_or(layers::Plan::Pass);
     if plan == layers::Plan::Pass {
         // SAFETY: forwarded from this function's contract.
         return unsafe { real(sched, graph) };

@@ -363,7 +363,11 @@ unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
         c.host_data = host_data as usize;
         c.host_wants = false;
         // The model's layer count when known; the graph's own otherwise.
-        c.total = if c.n_layer >= layers { c.n_layer } else { layers };
+        c.total = if c.n_layer >= layers {
+            c.n_layer
+        } else {
+            layers
+        };
         let sub = Substep {
             done: 0,
             total: c.total,
@@ -412,7 +416,8 @@ pub unsafe extern "C-unwind" fn chain(t: *mut GgmlTensor, ask: bool, _data: *mut
     };
     // SAFETY: `t` is live (this function's contract).
     let layer = layer_of(unsafe { name_of(get_name, t) });
-    let host = with_call(|c| (c.host, c.host_data as *mut c_void)).unwrap_or((None, std::ptr::null_mut()));
+    let host =
+        with_call(|c| (c.host, c.host_data as *mut c_void)).unwrap_or((None, std::ptr::null_mut()));
     if ask {
         // SAFETY: the host's own callback, called as the scheduler would have called it.
         let host_wants = host.0.is_some_and(|h| unsafe { h(t, true, host.1) });
@@ -470,7 +475,10 @@ mod tests {
     #[test]
     fn policy_from_the_environment_values() {
         let p = Policy::parse(None, None);
-        assert_eq!((p.mode, p.min_tokens), (Mode::Auto, DEFAULT_LAYER_MIN_TOKENS));
+        assert_eq!(
+            (p.mode, p.min_tokens),
+            (Mode::Auto, DEFAULT_LAYER_MIN_TOKENS)
+        );
         assert!(!p.arms(1) && !p.arms(DEFAULT_LAYER_MIN_TOKENS - 1));
         assert!(p.arms(DEFAULT_LAYER_MIN_TOKENS));
         let p = Policy::parse(Some("always"), Some("9"));
@@ -478,7 +486,10 @@ mod tests {
         let p = Policy::parse(Some("off"), Some("1"));
         assert!(!p.arms(100_000));
         let p = Policy::parse(Some("bogus"), Some("lots"));
-        assert_eq!((p.mode, p.min_tokens), (Mode::Auto, DEFAULT_LAYER_MIN_TOKENS));
+        assert_eq!(
+            (p.mode, p.min_tokens),
+            (Mode::Auto, DEFAULT_LAYER_MIN_TOKENS)
+        );
         assert_eq!(Policy::parse(None, Some("0")).min_tokens, 1);
     }
 

@@ -565,7 +565,12 @@ mod tests {
         assert_eq!(t.ubatch_done(4, 200), 200);
         let (s1, s0) = (*t.slot(1).unwrap(), *t.slot(0).unwrap());
         assert_eq!(
-            (s1.work_done, s1.step_size, s1.step_start_ns, s1.last_progress_ns),
+            (
+                s1.work_done,
+                s1.step_size,
+                s1.step_start_ns,
+                s1.last_progress_ns
+            ),
             (4, 6, 200, 200),
             "the first ubatch is 4 of sequence 1's 6 tokens; the step restarts"
         );
@@ -577,7 +582,11 @@ mod tests {
         );
         t.decode_finished(0, 400);
         let (s1, s0) = (*t.slot(1).unwrap(), *t.slot(0).unwrap());
-        assert_eq!((s1.work_done, s0.work_done), (6, 4), "the return credits the rest");
+        assert_eq!(
+            (s1.work_done, s0.work_done),
+            (6, 4),
+            "the return credits the rest"
+        );
         assert_eq!((s1.step_start_ns, s1.steps_done, s1.n_past), (0, 1, 6));
         // The next call of sequence 1 is credited on top of what it had.
         step(&mut t, &[(6, 1), (7, 1)], 0, 500);

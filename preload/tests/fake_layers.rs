@@ -25,9 +25,35 @@ fn compile(dir: &Path) -> Option<PathBuf> {
     let rpath = format!("-Wl,-rpath,{d}");
     let lib = format!("-L{d}");
     let steps: [Vec<String>; 3] = [
-        vec!["-shared".into(), "-fPIC".into(), "-O1".into(), "-o".into(), format!("{d}/libggml-base.so"), format!("{FAKE}/ggml.c")],
-        vec!["-shared".into(), "-fPIC".into(), "-O1".into(), "-o".into(), format!("{d}/libllama.so"), format!("{FAKE}/llama.c"), lib.clone(), "-lggml-base".into(), rpath.clone()],
-        vec!["-O1".into(), "-o".into(), format!("{d}/host"), format!("{FAKE}/host.c"), lib, "-lllama".into(), "-lggml-base".into(), rpath],
+        vec![
+            "-shared".into(),
+            "-fPIC".into(),
+            "-O1".into(),
+            "-o".into(),
+            format!("{d}/libggml-base.so"),
+            format!("{FAKE}/ggml.c"),
+        ],
+        vec![
+            "-shared".into(),
+            "-fPIC".into(),
+            "-O1".into(),
+            "-o".into(),
+            format!("{d}/libllama.so"),
+            format!("{FAKE}/llama.c"),
+            lib.clone(),
+            "-lggml-base".into(),
+            rpath.clone(),
+        ],
+        vec![
+            "-O1".into(),
+            "-o".into(),
+            format!("{d}/host"),
+            format!("{FAKE}/host.c"),
+            lib,
+            "-lllama".into(),
+            "-lggml-base".into(),
+            rpath,
+        ],
     ];
     for args in steps {
         let out = Command::new(&cc).args(&args).output().ok()?;

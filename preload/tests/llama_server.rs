@@ -345,7 +345,10 @@ fn long_prompt() -> String {
 
 #[test]
 fn llama_server_publishes_progress_through_the_preload() {
-    publishes_progress("llama_server_publishes_progress_through_the_preload", Gen::Current);
+    publishes_progress(
+        "llama_server_publishes_progress_through_the_preload",
+        Gen::Current,
+    );
 }
 
 #[test]
@@ -550,7 +553,10 @@ fn layer_positions_move_inside_a_long_prompt() {
 
 #[test]
 fn legacy_layer_positions_move_inside_a_long_prompt() {
-    layers_move("legacy_layer_positions_move_inside_a_long_prompt", Gen::Legacy);
+    layers_move(
+        "legacy_layer_positions_move_inside_a_long_prompt",
+        Gen::Legacy,
+    );
 }
 
 /// With the server's default batch sizes (2,048-token calls of 512-token ubatches), a
@@ -615,9 +621,15 @@ fn layers_move(test: &str, gen: Gen) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let res = work.join().expect("request thread").expect("4,000-token prompt");
+    let res = work
+        .join()
+        .expect("request thread")
+        .expect("4,000-token prompt");
     let n_prompt = res["tokens_evaluated"].as_u64().expect("tokens_evaluated");
-    assert!((3500..4500).contains(&n_prompt), "prompt of {n_prompt} tokens");
+    assert!(
+        (3500..4500).contains(&n_prompt),
+        "prompt of {n_prompt} tokens"
+    );
     assert!(
         step_sizes.is_subset(&BTreeSet::from([2048, n_prompt - 2048])),
         "each call's tokens are its step's extent (2,048, then the rest): {step_sizes:?}"
@@ -691,7 +703,10 @@ fn stalled_at_layer(test: &str, gen: Gen) {
         })
         .collect();
     let decodes = plans.iter().filter(|(_, n)| *n == 1).count();
-    assert!(decodes >= 23, "every decode step's graph is logged: {lines}");
+    assert!(
+        decodes >= 23,
+        "every decode step's graph is logged: {lines}"
+    );
     assert!(
         plans.iter().all(|(plan, _)| *plan != "Arm"),
         "no step of a short prompt or a generation is armed: {lines}"
@@ -708,7 +723,11 @@ fn stalled_at_layer(test: &str, gen: Gen) {
         let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
         let stalled = report["findings"].as_array().is_some_and(|f| {
             f.iter().any(|f| {
-                f["kind"] == "stalled" && f["slot"] == 0 && f["message"].as_str().is_some_and(|m| m.contains("stalled at layer"))
+                f["kind"] == "stalled"
+                    && f["slot"] == 0
+                    && f["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("stalled at layer"))
             })
         });
         if stalled {
