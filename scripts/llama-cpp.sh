@@ -9,6 +9,8 @@
 #                                 bin/llama-server, bin/llama-bench and lib/libllama.so
 #   scripts/llama-cpp.sh check    exit 0 if the build is there, 1 if not (prints nothing)
 #   scripts/llama-cpp.sh prefix   print the install prefix (built or not)
+#   scripts/llama-cpp.sh bench-tools  also build bin/llama-quantize and bin/llama-perplexity
+#                                 into the prefix (benchmarks only; tests and CI never do)
 #
 # The source is llama.cpp commit 0c1e570 as vendored by the PyPI sdist
 # llama-cpp-python==0.3.36. Cache root: $HYDRA_CACHE_DIR, else
@@ -26,7 +28,7 @@ prefix=$cache_root/llama.cpp-$LLAMA_COMMIT
 say() { printf 'llama-cpp: %s\n' "$*" >&2; }
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -79,11 +81,26 @@ build() {
   say "built in $((SECONDS - t0)) s"
 }
 
+# llama-quantize and llama-perplexity from the same configured build, for benchmarks.
+bench_tools() {
+  local tools=(llama-quantize llama-perplexity) t
+  build
+  for t in "${tools[@]}"; do [ -x "$prefix/bin/$t" ] || break; done
+  [ -x "$prefix/bin/$t" ] && return 0
+  exec 8>"$cache_root/.llama.cpp-$LLAMA_COMMIT.tools.lock"
+  flock 8
+  say "building ${tools[*]} into $prefix/bin"
+  cmake --build "$cache_root/llama.cpp-$LLAMA_COMMIT-build" -j "$(nproc 2>/dev/null || echo 2)" \
+    --target "${tools[@]}" >&2
+  for t in "${tools[@]}"; do cp -a "$cache_root/llama.cpp-$LLAMA_COMMIT-build/bin/$t" "$prefix/bin/"; done
+}
+
 case "${1:-}" in
   src) fetch_source; echo "$src" ;;
   vocab) fetch_source; echo "$src/models" ;;
   build) build; echo "$prefix" ;;
   check) is_built ;;
   prefix) echo "$prefix" ;;
+  bench-tools) bench_tools; echo "$prefix" ;;
   *) usage ;;
 esac

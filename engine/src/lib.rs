@@ -49,6 +49,7 @@ pub mod kv_state;
 #[allow(unsafe_code)]
 pub mod memory;
 pub mod model;
+pub mod perplexity;
 pub mod sampling;
 pub mod server;
 pub mod slots;

@@ -331,6 +331,35 @@ impl DecoderWeights {
         rope: &Rope,
         hook: &mut dyn LayerHook,
     ) -> Result<Tensor> {
+        self.forward_rows(seqs, rope, hook, None)
+    }
+
+    /// [`Self::forward`] of one sequence, returning the logits after each of its tokens
+    /// from `from` on, `(tokens - from, vocab)` f32 (perplexity scores every position).
+    pub(crate) fn forward_from(
+        &self,
+        seq: &mut Sequence<'_>,
+        rope: &Rope,
+        hook: &mut dyn LayerHook,
+        from: usize,
+    ) -> Result<Tensor> {
+        if from >= seq.tokens.len() {
+            return Err(EngineError::InvalidOption {
+                name: "forward",
+                message: format!("logits from token {from} of {}", seq.tokens.len()),
+            });
+        }
+        self.forward_rows(std::slice::from_mut(seq), rope, hook, Some(from))
+    }
+
+    /// [`Self::forward`], or with `from` (one sequence) [`Self::forward_from`].
+    fn forward_rows(
+        &self,
+        seqs: &mut [Sequence<'_>],
+        rope: &Rope,
+        hook: &mut dyn LayerHook,
+        from: Option<usize>,
+    ) -> Result<Tensor> {
         let bad = |message: &str| EngineError::InvalidOption {
             name: "forward",
             message: message.into(),
@@ -408,7 +437,9 @@ impl DecoderWeights {
             s.cache.commit(s.tokens.len());
         }
         let h = self.norm.forward(&h)?;
-        let last = if seqs.len() == 1 {
+        let last = if let Some(from) = from {
+            h.narrow(1, from, n_rows - from)?
+        } else if seqs.len() == 1 {
             h.narrow(1, n_rows - 1, 1)?
         } else {
             let mut ends = Vec::with_capacity(seqs.len());
