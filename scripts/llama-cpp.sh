@@ -10,6 +10,8 @@
 #   scripts/llama-cpp.sh bench    as build, and bin/llama-bench as well (the benchmarks)
 #   scripts/llama-cpp.sh check    exit 0 if the build is there, 1 if not (prints nothing)
 #   scripts/llama-cpp.sh prefix   print the install prefix (built or not)
+#   scripts/llama-cpp.sh bench-tools  as bench, and bin/llama-quantize and
+#                                 bin/llama-perplexity (benchmarks only; tests and CI never do)
 #   scripts/llama-cpp.sh legacy-build|legacy-check|legacy-prefix|legacy-src
 #                                 the same for the older API generation (llama_decode,
 #                                 llama_memory_seq_rm): llama-server only
@@ -57,7 +59,7 @@ generation current
 say() { printf 'llama-cpp: %s\n' "$*" >&2; }
 
 usage() {
-  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -133,6 +135,7 @@ case "${1:-}" in
   vocab) fetch_source; echo "$src/models" ;;
   build) build llama-server; echo "$prefix" ;;
   bench) build llama-server llama-bench; echo "$prefix" ;;
+  bench-tools) build llama-server llama-bench llama-quantize llama-perplexity; echo "$prefix" ;;
   check) has llama-server ;;
   prefix) echo "$prefix" ;;
   legacy-src) generation legacy; fetch_source; echo "$src" ;;

@@ -476,6 +476,35 @@ impl Slots {
             .collect())
     }
 
+    /// Append `chunk` to `slot` in one forward, as [`Slots::prefill_chunk`] does without an
+    /// observer, and return the next-token logits after each of its tokens from `from` on
+    /// (`chunk.len() - from` of them; `from < chunk.len()`), what a perplexity scores.
+    pub fn prefill_scored(
+        &mut self,
+        slot: usize,
+        chunk: &[u32],
+        from: usize,
+    ) -> Result<Vec<Logits>> {
+        self.check_prefill(slot, chunk, chunk.len())?;
+        let use_pool = self.pool.plan(chunk.len());
+        let started = Instant::now();
+        let (weights, rope) = (&self.model.weights, &self.rope);
+        let Slot { cache, logits } = &mut self.slots[slot];
+        let mut seq = Sequence {
+            tokens: chunk,
+            cache,
+        };
+        let rows = crate::threads::with_pool(use_pool, || -> Result<Vec<Vec<f32>>> {
+            Ok(weights
+                .forward_from(&mut seq, rope, &mut (), from)?
+                .to_vec2::<f32>()?)
+        })?;
+        self.pool.record(started.elapsed());
+        let rows: Vec<Logits> = rows.into_iter().map(Logits::from).collect();
+        *logits = rows.last().cloned();
+        Ok(rows)
+    }
+
     /// The next-token scores after the last token `slot` holds (None when it is empty).
     /// A restored slot has them too: they are part of its saved state.
     pub fn last_logits(&self, slot: usize) -> Result<Option<&Logits>> {
