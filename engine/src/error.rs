@@ -61,7 +61,7 @@ pub enum EngineError {
         vocab_size: usize,
     },
     /// A slot index is out of range.
-    #[error("slot {slot} does not exist (have {n_slots} slots)")]
+    #[error("slot {slot} does not exist (the engine has {n_slots} slots)")]
     NoSuchSlot {
         /// The requested slot.
         slot: usize,
