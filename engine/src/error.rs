@@ -31,13 +31,15 @@ pub enum EngineError {
     },
     /// The model's architecture is not one the engine implements.
     #[error(
-        "unsupported model architecture in {path}: general.architecture = {architecture:?} (supported: llama, mistral, qwen2, qwen3)"
+        "unsupported model architecture in {path}: general.architecture = {architecture:?} (supported: {supported})"
     )]
     UnsupportedArchitecture {
         /// The model file.
         path: PathBuf,
         /// `general.architecture` as found in the file.
         architecture: String,
+        /// The values this build runs.
+        supported: String,
     },
     /// The tokenizer family named by the model is not implemented.
     #[error("unsupported tokenizer: {key} = {value:?} (supported: {supported})")]

@@ -41,6 +41,7 @@
 
 pub mod device;
 pub mod error;
+pub mod gguf;
 pub mod hash;
 pub mod kv_state;
 // One `mallopt` call.
