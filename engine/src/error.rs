@@ -138,22 +138,11 @@ pub enum EngineError {
     /// Writing or reading a KV state stream failed.
     #[error("KV state I/O failed: {0}")]
     StateIo(#[source] std::io::Error),
-    /// An error inside candle (tensor shapes, kernels, devices).
+    /// An error inside candle (tensor shapes, kernels, devices). Every `?` on a candle
+    /// error lands here or in [`EngineError::OutOfMemory`] (the conversion is in
+    /// `device.rs`, which tells the device's out-of-memory errors apart).
     #[error("tensor backend: {0}")]
     Candle(#[source] candle_core::Error),
-}
-
-/// Candle's errors become [`EngineError::Candle`], except the device running out of memory,
-/// which is told apart once here ([`crate::device::is_out_of_memory`]) so that every `?`
-/// reports it as [`EngineError::OutOfMemory`].
-impl From<candle_core::Error> for EngineError {
-    fn from(e: candle_core::Error) -> Self {
-        if crate::device::is_out_of_memory(&e) {
-            Self::OutOfMemory(e)
-        } else {
-            Self::Candle(e)
-        }
-    }
 }
 
 /// Why a saved KV state was refused by [`crate::Slots::restore_state`].
