@@ -42,6 +42,7 @@
 
 pub mod device;
 pub mod error;
+pub mod gguf;
 pub mod hash;
 pub mod kernels;
 pub mod kv_state;

@@ -15,7 +15,7 @@ use crate::kv_state;
 use candle_core::Device;
 
 use crate::model::kv_cache::KvCache;
-use crate::model::llama::{Rope, Sequence};
+use crate::model::transformer::{Rope, Sequence};
 use crate::model::{LayerHook, Model};
 use crate::threads::{PoolChooser, PoolUse};
 
@@ -167,6 +167,16 @@ impl Slot {
     }
 }
 
+/// Whether `slot` is one of `n_slots` slots: the one check of a slot's bound, for
+/// [`Slots`] and for the server's requests alike.
+pub fn check_slot(slot: usize, n_slots: usize) -> Result<()> {
+    if slot < n_slots {
+        Ok(())
+    } else {
+        Err(EngineError::NoSuchSlot { slot, n_slots })
+    }
+}
+
 /// N slots, each with its own KV cache and n_past, sharing one model.
 #[derive(Debug)]
 pub struct Slots {
@@ -237,10 +247,8 @@ impl Slots {
     }
 
     fn slot(&self, slot: usize) -> Result<&Slot> {
-        self.slots.get(slot).ok_or(EngineError::NoSuchSlot {
-            slot,
-            n_slots: self.slots.len(),
-        })
+        check_slot(slot, self.slots.len())?;
+        Ok(&self.slots[slot])
     }
 
     fn check_slot(&self, slot: usize) -> Result<()> {

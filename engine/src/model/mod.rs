@@ -156,8 +156,8 @@ impl Model {
         Ok(model)
     }
 
+    /// The model from its parts, whose configuration the loader has validated.
     pub(crate) fn assemble(p: Parts, start: Instant) -> Result<Self> {
-        p.config.validate()?;
         let mut h = Hasher64::new();
         h.update_str(&p.architecture);
         h.update_str(&format!("{:?}", p.config));

@@ -130,15 +130,6 @@ impl Rope {
     }
 }
 
-/// Optional parts of the attention block, as a family has them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AttentionParts {
-    /// Biases on the Q, K and V projections (Qwen2).
-    pub(crate) qkv_bias: bool,
-    /// RMS norm of each head of Q and K before RoPE (Qwen3).
-    pub(crate) qk_norm: bool,
-}
-
 #[derive(Debug)]
 struct Attention {
     wq: Weight,

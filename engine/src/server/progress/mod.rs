@@ -8,6 +8,11 @@
 //!
 //! With publishing off (`--no-publish`, for the overhead benchmark only) every method
 //! returns at once.
+//!
+//! [`segment`] creates the segment (the engine's description and capabilities) and reads
+//! it back for the front end ([`segment::Shared`]).
+
+pub mod segment;
 
 use crate::kv_state;
 use crate::model::config::LlamaConfig;
