@@ -165,7 +165,8 @@ impl Compute {
                     capabilities: capabilities::COMPLETION
                         | capabilities::STATE_SAVE_RESTORE
                         | capabilities::CHUNKED_PREFILL
-                        | capabilities::LAYER_PROGRESS,
+                        | capabilities::LAYER_PROGRESS
+                        | capabilities::STEP_PREDICTION,
                 },
             })
             .context("cannot create the progress segment")?;
