@@ -19,7 +19,8 @@ use std::path::PathBuf;
 const CAPABILITIES: u64 = capabilities::COMPLETION
     | capabilities::STATE_SAVE_RESTORE
     | capabilities::CHUNKED_PREFILL
-    | capabilities::LAYER_PROGRESS;
+    | capabilities::LAYER_PROGRESS
+    | capabilities::STEP_PREDICTION;
 
 /// The engine's segment, open for writing and reading back (all `None` with publishing
 /// off).
