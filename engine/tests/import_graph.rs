@@ -15,6 +15,9 @@ fn engine_modules_import_one_another_without_circles() {
         .output()
         .expect("run python3 scripts/import-cycles.py");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "import circles in engine/src:\n{text}");
+    assert!(
+        out.status.success(),
+        "import circles in engine/src:\n{text}"
+    );
     assert!(text.contains(" 0 circles"), "{text}");
 }

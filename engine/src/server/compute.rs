@@ -191,11 +191,11 @@ impl Compute {
         start: Instant,
     ) -> Result<PrefillResult, TaskError> {
         let slot = slot.get();
-        let secs = start.elapsed().as_secs_f64();
+        let (ms, per_second) = timing(start, n);
         tracing::info!(
             slot,
             tokens = n,
-            tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)),
+            tokens_per_s = format_args!("{per_second:.1}"),
             "prefill done"
         );
         Ok(PrefillResult {
@@ -203,8 +203,8 @@ impl Compute {
             task_id,
             n_prompt_tokens: n,
             n_past: self.slots.n_past(slot)?,
-            prompt_ms: secs * 1e3,
-            prompt_per_second: n as f64 / secs.max(1e-9),
+            prompt_ms: ms,
+            prompt_per_second: per_second,
         })
     }
 
@@ -239,9 +239,9 @@ impl Compute {
         cpu_start: u64,
     ) -> Result<DecodeResult, TaskError> {
         let slot = slot.get();
-        let secs = start.elapsed().as_secs_f64();
-        let cpu_ms = process_cpu_ns().saturating_sub(cpu_start) as f64 / 1e6;
         let n = generation.tokens.len();
+        let (ms, per_second) = timing(start, n);
+        let cpu_ms = process_cpu_ns().saturating_sub(cpu_start) as f64 / 1e6;
         let stop_type = match generation.finish {
             GenFinish::Eos => "eos",
             GenFinish::Length => "limit",
@@ -251,7 +251,7 @@ impl Compute {
         tracing::info!(
             slot,
             tokens = n,
-            tokens_per_s = format_args!("{:.1}", n as f64 / secs.max(1e-9)),
+            tokens_per_s = format_args!("{per_second:.1}"),
             stop_type,
             "decode done"
         );
@@ -270,8 +270,8 @@ impl Compute {
             tokens: generation.tokens,
             stop_type,
             n_past: self.slots.n_past(slot)?,
-            predicted_ms: secs * 1e3,
-            predicted_per_second: n as f64 / secs.max(1e-9),
+            predicted_ms: ms,
+            predicted_per_second: per_second,
             predicted_cpu_ms: cpu_ms,
         })
     }
@@ -384,6 +384,12 @@ impl std::io::Write for ChunkSender {
             std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
         })
     }
+}
+
+/// The wall time since `start`, ms, and the rate of `n` items over it, per second.
+fn timing(start: Instant, n: usize) -> (f64, f64) {
+    let secs = start.elapsed().as_secs_f64();
+    (secs * 1e3, n as f64 / secs.max(1e-9))
 }
 
 /// CPU time of this process (all threads), ns.
