@@ -93,6 +93,9 @@ bench_tools() {
   cmake --build "$cache_root/llama.cpp-$LLAMA_COMMIT-build" -j "$(nproc 2>/dev/null || echo 2)" \
     --target "${tools[@]}" >&2
   for t in "${tools[@]}"; do cp -a "$cache_root/llama.cpp-$LLAMA_COMMIT-build/bin/$t" "$prefix/bin/"; done
+  # Each tool links a library of its own (libllama-quantize-impl.so, ...).
+  find "$cache_root/llama.cpp-$LLAMA_COMMIT-build" -name '*.so*' \( -type f -o -type l \) \
+    -exec cp -a {} "$prefix/lib/" \;
 }
 
 case "${1:-}" in
