@@ -631,8 +631,8 @@ fn layers_move(test: &str, gen: Gen) {
         "prompt of {n_prompt} tokens"
     );
     assert!(
-        step_sizes.is_subset(&BTreeSet::from([2048, n_prompt - 2048])),
-        "each call's tokens are its step's extent (2,048, then the rest): {step_sizes:?}"
+        step_sizes.contains(&2048) && step_sizes.iter().all(|&n| n <= 2048),
+        "each call's tokens are its step's extent (2,048 at most, -b 2048): {step_sizes:?}"
     );
     assert!(
         in_window.len() >= 5,
