@@ -530,8 +530,10 @@ fn identical_text(test: &str, gen: Gen) {
     );
 }
 
-/// One probe sample of slot 0's position: (task, phase, tokens done, layer position).
-fn position(dir: &Path) -> Option<(u64, String, u64, Option<(u64, u64)>, serde_json::Value)> {
+/// One probe sample of slot 0's position: (task, phase, tokens done, layer position, meta).
+type Position = (u64, String, u64, Option<(u64, u64)>, serde_json::Value);
+
+fn position(dir: &Path) -> Option<Position> {
     let (_, _, _, _, m) = sample(dir, 0)?;
     let layer = match (m["substep_done"].as_u64(), m["substep_total"].as_u64()) {
         (Some(d), Some(t)) => Some((d, t)),
