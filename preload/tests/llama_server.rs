@@ -269,11 +269,11 @@ fn watch<T: Send + 'static>(
                 assert_eq!(m["tokens_total"], 0, "{m}");
                 if ph == "decode" {
                     assert!(
-                        m.get("substep_done").is_none() && m.get("substep_total").is_none(),
+                        m["substep_done"].is_null() && m["substep_total"].is_null(),
                         "decode steps are never armed: no layer position: {m}"
                     );
-                } else if let Some(total) = m.get("substep_total") {
-                    assert_eq!(total, N_LAYER, "{m}");
+                } else if !m["substep_total"].is_null() {
+                    assert_eq!(m["substep_total"], N_LAYER, "{m}");
                 }
                 if let Some((t, d)) = last {
                     if t == task {
@@ -285,9 +285,12 @@ fn watch<T: Send + 'static>(
                 }
                 last = Some((task, done));
             }
+            // The other slot does no work of ours: idle, or saved by the host itself
+            // (0c1e570's llama-server copies an idle slot's prompt into its RAM prompt
+            // cache, through llama_state_seq_get_data, when another slot takes a task).
             let other = sample(dir, 1 - slot).expect("other slot");
-            assert_eq!(
-                other.1, "idle",
+            assert!(
+                other.1 == "idle" || other.1 == "save",
                 "the other slot is not touched: {}",
                 other.4
             );

@@ -104,6 +104,7 @@ fn cs_type(c: &str) -> &'static str {
         "struct HydraProbeSlot" => "HydraProbeSlot",
         "struct HydraProbeStr" => "HydraProbeStr",
         "struct HydraProbeLayer" => "HydraProbeLayer",
+        "struct HydraProbePrediction" => "HydraProbePrediction",
         other => panic!("no C# mapping for C type {other:?}; extend this table"),
     }
 }
@@ -120,6 +121,7 @@ fn csharp_structs_match_the_header() {
         "HydraProbeDescription",
         "HydraProbeStr",
         "HydraProbeLayer",
+        "HydraProbePrediction",
     ] {
         let (c_name, cs_name) = (name, name);
         let want: Vec<(String, String)> = c_fields(&header, c_name)

@@ -92,7 +92,7 @@ namespace Hydra.Progress.Tests
         {
             string headerPath = Bins.Require("HYDRA_PROBE_HEADER");
             string header = File.ReadAllText(headerPath);
-            var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds", "HydraProbeMeta", "HydraProbeDescription", "HydraProbeStr", "HydraProbeLayer" };
+            var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds", "HydraProbeMeta", "HydraProbeDescription", "HydraProbeStr", "HydraProbeLayer", "HydraProbePrediction" };
             // A C program, generated from the header's own field lists, prints every size and offset.
             var c = new StringBuilder("#include <stdio.h>\n#include <stddef.h>\n#include \"hydra_probe.h\"\nint main(void) {\n");
             foreach (string s in structs)
