@@ -43,6 +43,7 @@ pub mod device;
 pub mod error;
 pub mod hash;
 pub mod kv_state;
+pub mod logprobs;
 // One `mallopt` call.
 #[allow(unsafe_code)]
 pub mod memory;
