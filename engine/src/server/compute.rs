@@ -20,6 +20,7 @@ macro_rules! step_publisher {
 }
 
 mod batched;
+mod generation;
 mod serial;
 
 use crate::model::{Model, ModelInfo};
@@ -77,6 +78,8 @@ pub struct Shared {
     pub engine_id: String,
     /// Classification thresholds for meta answers.
     pub thresholds: Thresholds,
+    /// The task each slot runs, and which the front end asked to stop.
+    pub cancel: crate::server::cancel::CancelBoard,
 }
 
 impl Shared {
@@ -190,6 +193,7 @@ impl Compute {
             max_state_bytes: crate::kv_state::state_size(&llama, n_ctx),
             engine_id: config.engine_id.clone(),
             thresholds: Thresholds::default(),
+            cancel: crate::server::cancel::CancelBoard::new(config.slots),
         });
         Ok((
             Self {
@@ -288,6 +292,10 @@ impl Compute {
                 let r = self.erase(slot);
                 send(reply, r);
             }
+            // The serial schedule runs it with the batched schedule's steps, alone.
+            Task::Generate { slot, spec, events } => {
+                batched::run_single(self, Task::Generate { slot, spec, events })
+            }
             Task::MetaViaQueue { slot, reply } => {
                 send(reply, self.shared.meta_from_segment(slot));
             }
@@ -322,6 +330,7 @@ impl Compute {
         self.next_task_id += 1;
         let task_id = self.next_task_id;
         self.progress.begin_task(slot, task_id, phase, unit, total);
+        self.shared.cancel.started(slot, task_id);
         Ok(task_id)
     }
 
@@ -335,6 +344,7 @@ impl Compute {
         };
         let n_past = self.slots.n_past(slot).ok();
         self.progress.finish(slot, reason, code, n_past);
+        self.shared.cancel.ended(slot);
     }
 
     fn check_slot(&self, slot: usize) -> Result<(), TaskError> {

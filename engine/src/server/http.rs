@@ -71,8 +71,8 @@ impl AppState {
     }
 }
 
-/// The engine's routes.
-pub fn router(state: AppState) -> Router {
+/// The engine's routes; the generation routes (`/completion`, `/v1/...`) over `serving`.
+pub fn router(state: AppState, serving: Arc<crate::server::serving::Serving>) -> Router {
     // A restore carries a whole state: allow the largest one a slot can produce.
     let state_limit = usize::try_from(state.shared.max_state_bytes)
         .unwrap_or(usize::MAX)
@@ -84,7 +84,6 @@ pub fn router(state: AppState) -> Router {
         .route("/slots/{id}", post(slot_action))
         .route("/slots/{id}/prefill", post(prefill))
         .route("/slots/{id}/decode", post(decode))
-        .route("/completion", post(completion))
         .route(
             "/slots/{id}/state",
             get(save_state)
@@ -97,6 +96,15 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(json_limit))
         .with_state(state)
+        .merge(
+            crate::server::openai::handlers::router(serving.clone())
+                .merge(
+                    Router::new()
+                        .route("/completion", post(crate::server::completion::completion))
+                        .with_state(serving),
+                )
+                .layer(DefaultBodyLimit::max(json_limit)),
+        )
 }
 
 async fn health(State(s): State<AppState>) -> Json<serde_json::Value> {
@@ -187,16 +195,6 @@ struct DecodeRequest {
     sampling: SamplingFields,
 }
 
-#[derive(Deserialize)]
-struct CompletionRequest {
-    #[serde(flatten)]
-    prompt: PromptFields,
-    #[serde(flatten)]
-    sampling: SamplingFields,
-    /// llama.cpp's slot selector; absent or -1: the first idle slot.
-    id_slot: Option<i64>,
-}
-
 async fn prefill(
     State(s): State<AppState>,
     Path(id): Path<String>,
@@ -229,50 +227,6 @@ async fn decode(
     let spec = s.decode_spec(&req.sampling)?;
     let r = s.call(|reply| Task::Decode { slot, spec, reply }).await?;
     Ok(Json(r).into_response())
-}
-
-async fn completion(
-    State(s): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let req: CompletionRequest = s.json(body)?;
-    let slot = match req.id_slot {
-        None | Some(-1) => s.first_idle_slot(),
-        Some(id) if id >= 0 => s.slot(&id.to_string())?,
-        Some(id) => return Err(ApiError::BadRequest(format!("id_slot {id} is not a slot"))),
-    };
-    let decode = s.decode_spec(&req.sampling)?;
-    let tokens = s.tokens(req.prompt)?;
-    let n_prompt = tokens.len();
-    let (p, d) = s
-        .call(|reply| Task::Completion {
-            slot,
-            prefill: PrefillSpec { tokens },
-            decode,
-            reply,
-        })
-        .await?;
-    Ok(Json(serde_json::json!({
-        "content": d.content,
-        "id_slot": slot,
-        "task_id": d.task_id,
-        "tokens": d.tokens,
-        "tokens_evaluated": n_prompt,
-        "tokens_predicted": d.tokens.len(),
-        "stop": true,
-        "stop_type": d.stop_type,
-        "n_past": d.n_past,
-        "timings": {
-            "prompt_n": p.n_prompt_tokens,
-            "prompt_ms": p.prompt_ms,
-            "prompt_per_second": p.prompt_per_second,
-            "predicted_n": d.tokens.len(),
-            "predicted_ms": d.predicted_ms,
-            "predicted_per_second": d.predicted_per_second,
-            "predicted_cpu_ms": d.predicted_cpu_ms,
-        }
-    }))
-    .into_response())
 }
 
 async fn save_state(
@@ -327,11 +281,21 @@ async fn slot_action(
             s.call(|reply| Task::Erase { slot, reply }).await?;
             Ok(Json(serde_json::json!({ "slot": slot, "erased": true })).into_response())
         }
+        // Read by the compute thread at the running task's next step; not queued.
+        Some("cancel") => {
+            let body = match s.shared.cancel.cancel(slot) {
+                Some(task_id) => {
+                    serde_json::json!({ "slot": slot, "cancelled": true, "task_id": task_id })
+                }
+                None => serde_json::json!({ "slot": slot, "cancelled": false }),
+            };
+            Ok(Json(body).into_response())
+        }
         Some(other) => Err(ApiError::BadRequest(format!(
-            "unknown action {other:?} (supported: erase)"
+            "unknown action {other:?} (supported: erase, cancel)"
         ))),
         None => Err(ApiError::BadRequest(
-            "missing ?action= (supported: erase)".into(),
+            "missing ?action= (supported: erase, cancel)".into(),
         )),
     }
 }
@@ -422,19 +386,6 @@ impl AppState {
             sampler,
             stop_at_eos: !f.ignore_eos,
         })
-    }
-
-    /// The first slot that is idle with nothing queued, per the segment; else slot 0.
-    fn first_idle_slot(&self) -> usize {
-        self.shared
-            .view()
-            .ok()
-            .and_then(|v| {
-                v.slots
-                    .iter()
-                    .position(|s| s.class == hydra_probe::SlotClass::Idle)
-            })
-            .unwrap_or(0)
     }
 
     /// Posts a task and awaits its reply.

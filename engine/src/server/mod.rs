@@ -15,11 +15,17 @@
 //! - [`Server`]: start, address, shutdown.
 
 pub mod api_error;
+pub mod cancel;
+pub mod completion;
 pub mod compute;
 pub mod config;
+pub mod generate;
 pub mod http;
 pub mod layer_signal;
+pub mod openai;
 pub mod progress;
+pub mod serving;
+pub mod slot_pool;
 pub mod task;
 pub mod task_error;
 pub mod tokenize;
@@ -67,9 +73,14 @@ impl Server {
             .block_on(tokio::net::TcpListener::bind(config.listen))
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr().context("listener address")?;
-        let state =
-            http::AppState::new(TaskSender::new(tx, shared.pending.clone()), shared, &config);
-        let router = http::router(state);
+        let tasks = TaskSender::new(tx, shared.pending.clone());
+        let serving = Arc::new(serving::Serving::new(
+            &config,
+            shared.clone(),
+            tasks.clone(),
+        )?);
+        let state = http::AppState::new(tasks, shared, &config);
+        let router = http::router(state, serving);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let http_thread = std::thread::Builder::new()
             .name("http-main".into())

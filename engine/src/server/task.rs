@@ -135,6 +135,16 @@ pub enum Task {
         /// Reply.
         reply: Reply<()>,
     },
+    /// Generate from a prompt, reusing the prefix the slot holds, sending every token as
+    /// it is sampled (`/completion`, `/v1/completions`, `/v1/chat/completions`).
+    Generate {
+        /// Slot.
+        slot: usize,
+        /// Prompt and settings.
+        spec: crate::server::generate::GenerateSpec,
+        /// Where the events go; also the reply.
+        events: crate::server::generate::GenEvents,
+    },
     /// Answer a meta query through the queue (the old way; for the benchmark only).
     MetaViaQueue {
         /// Slot.
@@ -154,6 +164,7 @@ impl Task {
             | Task::Save { slot, .. }
             | Task::Restore { slot, .. }
             | Task::Erase { slot, .. }
+            | Task::Generate { slot, .. }
             | Task::MetaViaQueue { slot, .. } => *slot,
         }
     }
@@ -167,6 +178,9 @@ impl Task {
             Task::Save { reply, .. } => drop(reply.send(Err(error))),
             Task::Restore { reply, .. } => drop(reply.send(Err(error))),
             Task::Erase { reply, .. } => drop(reply.send(Err(error))),
+            Task::Generate { events, .. } => {
+                drop(events.send(crate::server::generate::GenEvent::Failed(error)))
+            }
             Task::MetaViaQueue { reply, .. } => drop(reply.send(Err(error))),
         }
     }

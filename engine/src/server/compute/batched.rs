@@ -15,14 +15,17 @@
 //! (`begin_task`, `step_started`, `step_finished`, `finish`), the heartbeat is written on
 //! each iteration, and a shutdown cancels every running task at its next step.
 
+use super::generation::{gen_finish, GenJob};
 use super::{process_cpu_ns, send, Compute, IDLE_HEARTBEAT};
 use crate::sampling::{FinishReason as GenFinish, Generator, Sampler};
+use crate::server::generate::{GenEvent, GenFinish as OutFinish, GenOutput, GenerateSpec};
 use crate::server::progress::TokenKind;
 use crate::server::task::{DecodeResult, DecodeSpec, PrefillResult, Reply, Task};
 use crate::server::task_error::TaskError;
 use crate::slots::StepObserver;
 use hydra_layout::{Phase, WorkUnit};
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Instant;
 
@@ -35,6 +38,8 @@ enum Answer {
         reply: Reply<(PrefillResult, DecodeResult)>,
         prefill: Option<PrefillResult>,
     },
+    /// A generation that streams its tokens ([`Task::Generate`]).
+    Generate(Box<GenJob>),
 }
 
 impl Answer {
@@ -44,6 +49,7 @@ impl Answer {
             Answer::Prefill(reply) => send(reply, Err(error)),
             Answer::Decode(reply) => send(reply, Err(error)),
             Answer::Completion { reply, .. } => send(reply, Err(error)),
+            Answer::Generate(g) => g.out.fail(error),
         }
     }
 }
@@ -84,15 +90,32 @@ struct Batched<'c> {
     next_prefill: usize,
 }
 
-/// Runs the loop until the queue has closed and every task has ended.
-pub(super) fn run(c: &mut Compute, rx: Receiver<Task>) {
+/// The loop's state over `c`, every slot free.
+fn batched(c: &mut Compute) -> Batched<'_> {
     let n = c.shared.n_slots;
-    let mut b = Batched {
+    Batched {
         c,
         jobs: (0..n).map(|_| None).collect(),
         waiting: (0..n).map(|_| VecDeque::new()).collect(),
         next_prefill: 0,
-    };
+    }
+}
+
+/// Runs one task to its end with this schedule's steps (the serial schedule's generation
+/// tasks).
+pub(super) fn run_single(c: &mut Compute, task: Task) {
+    let mut b = batched(c);
+    b.start(task);
+    while b.jobs.iter().any(Option::is_some) {
+        b.c.progress.heartbeat();
+        b.decode_step();
+        b.prefill_step();
+    }
+}
+
+/// Runs the loop until the queue has closed and every task has ended.
+pub(super) fn run(c: &mut Compute, rx: Receiver<Task>) {
+    let mut b = batched(c);
     let mut open = true;
     loop {
         b.c.progress.heartbeat();
@@ -205,7 +228,55 @@ impl Batched<'_> {
                     Err(e) => answer.fail(e),
                 }
             }
+            Task::Generate { slot, spec, events } => self.begin_generate(slot, spec, events),
             other => self.c.handle(other),
+        }
+    }
+
+    /// Starts a generation task: its prompt (what the slot does not already hold of it),
+    /// then its tokens.
+    fn begin_generate(
+        &mut self,
+        slot: usize,
+        spec: GenerateSpec,
+        events: crate::server::generate::GenEvents,
+    ) {
+        let out = GenOutput::new(&spec, events);
+        let Some(begun) = self.c.begin_generation(slot, &spec, out) else {
+            return;
+        };
+        self.jobs[slot] = Some(Job {
+            task_id: begun.job.task_id,
+            stage: Stage::Prefill {
+                tokens: begun.rest,
+                done: 0,
+                start: Instant::now(),
+                then: Some(spec.decode),
+            },
+            answer: Answer::Generate(begun.job),
+        });
+    }
+
+    /// The generation task on `slot` ends for `finish` (cancelled, or a stop string).
+    fn finish_generate(&mut self, slot: usize, finish: OutFinish) {
+        let Some(job) = self.jobs[slot].take() else {
+            return;
+        };
+        match (job.stage, job.answer) {
+            (stage, Answer::Generate(g)) => {
+                let tokens = match stage {
+                    Stage::Decode(d) => d.gen.tokens().to_vec(),
+                    Stage::Prefill { .. } => Vec::new(),
+                };
+                self.c.end_generation(slot, g, finish, tokens);
+            }
+            (stage, answer) => {
+                self.jobs[slot] = Some(Job {
+                    task_id: job.task_id,
+                    stage,
+                    answer,
+                })
+            }
         }
     }
 
@@ -267,18 +338,34 @@ impl Batched<'_> {
         let n_ctx = c.slots.n_ctx();
         let mut steps = Vec::new();
         let mut ended = Vec::new();
+        let mut stopped = Vec::new();
         for (slot, job) in self.jobs.iter_mut().enumerate() {
             let Some(Job {
                 stage: Stage::Decode(d),
+                answer,
                 ..
             }) = job
             else {
                 continue;
             };
+            if let Answer::Generate(g) = answer {
+                if c.generation_cancelled(slot, g) {
+                    stopped.push((slot, OutFinish::Cancelled));
+                    continue;
+                }
+            }
             let n_past = c.slots.n_past(slot).unwrap_or(n_ctx);
             match d.gen.next_token(&mut d.sampler, &model, n_past, n_ctx) {
                 Err(finish) => ended.push((slot, finish)),
                 Ok(token) => {
+                    // Sent as soon as it is sampled, before its own forward.
+                    if let Answer::Generate(g) = answer {
+                        let tok = &c.shared.tokenizer;
+                        if let ControlFlow::Break(f) = g.out.token(tok, token, d.gen.logits()) {
+                            stopped.push((slot, f));
+                            continue;
+                        }
+                    }
                     let mut publisher = step_publisher!(c, TokenKind::Generated);
                     if publisher
                         .before_step(&d.gen.step_start(slot, n_past))
@@ -293,6 +380,9 @@ impl Batched<'_> {
         }
         for (slot, finish) in ended {
             self.finish_decode(slot, finish);
+        }
+        for (slot, finish) in stopped {
+            self.finish_generate(slot, finish);
         }
         if steps.is_empty() {
             return;
@@ -333,6 +423,13 @@ impl Batched<'_> {
 
     /// The generation on `slot` ended for `finish`: publish, then reply.
     fn finish_decode(&mut self, slot: usize, finish: GenFinish) {
+        if let Some(Job {
+            answer: Answer::Generate(_),
+            ..
+        }) = &self.jobs[slot]
+        {
+            return self.finish_generate(slot, gen_finish(finish));
+        }
         let Some(job) = self.jobs[slot].take() else {
             return;
         };
@@ -379,9 +476,19 @@ impl Batched<'_> {
             return;
         };
         self.next_prefill = (slot + 1) % n;
+        if let Some(Job {
+            answer: Answer::Generate(g),
+            ..
+        }) = &self.jobs[slot]
+        {
+            if self.c.generation_cancelled(slot, g) {
+                return self.finish_generate(slot, OutFinish::Cancelled);
+            }
+        }
         let c = &mut *self.c;
         let Some(Job {
             stage: Stage::Prefill { tokens, done, .. },
+            answer,
             ..
         }) = &mut self.jobs[slot]
         else {
@@ -396,6 +503,12 @@ impl Batched<'_> {
             tokens.len(),
             &mut publisher,
         );
+        if r.is_ok() {
+            if let Answer::Generate(g) = answer {
+                // The details are in the segment; this says a chunk is done.
+                g.out.send(GenEvent::PromptChunk);
+            }
+        }
         match r {
             Err(e) => {
                 if let Some(job) = self.jobs[slot].take() {
@@ -451,6 +564,13 @@ impl Batched<'_> {
                         prefill: Some(prefill),
                     };
                     self.begin_decode(slot, task_id, &spec, answer);
+                }
+            },
+            (Some(spec), Answer::Generate(mut g)) => match result {
+                Err(e) => self.fail(slot, Answer::Generate(g), e),
+                Ok(_) => {
+                    self.c.generation_prompt_done(slot, &mut g, spec.n_predict);
+                    self.begin_decode(slot, task_id, &spec, Answer::Generate(g));
                 }
             },
             (_, answer) => self.fail(slot, answer, mismatch()),
