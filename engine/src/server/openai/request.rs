@@ -116,8 +116,6 @@ struct RawChat {
     max_completion_tokens: Option<i64>,
     logprobs: Option<bool>,
     top_logprobs: Option<i64>,
-    #[serde(flatten)]
-    params: RawParams,
 }
 
 #[derive(Deserialize)]
@@ -132,17 +130,20 @@ struct RawCompletion {
     prompt: Value,
     echo: Option<bool>,
     logprobs: Option<i64>,
-    #[serde(flatten)]
-    params: RawParams,
 }
 
-/// Parses `body` as `T`; a failure names the field at fault.
-fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, OpenAiError> {
+/// `body` as a JSON object.
+fn parse(body: &[u8]) -> Result<Value, OpenAiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| OpenAiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
     if !value.is_object() {
         return Err(OpenAiError::invalid(None, "the body must be a JSON object"));
     }
+    Ok(value)
+}
+
+/// The fields of `value` that `T` reads; a failure names the field at fault.
+fn fields<T: DeserializeOwned>(value: &Value) -> Result<T, OpenAiError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let param = (path != ".").then_some(path);
@@ -157,7 +158,9 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, OpenAiError> {
 impl ChatRequest {
     /// Parses and checks a chat request body.
     pub fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
-        let raw: RawChat = parse(body)?;
+        let value = parse(body)?;
+        let raw: RawChat = fields(&value)?;
+        let params: RawParams = fields(&value)?;
         if raw.messages.is_empty() {
             return Err(OpenAiError::invalid(
                 Some("messages"),
@@ -175,7 +178,7 @@ impl ChatRequest {
                 })
             })
             .collect::<Result<Vec<_>, OpenAiError>>()?;
-        let max_tokens = match (raw.max_completion_tokens, raw.params.max_tokens) {
+        let max_tokens = match (raw.max_completion_tokens, params.max_tokens) {
             (Some(n), _) => Some(("max_completion_tokens", n)),
             (None, Some(n)) => Some(("max_tokens", n)),
             (None, None) => None,
@@ -197,9 +200,9 @@ impl ChatRequest {
             (false, None) => None,
         };
         Ok(Self {
-            model: raw.params.model.clone(),
+            model: params.model.clone(),
             messages,
-            params: raw.params.check(max_tokens, None, top)?,
+            params: params.check(max_tokens, None, top)?,
         })
     }
 }
@@ -207,7 +210,9 @@ impl ChatRequest {
 impl CompletionRequest {
     /// Parses and checks a completion request body.
     pub fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
-        let raw: RawCompletion = parse(body)?;
+        let value = parse(body)?;
+        let raw: RawCompletion = fields(&value)?;
+        let params: RawParams = fields(&value)?;
         let prompt = prompt_input(&raw.prompt)?;
         let top = match raw.logprobs {
             None => None,
@@ -219,14 +224,12 @@ impl CompletionRequest {
                 ))
             }
         };
-        let max_tokens = raw.params.max_tokens.map(|n| ("max_tokens", n));
+        let max_tokens = params.max_tokens.map(|n| ("max_tokens", n));
         Ok(Self {
-            model: raw.params.model.clone(),
+            model: params.model.clone(),
             prompt,
             echo: raw.echo.unwrap_or(false),
-            params: raw
-                .params
-                .check(max_tokens, Some(COMPLETION_DEFAULT_MAX_TOKENS), top)?,
+            params: params.check(max_tokens, Some(COMPLETION_DEFAULT_MAX_TOKENS), top)?,
         })
     }
 }
