@@ -268,7 +268,7 @@ impl Batched<'_> {
                     Stage::Decode(d) => d.gen.tokens().to_vec(),
                     Stage::Prefill { .. } => Vec::new(),
                 };
-                self.c.end_generation(slot, g, finish, tokens);
+                self.c.end_generation(slot, *g, finish, tokens);
             }
             (stage, answer) => {
                 self.jobs[slot] = Some(Job {

@@ -114,7 +114,7 @@ impl Compute {
     pub(super) fn end_generation(
         &mut self,
         slot: usize,
-        job: Box<GenJob>,
+        job: GenJob,
         finish: GenFinish,
         tokens: Vec<u32>,
     ) {

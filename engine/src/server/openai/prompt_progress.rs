@@ -92,7 +92,7 @@ mod tests {
             at_ns: 21 * ms,
             step_start_ns: s.step_start_ns,
         };
-        let p = from_snapshot(&snapshot(s.clone(), Some(layer)), &facts, 35 * ms).unwrap();
+        let p = from_snapshot(&snapshot(s, Some(layer)), &facts, 35 * ms).unwrap();
         assert_eq!(
             (p.total, p.cache, p.processed, p.time_ms),
             (100, 10, 40, 25)
@@ -110,7 +110,7 @@ mod tests {
             ..facts
         };
         assert_eq!(
-            from_snapshot(&snapshot(s.clone(), None), &other, 35 * ms),
+            from_snapshot(&snapshot(s, None), &other, 35 * ms),
             None
         );
         // Decoding: the prompt is all in.
