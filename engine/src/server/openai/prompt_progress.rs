@@ -109,10 +109,7 @@ mod tests {
             task_id: 8,
             ..facts
         };
-        assert_eq!(
-            from_snapshot(&snapshot(s, None), &other, 35 * ms),
-            None
-        );
+        assert_eq!(from_snapshot(&snapshot(s, None), &other, 35 * ms), None);
         // Decoding: the prompt is all in.
         s.enter_phase(Phase::Decode, WorkUnit::Tokens, 16, 40 * ms);
         let p = from_snapshot(&snapshot(s, None), &facts, 50 * ms).unwrap();
