@@ -31,7 +31,19 @@
 // `hydra_probe_value_name`, and made `hydra_probe_list` fail on a missing directory.
 // Minor 2 added `hydra_probe_read_layer` and `HydraProbeLayer` (the layer position inside
 // a step, format v1.1), and the layer fields of `hydra_probe_meta_json`'s object.
-#define HYDRA_PROBE_ABI_MINOR 2
+// Minor 3 added `HydraProbePrediction` as version 3 of `HydraProbeMeta` (the writer's
+// cost model, format v1.2: where the ETA comes from, the predicted step), and the
+// `eta_source`, `step_expected_ms` and `prediction_error` fields of the meta JSON.
+#define HYDRA_PROBE_ABI_MINOR 3
+
+// `HydraProbePrediction::eta_source`: no ETA.
+#define HYDRA_PROBE_ETA_NONE 0
+
+// `HydraProbePrediction::eta_source`: the writer's cost model predicts the phase's end.
+#define HYDRA_PROBE_ETA_MODEL 1
+
+// `HydraProbePrediction::eta_source`: remaining work at the observed rate.
+#define HYDRA_PROBE_ETA_RATE 2
 
 // Bytes of [`HydraProbeEngineId::id`]: the longest engine id (63 bytes) plus its NUL.
 #define HYDRA_PROBE_ENGINE_ID_LEN 64
@@ -266,13 +278,32 @@ typedef struct HydraProbeDescription {
   struct HydraProbeStr device;
 } HydraProbeDescription;
 
+// The writer's cost model for a slot (segment format v1.2) and what the ETA rests on.
+// Added in ABI minor 3 as version 3 of `HydraProbeMeta`.
+typedef struct HydraProbePrediction {
+  // 1 when the engine publishes predictions (format v1.2 and the `step_prediction`
+  // capability); 0 when not: the fields below are then -1 (the ETA comes from the rate).
+  uint32_t published;
+  // Where `eta_s` comes from: `HYDRA_PROBE_ETA_NONE`, `_MODEL` or `_RATE`.
+  uint32_t eta_source;
+  // The writer's predicted duration of the step in flight, ns; -1 when none.
+  int64_t step_expected_ns;
+  // The error bound the writer states for it (0.2 = 20%); -1 when none.
+  double prediction_error;
+  // 1 when that prediction is confident (the short stall floor applies), else 0.
+  uint32_t confident;
+  // Zero.
+  uint32_t reserved;
+} HydraProbePrediction;
+
 // One slot's Hydra meta as numbers (filled by `hydra_probe_read_meta`): the slot read
 // with its class and the engine's health, plus the figures the meta JSON derives from
 // it. With `hydra_probe_describe`'s strings this is every field of the meta JSON but a
 // torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
 // are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
-// version 2 (ABI minor 2) appends `layer` (408 bytes). A caller built against version 1
-// sets `size` 368 and gets the version 1 fields.
+// version 2 (ABI minor 2) appends `layer` (408 bytes); version 3 (ABI minor 3) appends
+// `prediction` (440 bytes). A caller built against version 1 sets `size` 368 and gets the
+// version 1 fields.
 typedef struct HydraProbeMeta {
   // Set by the caller to `sizeof(HydraProbeMeta)` before the call; the library stores
   // the bytes it filled (fields added later go at the end).
@@ -313,6 +344,8 @@ typedef struct HydraProbeMeta {
   // Version 2 (ABI minor 2): the layer position inside the step in flight, as
   // `hydra_probe_read_layer` gives it for the same read.
   struct HydraProbeLayer layer;
+  // Version 3 (ABI minor 3): the writer's cost model and the ETA's source.
+  struct HydraProbePrediction prediction;
 } HydraProbeMeta;
 
 // No task.

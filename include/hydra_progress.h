@@ -37,7 +37,9 @@
  *   read:  s1 = seq (relaxed); fence(acquire); if s1 odd retry;
  *          data words (relaxed); fence(acquire); s2 = seq (relaxed); ok iff s1 == s2
  * Words `task_id` .. `steps_done` are guarded, and from v1.1 (version_minor >= 1) also
- * `substep_done` .. `substep_step`; `pending` is outside the seqlock. In v1.1 two threads
+ * `substep_done` .. `substep_step`, and from v1.2 (version_minor >= 2) `step_expected_ns`
+ * and `expected_step` .. `expected_error_ppm` (the cost model's predictions, written in one
+ * update with the record; the update skips `pending`); `pending` is outside the seqlock. In v1.1 two threads
  * of the writer process may update a record (the compute thread, and the one that sees a
  * layer finish, e.g. a CUDA host callback); the writer serialises them itself, so the
  * reader's protocol is unchanged.
@@ -69,9 +71,11 @@ extern "C" {
 /* Readers accept exactly this major and ANY minor (never test the minor for equality). */
 #define HYDRA_VERSION_MAJOR UINT64_C(1)
 /* The minor this header describes. */
-#define HYDRA_VERSION_MINOR UINT64_C(1)
+#define HYDRA_VERSION_MINOR UINT64_C(2)
 /* The first minor whose writers publish the substep words (the layer position). */
 #define HYDRA_SUBSTEP_MINOR UINT64_C(1)
+/* The first minor whose writers may publish the prediction words (the cost model). */
+#define HYDRA_PREDICTION_MINOR UINT64_C(2)
 
 /* v1.0 header length: what a writer of v1.0 writes and the minimum a reader accepts. */
 #define HYDRA_HEADER_LEN 1024
@@ -155,7 +159,8 @@ enum hydra_capability {
     HYDRA_CAP_COMPLETION = 1 << 0,         /* text completion */
     HYDRA_CAP_STATE_SAVE_RESTORE = 1 << 1, /* KV state save and restore */
     HYDRA_CAP_CHUNKED_PREFILL = 1 << 2,    /* chunked prefill with per-chunk progress */
-    HYDRA_CAP_LAYER_PROGRESS = 1 << 3      /* v1.1: publishes the layer position in a step */
+    HYDRA_CAP_LAYER_PROGRESS = 1 << 3,     /* v1.1: publishes the layer position in a step */
+    HYDRA_CAP_STEP_PREDICTION = 1 << 4     /* v1.2: publishes the cost model's predictions */
 };
 
 /* Results of the helpers below. */
@@ -252,10 +257,16 @@ typedef struct hydra_slot_v1 {
     uint64_t substep_total;    /* 160 layers in the forward; 0 = no position */
     uint64_t substep_ns;       /* 168 CLOCK_MONOTONIC when substep_done last changed */
     uint64_t substep_step;     /* 176 step_start_ns of the step the position belongs to */
-    uint64_t reserved_guarded[1]; /* 184 zero; seqlock-guarded in later minors */
+    /* --- v1.2 (version_minor >= 2, HYDRA_CAP_STEP_PREDICTION): predictions --- */
+    uint64_t step_expected_ns; /* 184 predicted duration of step expected_step, ns; 0 = none */
     /* --- outside the seqlock, own cache line --- */
     uint64_t pending;          /* 192 tasks queued for the slot (atomic add/sub) */
-    uint64_t reserved_tail[7]; /* 200 zero */
+    /* --- v1.2, seqlock-guarded again --- */
+    uint64_t expected_step;    /* 200 step_start_ns of the step step_expected_ns predicts */
+    uint64_t task_expected_end_ns; /* 208 CLOCK_MONOTONIC when work_total is predicted done */
+    uint64_t expected_phase;   /* 216 phase_start_ns of the phase that end is for */
+    uint64_t expected_error_ppm; /* 224 relative error bound, ppm (1000000 = 100%); 0 = none */
+    uint64_t reserved_tail[3]; /* 232 zero */
 } hydra_slot_v1;               /* 256 */
 
 /* The guarded data words, in order; X(field) is expanded once per word. */
@@ -267,6 +278,12 @@ typedef struct hydra_slot_v1 {
 
 /* The v1.1 guarded words (meaningful only when version_minor >= HYDRA_SUBSTEP_MINOR). */
 #define HYDRA_SLOT_SUBSTEP_WORDS(X) X(substep_done) X(substep_total) X(substep_ns) X(substep_step)
+
+/* The v1.2 guarded words (meaningful only when version_minor >= HYDRA_PREDICTION_MINOR and
+   the header has HYDRA_CAP_STEP_PREDICTION). */
+#define HYDRA_SLOT_PREDICTION_WORDS(X)                                                   \
+    X(step_expected_ns) X(expected_step) X(task_expected_end_ns) X(expected_phase)       \
+    X(expected_error_ppm)
 
 /* ---------------------------------------------------------------------------------- */
 /* Layout checks                                                                      */
@@ -355,9 +372,13 @@ HYDRA_ASSERT_OFFSET(hydra_slot_v1, substep_done, 152);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, substep_total, 160);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, substep_ns, 168);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, substep_step, 176);
-HYDRA_ASSERT_OFFSET(hydra_slot_v1, reserved_guarded, 184);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, step_expected_ns, 184);
 HYDRA_ASSERT_OFFSET(hydra_slot_v1, pending, 192);
-HYDRA_ASSERT_OFFSET(hydra_slot_v1, reserved_tail, 200);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, expected_step, 200);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, task_expected_end_ns, 208);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, expected_phase, 216);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, expected_error_ppm, 224);
+HYDRA_ASSERT_OFFSET(hydra_slot_v1, reserved_tail, 232);
 
 /* ---------------------------------------------------------------------------------- */
 /* Helpers                                                                            */
@@ -492,7 +513,8 @@ static inline const volatile hydra_slot_v1 *hydra_slot_at(const volatile void *b
  * HYDRA_SPIN_HINT(). Returns:
  *   HYDRA_OK              `out` holds a consistent copy; out->seq is the even sequence,
  *                         out->pending a separate relaxed load, reserved words zero; the
- *                         substep words are copied too (see hydra_slot_layer);
+ *                         substep and prediction words are copied too (see
+ *                         hydra_slot_layer, hydra_slot_prediction);
  *   HYDRA_READ_TORN       every odd sequence seen was the same value and no even one came
  *                         after it: the writer stopped (or died) mid-update. `out` holds a
  *                         best-effort, possibly inconsistent copy and out->seq that odd value;
@@ -509,8 +531,6 @@ static inline int hydra_slot_read(const volatile hydra_slot_v1 *s, hydra_slot_v1
     uint64_t first_odd = 0;
     if (max_attempts < 1)
         max_attempts = 1;
-    for (size_t i = 0; i < sizeof out->reserved_guarded / sizeof out->reserved_guarded[0]; i++)
-        out->reserved_guarded[i] = 0;
     for (size_t i = 0; i < sizeof out->reserved_tail / sizeof out->reserved_tail[0]; i++)
         out->reserved_tail[i] = 0;
     for (int attempt = 0; attempt < max_attempts; attempt++) {
@@ -521,6 +541,7 @@ static inline int hydra_slot_read(const volatile hydra_slot_v1 *s, hydra_slot_v1
 #define HYDRA_COPY_WORD_(field) out->field = hydra_load(&s->field);
         HYDRA_SLOT_GUARDED_WORDS(HYDRA_COPY_WORD_)
         HYDRA_SLOT_SUBSTEP_WORDS(HYDRA_COPY_WORD_)
+        HYDRA_SLOT_PREDICTION_WORDS(HYDRA_COPY_WORD_)
 #undef HYDRA_COPY_WORD_
         if (s1 & 1) {
             if (!saw_odd) {
@@ -570,6 +591,35 @@ static inline int hydra_slot_layer(const hydra_geometry *g, uint64_t capabilitie
     *done = copy->substep_done;
     *total = copy->substep_total;
     *at_ns = copy->substep_ns;
+    return 1;
+}
+
+/*
+ * The cost model's predictions for `copy` (a consistent copy from hydra_slot_read; `g` and
+ * `capabilities` as for hydra_slot_layer), v1.2. Returns 0 when the writer publishes none
+ * (an older minor, or no HYDRA_CAP_STEP_PREDICTION): use the observed rate then. Otherwise
+ * returns 1 and sets, each to 0 when unknown:
+ *   *step_ns    the predicted duration of the step in flight (the prediction names it:
+ *               expected_step == step_start_ns != 0);
+ *   *end_ns     CLOCK_MONOTONIC when the current phase's work_total is predicted done (the
+ *               prediction names the phase: expected_phase == phase_start_ns, the phase is
+ *               prefill, decode, save or restore, work_total != 0);
+ *   *error_ppm  the error bound of the step prediction in ppm (only with *step_ns).
+ * The ETA is *end_ns - now while that lies ahead (FORMAT.md §5.5).
+ */
+static inline int hydra_slot_prediction(const hydra_geometry *g, uint64_t capabilities,
+                                        const hydra_slot_v1 *copy, uint64_t *step_ns,
+                                        uint64_t *end_ns, uint64_t *error_ppm) {
+    if (g->version_minor < HYDRA_PREDICTION_MINOR || !(capabilities & HYDRA_CAP_STEP_PREDICTION))
+        return 0;
+    int step = copy->step_start_ns != 0 && copy->expected_step == copy->step_start_ns &&
+               copy->step_expected_ns != 0;
+    int active = copy->phase >= HYDRA_PHASE_PREFILL && copy->phase <= HYDRA_PHASE_RESTORE;
+    int end = active && copy->work_total != 0 && copy->phase_start_ns != 0 &&
+              copy->expected_phase == copy->phase_start_ns && copy->task_expected_end_ns != 0;
+    *step_ns = step ? copy->step_expected_ns : 0;
+    *error_ppm = step ? copy->expected_error_ppm : 0;
+    *end_ns = end ? copy->task_expected_end_ns : 0;
     return 1;
 }
 

@@ -134,6 +134,14 @@
 // ([`hydra_writer_layer_done`]); without it readers report the position unknown.
 #define HYDRA_WRITER_CAP_LAYER_PROGRESS (1 << 3)
 
+// Capability bit (format v1.2): the library keeps a cost model of the engine's steps,
+// learnt from their durations, and publishes with every token step its predicted duration
+// and the predicted end of the phase's work (`work_total`), with an error bound. The
+// shape of a step is its size (`hydra_writer_step_start`) and the slot's cached tokens
+// (`hydra_writer_set_n_past`, to be kept current); each step counts as a forward of its
+// own slot. Steps cut short by `hydra_writer_finish` or a new phase are not learnt.
+#define HYDRA_WRITER_CAP_STEP_PREDICTION (1 << 4)
+
 // A segment being written (opaque to C).
 typedef struct HydraWriter HydraWriter;
 

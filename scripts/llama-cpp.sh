@@ -6,27 +6,60 @@
 #   scripts/llama-cpp.sh src      print the vendored llama.cpp source directory
 #   scripts/llama-cpp.sh vocab    print the directory of ggml-vocab-*.gguf{,.inp,.out}
 #   scripts/llama-cpp.sh build    build (once) and print the install prefix, which holds
-#                                 bin/llama-server, bin/llama-bench and lib/libllama.so
+#                                 bin/llama-server and lib/libllama.so (shared ggml too)
+#   scripts/llama-cpp.sh bench    as build, and bin/llama-bench as well (the benchmarks)
 #   scripts/llama-cpp.sh check    exit 0 if the build is there, 1 if not (prints nothing)
 #   scripts/llama-cpp.sh prefix   print the install prefix (built or not)
+#   scripts/llama-cpp.sh bench-tools  as bench, and bin/llama-quantize and
+#                                 bin/llama-perplexity (benchmarks only; tests and CI never do)
+#   scripts/llama-cpp.sh legacy-build|legacy-check|legacy-prefix|legacy-src
+#                                 the same for the older API generation (llama_decode,
+#                                 llama_memory_seq_rm): llama-server only
+#   scripts/llama-cpp.sh valgrind-bench
+#                                 llama-bench of 0c1e570 for AVX2 (no AVX-512), which
+#                                 valgrind can run (scripts/bench-preload.sh)
 #
 # The source is llama.cpp commit 0c1e570 as vendored by the PyPI sdist
-# llama-cpp-python==0.3.36. Cache root: $HYDRA_CACHE_DIR, else
+# llama-cpp-python==0.3.36; the older generation is the llama.cpp vendored by
+# llama-cpp-python==0.3.16. Cache root: $HYDRA_CACHE_DIR, else
 # ${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress. Progress goes to stderr, the path to
 # stdout, so callers can write `prefix=$(scripts/llama-cpp.sh build)`.
 set -euo pipefail
 
-SDIST_VERSION=0.3.36
-LLAMA_COMMIT=0c1e570
 cache_root=${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}
-sdist_dir=$cache_root/llama-cpp-python-$SDIST_VERSION
-src=$sdist_dir/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp
-prefix=$cache_root/llama.cpp-$LLAMA_COMMIT
+native=(-DGGML_NATIVE=ON)
+
+# generation current|legacy: the sdist, its source directory, the install prefix (keyed by
+# version) and the targets built for it.
+generation() {
+  case "$1" in
+    current)
+      SDIST_VERSION=0.3.36
+      key=0c1e570
+      ;;
+    legacy)
+      SDIST_VERSION=0.3.16
+      key=llama-cpp-python-0.3.16
+      ;;
+    avx2)
+      # 0c1e570 without -march=native: AVX2/FMA/F16C only, which valgrind (3.19) decodes
+      # (it has no AVX-512); for the instruction counts of scripts/bench-preload.sh.
+      SDIST_VERSION=0.3.36
+      key=0c1e570-avx2
+      native=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+        -DGGML_AVX512=OFF -DGGML_BMI2=ON)
+      ;;
+  esac
+  sdist_dir=$cache_root/llama-cpp-python-$SDIST_VERSION
+  src=$sdist_dir/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp
+  prefix=$cache_root/llama.cpp-$key
+}
+generation current
 
 say() { printf 'llama-cpp: %s\n' "$*" >&2; }
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -35,55 +68,80 @@ fetch_source() {
   [ -f "$sdist_dir/.unpacked" ] && return 0
   command -v python3 >/dev/null || { say "python3 is needed to fetch the sdist"; exit 1; }
   mkdir -p "$sdist_dir"
-  say "fetching llama-cpp-python==$SDIST_VERSION (sdist, ~75 MB) into $sdist_dir"
+  say "fetching llama-cpp-python==$SDIST_VERSION (sdist, ~50-75 MB) into $sdist_dir"
   python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
     "llama-cpp-python==$SDIST_VERSION" -d "$sdist_dir" >&2
   tar -xzf "$sdist_dir/llama_cpp_python-$SDIST_VERSION.tar.gz" -C "$sdist_dir"
   [ -f "$src/CMakeLists.txt" ] || { say "no llama.cpp source in the sdist at $src"; exit 1; }
+  # The sdists keep the submodule's `.git` file (`gitdir: ../../.git/modules/...`), whose
+  # target is not in the tarball. llama.cpp's build-info step follows it (and git, asked
+  # for HEAD there, fails or finds an unrelated repository above the cache); without the
+  # file the build says "unknown" for the commit, which is the truth here.
+  if [ -f "$src/.git" ]; then
+    local gitdir
+    gitdir=$(sed -n 's/^gitdir: //p' "$src/.git")
+    case "$gitdir" in /*) ;; *) gitdir=$src/$gitdir ;; esac
+    [ -d "$gitdir" ] || rm -f "$src/.git"
+  fi
   touch "$sdist_dir/.unpacked"
 }
 
-is_built() {
-  [ -x "$prefix/bin/llama-server" ] && [ -x "$prefix/bin/llama-bench" ] && [ -f "$prefix/.built" ]
+# has TOOL...: the install prefix holds these binaries and the build finished.
+has() {
+  [ -f "$prefix/.built" ] || return 1
+  local t
+  for t in "$@"; do [ -x "$prefix/bin/$t" ] || return 1; done
 }
 
+# build TOOL...: build these targets (once; more later go into the same build directory),
+# shared libraries always, and install them with every shared library into $prefix.
 build() {
-  is_built && return 0
+  has "$@" && return 0
   # One build at a time: a second caller waits for the first and then finds it built.
   mkdir -p "$cache_root"
-  exec 9>"$cache_root/.llama.cpp-$LLAMA_COMMIT.lock"
+  exec 9>"$cache_root/.llama.cpp-$key.lock"
   flock 9
-  is_built && return 0
+  has "$@" && return 0
   fetch_source
   command -v cmake >/dev/null || { say "cmake is needed (apt-get install cmake)"; exit 1; }
-  local b=$cache_root/llama.cpp-$LLAMA_COMMIT-build
+  local b=$cache_root/llama.cpp-$key-build
   local jobs
   jobs=$(nproc 2>/dev/null || echo 2)
-  say "building llama.cpp $LLAMA_COMMIT (llama-server, llama-bench, libllama.so) into $prefix"
+  say "building llama.cpp $key ($* and the shared libllama/ggml) into $prefix"
   local t0=$SECONDS
   # -mno-amx-*: some VMs advertise AMX in cpuid but fault on its instructions; the
   # flags are harmless where AMX is absent. RPATH to $ORIGIN/../lib so the binaries find
-  # the shared libllama/ggml next to them without LD_LIBRARY_PATH.
-  cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-    -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+  # the shared libllama/ggml next to them without LD_LIBRARY_PATH. GIT_CEILING_DIRECTORIES:
+  # the build-info step must not take the commit of a repository that holds the cache.
+  GIT_CEILING_DIRECTORIES=$cache_root cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=Release \
+    "${native[@]}" -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
     -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
     -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON >&2
-  cmake --build "$b" -j "$jobs" --target llama-server llama-bench >&2
+  GIT_CEILING_DIRECTORIES=$cache_root cmake --build "$b" -j "$jobs" --target "$@" >&2
   mkdir -p "$prefix/bin" "$prefix/lib"
-  cp -a "$b"/bin/llama-server "$b"/bin/llama-bench "$prefix/bin/"
+  local t
+  for t in "$@"; do cp -a "$b/bin/$t" "$prefix/bin/"; done
   find "$b" -name '*.so*' \( -type f -o -type l \) -exec cp -a {} "$prefix/lib/" \;
-  echo "built in $((SECONDS - t0)) s on $jobs cores" >"$prefix/.built"
+  echo "built $* in $((SECONDS - t0)) s on $jobs cores" >>"$prefix/.built"
   say "built in $((SECONDS - t0)) s"
 }
 
+# The tests need llama-server only; the benchmarks need llama-bench too (bench).
 case "${1:-}" in
   src) fetch_source; echo "$src" ;;
   vocab) fetch_source; echo "$src/models" ;;
-  build) build; echo "$prefix" ;;
-  check) is_built ;;
+  build) build llama-server; echo "$prefix" ;;
+  bench) build llama-server llama-bench; echo "$prefix" ;;
+  bench-tools) build llama-server llama-bench llama-quantize llama-perplexity; echo "$prefix" ;;
+  check) has llama-server ;;
   prefix) echo "$prefix" ;;
+  legacy-src) generation legacy; fetch_source; echo "$src" ;;
+  legacy-build) generation legacy; build llama-server; echo "$prefix" ;;
+  legacy-check) generation legacy; has llama-server ;;
+  legacy-prefix) generation legacy; echo "$prefix" ;;
+  valgrind-bench) generation avx2; build llama-bench; echo "$prefix" ;;
   *) usage ;;
 esac

@@ -15,7 +15,9 @@
 #     SmolLM2-135M model), gguf and numpy (random-weight test GGUFs), openai (the OpenAI
 #     client the serving tests drive);
 #   - crates: cargo-fuzz (the fuzz smoke);
-#   - llama.cpp, built once into a cache outside the repository (scripts/llama-cpp.sh build);
+#   - llama.cpp's llama-server, two API generations (0c1e570, and the llama.cpp of
+#     llama-cpp-python 0.3.16), built once into a cache outside the repository
+#     (scripts/llama-cpp.sh build, legacy-build);
 #   - a CUDA 13.0 toolkit assembled from NVIDIA's PyPI wheels, once into the same cache
 #     (scripts/cuda-toolkit.sh install; unzip unpacks it, xz packs the GPU bundle).
 set -euo pipefail
@@ -115,10 +117,15 @@ install_cargo() {
   done
 }
 
+# Both llama.cpp API generations the preload's real-server tests run: llama-server and the
+# shared libraries only (the benchmarks build llama-bench themselves: llama-cpp.sh bench).
 install_llama_cpp() {
-  "$root/scripts/llama-cpp.sh" check && return 0
-  say "building llama.cpp into $("$root/scripts/llama-cpp.sh" prefix) (once; cached outside the repository)"
-  quietly "$root/scripts/llama-cpp.sh" build
+  local gen
+  for gen in "" legacy-; do
+    "$root/scripts/llama-cpp.sh" "${gen}check" && continue
+    say "building llama.cpp into $("$root/scripts/llama-cpp.sh" "${gen}prefix") (once; cached outside the repository)"
+    quietly "$root/scripts/llama-cpp.sh" "${gen}build"
+  done
 }
 
 install_cuda_toolkit() {

@@ -20,9 +20,9 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use clap::Parser;
-use hydra_engine::model::packed::activations::QuantizedRows;
-use hydra_engine::model::silu_mul::silu_mul_with;
-use hydra_engine::model::Code;
+use hydra_engine::kernels::packed::activations::QuantizedRows;
+use hydra_engine::kernels::silu_mul::silu_mul_with;
+use hydra_engine::kernels::Isa;
 
 const CALLS: usize = 200;
 
@@ -88,10 +88,10 @@ fn run(repeat: usize) -> candle_core::Result<()> {
         let (p, n) = best_of(
             repeat,
             &mut || {
-                black_box(QuantizedRows::new_with(&x, rows, k, Code::Portable));
+                black_box(QuantizedRows::new_with(&x, rows, k, Isa::PORTABLE));
             },
             &mut || {
-                black_box(QuantizedRows::new_with(&x, rows, k, Code::Native));
+                black_box(QuantizedRows::new_with(&x, rows, k, Isa::best()));
             },
         );
         println!(
@@ -105,10 +105,10 @@ fn run(repeat: usize) -> candle_core::Result<()> {
         let (p, n) = best_of(
             repeat,
             &mut || {
-                black_box(silu_mul_with(&gate, &up, Code::Portable).expect("candle ops"));
+                black_box(silu_mul_with(&gate, &up, Isa::PORTABLE).expect("candle ops"));
             },
             &mut || {
-                black_box(silu_mul_with(&gate, &up, Code::Native).expect("fused"));
+                black_box(silu_mul_with(&gate, &up, Isa::best()).expect("fused"));
             },
         );
         println!(

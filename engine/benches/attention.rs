@@ -1,7 +1,7 @@
 //! Decode attention of a batch: candle ops per sequence (what the engine ran before, and
 //! still runs on a GPU) against the CPU kernel `attend_cpu`, which attends for the
 //! whole batch in one call over the cache buffers in place, in its two forms: the portable
-//! loops (`Code::Portable`) and the AVX2 code the engine runs where it can (`Code::Native`).
+//! loops (`Isa::PORTABLE`) and the AVX2 code the engine runs where it can (`Isa::best()`).
 //!
 //! ```text
 //! cargo bench -p hydra-engine --bench attention -- [--threads N] [--repeat N]
@@ -17,8 +17,8 @@
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
-use hydra_engine::model::attention::{attend, attend_cpu_with, CachedSequence, Heads};
-use hydra_engine::model::Code;
+use hydra_engine::kernels::attention::{attend, attend_cpu_with, CachedSequence, Heads};
+use hydra_engine::kernels::Isa;
 
 const CAPACITY: usize = 4096;
 
@@ -95,10 +95,10 @@ fn main() -> candle_core::Result<()> {
                     Tensor::cat(&ys, 1).expect("cat");
                 };
                 let mut portable = || {
-                    attend_cpu_with(&q, &seqs, heads, Code::Portable).expect("portable");
+                    attend_cpu_with(&q, &seqs, heads, Isa::PORTABLE).expect("portable");
                 };
                 let mut native = || {
-                    attend_cpu_with(&q, &seqs, heads, Code::Native).expect("native");
+                    attend_cpu_with(&q, &seqs, heads, Isa::best()).expect("native");
                 };
                 ops();
                 portable();

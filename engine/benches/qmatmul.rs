@@ -1,5 +1,5 @@
 //! One SmolLM2 layer's weight matmuls by every strategy the engine has or had, side by
-//! side: candle's quantized kernels, the engine's packed kernels (`model::packed`),
+//! side: candle's quantized kernels, the engine's packed kernels (`kernels::packed`),
 //! dequantizing once per chunk for the f32 GEMM, and the GEMM alone.
 //!
 //! ```text
@@ -26,7 +26,8 @@ use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use hydra_engine::model::packed::{Isa, PackedMatrix};
+use hydra_engine::kernels::packed::PackedMatrix;
+use hydra_engine::kernels::{Isa, Level};
 
 const SHAPES: [(usize, usize); 7] = [
     (576, 576),
@@ -61,7 +62,7 @@ fn main() -> candle_core::Result<()> {
     hydra_engine::threads::set_cpu_threads(threads).map_err(candle_core::Error::wrap)?;
     let dev = Device::Cpu;
     println!("# one SmolLM2-135M layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per call (and per row)");
-    println!("| weights | rows | candle | packed ({:?}) | packed avx2 | dequant+f32 | f32 only | packed / candle | dequant+f32 / candle |", Isa::best());
+    println!("| weights | rows | candle | packed ({:?}) | packed avx2 | dequant+f32 | f32 only | packed / candle | dequant+f32 / candle |", Isa::best().level());
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1, GgmlDType::Q4_0] {
         let mut qs = Vec::new();
@@ -82,7 +83,7 @@ fn main() -> candle_core::Result<()> {
             .collect::<candle_core::Result<_>>()?;
         let packed_avx2: Vec<PackedMatrix> = packed
             .iter()
-            .filter_map(|p| p.clone().with_isa(Isa::Avx2))
+            .filter_map(|p| Isa::get(Level::Avx2).map(|isa| p.clone().with_isa(isa)))
             .collect();
         for rows in [1usize, 2, 4, 8, 16, 32, 64, 128, 512] {
             let xs: Vec<Tensor> = SHAPES

@@ -117,6 +117,19 @@ pub fn is_out_of_memory(e: &candle_core::Error) -> bool {
     }
 }
 
+/// Candle's errors become [`EngineError::Candle`], except the device running out of memory,
+/// which is told apart once here ([`is_out_of_memory`]) so that every `?` reports it as
+/// [`EngineError::OutOfMemory`].
+impl From<candle_core::Error> for EngineError {
+    fn from(e: candle_core::Error) -> Self {
+        if is_out_of_memory(&e) {
+            Self::OutOfMemory(e)
+        } else {
+            Self::Candle(e)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,13 +31,15 @@ pub enum EngineError {
     },
     /// The model's architecture is not one the engine implements.
     #[error(
-        "unsupported model architecture in {path}: general.architecture = {architecture:?} (supported: llama, mistral, qwen2, qwen3)"
+        "unsupported model architecture in {path}: general.architecture = {architecture:?} (supported: {supported})"
     )]
     UnsupportedArchitecture {
         /// The model file.
         path: PathBuf,
         /// `general.architecture` as found in the file.
         architecture: String,
+        /// The values this build runs.
+        supported: String,
     },
     /// The tokenizer family named by the model is not implemented.
     #[error("unsupported tokenizer: {key} = {value:?} (supported: {supported})")]
@@ -61,7 +63,7 @@ pub enum EngineError {
         vocab_size: usize,
     },
     /// A slot index is out of range.
-    #[error("slot {slot} does not exist (have {n_slots} slots)")]
+    #[error("slot {slot} does not exist (the engine has {n_slots} slots)")]
     NoSuchSlot {
         /// The requested slot.
         slot: usize,
@@ -136,22 +138,11 @@ pub enum EngineError {
     /// Writing or reading a KV state stream failed.
     #[error("KV state I/O failed: {0}")]
     StateIo(#[source] std::io::Error),
-    /// An error inside candle (tensor shapes, kernels, devices).
+    /// An error inside candle (tensor shapes, kernels, devices). Every `?` on a candle
+    /// error lands here or in [`EngineError::OutOfMemory`] (the conversion is in
+    /// `device.rs`, which tells the device's out-of-memory errors apart).
     #[error("tensor backend: {0}")]
     Candle(#[source] candle_core::Error),
-}
-
-/// Candle's errors become [`EngineError::Candle`], except the device running out of memory,
-/// which is told apart once here ([`crate::device::is_out_of_memory`]) so that every `?`
-/// reports it as [`EngineError::OutOfMemory`].
-impl From<candle_core::Error> for EngineError {
-    fn from(e: candle_core::Error) -> Self {
-        if crate::device::is_out_of_memory(&e) {
-            Self::OutOfMemory(e)
-        } else {
-            Self::Candle(e)
-        }
-    }
 }
 
 /// Why a saved KV state was refused by [`crate::Slots::restore_state`].

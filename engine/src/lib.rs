@@ -34,20 +34,24 @@
 
 #![deny(missing_docs)]
 // No unsafe code, except the one CUDA host-callback launch (`server::layer_signal`, behind
-// the `cuda` feature), which has no safe API in cudarc, the x86 SIMD kernels (`model::packed`,
-// `model::attention`, `model::silu_mul`, `model::simd`) and the allocator setting of
-// `memory`; `deny` lets those places allow it.
+// the `cuda` feature), which has no safe API in cudarc, the x86 SIMD kernels (`kernels`) and
+// the allocator setting of `memory`; `deny` lets those places allow it. Inside an `unsafe fn`
+// every unsafe operation still needs its own `unsafe` block and `SAFETY` comment.
 #![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod device;
 pub mod error;
+pub mod gguf;
 pub mod hash;
+pub mod kernels;
 pub mod kv_state;
 pub mod logprobs;
 // One `mallopt` call.
 #[allow(unsafe_code)]
 pub mod memory;
 pub mod model;
+pub mod perplexity;
 pub mod sampling;
 pub mod server;
 pub mod slots;

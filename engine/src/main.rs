@@ -3,6 +3,7 @@
 //! library); the engine itself lives in the library.
 
 mod demo;
+mod perplexity_cmd;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
@@ -36,6 +37,9 @@ enum Command {
     /// Start an engine on the embedded model, keep every slot busy and show live progress
     /// read from the segment through the probe library.
     Demo(demo::DemoArgs),
+    /// A model's perplexity over a text file, computed as llama.cpp's llama-perplexity
+    /// computes it (windows of --ctx tokens, the second half of each scored).
+    Perplexity(perplexity_cmd::PerplexityArgs),
 }
 
 #[derive(Args)]
@@ -132,6 +136,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Demo(args) => demo::run(&args),
+        Command::Perplexity(args) => perplexity_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,7 +15,7 @@ use crate::kv_state;
 use candle_core::Device;
 
 use crate::model::kv_cache::KvCache;
-use crate::model::llama::{Rope, Sequence};
+use crate::model::transformer::{Rope, Sequence};
 use crate::model::{LayerHook, Model};
 use crate::threads::{PoolChooser, PoolUse};
 
@@ -172,6 +172,16 @@ impl Slot {
     }
 }
 
+/// Whether `slot` is one of `n_slots` slots: the one check of a slot's bound, for
+/// [`Slots`] and for the server's requests alike.
+pub fn check_slot(slot: usize, n_slots: usize) -> Result<()> {
+    if slot < n_slots {
+        Ok(())
+    } else {
+        Err(EngineError::NoSuchSlot { slot, n_slots })
+    }
+}
+
 /// N slots, each with its own KV cache and n_past, sharing one model.
 #[derive(Debug)]
 pub struct Slots {
@@ -242,10 +252,8 @@ impl Slots {
     }
 
     fn slot(&self, slot: usize) -> Result<&Slot> {
-        self.slots.get(slot).ok_or(EngineError::NoSuchSlot {
-            slot,
-            n_slots: self.slots.len(),
-        })
+        check_slot(slot, self.slots.len())?;
+        Ok(&self.slots[slot])
     }
 
     fn check_slot(&self, slot: usize) -> Result<()> {
@@ -523,6 +531,42 @@ impl Slots {
                 l
             })
             .collect())
+    }
+
+    /// Append `chunk` to `slot` in one forward, as [`Slots::prefill_chunk`] does without an
+    /// observer, and return the next-token logits after each of its tokens from `from` on
+    /// (`chunk.len() - from` of them; `from < chunk.len()`), what a perplexity scores.
+    pub fn prefill_scored(
+        &mut self,
+        slot: usize,
+        chunk: &[u32],
+        from: usize,
+    ) -> Result<Vec<Logits>> {
+        self.check_prefill(slot, chunk, chunk.len())?;
+        let use_pool = self.pool.plan(chunk.len());
+        let started = Instant::now();
+        let (weights, rope) = (&self.model.weights, &self.rope);
+        let Slot {
+            cache,
+            logits,
+            tokens,
+        } = &mut self.slots[slot];
+        let mut seq = Sequence {
+            tokens: chunk,
+            cache,
+        };
+        let rows = crate::threads::with_pool(use_pool, || -> Result<Vec<Vec<f32>>> {
+            Ok(weights
+                .forward_from(&mut seq, rope, &mut (), from)?
+                .to_vec2::<f32>()?)
+        })?;
+        self.pool.record(started.elapsed());
+        let rows: Vec<Logits> = rows.into_iter().map(Logits::from).collect();
+        *logits = rows.last().cloned();
+        if let Some(t) = tokens.as_mut() {
+            t.extend_from_slice(chunk);
+        }
+        Ok(rows)
     }
 
     /// The next-token scores after the last token `slot` holds (None when it is empty).

@@ -133,7 +133,7 @@ fn q4_1_runs_as_stored_on_a_cpu_with_avx2() {
     common::write_test_gguf(&path, GgmlDType::Q4_1, 7);
     let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
     // The engine's own Q4_1 kernel needs AVX2; elsewhere Q4_1 is converted as before.
-    let expected = if hydra_engine::model::packed::PackedMatrix::is_fast_here() {
+    let expected = if hydra_engine::kernels::packed::PackedMatrix::is_fast_here() {
         "Q4_1"
     } else {
         "Q4_1->Q8_0"

@@ -78,7 +78,7 @@ fn smollm2_answers_paris_and_matches_reference() {
     );
     let info = model.info();
     assert_eq!(info.architecture, "llama");
-    let packed = hydra_engine::model::packed::PackedMatrix::is_fast_here();
+    let packed = hydra_engine::kernels::packed::PackedMatrix::is_fast_here();
     let expected = if packed { "Q4_1" } else { "Q4_1->Q8_0" };
     assert_eq!(info.quantization, expected);
     assert_eq!(info.vocab_size, 49152);

@@ -334,11 +334,6 @@ impl Collector {
         self.stats.slot_reads(torn, retries);
     }
 
-    /// One whole scrape: [`collect`](Self::collect) then [`crate::metrics::render`].
-    pub fn scrape(&self, format: crate::metrics::Format) -> String {
-        crate::metrics::render(Arc::new(self.collect()), &self.stats, format)
-    }
-
     /// Number of readers currently cached (for tests and diagnostics).
     pub fn cached_readers(&self) -> usize {
         self.lock_cache().len()

@@ -28,7 +28,48 @@
 //! Both are checked against prometheus-client's encoders, the former implementation, by
 //! `tests/exposition.rs`.
 
-use crate::metrics::Format;
+/// Exposition format of `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// Picks the format for an `Accept` header: OpenMetrics when it lists
+    /// `application/openmetrics-text` with a non-zero quality, else text 0.0.4.
+    pub fn from_accept(accept: Option<&str>) -> Self {
+        let Some(accept) = accept else {
+            return Self::Text;
+        };
+        for range in accept.split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            if !media.eq_ignore_ascii_case("application/openmetrics-text") {
+                continue;
+            }
+            let q = parts
+                .filter_map(|p| p.split_once('='))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+                .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+                .unwrap_or(1.0);
+            if q > 0.0 {
+                return Self::OpenMetrics;
+            }
+        }
+        Self::Text
+    }
+
+    /// The `Content-Type` of a response in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Text => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
 
 /// Metric type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +183,31 @@ impl Family<'_> {
         self.samples += 1;
     }
 
+    /// `name{labels,extra} value`: a sample with one more label pair after the label set
+    /// (`{extra} value` without labels).
+    #[inline(always)]
+    pub(crate) fn sample_with(
+        &mut self,
+        labels: Labels<'_>,
+        extra: &ExtraLabel,
+        value: impl Value,
+    ) {
+        let out = &mut *self.out;
+        out.push_str(self.name);
+        match labels.0.strip_suffix("} ") {
+            Some(open) => {
+                out.push_str(open);
+                out.push(',');
+            }
+            None => out.push('{'),
+        }
+        out.push_str(&extra.pair);
+        out.push_str("} ");
+        value.write(out);
+        out.push('\n');
+        self.samples += 1;
+    }
+
     /// The series of one state set for one label set: `name{labels,state="…"} 1` for
     /// every state `is` says the owner is in, `… 0` for the others, in the order of
     /// `states`.
@@ -226,6 +292,22 @@ impl Labels<'_> {
     /// Bytes of the label set as written (`{a="x"} `: 8).
     pub(crate) fn len(&self) -> usize {
         self.0.len()
+    }
+}
+
+/// One label pair rendered once, added after the label set of many samples
+/// ([`Family::sample_with`]): `source="model"`.
+#[derive(Debug)]
+pub(crate) struct ExtraLabel {
+    pair: String,
+}
+
+impl ExtraLabel {
+    /// The pair `name="value"` (`name` a valid label name; the value is escaped).
+    pub(crate) fn new(name: &str, value: &str) -> Self {
+        let mut pair = String::new();
+        push_pair(&mut pair, name, value);
+        Self { pair }
     }
 }
 

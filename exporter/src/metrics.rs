@@ -32,56 +32,17 @@
 //! converted from CLOCK_MONOTONIC with the segment's clock anchors. See [`METRIC_NAMES`]
 //! for the complete list.
 
-use crate::collect::Collection;
-use crate::exposition::{Exposition, Kind, LabelSets, Labels, Seconds, StateSet, Value};
+use crate::collect::{Collection, Collector};
+use crate::exposition::{
+    Exposition, ExtraLabel, Kind, LabelSets, Labels, Seconds, StateSet, Value,
+};
 use crate::stats::ExporterStats;
 use hydra_layout::{Phase, WorkUnit};
-use hydra_probe::{EngineHealth, EngineView, SlotClass, SlotView};
+use hydra_probe::{EngineHealth, EngineView, EtaSource, SlotClass, SlotView};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 
-/// Exposition format of `/metrics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Prometheus text format 0.0.4.
-    Text,
-    /// OpenMetrics 1.0.0 text.
-    OpenMetrics,
-}
-
-impl Format {
-    /// Picks the format for an `Accept` header: OpenMetrics when it lists
-    /// `application/openmetrics-text` with a non-zero quality, else text 0.0.4.
-    pub fn from_accept(accept: Option<&str>) -> Self {
-        let Some(accept) = accept else {
-            return Self::Text;
-        };
-        for range in accept.split(',') {
-            let mut parts = range.split(';').map(str::trim);
-            let media = parts.next().unwrap_or_default();
-            if !media.eq_ignore_ascii_case("application/openmetrics-text") {
-                continue;
-            }
-            let q = parts
-                .filter_map(|p| p.split_once('='))
-                .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
-                .and_then(|(_, v)| v.trim().parse::<f64>().ok())
-                .unwrap_or(1.0);
-            if q > 0.0 {
-                return Self::OpenMetrics;
-            }
-        }
-        Self::Text
-    }
-
-    /// The `Content-Type` of a response in this format.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Self::Text => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        }
-    }
-}
+pub use crate::exposition::Format;
 
 /// Every sample name `/metrics` can contain (counters with their `_total`), in output
 /// order. Tests check dashboards and alert rules against this list.
@@ -108,6 +69,8 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_slot_rate_tokens_per_second",
     "hydra_slot_rate_bytes_per_second",
     "hydra_slot_eta_seconds",
+    "hydra_slot_step_expected_seconds",
+    "hydra_slot_prediction_error_ratio",
     "hydra_slot_last_progress_timestamp_seconds",
     "hydra_slot_last_progress_age_seconds",
     "hydra_slot_stall_threshold_seconds",
@@ -140,6 +103,13 @@ pub const LIVENESS: [EngineHealth; 4] = [
     EngineHealth::Closed,
     EngineHealth::Dead,
 ];
+
+impl Collector {
+    /// One whole scrape: [`collect`](Collector::collect) then [`render`].
+    pub fn scrape(&self, format: Format) -> String {
+        render(Arc::new(self.collect()), self.stats(), format)
+    }
+}
 
 /// Encodes one scrape in `format`: the engines of `collection` and the exporter's `stats`.
 ///
@@ -527,12 +497,37 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
             |_, s| s.rate_per_s.filter(|_| s.state.work_unit == unit),
         );
     }
+    let sources =
+        [EtaSource::Model, EtaSource::Rate].map(|e| (e, ExtraLabel::new("source", e.as_str())));
+    x.family(
+        "hydra_slot_eta_seconds",
+        "Time to finish the current phase; source=\"model\": the writer's cost model predicts it (format v1.2), source=\"rate\": at the observed rate",
+        Kind::Gauge,
+        |f| {
+            for (_, s, labels) in &rows.slots {
+                let (Some(eta), Some(source)) = (s.eta_s.filter(|_| s.is_active()), s.eta_source)
+                else {
+                    continue;
+                };
+                if let Some((_, extra)) = sources.iter().find(|(e, _)| *e == source) {
+                    f.sample_with(*labels, extra, eta);
+                }
+            }
+        },
+    );
     per_active_slot(
         x,
         rows,
-        "hydra_slot_eta_seconds",
-        "Time to finish the current phase at the observed rate",
-        |_, s| s.eta_s,
+        "hydra_slot_step_expected_seconds",
+        "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)",
+        |_, s| s.predicted_step_ns.map(secs),
+    );
+    per_active_slot(
+        x,
+        rows,
+        "hydra_slot_prediction_error_ratio",
+        "The error bound the writer states for its predictions, 0.2 = 20% (format v1.2; absent without one)",
+        |_, s| s.prediction_error,
     );
     per_slot(
         x,
@@ -552,7 +547,7 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
         x,
         rows,
         "hydra_slot_stall_threshold_seconds",
-        "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step)",
+        "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step, or layer while the layer is known)",
         |_, s| Some(secs(s.stall_threshold_ns)),
     );
     per_active_slot(

@@ -96,7 +96,8 @@ pub fn template() -> Vec<u8> {
             model_name: "corpus-model".into(),
             model_quant: "Q8_0".into(),
             device: "cpu".into(),
-            capabilities: hydra_layout::header::capabilities::LAYER_PROGRESS,
+            capabilities: hydra_layout::header::capabilities::LAYER_PROGRESS
+                | hydra_layout::header::capabilities::STEP_PREDICTION,
             ..EngineDescription::default()
         },
     })
@@ -504,6 +505,44 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             &mut cases,
             "content-layers".into(),
             "layer positions past their total, of u64::MAX layers, from the far future".into(),
+            Expect::Readable,
+        );
+
+        // Predictions (format v1.2) that no conforming writer leaves: a step and a phase
+        // end of u64::MAX with an error bound of u64::MAX ppm, a step of 1 ns whose phase
+        // end lies in the past, predictions naming another step and phase, and all ones.
+        let mut b = t.clone();
+        for i in 0..SLOTS {
+            let step = 1_000 + i as u64;
+            set_word(&mut b, slot(i, s::STEP_START_NS_OFFSET), step);
+            set_word(&mut b, slot(i, s::STEP_SIZE_OFFSET), 1);
+            set_word(&mut b, slot(i, s::EXPECTED_STEP_OFFSET), step);
+            let phase = word(&b, slot(i, s::PHASE_START_NS_OFFSET));
+            set_word(&mut b, slot(i, s::EXPECTED_PHASE_OFFSET), phase);
+        }
+        set_word(&mut b, slot(0, s::STEP_EXPECTED_NS_OFFSET), u64::MAX);
+        set_word(&mut b, slot(0, s::TASK_EXPECTED_END_NS_OFFSET), u64::MAX);
+        set_word(&mut b, slot(0, s::EXPECTED_ERROR_PPM_OFFSET), u64::MAX);
+        set_word(&mut b, slot(1, s::STEP_EXPECTED_NS_OFFSET), 1);
+        set_word(&mut b, slot(1, s::TASK_EXPECTED_END_NS_OFFSET), 1);
+        set_word(&mut b, slot(1, s::EXPECTED_ERROR_PPM_OFFSET), 1);
+        set_word(&mut b, slot(2, s::STEP_EXPECTED_NS_OFFSET), 5_000_000);
+        set_word(&mut b, slot(2, s::EXPECTED_STEP_OFFSET), 7);
+        set_word(&mut b, slot(2, s::EXPECTED_PHASE_OFFSET), 7);
+        set_word(
+            &mut b,
+            slot(2, s::TASK_EXPECTED_END_NS_OFFSET),
+            u64::MAX / 2,
+        );
+        set_word(&mut b, slot(3, s::STEP_EXPECTED_NS_OFFSET), u64::MAX);
+        for off in (s::EXPECTED_STEP_OFFSET..s::PREDICTION_END).step_by(8) {
+            set_word(&mut b, slot(3, off), u64::MAX);
+        }
+        write(dir, "content-predictions", &b);
+        add(
+            &mut cases,
+            "content-predictions".into(),
+            "predictions of u64::MAX ns, ends in the past, naming other steps, all ones".into(),
             Expect::Readable,
         );
     }

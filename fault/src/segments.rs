@@ -45,6 +45,20 @@ impl Scratch {
         .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", self.describe()))
     }
 
+    /// [`writer`](Self::writer) for a writer with a cost model (format v1.2): the
+    /// description's capabilities plus `step_prediction`.
+    pub fn predicting_writer(&self, id: &str, slots: usize) -> SegmentWriter {
+        let mut d = description();
+        d.capabilities |= hydra_layout::header::capabilities::STEP_PREDICTION;
+        SegmentWriter::create(&SegmentConfig {
+            dir: self.dir.clone(),
+            engine_id: id.into(),
+            slot_count: slots,
+            description: d,
+        })
+        .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", self.describe()))
+    }
+
     /// Leaves a CLOSED segment for `id` in the directory: a clean close unlinks the file,
     /// so a hard link taken before the close is renamed back to the segment's name.
     pub fn closed_engine(&self, id: &str) {

@@ -162,12 +162,18 @@ pub fn thresholds(sel: u8) -> Thresholds {
         },
         2 => Thresholds {
             stall_floor: Duration::ZERO,
+            confident_stall_floor: Duration::ZERO,
+            confident_error: 0.0,
+            slow_factor: 0.0,
             stall_factor: 0.0,
             budget: Some(Duration::ZERO),
             heartbeat_timeout: Duration::ZERO,
         },
         _ => Thresholds {
             stall_floor: Duration::MAX,
+            confident_stall_floor: Duration::MAX,
+            confident_error: f64::MAX,
+            slow_factor: f64::MAX,
             stall_factor: f64::MAX,
             budget: Some(Duration::MAX),
             heartbeat_timeout: Duration::MAX,

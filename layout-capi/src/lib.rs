@@ -42,8 +42,9 @@
 
 use hydra_ffi_support::{arg_str, copy_out, opt_str, out_ptr, Abi, ErrorKind, FfiError, Overflow};
 use hydra_layout::{
-    clock, naming, EngineDescription, ErrorCode, FinishReason, PendingCounter, Phase,
-    SegmentConfig, SegmentWriter, SlotState, Substep, SubstepPublisher, WorkUnit, WriterCounters,
+    clock, naming, EngineDescription, ErrorCode, FinishReason, Forecaster, PendingCounter, Phase,
+    PhaseEnd, SegmentConfig, SegmentWriter, SlotState, Substep, SubstepPublisher, WorkUnit,
+    WriterCounters,
 };
 use std::cell::RefCell;
 use std::ffi::c_char;
@@ -131,6 +132,13 @@ pub const HYDRA_WRITER_CAP_CHUNKED_PREFILL: u64 = 1 << 2;
 /// Capability bit: the engine publishes the layer position inside each step
 /// ([`hydra_writer_layer_done`]); without it readers report the position unknown.
 pub const HYDRA_WRITER_CAP_LAYER_PROGRESS: u64 = 1 << 3;
+/// Capability bit (format v1.2): the library keeps a cost model of the engine's steps,
+/// learnt from their durations, and publishes with every token step its predicted duration
+/// and the predicted end of the phase's work (`work_total`), with an error bound. The
+/// shape of a step is its size (`hydra_writer_step_start`) and the slot's cached tokens
+/// (`hydra_writer_set_n_past`, to be kept current); each step counts as a forward of its
+/// own slot. Steps cut short by `hydra_writer_finish` or a new phase are not learnt.
+pub const HYDRA_WRITER_CAP_STEP_PREDICTION: u64 = 1 << 4;
 
 // Every wire constant is the value the Rust format code writes (the reader ABI asserts the
 // same of its phase constants, so the two ABIs agree).
@@ -140,6 +148,7 @@ const _: () = {
     assert!(HYDRA_WRITER_CAP_STATE_SAVE_RESTORE == cap::STATE_SAVE_RESTORE);
     assert!(HYDRA_WRITER_CAP_CHUNKED_PREFILL == cap::CHUNKED_PREFILL);
     assert!(HYDRA_WRITER_CAP_LAYER_PROGRESS == cap::LAYER_PROGRESS);
+    assert!(HYDRA_WRITER_CAP_STEP_PREDICTION == cap::STEP_PREDICTION);
 
     assert!(HYDRA_WRITER_PHASE_IDLE == Phase::Idle.to_raw());
     assert!(HYDRA_WRITER_PHASE_QUEUED == Phase::Queued.to_raw());
@@ -203,10 +212,26 @@ pub struct HydraWriterCounters {
     pub kv_cells_total: u64,
 }
 
-/// The single-writer state: the segment and the per-slot record mirror.
+/// The single-writer state: the segment, the per-slot record mirror and, when the
+/// description asks for predictions, the cost model.
 struct Inner {
     writer: SegmentWriter,
     slots: Vec<SlotState>,
+    forecast: Option<Forecaster>,
+}
+
+/// What an update does to the step in flight, for the heartbeat and the cost model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    /// Nothing: the step in flight (if any) goes on.
+    Plain,
+    /// A step starts: predict it (and publish the prediction with the record), beat.
+    StepStarted,
+    /// The step in flight finished: learn from it, beat.
+    StepFinished,
+    /// The step in flight (if any) ended without finishing (the task or phase ended):
+    /// it is not learnt.
+    StepEnded,
 }
 
 /// A segment being written (opaque to C).
@@ -336,25 +361,43 @@ impl HydraWriter {
             .map_err(FfiError::from)
     }
 
-    /// Runs `f` on slot `slot`'s mirror with the clock read once, publishes the record and,
-    /// with `beat`, stores the loop heartbeat at the same instant.
+    /// Runs `f` on slot `slot`'s mirror with the clock read once, tells the cost model
+    /// about `event`, publishes the record (with its prediction when a step starts and the
+    /// writer predicts) and, for a step event, stores the loop heartbeat at the same
+    /// instant.
     fn update(
         &self,
         slot: u32,
-        beat: bool,
+        event: Event,
         f: impl FnOnce(&mut SlotState, u64),
     ) -> Result<(), FfiError> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let inner = &mut *inner;
         let count = inner.slots.len();
+        let index = slot as usize;
         let s = inner
             .slots
-            .get_mut(slot as usize)
+            .get_mut(index)
             .ok_or_else(|| slot_out_of_range(slot, count))?;
         let now = clock::monotonic_ns();
         f(s, now);
-        inner.writer.publish(slot as usize, s)?;
-        if beat {
+        let prediction = match (event, inner.forecast.as_mut()) {
+            (Event::StepStarted, Some(fc)) => fc.step_started(index, s),
+            (Event::StepFinished, Some(fc)) => {
+                fc.step_finished(index, s);
+                None
+            }
+            (Event::StepEnded, Some(fc)) => {
+                fc.step_abandoned(index);
+                None
+            }
+            _ => None,
+        };
+        match prediction {
+            Some(p) => inner.writer.publish_with_prediction(index, s, &p)?,
+            None => inner.writer.publish(index, s)?,
+        }
+        if matches!(event, Event::StepStarted | Event::StepFinished) {
             inner.writer.heartbeat(now);
         }
         Ok(())
@@ -369,7 +412,7 @@ impl HydraWriter {
 unsafe fn update_slot<A>(
     writer: *const HydraWriter,
     slot: u32,
-    beat: bool,
+    event: Event,
     args: impl FnOnce() -> Result<A, FfiError>,
     f: impl FnOnce(&mut SlotState, u64, A),
 ) -> i32 {
@@ -377,7 +420,7 @@ unsafe fn update_slot<A>(
         // SAFETY: the caller guarantees `writer` is NULL or an open handle.
         let w = unsafe { handle(writer) }?;
         let args = args()?;
-        w.update(slot, beat, |s, now| f(s, now, args))
+        w.update(slot, event, |s, now| f(s, now, args))
     })
 }
 
@@ -462,6 +505,8 @@ pub unsafe extern "C" fn hydra_writer_create(
             description,
         })?;
         let slots = vec![SlotState::default(); slot_count];
+        let forecast = (d.capabilities & HYDRA_WRITER_CAP_STEP_PREDICTION != 0)
+            .then(|| Forecaster::new(slot_count, PhaseEnd::Predict));
         for (i, s) in slots.iter().enumerate() {
             writer.publish(i, s)?;
         }
@@ -470,7 +515,11 @@ pub unsafe extern "C" fn hydra_writer_create(
             pending: writer.pending_counter(),
             substeps: writer.substep_publisher(),
             path: writer.path().display().to_string(),
-            inner: Mutex::new(Inner { writer, slots }),
+            inner: Mutex::new(Inner {
+                writer,
+                slots,
+                forecast,
+            }),
         });
         // SAFETY: as above; ownership of the box passes to the caller until close.
         unsafe { out.write(Box::into_raw(handle)) };
@@ -565,7 +614,7 @@ pub unsafe extern "C" fn hydra_writer_begin_task(
         update_slot(
             writer,
             slot,
-            false,
+            Event::StepEnded,
             || Ok((self::phase(phase)?, self::unit(work_unit)?)),
             |s, now, (phase, unit)| s.begin_task(task_id, phase, unit, work_total, now),
         )
@@ -590,7 +639,7 @@ pub unsafe extern "C" fn hydra_writer_begin_phase(
         update_slot(
             writer,
             slot,
-            false,
+            Event::StepEnded,
             || Ok((self::phase(phase)?, self::unit(work_unit)?)),
             |s, now, (phase, unit)| s.enter_phase(phase, unit, work_total, now),
         )
@@ -614,7 +663,7 @@ pub unsafe extern "C" fn hydra_writer_step_start(
         update_slot(
             writer,
             slot,
-            true,
+            Event::StepStarted,
             || Ok(()),
             |s, now, ()| s.start_step(step_size, now),
         )
@@ -639,7 +688,7 @@ pub unsafe extern "C" fn hydra_writer_step_finish(
         update_slot(
             writer,
             slot,
-            true,
+            Event::StepFinished,
             || Ok(()),
             |s, now, ()| s.finish_step(work_done, now),
         )
@@ -664,7 +713,7 @@ pub unsafe extern "C" fn hydra_writer_set_work_done(
         update_slot(
             writer,
             slot,
-            false,
+            Event::Plain,
             || Ok(()),
             |s, now, ()| s.advance(work_done, now),
         )
@@ -686,7 +735,7 @@ pub unsafe extern "C" fn hydra_writer_set_work_total(
         update_slot(
             writer,
             slot,
-            false,
+            Event::Plain,
             || Ok(()),
             |s, _, ()| s.work_total = work_total,
         )
@@ -704,7 +753,15 @@ pub unsafe extern "C" fn hydra_writer_set_n_past(
     n_past: u64,
 ) -> i32 {
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-    unsafe { update_slot(writer, slot, false, || Ok(()), |s, _, ()| s.n_past = n_past) }
+    unsafe {
+        update_slot(
+            writer,
+            slot,
+            Event::Plain,
+            || Ok(()),
+            |s, _, ()| s.n_past = n_past,
+        )
+    }
 }
 
 /// Sets `slot`'s context size (tokens), the prompt tokens its current task reused from
@@ -725,7 +782,7 @@ pub unsafe extern "C" fn hydra_writer_set_slot_info(
         update_slot(
             writer,
             slot,
-            false,
+            Event::Plain,
             || Ok(()),
             |s, _, ()| {
                 s.n_ctx = n_ctx;
@@ -755,7 +812,7 @@ pub unsafe extern "C" fn hydra_writer_finish(
         update_slot(
             writer,
             slot,
-            false,
+            Event::Plain,
             || Ok((finish_reason(reason)?, self::error_code(error_code)?)),
             |s, _, (reason, code)| s.finish(reason, code),
         )

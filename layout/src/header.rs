@@ -1,4 +1,5 @@
-//! The segment header: offsets, sizes and lifecycle values (format v1).
+//! The segment header: offsets, sizes, lifecycle values and the other format facts both
+//! sides share (the slot count limit, the engine's description, capability bits) (format v1).
 //!
 //! Every field is one native-byte-order `u64` word (see [`BYTE_ORDER_MARK`])
 //! accessed atomically; strings are fixed-size, NUL-padded UTF-8 byte arrays that
@@ -9,7 +10,7 @@
 //!      0    8  MAGIC "HYDRPROG"            at creation
 //!      8    8  BYTE_ORDER 0x0102030405060708
 //!     16    8  VERSION_MAJOR (1)
-//!     24    8  VERSION_MINOR (1)
+//!     24    8  VERSION_MINOR (2)
 //!     32    8  HEADER_LEN                 (bytes; 1024 in v1.0)
 //!     40    8  SLOT_OFFSET                (128-aligned, >= HEADER_LEN)
 //!     48    8  SLOT_STRIDE                (multiple of 128, >= 256 in v1.0)
@@ -52,9 +53,9 @@ pub const BYTE_ORDER_MARK: u64 = 0x0102_0304_0506_0708;
 pub const BYTE_ORDER_MARK_SWAPPED: u64 = BYTE_ORDER_MARK.swap_bytes();
 /// Format major version this crate writes and reads. Readers accept only this major.
 pub const VERSION_MAJOR: u64 = 1;
-/// Format minor version this crate writes (1: the substep words of the slot record).
-/// Readers accept any minor.
-pub const VERSION_MINOR: u64 = 1;
+/// Format minor version this crate writes (1: the substep words of the slot record; 2: the
+/// cost model's prediction words). Readers accept any minor.
+pub const VERSION_MINOR: u64 = 2;
 
 /// Bytes of one header or slot word: every numeric field is a `u64`.
 pub const WORD_LEN: usize = 8;
@@ -158,6 +159,29 @@ const _: () = assert!(HEADER_LEN % 128 == 0);
 const _: () = assert!(CLOSED_NS_OFFSET == 192);
 const _: () = assert!(STRINGS_END == 960);
 
+/// Largest slot count a segment may have (readers refuse more, so a hostile count cannot
+/// make them allocate without bound).
+pub const MAX_SLOTS: usize = 4096;
+
+/// What the engine says about itself in the header (immutable after creation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineDescription {
+    /// Model name (e.g. "SmolLM2-135M-Instruct").
+    pub model_name: String,
+    /// Quantization (e.g. "Q4_1->Q8_0").
+    pub model_quant: String,
+    /// Model file path.
+    pub model_path: String,
+    /// Tokenizer family (e.g. "gpt2").
+    pub tokenizer: String,
+    /// The alias clients use for the model.
+    pub model_alias: String,
+    /// Compute device (e.g. "cpu", "cuda:0").
+    pub device: String,
+    /// Capability bits, see [`capabilities`].
+    pub capabilities: u64,
+}
+
 /// Lifecycle of a segment, stored in the `STATE` word.
 ///
 /// `Ready` is stored last during creation with Release; readers load it first with Acquire,
@@ -224,4 +248,9 @@ pub mod capabilities {
     /// The writer publishes the layer position inside each step (the substep words of
     /// format v1.1). Without it a reader reports the position unknown, whatever the minor.
     pub const LAYER_PROGRESS: u64 = 1 << 3;
+    /// The writer publishes its cost model's predictions (the prediction words of format
+    /// v1.2): the duration of the step in flight, the end of the phase's work where its total
+    /// is known, and an error bound. Without it a reader has no prediction, whatever the
+    /// minor, and falls back to the observed rate.
+    pub const STEP_PREDICTION: u64 = 1 << 4;
 }

@@ -8,6 +8,9 @@
 //! - [`SegmentWriter`] creates a segment safely and publishes [`SlotState`] values through
 //!   a per-slot seqlock; [`PendingCounter`] lets other threads count queued tasks, and
 //!   [`SubstepPublisher`] publish the layer position inside a step ([`Substep`], v1.1).
+//! - [`costmodel`] is the writer's online cost model (how long a step should take, learnt
+//!   from the writer's own steps) and [`forecast`] its use by writers whose slots step on
+//!   their own; their [`Prediction`]s are published with the record (v1.2).
 //! - [`SegmentReader`] maps a segment read-only, validates it against the file's real size,
 //!   probes the writer's liveness with `flock`, and takes consistent snapshots with bounded
 //!   retries (a writer that died mid-update is reported as [`Error::Torn`], never spun on).
@@ -37,8 +40,10 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+pub mod costmodel;
 pub mod directory;
 mod error;
+pub mod forecast;
 mod fsutil;
 pub mod header;
 pub mod naming;
@@ -49,15 +54,17 @@ pub mod slot;
 mod words;
 mod writer;
 
+pub use costmodel::{CostModel, Estimate, ModelConfig, Observed, StepKind, StepShape};
 pub use error::{Error, ErrorKind, Result};
-pub use header::Lifecycle;
+pub use forecast::{Forecaster, PhaseEnd};
+pub use header::{EngineDescription, Lifecycle, MAX_SLOTS};
 pub use reader::{
     EngineCounters, HeaderSnapshot, Identity, Liveness, OpenOptions, OwnerPolicy, SegmentReader,
     SlotSnapshot, Snapshot,
 };
 pub use seqlock::ReadPolicy;
-pub use slot::{ErrorCode, FinishReason, Phase, SlotState, Substep, WorkUnit};
+pub use slot::{ErrorCode, FinishReason, Phase, Prediction, SlotState, Substep, WorkUnit};
 pub use writer::{
-    segment_len, EngineDescription, PendingCounter, SegmentConfig, SegmentWriter, SubstepPublisher,
-    WriterCounters, MAX_SLOTS, SEGMENT_MODE,
+    segment_len, PendingCounter, SegmentConfig, SegmentWriter, SubstepPublisher, WriterCounters,
+    SEGMENT_MODE,
 };

@@ -13,11 +13,10 @@
 
 use crate::error::{Error, Result};
 use crate::fsutil::{self, LockProbe};
-use crate::header::{self as h, Lifecycle};
+use crate::header::{self as h, EngineDescription, Lifecycle, MAX_SLOTS};
 use crate::seqlock::{self, MappedRecord, ReadFailure, ReadPolicy};
-use crate::slot::{self, SlotState, Substep};
+use crate::slot::{self, Prediction, SlotState, Substep};
 use crate::words::MappedWords;
-use crate::writer::{EngineDescription, MAX_SLOTS};
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
@@ -101,6 +100,13 @@ impl Identity {
             && self.description.capabilities & h::capabilities::LAYER_PROGRESS != 0
     }
 
+    /// Whether the writer publishes its cost model's predictions: format v1.2 or later and
+    /// the `STEP_PREDICTION` capability.
+    pub fn publishes_predictions(&self) -> bool {
+        self.version_minor >= slot::PREDICTION_MINOR
+            && self.description.capabilities & h::capabilities::STEP_PREDICTION != 0
+    }
+
     /// Converts a CLOCK_MONOTONIC timestamp of this boot to Unix-epoch ns using the anchors.
     pub fn to_realtime_ns(&self, monotonic_ns: u64) -> u64 {
         let offset = self.created_realtime_ns as i128 - self.created_monotonic_ns as i128;
@@ -152,6 +158,11 @@ pub struct SlotSnapshot {
     /// `LAYER_PROGRESS` capability: unknown). Use
     /// [`SlotSnapshot::layer`] for the position of the step in flight.
     pub substep: Option<Substep>,
+    /// The cost model's predictions (format v1.2), read in the same consistent copy as
+    /// `state`; None when the writer does not publish them (an older minor, or no
+    /// `STEP_PREDICTION` capability). Use [`SlotSnapshot::step_expected_ns`] and
+    /// [`SlotSnapshot::phase_end_ns`] for the current step's and phase's.
+    pub prediction: Option<Prediction>,
     /// Sequence value of the copy (even).
     pub seq: u64,
     /// Failed attempts before the consistent one.
@@ -163,6 +174,16 @@ impl SlotSnapshot {
     /// steps, or while the published position belongs to an earlier step.
     pub fn layer(&self) -> Option<Substep> {
         self.substep.and_then(|s| s.in_step(&self.state))
+    }
+
+    /// The writer's predicted duration of the step in flight (v1.2), ns.
+    pub fn step_expected_ns(&self) -> Option<u64> {
+        self.prediction.and_then(|p| p.step_in_flight(&self.state))
+    }
+
+    /// When the writer predicts the current phase's work done (v1.2), CLOCK_MONOTONIC ns.
+    pub fn phase_end_ns(&self) -> Option<u64> {
+        self.prediction.and_then(|p| p.phase_end(&self.state))
     }
 }
 
@@ -499,31 +520,48 @@ impl SegmentReader {
             base: self.geometry.slot_offset + slot * self.geometry.slot_stride,
         };
         let pending = || self.words.load(record.base + slot::PENDING_OFFSET);
-        if !self.identity.publishes_substeps() {
+        let substeps = self.identity.publishes_substeps();
+        let snapshot = |words: &[u64], seq: u64, retries: u32, prediction| {
+            let v10: &[u64; slot::DATA_WORDS] = words[..slot::DATA_WORDS]
+                .try_into()
+                .expect("every copy holds the v1.0 words");
+            let substep = (substeps && words.len() >= slot::DATA_WORDS_V1_1).then(|| {
+                Substep::from_words(
+                    words[slot::DATA_WORDS..slot::DATA_WORDS_V1_1]
+                        .try_into()
+                        .expect("the substep words follow"),
+                )
+            });
+            SlotSnapshot {
+                state: SlotState::from_words(v10),
+                pending: pending(),
+                substep,
+                prediction,
+                seq,
+                retries,
+            }
+        };
+        if self.identity.publishes_predictions() {
+            // v1.2: one copy from TASK_ID to the end of the prediction words (the copy of
+            // PENDING inside it is ignored: PENDING is not guarded).
+            return match seqlock::read::<_, { slot::DATA_WORDS_V1_2 }>(&record, self.policy) {
+                Ok(ok) => {
+                    let prediction = split_prediction(&ok.words);
+                    Ok(snapshot(&ok.words, ok.seq, ok.retries, Some(prediction)))
+                }
+                Err(e) => Err(read_failure(slot, e)),
+            };
+        }
+        if !substeps {
             // A v1.0 writer, or one that does not publish layer positions: the words mean
             // nothing and the position is unknown.
             return match seqlock::read::<_, { slot::DATA_WORDS }>(&record, self.policy) {
-                Ok(ok) => Ok(SlotSnapshot {
-                    state: SlotState::from_words(&ok.words),
-                    pending: pending(),
-                    substep: None,
-                    seq: ok.seq,
-                    retries: ok.retries,
-                }),
+                Ok(ok) => Ok(snapshot(&ok.words, ok.seq, ok.retries, None)),
                 Err(e) => Err(read_failure(slot, e)),
             };
         }
         match seqlock::read::<_, { slot::DATA_WORDS_V1_1 }>(&record, self.policy) {
-            Ok(ok) => {
-                let (state, substep) = split_v1_1(&ok.words);
-                Ok(SlotSnapshot {
-                    state,
-                    pending: pending(),
-                    substep: Some(substep),
-                    seq: ok.seq,
-                    retries: ok.retries,
-                })
-            }
+            Ok(ok) => Ok(snapshot(&ok.words, ok.seq, ok.retries, None)),
             Err(e) => Err(read_failure(slot, e)),
         }
     }
@@ -546,12 +584,14 @@ impl SegmentReader {
     }
 }
 
-/// The v1.0 record and the substep words out of one v1.1 copy.
-fn split_v1_1(words: &[u64; slot::DATA_WORDS_V1_1]) -> (SlotState, Substep) {
-    let (v10, sub) = words.split_at(slot::DATA_WORDS);
-    let v10: &[u64; slot::DATA_WORDS] = v10.try_into().expect("split at DATA_WORDS");
-    let sub: &[u64; slot::SUBSTEP_WORDS] = sub.try_into().expect("the rest is the substep");
-    (SlotState::from_words(v10), Substep::from_words(sub))
+/// The prediction words out of one v1.2 copy (`TASK_ID` .. `PREDICTION_END`).
+fn split_prediction(words: &[u64; slot::DATA_WORDS_V1_2]) -> Prediction {
+    let step_expected = words[slot::data_index(slot::STEP_EXPECTED_NS_OFFSET)];
+    let tail: &[u64; slot::PREDICTION_TAIL_WORDS] = words
+        [slot::data_index(slot::EXPECTED_STEP_OFFSET)..]
+        .try_into()
+        .expect("the prediction tail ends the copy");
+    Prediction::from_words(step_expected, tail)
 }
 
 /// A failed bounded read as the reader's error; a torn copy keeps its best-effort v1.0

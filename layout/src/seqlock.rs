@@ -106,6 +106,16 @@ pub(crate) fn write_at<S: WordSource, const N: usize>(
     first: usize,
     words: &[u64; N],
 ) -> u64 {
+    write_parts(src, seq, &[(first, words.as_slice())])
+}
+
+/// Publishes several runs of data words as **one** update: each `(first, words)` part is
+/// stored from byte `first` of the record (format v1.2 writes the record, the guarded word
+/// before `PENDING` and the words after it, skipping `PENDING` itself, which other threads
+/// change with atomic read-modify-writes). A reader sees all parts or none. `seq` is the
+/// last stored (even) sequence value; returns the new one. One writer at a time.
+#[inline]
+pub(crate) fn write_parts<S: WordSource>(src: &S, seq: u64, parts: &[(usize, &[u64])]) -> u64 {
     debug_assert!(
         seq % 2 == 0,
         "writer's own sequence must be even between updates"
@@ -114,8 +124,10 @@ pub(crate) fn write_at<S: WordSource, const N: usize>(
     // Pairs with the reader's fence(Acquire) before its second SEQ load: a reader that sees
     // any data store below also sees SEQ = seq + 1 (or later) and retries.
     fence(Ordering::Release);
-    for (i, &w) in words.iter().enumerate() {
-        src.store(first + i * 8, w, Ordering::Relaxed);
+    for &(first, words) in parts {
+        for (i, &w) in words.iter().enumerate() {
+            src.store(first + i * 8, w, Ordering::Relaxed);
+        }
     }
     let next = seq.wrapping_add(2);
     // Pairs with the reader's Relaxed load + fence(Acquire) of SEQ: a reader that sees
@@ -144,6 +156,14 @@ impl WriterGuard {
         // still holds a valid sequence.
         let mut seq = self.0.lock().unwrap_or_else(|e| e.into_inner());
         *seq = write_at(src, *seq, first, words);
+    }
+
+    /// Publishes several runs of words of the record `src` as one seqlock update
+    /// ([`write_parts`]).
+    #[inline]
+    pub(crate) fn update_parts<S: WordSource>(&self, src: &S, parts: &[(usize, &[u64])]) {
+        let mut seq = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *seq = write_parts(src, *seq, parts);
     }
 
     /// Leaves the record mid-update; see [`abandon_mid_update`].
@@ -446,6 +466,65 @@ mod loom_model {
                 (end.words, end.seq),
                 ([1, 1, 1, 1], 4),
                 "an update was lost"
+            );
+        });
+    }
+
+    /// Format v1.2: the compute thread publishes the record together with its prediction
+    /// words, two runs with a word between them that the update must not touch (`PENDING`,
+    /// changed by other threads' read-modify-writes); a second thread publishes other words
+    /// (the substep position). Writer A stores `k` into words 0 and 2 (skipping word 1, the
+    /// "pending" word, which a third thread increments), writer B into word 3. A consistent
+    /// copy has words 0 and 2 equal, and the sequence counts both writers' updates.
+    #[test]
+    fn loom_model_an_update_in_parts_is_seen_whole_and_skips_the_gap() {
+        const W: usize = 4;
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let h = Arc::new(Heap((0..W + 1).map(|_| AtomicU64::new(0)).collect()));
+            let guard = Arc::new(WriterGuard::default());
+            let a = {
+                let (h, guard) = (h.clone(), guard.clone());
+                loom::thread::spawn(move || {
+                    let one = [1u64];
+                    guard.update_parts(
+                        &*h,
+                        &[(TASK_ID_OFFSET, &one[..]), (TASK_ID_OFFSET + 16, &one[..])],
+                    );
+                })
+            };
+            let b = {
+                let (h, guard) = (h.clone(), guard.clone());
+                loom::thread::spawn(move || guard.update(&*h, TASK_ID_OFFSET + 24, &[1u64]))
+            };
+            // The "pending" word: an RMW from a third party, outside the seqlock.
+            h.0[2].fetch_add(5, Ordering::Relaxed);
+            if let Ok(ok) = read::<_, W>(
+                &*h,
+                ReadPolicy {
+                    spins: 0,
+                    yields: 2,
+                },
+            ) {
+                let w = ok.words;
+                assert_eq!(w[0], w[2], "the parts of one update mixed: {w:?}");
+                assert_eq!(ok.seq, 2 * (w[0] + w[3]), "sequence and data disagree");
+            }
+            a.join().unwrap();
+            b.join().unwrap();
+            assert_eq!(h.0[2].load(Ordering::Relaxed), 5, "the gap was written");
+            let end = read::<_, W>(
+                &*h,
+                ReadPolicy {
+                    spins: 0,
+                    yields: 1,
+                },
+            )
+            .expect("stable");
+            assert_eq!(
+                (end.words[0], end.words[2], end.words[3], end.seq),
+                (1, 1, 1, 4)
             );
         });
     }

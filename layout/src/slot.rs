@@ -31,9 +31,13 @@
 //!    160    8  SUBSTEP_TOTAL      v1.1: layers in that forward (0 = no position)
 //!    168    8  SUBSTEP_NS         v1.1: CLOCK_MONOTONIC when SUBSTEP_DONE last changed
 //!    176    8  SUBSTEP_STEP       v1.1: STEP_START_NS of the step the position belongs to
-//!    184    8  reserved (zero), seqlock-guarded in later minors
+//!    184    8  STEP_EXPECTED_NS   v1.2: predicted duration of the step in flight, ns (0 = none)
 //!    192    8  PENDING            tasks queued for this slot (not seqlock-guarded)
-//!    200   56  reserved (zero)
+//!    200    8  EXPECTED_STEP      v1.2: STEP_START_NS of the step STEP_EXPECTED_NS is for
+//!    208    8  TASK_EXPECTED_END_NS v1.2: CLOCK_MONOTONIC when WORK_TOTAL is predicted done
+//!    216    8  EXPECTED_PHASE     v1.2: PHASE_START_NS of the phase that end is for
+//!    224    8  EXPECTED_ERROR_PPM v1.2: relative error bound of the predictions, ppm (0 = none)
+//!    232   24  reserved (zero)
 //!    256       end of the v1.0 record
 //! ```
 
@@ -114,7 +118,40 @@ pub const SUBSTEP_WORDS: usize = (SUBSTEP_END - SUBSTEP_DONE_OFFSET) / WORD_LEN;
 /// substep words right after them.
 pub const DATA_WORDS_V1_1: usize = data_index(SUBSTEP_END);
 
+/// First minor version whose writers may publish the prediction words (v1.2).
+pub const PREDICTION_MINOR: u64 = 2;
+/// v1.2: the cost model's predicted duration of the step in flight, ns (0 = no prediction).
+/// The one guarded word between the substep words and `PENDING`.
+pub const STEP_EXPECTED_NS_OFFSET: usize = SUBSTEP_END;
+/// v1.2: the `STEP_START_NS` of the step `STEP_EXPECTED_NS` predicts (the first word after
+/// `PENDING`'s).
+pub const EXPECTED_STEP_OFFSET: usize = PENDING_OFFSET + WORD_LEN;
+/// v1.2: CLOCK_MONOTONIC when the current phase's `WORK_TOTAL` is predicted to be done
+/// (0 = unknown, e.g. no total).
+pub const TASK_EXPECTED_END_NS_OFFSET: usize = EXPECTED_STEP_OFFSET + WORD_LEN;
+/// v1.2: the `PHASE_START_NS` of the phase `TASK_EXPECTED_END_NS` is for.
+pub const EXPECTED_PHASE_OFFSET: usize = TASK_EXPECTED_END_NS_OFFSET + WORD_LEN;
+/// v1.2: the model's relative error bound for these predictions, parts per million
+/// (1_000_000 = 100%); 0 = no bound yet (the model is not confident).
+pub const EXPECTED_ERROR_PPM_OFFSET: usize = EXPECTED_PHASE_OFFSET + WORD_LEN;
+/// End of the words a v1.2 reader takes in one seqlock read.
+pub const PREDICTION_END: usize = EXPECTED_ERROR_PPM_OFFSET + WORD_LEN;
+/// Guarded data words a v1.2 reader takes in one seqlock read: `TASK_ID` up to
+/// [`PREDICTION_END`]. `PENDING` lies inside that range; its copy is ignored (it is not
+/// guarded, and is read on its own).
+pub const DATA_WORDS_V1_2: usize = data_index(PREDICTION_END);
+/// The prediction words after `PENDING` (what [`Prediction`] keeps besides
+/// `STEP_EXPECTED_NS`).
+pub const PREDICTION_TAIL_WORDS: usize = (PREDICTION_END - EXPECTED_STEP_OFFSET) / WORD_LEN;
+
 const _: () = assert!(SUBSTEP_END <= PENDING_OFFSET);
+const _: () = assert!(STEP_EXPECTED_NS_OFFSET == 184);
+const _: () = assert!(STEP_EXPECTED_NS_OFFSET + WORD_LEN == PENDING_OFFSET);
+const _: () = assert!(EXPECTED_STEP_OFFSET == 200);
+const _: () = assert!(PREDICTION_END == 232);
+const _: () = assert!(PREDICTION_END <= SLOT_LEN);
+const _: () = assert!(PREDICTION_TAIL_WORDS == 4);
+const _: () = assert!(DATA_WORDS_V1_2 == 28);
 const _: () = assert!(DATA_WORDS_V1_1 == DATA_WORDS + SUBSTEP_WORDS);
 const _: () = assert!(SUBSTEP_WORDS == 4);
 
@@ -462,6 +499,78 @@ impl Substep {
     }
 }
 
+/// The cost model's predictions for a slot (format v1.2), as published by the writer.
+///
+/// Each prediction names what it is for, like the substep position: the step prediction is
+/// the step in flight's only while `step_start_ns` equals the record's `STEP_START_NS`, and
+/// the phase end is the current phase's only while `phase_start_ns` equals the record's
+/// `PHASE_START_NS`. A stale value (a step or phase that has since ended) is never taken for
+/// the current one ([`Prediction::step_in_flight`], [`Prediction::phase_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Prediction {
+    /// Predicted duration of the step named by `step_start_ns`, ns (0 = none).
+    pub step_expected_ns: u64,
+    /// `STEP_START_NS` of the step `step_expected_ns` predicts.
+    pub step_start_ns: u64,
+    /// CLOCK_MONOTONIC when the phase named by `phase_start_ns` is predicted to have done
+    /// its `WORK_TOTAL` (the sum of its predicted remaining steps, context growth
+    /// included); 0 = unknown.
+    pub task_expected_end_ns: u64,
+    /// `PHASE_START_NS` of the phase `task_expected_end_ns` is for.
+    pub phase_start_ns: u64,
+    /// Relative error bound of both predictions, parts per million; 0 = no bound yet.
+    pub error_ppm: u64,
+}
+
+impl Prediction {
+    /// The words after `PENDING` (offsets `EXPECTED_STEP` .. `PREDICTION_END`).
+    pub fn tail_words(&self) -> [u64; PREDICTION_TAIL_WORDS] {
+        [
+            self.step_start_ns,
+            self.task_expected_end_ns,
+            self.phase_start_ns,
+            self.error_ppm,
+        ]
+    }
+
+    /// Decodes `STEP_EXPECTED_NS` and the words after `PENDING`. Never fails.
+    pub fn from_words(step_expected_ns: u64, tail: &[u64; PREDICTION_TAIL_WORDS]) -> Self {
+        Self {
+            step_expected_ns,
+            step_start_ns: tail[0],
+            task_expected_end_ns: tail[1],
+            phase_start_ns: tail[2],
+            error_ppm: tail[3],
+        }
+    }
+
+    /// The predicted duration of `state`'s step in flight, ns: a step runs, the prediction
+    /// names it, and it is not 0.
+    pub fn step_in_flight(&self, state: &SlotState) -> Option<u64> {
+        (state.step_start_ns != 0
+            && self.step_start_ns == state.step_start_ns
+            && self.step_expected_ns != 0)
+            .then_some(self.step_expected_ns)
+    }
+
+    /// When `state`'s current phase is predicted to have done its work (CLOCK_MONOTONIC):
+    /// the phase is active with a known total, the prediction names the phase, and it is
+    /// not 0.
+    pub fn phase_end(&self, state: &SlotState) -> Option<u64> {
+        (state.phase.is_active()
+            && state.work_total != 0
+            && state.phase_start_ns != 0
+            && self.phase_start_ns == state.phase_start_ns
+            && self.task_expected_end_ns != 0)
+            .then_some(self.task_expected_end_ns)
+    }
+
+    /// The relative error bound (1.0 = 100%), when the writer states one.
+    pub fn rel_error(&self) -> Option<f64> {
+        (self.error_ppm != 0).then(|| self.error_ppm as f64 / 1e6)
+    }
+}
+
 /// Index of the word at `offset` within [`SlotState::to_words`]'s array.
 pub const fn data_index(offset: usize) -> usize {
     (offset - TASK_ID_OFFSET) / WORD_LEN
@@ -575,6 +684,42 @@ mod tests {
             ..sub
         };
         assert_eq!(none.in_step(&s), None, "no total: no position");
+    }
+
+    #[test]
+    fn prediction_belongs_only_to_the_step_and_phase_it_names() {
+        let mut s = SlotState::default();
+        s.begin_task(1, Phase::Prefill, WorkUnit::Tokens, 1000, 1_000);
+        s.start_step(64, 1_100);
+        let p = Prediction {
+            step_expected_ns: 400,
+            step_start_ns: 1_100,
+            task_expected_end_ns: 9_000,
+            phase_start_ns: 1_000,
+            error_ppm: 150_000,
+        };
+        assert_eq!(Prediction::from_words(400, &p.tail_words()), p);
+        assert_eq!(p.step_in_flight(&s), Some(400));
+        assert_eq!(p.phase_end(&s), Some(9_000));
+        assert_eq!(p.rel_error(), Some(0.15));
+        s.finish_step(64, 1_500);
+        assert_eq!(p.step_in_flight(&s), None, "between steps");
+        assert_eq!(
+            p.phase_end(&s),
+            Some(9_000),
+            "the phase end outlives the step"
+        );
+        s.start_step(64, 1_600);
+        assert_eq!(p.step_in_flight(&s), None, "a previous step's prediction");
+        s.enter_phase(Phase::Decode, WorkUnit::Tokens, 10, 2_000);
+        assert_eq!(p.phase_end(&s), None, "a previous phase's end");
+        let unknown_total = SlotState {
+            work_total: 0,
+            phase_start_ns: 1_000,
+            ..s
+        };
+        assert_eq!(p.phase_end(&unknown_total), None, "no total, no end");
+        assert_eq!(Prediction::default().rel_error(), None);
     }
 
     #[test]

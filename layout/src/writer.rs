@@ -11,11 +11,11 @@
 use crate::clock;
 use crate::directory::{self, SegmentDir};
 use crate::error::{Error, Result};
-use crate::header as h;
+use crate::header::{self as h, EngineDescription, MAX_SLOTS};
 use crate::naming;
 use crate::primitive::Ordering;
 use crate::seqlock::{MappedRecord, WriterGuard};
-use crate::slot::{self, SlotState, Substep};
+use crate::slot::{self, Prediction, SlotState, Substep};
 use crate::words::MappedWords;
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{AtFlags, FallocateFlags, FlockOperation, Mode, OFlags};
@@ -25,31 +25,8 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Largest slot count a segment may have (readers refuse more, so a hostile count cannot
-/// make them allocate without bound).
-pub const MAX_SLOTS: usize = 4096;
-
 /// File mode of a segment: owner read-write, group read (e.g. the exporter), others nothing.
 pub const SEGMENT_MODE: u32 = 0o640;
-
-/// What the engine says about itself in the header (immutable after creation).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EngineDescription {
-    /// Model name (e.g. "SmolLM2-135M-Instruct").
-    pub model_name: String,
-    /// Quantization (e.g. "Q4_1->Q8_0").
-    pub model_quant: String,
-    /// Model file path.
-    pub model_path: String,
-    /// Tokenizer family (e.g. "gpt2").
-    pub tokenizer: String,
-    /// The alias clients use for the model.
-    pub model_alias: String,
-    /// Compute device (e.g. "cpu", "cuda:0").
-    pub device: String,
-    /// Capability bits, see [`crate::header::capabilities`].
-    pub capabilities: u64,
-}
 
 /// What to create.
 #[derive(Debug, Clone)]
@@ -115,6 +92,38 @@ impl Mapping {
     fn publish_substep(&self, slot: usize, substep: &Substep) -> Result<()> {
         let (record, guard) = self.slot(slot)?;
         guard.update(&record, slot::SUBSTEP_DONE_OFFSET, &substep.to_words());
+        Ok(())
+    }
+
+    /// One update of the prediction words, with the record's v1.0 words when `state` is
+    /// given: `STEP_EXPECTED_NS` (before `PENDING`) and the words after `PENDING`, never
+    /// `PENDING` itself nor the substep words.
+    #[inline]
+    fn publish_parts(
+        &self,
+        slot: usize,
+        state: Option<&SlotState>,
+        prediction: &Prediction,
+    ) -> Result<()> {
+        let (record, guard) = self.slot(slot)?;
+        let expected = [prediction.step_expected_ns];
+        let tail = prediction.tail_words();
+        let words = state.map(SlotState::to_words);
+        let prediction_parts = [
+            (slot::STEP_EXPECTED_NS_OFFSET, &expected[..]),
+            (slot::EXPECTED_STEP_OFFSET, &tail[..]),
+        ];
+        match &words {
+            Some(w) => guard.update_parts(
+                &record,
+                &[
+                    (slot::TASK_ID_OFFSET, &w[..]),
+                    prediction_parts[0],
+                    prediction_parts[1],
+                ],
+            ),
+            None => guard.update_parts(&record, &prediction_parts),
+        }
         Ok(())
     }
 }
@@ -388,6 +397,27 @@ impl SegmentWriter {
         let (record, guard) = self.mapping.slot(slot)?;
         guard.update(&record, slot::TASK_ID_OFFSET, &state.to_words());
         Ok(())
+    }
+
+    /// Publishes `state` and the cost model's `prediction` for it (format v1.2) as **one**
+    /// seqlock update of slot `slot`, so that a reader never sees a step start without its
+    /// prediction. The substep words and `PENDING` are not touched. A writer that publishes
+    /// predictions sets [`h::capabilities::STEP_PREDICTION`].
+    #[inline]
+    pub fn publish_with_prediction(
+        &mut self,
+        slot: usize,
+        state: &SlotState,
+        prediction: &Prediction,
+    ) -> Result<()> {
+        self.mapping.publish_parts(slot, Some(state), prediction)
+    }
+
+    /// Publishes only the prediction words of slot `slot` (format v1.2), leaving the rest
+    /// of the record as it is.
+    #[inline]
+    pub fn publish_prediction(&mut self, slot: usize, prediction: &Prediction) -> Result<()> {
+        self.mapping.publish_parts(slot, None, prediction)
     }
 
     /// Publishes the layer position inside slot `slot`'s step in flight (v1.1), from the

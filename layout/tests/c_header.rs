@@ -13,7 +13,9 @@
 //! CI installs one, and a silently skipped header check would let the header rot.
 
 use hydra_layout::header::{self as h, capabilities, Lifecycle};
-use hydra_layout::slot::{self as s, ErrorCode, FinishReason, Phase, Substep, WorkUnit};
+use hydra_layout::slot::{
+    self as s, ErrorCode, FinishReason, Phase, Prediction, Substep, WorkUnit,
+};
 use hydra_layout::{
     naming, EngineDescription, Error, SegmentConfig, SegmentReader, SegmentWriter, SlotState,
     MAX_SLOTS, SEGMENT_MODE,
@@ -179,16 +181,16 @@ fn expected_layout() -> BTreeMap<String, String> {
         ("substep_total", s::SUBSTEP_TOTAL_OFFSET, 8),
         ("substep_ns", s::SUBSTEP_NS_OFFSET, 8),
         ("substep_step", s::SUBSTEP_STEP_OFFSET, 8),
-        (
-            "reserved_guarded",
-            s::SUBSTEP_END,
-            s::PENDING_OFFSET - s::SUBSTEP_END,
-        ),
+        ("step_expected_ns", s::STEP_EXPECTED_NS_OFFSET, 8),
         ("pending", s::PENDING_OFFSET, 8),
+        ("expected_step", s::EXPECTED_STEP_OFFSET, 8),
+        ("task_expected_end_ns", s::TASK_EXPECTED_END_NS_OFFSET, 8),
+        ("expected_phase", s::EXPECTED_PHASE_OFFSET, 8),
+        ("expected_error_ppm", s::EXPECTED_ERROR_PPM_OFFSET, 8),
         (
             "reserved_tail",
-            s::PENDING_OFFSET + 8,
-            s::SLOT_LEN - s::PENDING_OFFSET - 8,
+            s::PREDICTION_END,
+            s::SLOT_LEN - s::PREDICTION_END,
         ),
     ];
     for (prefix, fields) in [("header", header_fields), ("slot", slot_fields)] {
@@ -205,6 +207,7 @@ fn expected_layout() -> BTreeMap<String, String> {
         ("HYDRA_VERSION_MAJOR", h::VERSION_MAJOR),
         ("HYDRA_VERSION_MINOR", h::VERSION_MINOR),
         ("HYDRA_SUBSTEP_MINOR", s::SUBSTEP_MINOR),
+        ("HYDRA_PREDICTION_MINOR", s::PREDICTION_MINOR),
         ("HYDRA_HEADER_LEN", h::HEADER_LEN as u64),
         ("HYDRA_SLOT_LEN", s::SLOT_LEN as u64),
         ("HYDRA_SLOT_STRIDE", s::SLOT_STRIDE as u64),
@@ -260,6 +263,7 @@ fn expected_layout() -> BTreeMap<String, String> {
         ),
         ("HYDRA_CAP_CHUNKED_PREFILL", capabilities::CHUNKED_PREFILL),
         ("HYDRA_CAP_LAYER_PROGRESS", capabilities::LAYER_PROGRESS),
+        ("HYDRA_CAP_STEP_PREDICTION", capabilities::STEP_PREDICTION),
     ];
     for &(name, value) in constants {
         put(name, value.to_string());
@@ -311,7 +315,8 @@ fn config(dir: &Path, id: &str) -> SegmentConfig {
             device: "cpu".into(),
             capabilities: capabilities::COMPLETION
                 | capabilities::CHUNKED_PREFILL
-                | capabilities::LAYER_PROGRESS,
+                | capabilities::LAYER_PROGRESS
+                | capabilities::STEP_PREDICTION,
             ..Default::default()
         },
     }
@@ -338,12 +343,21 @@ fn c_reader_reads_a_rust_segment() {
         n_past: 12_400,
         n_ctx: 32_768,
         last_progress_ns: hydra_layout::clock::monotonic_ns(),
+        phase_start_ns: 4_000,
         step_start_ns: 5_000,
         step_size: 1,
         steps_done: 12_345,
         ..Default::default()
     };
-    w.publish(1, &published).unwrap();
+    let prediction = Prediction {
+        step_expected_ns: 40_000_000,
+        step_start_ns: 5_000,
+        task_expected_end_ns: 9_000_000_000,
+        phase_start_ns: 4_000,
+        error_ppm: 120_000,
+    };
+    w.publish_with_prediction(1, &published, &prediction)
+        .unwrap();
     let layer = Substep {
         done: 17,
         total: 30,
@@ -363,7 +377,7 @@ fn c_reader_reads_a_rust_segment() {
     assert_eq!(get(&out, "version_minor"), h::VERSION_MINOR.to_string());
     assert_eq!(get(&out, "slot_count"), "3");
     assert_eq!(get(&out, "pid"), std::process::id().to_string());
-    assert_eq!(get(&out, "capabilities"), "13");
+    assert_eq!(get(&out, "capabilities"), "29");
     assert_eq!(get(&out, "liveness"), "live");
 
     // Slot 0: only a substep published (one update), its v1.0 words all zero.
@@ -379,6 +393,14 @@ fn c_reader_reads_a_rust_segment() {
     assert_eq!(rust.layer(), Some(layer));
     assert_eq!(get(&out, "slot1.rc"), "0");
     assert_eq!(get(&out, "slot1.layer"), "17/30 at 6000");
+    // The prediction names the step in flight and the phase: C and Rust agree.
+    assert_eq!(rust.step_expected_ns(), Some(40_000_000));
+    assert_eq!(rust.phase_end_ns(), Some(9_000_000_000));
+    assert_eq!(
+        get(&out, "slot1.prediction"),
+        "step 40000000 end 9000000000 error 120000"
+    );
+    assert_eq!(get(&out, "slot0.prediction"), "step 0 end 0 error 0");
     assert_eq!(get(&out, "slot1.seq"), rust.seq.to_string());
     for (field, value) in [
         ("task_id", published.task_id),

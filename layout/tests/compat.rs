@@ -243,12 +243,14 @@ fn v1_0_and_v1_1_writers_and_readers_agree_on_the_v1_0_words() {
         step_start_ns: state.step_start_ns,
     };
     w.publish_substep(0, &layer).unwrap();
-    let v11 = std::fs::read(w.path()).unwrap();
+    let mut v11 = std::fs::read(w.path()).unwrap();
     assert_eq!(
         word(&v11, h::VERSION_MINOR_OFFSET),
-        1,
-        "this crate writes v1.1"
+        2,
+        "this crate writes v1.2"
     );
+    // What a v1.1 writer leaves for the same events: the same bytes with minor 1.
+    set_word(&mut v11, h::VERSION_MINOR_OFFSET, 1);
 
     let mut v10 = v11.clone();
     set_word(&mut v10, h::VERSION_MINOR_OFFSET, 0);
@@ -296,4 +298,129 @@ fn v1_0_and_v1_1_writers_and_readers_agree_on_the_v1_0_words() {
         );
         assert_eq!(snap.layer(), None, "{what}");
     }
+}
+
+/// Format v1.2 against v1.1, both ways. A v1.2 writer publishes a step with its prediction
+/// in one update. A v1.1 reader takes words 8..184 under the seqlock and `PENDING`, and
+/// nothing else: it sees exactly the record and layer position that were published (checked
+/// here on the file's bytes, word by word, as such a reader decodes them). A v1.2 reader of
+/// the same bytes sees the prediction too; of the bytes a v1.1 writer would leave (minor 1,
+/// or no `STEP_PREDICTION` capability, even with words in the prediction range) it sees
+/// none, and the same v1.1 words.
+#[test]
+fn v1_1_and_v1_2_writers_and_readers_agree() {
+    let scratch = Scratch::new();
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        description: EngineDescription {
+            capabilities: h::capabilities::LAYER_PROGRESS | h::capabilities::STEP_PREDICTION,
+            ..Default::default()
+        },
+        ..config(scratch.path(), "v12", 1)
+    })
+    .unwrap();
+    let mut state = sample_state(0);
+    state.start_step(64, state.last_progress_ns + 10);
+    let prediction = s::Prediction {
+        step_expected_ns: 25_000_000,
+        step_start_ns: state.step_start_ns,
+        task_expected_end_ns: state.step_start_ns + 9_000_000_000,
+        phase_start_ns: state.phase_start_ns,
+        error_ppm: 80_000,
+    };
+    w.publish_with_prediction(0, &state, &prediction).unwrap();
+    w.pending_counter().queued(0);
+    let layer = s::Substep {
+        done: 3,
+        total: 30,
+        at_ns: state.step_start_ns + 5,
+        step_start_ns: state.step_start_ns,
+    };
+    w.publish_substep(0, &layer).unwrap();
+    let v12 = std::fs::read(w.path()).unwrap();
+    assert_eq!(word(&v12, h::VERSION_MINOR_OFFSET), 2);
+
+    // A v1.1 reader on the v1.2 file: its words, decoded from the bytes.
+    let slot = h::HEADER_LEN;
+    let at = |off: usize| word(&v12, slot + off);
+    let mut v10_words = [0u64; s::DATA_WORDS];
+    for (i, w) in v10_words.iter_mut().enumerate() {
+        *w = at(s::TASK_ID_OFFSET + 8 * i);
+    }
+    assert_eq!(at(s::SEQ_OFFSET) % 2, 0, "a stable record");
+    assert_eq!(hydra_layout::SlotState::from_words(&v10_words), state);
+    let substep_words = [
+        at(s::SUBSTEP_DONE_OFFSET),
+        at(s::SUBSTEP_TOTAL_OFFSET),
+        at(s::SUBSTEP_NS_OFFSET),
+        at(s::SUBSTEP_STEP_OFFSET),
+    ];
+    assert_eq!(s::Substep::from_words(&substep_words), layer);
+    assert_eq!(
+        at(s::PENDING_OFFSET),
+        1,
+        "the update in parts left PENDING alone"
+    );
+
+    // A v1.2 reader on the v1.2 file, on a v1.1 writer's file, and on a v1.2 file
+    // without the capability.
+    let mut v11 = v12.clone();
+    set_word(&mut v11, h::VERSION_MINOR_OFFSET, 1);
+    let mut no_cap = v12.clone();
+    set_word(
+        &mut no_cap,
+        h::MODEL_CAPABILITIES_OFFSET,
+        h::capabilities::LAYER_PROGRESS,
+    );
+    let read = |name: &str, bytes: &[u8]| {
+        let path = write_segment(scratch.path(), name, bytes);
+        SegmentReader::open(&path).unwrap().slot(0).unwrap()
+    };
+    let new = read("v12.seg", &v12);
+    assert_eq!(new.prediction, Some(prediction));
+    assert_eq!(new.step_expected_ns(), Some(25_000_000));
+    assert_eq!(new.phase_end_ns(), Some(prediction.task_expected_end_ns));
+    for (what, snap) in [
+        ("v1.2", &new),
+        ("v1.1", &read("v11.seg", &v11)),
+        ("v1.2 without the capability", &read("nocap.seg", &no_cap)),
+    ] {
+        assert_eq!(
+            (snap.state, snap.substep, snap.pending),
+            (state, Some(layer), 1),
+            "{what}: the v1.1 words"
+        );
+        if what != "v1.2" {
+            assert_eq!(snap.prediction, None, "{what}: no prediction");
+            assert_eq!(snap.step_expected_ns(), None, "{what}");
+        }
+    }
+
+    // The prediction is the step in flight's only: the next step has none until its own.
+    let mut next = state;
+    next.finish_step(64, state.step_start_ns + 30_000_000);
+    w.publish(0, &next).unwrap();
+    let r = SegmentReader::open(w.path()).unwrap();
+    assert_eq!(r.slot(0).unwrap().step_expected_ns(), None, "between steps");
+    assert_eq!(
+        r.slot(0).unwrap().phase_end_ns(),
+        Some(prediction.task_expected_end_ns),
+        "the phase end stays"
+    );
+    next.start_step(64, next.last_progress_ns + 1);
+    w.publish(0, &next).unwrap();
+    assert_eq!(r.slot(0).unwrap().step_expected_ns(), None, "a later step");
+    w.publish_prediction(
+        0,
+        &s::Prediction {
+            step_start_ns: next.step_start_ns,
+            ..prediction
+        },
+    )
+    .unwrap();
+    assert_eq!(r.slot(0).unwrap().step_expected_ns(), Some(25_000_000));
+    assert_eq!(
+        r.slot(0).unwrap().state,
+        next,
+        "a prediction alone leaves the record"
+    );
 }

@@ -26,6 +26,10 @@ pub struct ContextFacts {
     pub n_ctx: u64,
     /// `llama_get_memory(ctx)` as an address (0 = unknown); `llama_memory_seq_rm` names it.
     pub memory: usize,
+    /// Tokens of one ubatch, the most one graph compute carries (0 = unknown).
+    pub n_ubatch: u64,
+    /// Transformer layers of the model (0 = unknown).
+    pub n_layer: u64,
     /// Header strings.
     pub description: EngineDescription,
 }
@@ -53,13 +57,25 @@ pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
         .get_model
         // SAFETY: as above.
         .map_or(std::ptr::null(), |f| unsafe { f(ctx) });
+    // SAFETY: as above.
+    let n_ubatch = sym.n_ubatch.map_or(0, |f| u64::from(unsafe { f(ctx) }));
+    let n_layer = match (model.is_null(), sym.model_n_layer) {
+        // SAFETY: `model` is the live context's model (non-null here).
+        (false, Some(f)) => u64::try_from(unsafe { f(model) }).unwrap_or(0),
+        _ => 0,
+    };
     // SAFETY: `model` is null or the live context's model.
-    let description = unsafe { model_description(sym, model) };
+    let mut description = unsafe { model_description(sym, model) };
+    if crate::layers::available() {
+        description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS;
+    }
     ContextFacts {
         n_seqs,
         n_ctx_seq,
         n_ctx,
         memory,
+        n_ubatch,
+        n_layer,
         description,
     }
 }

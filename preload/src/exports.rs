@@ -350,3 +350,51 @@ pub unsafe extern "C-unwind" fn llama_batch_ext_set_pos(
     }
     ok
 }
+
+/// `enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t sched,
+/// struct ggml_cgraph * graph)` (libggml-base): every ubatch llama.cpp computes.
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_sched_graph_compute_async`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_sched_graph_compute_async(
+    sched: *mut GgmlSched,
+    graph: *mut GgmlGraph,
+) -> i32 {
+    // GGML_STATUS_FAILED (-1) when there is no real one (never: the host links ggml).
+    let real = real!(sched_compute, -1);
+    let set = symbols::get().sched_set_eval_callback;
+    // SAFETY: the host's arguments go to the real function unchanged; `set` is the real
+    // setter of the same library.
+    unsafe { interpose::sched_compute_with(real, set, sched, graph) }
+}
+
+/// `void ggml_backend_sched_set_eval_callback(ggml_backend_sched_t sched,
+/// ggml_backend_sched_eval_callback callback, void * user_data)` (libggml-base): the
+/// host's callback is remembered per scheduler and set as asked.
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_sched_set_eval_callback`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_sched_set_eval_callback(
+    sched: *mut GgmlSched,
+    callback: EvalCallback,
+    user_data: *mut std::ffi::c_void,
+) {
+    let real = real!(sched_set_eval_callback);
+    interpose::record(|| crate::layers::host_callback_set(sched, callback, user_data));
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(sched, callback, user_data) }
+}
+
+/// `void ggml_backend_sched_free(ggml_backend_sched_t sched)` (libggml-base).
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_sched_free`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_sched_free(sched: *mut GgmlSched) {
+    let real = real!(sched_free);
+    interpose::record(|| crate::layers::sched_freed(sched));
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { real(sched) }
+}

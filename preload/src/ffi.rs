@@ -192,3 +192,45 @@ pub type BatchExtAddSeqFn =
 /// `bool llama_batch_ext_set_pos(batch, int32_t idx, const llama_pos * pos)`.
 pub type BatchExtSetPosFn =
     unsafe extern "C-unwind" fn(*mut LlamaBatchExt, i32, *const LlamaPos) -> bool;
+
+/// Opaque `struct ggml_backend_sched` (`ggml_backend_sched_t` is a pointer to it).
+#[repr(C)]
+pub struct GgmlSched {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct ggml_cgraph`.
+#[repr(C)]
+pub struct GgmlGraph {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct ggml_tensor` (only its name is read, through `ggml_get_name`).
+#[repr(C)]
+pub struct GgmlTensor {
+    _opaque: [u8; 0],
+}
+
+/// `typedef bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask,
+/// void * user_data)`; nullable, hence the `Option`.
+pub type EvalCallback =
+    Option<unsafe extern "C-unwind" fn(*mut GgmlTensor, bool, *mut std::ffi::c_void) -> bool>;
+/// `enum ggml_status ggml_backend_sched_graph_compute_async(ggml_backend_sched_t,
+/// struct ggml_cgraph *)` (the status is an `int`-sized enum; 0 is success).
+pub type SchedComputeFn = unsafe extern "C-unwind" fn(*mut GgmlSched, *mut GgmlGraph) -> i32;
+/// `void ggml_backend_sched_set_eval_callback(ggml_backend_sched_t, callback, void *)`.
+pub type SchedSetEvalCallbackFn =
+    unsafe extern "C-unwind" fn(*mut GgmlSched, EvalCallback, *mut std::ffi::c_void);
+/// `void ggml_backend_sched_free(ggml_backend_sched_t)`.
+pub type SchedFreeFn = unsafe extern "C-unwind" fn(*mut GgmlSched);
+/// `int ggml_backend_sched_get_n_copies(ggml_backend_sched_t)`.
+pub type SchedNCopiesFn = unsafe extern "C-unwind" fn(*mut GgmlSched) -> i32;
+/// `int ggml_graph_n_nodes(struct ggml_cgraph *)`.
+pub type GraphNNodesFn = unsafe extern "C-unwind" fn(*mut GgmlGraph) -> i32;
+/// `struct ggml_tensor * ggml_graph_node(struct ggml_cgraph *, int i)` (negative `i` from
+/// the end).
+pub type GraphNodeFn = unsafe extern "C-unwind" fn(*mut GgmlGraph, i32) -> *mut GgmlTensor;
+/// `const char * ggml_get_name(const struct ggml_tensor *)`.
+pub type GetNameFn = unsafe extern "C-unwind" fn(*const GgmlTensor) -> *const c_char;
+/// `int32_t llama_model_n_layer(const struct llama_model *)`.
+pub type ModelNLayerFn = unsafe extern "C-unwind" fn(*const LlamaModel) -> i32;

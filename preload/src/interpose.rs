@@ -6,6 +6,7 @@
 use crate::describe;
 use crate::ext;
 use crate::ffi::*;
+use crate::layers;
 use crate::log::warn_once;
 use crate::registry;
 use crate::symbols;
@@ -55,7 +56,10 @@ pub unsafe fn decode_with(
             // SAFETY: `batch` is what the host passes to llama_decode, which requires it
             // to be well formed; `BatchScan::read` reads only within what llama.cpp reads.
             match unsafe { t.decode_started(&batch, clock::monotonic_ns()) } {
-                Ok(()) => true,
+                Ok(()) => {
+                    begin_call(ctx, t);
+                    true
+                }
                 Err(e) => {
                     warn_once!("a batch was not recorded ({e}); passing such batches through");
                     false
@@ -67,9 +71,77 @@ pub unsafe fn decode_with(
     // SAFETY: forwarded from this function's contract.
     let ret = unsafe { real(ctx, batch) };
     if started {
-        guarded(|| registry::with_existing(ctx, |t| t.decode_finished(ret, clock::monotonic_ns())));
+        end_call(ctx, ret);
     }
     ret
+}
+
+/// The recorded call of `ctx` (its step just started in `t`) is about to run on this
+/// thread: the compute wrapper counts its ubatches and arms its layers from here on.
+fn begin_call(ctx: *mut LlamaContext, t: &crate::tracker::Tracker) {
+    let policy = layers::Policy::get();
+    let start = t.call_start(|n| layers::available() && policy.arms(n));
+    layers::call_begin(ctx, start, t.call_slots());
+}
+
+/// The recorded call of `ctx` returned `ret`: the rest of its tokens are credited.
+fn end_call(ctx: *mut LlamaContext, ret: i32) {
+    layers::call_end();
+    guarded(|| registry::with_existing(ctx, |t| t.decode_finished(ret, clock::monotonic_ns())));
+}
+
+/// `ggml_backend_sched_graph_compute_async` around `real`: a forward graph of a tracked
+/// call is counted (its ubatch credited when more follow), and, when the call is armed,
+/// computed with [`layers::chain`] as the scheduler's callback (`set`, the real setter),
+/// the host's callback put back afterwards. Anything else goes straight through.
+///
+/// # Safety
+/// `real` may be called with `sched` and `graph` (the host's, passed on unchanged), and
+/// `set` with `sched`.
+pub unsafe fn sched_compute_with(
+    real: SchedComputeFn,
+    set: Option<SchedSetEvalCallbackFn>,
+    sched: *mut GgmlSched,
+    graph: *mut GgmlGraph,
+) -> i32 {
+    // SAFETY: forwarded from this function's contract.
+    let plan =
+        guarded(|| Some(unsafe { layers::plan(sched, graph) })).unwrap_or(layers::Plan::Pass);
+    if plan == layers::Plan::Pass {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { real(sched, graph) };
+    }
+    /// Puts the host's callback back even if the compute unwinds.
+    struct Restore(Option<(SchedSetEvalCallbackFn, *mut GgmlSched)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some((set, sched)) = self.0 {
+                let (cb, data) = layers::host_callback(sched);
+                // SAFETY: the real setter on the live scheduler, with what the host set.
+                unsafe { set(sched, cb, data) };
+            }
+        }
+    }
+    let restore = Restore(match (plan, set) {
+        (layers::Plan::Arm, Some(set)) => {
+            // SAFETY: the real setter on the live scheduler; `chain` has the callback's
+            // signature and needs no user data.
+            unsafe { set(sched, Some(layers::chain), std::ptr::null_mut()) };
+            Some((set, sched))
+        }
+        _ => None,
+    });
+    // SAFETY: forwarded from this function's contract.
+    let status = unsafe { real(sched, graph) };
+    drop(restore);
+    guarded(|| {
+        let (ctx, covered) = layers::forward_done(status)?;
+        let start =
+            registry::with_existing(ctx, |t| t.ubatch_done(covered, clock::monotonic_ns()))?;
+        layers::step_restarted(start);
+        Some(())
+    });
+    status
 }
 
 /// `llama_decode` around `real`, describing new contexts through libllama.
@@ -108,14 +180,18 @@ pub unsafe fn process_with(
                 if !known {
                     warn_once!("an extended batch filled on another thread was not recorded");
                 }
-                r.is_ok() && known
+                let ok = r.is_ok() && known;
+                if ok {
+                    begin_call(ctx, t);
+                }
+                ok
             })
         })
         .unwrap_or(false);
     // SAFETY: forwarded from this function's contract.
     let ret = unsafe { real(ctx, kind, batch) };
     if started {
-        guarded(|| registry::with_existing(ctx, |t| t.decode_finished(ret, clock::monotonic_ns())));
+        end_call(ctx, ret);
     }
     ret
 }

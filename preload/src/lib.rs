@@ -20,6 +20,8 @@
 //! - [`tracker`]: one context's publisher over hydra-layout's [`hydra_layout::SegmentWriter`]
 //!   and its shared slot transitions (prefill/decode steps, idle, save/restore).
 //! - [`registry`]: context -> tracker, segment creation, idle sweeper, exit hook.
+//! - [`layers`]: inside one decode call, the ubatch and the layer (the scheduler's compute
+//!   and eval callback, interposed in libggml-base), published as the substep words.
 //! - [`interpose`]: the wrapper bodies (panic-proof, generic over the real function).
 //! - [`exports`]: the `#[no_mangle]` llama.h functions.
 //!
@@ -28,7 +30,8 @@
 //!
 //! Environment: `HYDRA_PROGRESS_DIR` (segment directory), `HYDRA_ENGINE_ID` (default
 //! `llama-<pid>`; a second context gets `-ctx1`), `HYDRA_PRELOAD_IDLE_MS` (default 1000),
-//! `HYDRA_MODEL_ALIAS`, `HYDRA_MODEL_PATH`, `HYDRA_DEVICE`.
+//! `HYDRA_MODEL_ALIAS`, `HYDRA_MODEL_PATH`, `HYDRA_DEVICE`, `HYDRA_PRELOAD_LAYERS`
+//! (`auto`, `always`, `off`) and `HYDRA_PRELOAD_LAYER_MIN_TOKENS` (see [`layers`]).
 
 #![deny(missing_docs)]
 
@@ -38,7 +41,10 @@ pub mod exports;
 pub mod ext;
 pub mod ffi;
 pub mod interpose;
+pub mod layers;
 pub(crate) mod log;
 pub mod registry;
 pub mod symbols;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 pub mod tracker;

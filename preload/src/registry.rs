@@ -109,11 +109,9 @@ pub fn attach(ctx: *mut LlamaContext, facts: ContextFacts) {
             } else {
                 facts.n_ctx_seq * config.slot_count as u64
             };
-            Some(Box::new(Mutex::new(Tracker::new(
-                w,
-                facts.n_ctx_seq,
-                kv_total,
-            ))))
+            let mut t = Tracker::new(w, facts.n_ctx_seq, kv_total);
+            t.set_shape(facts.n_ubatch, facts.n_layer);
+            Some(Box::new(Mutex::new(t)))
         }
         Err(e) => {
             warn_once!(

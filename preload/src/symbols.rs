@@ -61,6 +61,24 @@ pub struct Symbols {
     pub model_desc: Option<ModelDescFn>,
     /// `llama_model_meta_val_str`.
     pub model_meta_val_str: Option<ModelMetaValStrFn>,
+    /// `llama_model_n_layer`.
+    pub model_n_layer: Option<ModelNLayerFn>,
+    /// `llama_n_ubatch`.
+    pub n_ubatch: Option<ContextU32Fn>,
+    /// `ggml_backend_sched_graph_compute_async` (libggml-base).
+    pub sched_compute: Option<SchedComputeFn>,
+    /// `ggml_backend_sched_set_eval_callback` (libggml-base).
+    pub sched_set_eval_callback: Option<SchedSetEvalCallbackFn>,
+    /// `ggml_backend_sched_free` (libggml-base).
+    pub sched_free: Option<SchedFreeFn>,
+    /// `ggml_backend_sched_get_n_copies` (libggml-base).
+    pub sched_n_copies: Option<SchedNCopiesFn>,
+    /// `ggml_graph_n_nodes` (libggml-base).
+    pub graph_n_nodes: Option<GraphNNodesFn>,
+    /// `ggml_graph_node` (libggml-base).
+    pub graph_node: Option<GraphNodeFn>,
+    /// `ggml_get_name` (libggml-base).
+    pub get_name: Option<GetNameFn>,
 }
 
 /// Looks `name` up after this library; null when absent.
@@ -116,7 +134,28 @@ impl Symbols {
             get_memory: resolve!(c"llama_get_memory" as GetMemoryFn),
             model_desc: resolve!(c"llama_model_desc" as ModelDescFn),
             model_meta_val_str: resolve!(c"llama_model_meta_val_str" as ModelMetaValStrFn),
+            model_n_layer: resolve!(c"llama_model_n_layer" as ModelNLayerFn),
+            n_ubatch: resolve!(c"llama_n_ubatch" as ContextU32Fn),
+            sched_compute: resolve!(c"ggml_backend_sched_graph_compute_async" as SchedComputeFn),
+            sched_set_eval_callback: resolve!(
+                c"ggml_backend_sched_set_eval_callback" as SchedSetEvalCallbackFn
+            ),
+            sched_free: resolve!(c"ggml_backend_sched_free" as SchedFreeFn),
+            sched_n_copies: resolve!(c"ggml_backend_sched_get_n_copies" as SchedNCopiesFn),
+            graph_n_nodes: resolve!(c"ggml_graph_n_nodes" as GraphNNodesFn),
+            graph_node: resolve!(c"ggml_graph_node" as GraphNodeFn),
+            get_name: resolve!(c"ggml_get_name" as GetNameFn),
         }
+    }
+
+    /// Whether every function the layer position needs resolved: the scheduler's compute
+    /// and callback setter (to interpose) and the graph/tensor readers (to find layers).
+    pub fn layers_available(&self) -> bool {
+        self.sched_compute.is_some()
+            && self.sched_set_eval_callback.is_some()
+            && self.graph_n_nodes.is_some()
+            && self.graph_node.is_some()
+            && self.get_name.is_some()
     }
 }
 

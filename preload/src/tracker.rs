@@ -30,6 +30,12 @@ pub struct Tracker {
     scan: BatchScan,
     counters: WriterCounters,
     next_task_id: u64,
+    /// Each slot's work done when the call in flight started (its ubatches are credited
+    /// on top of it).
+    call_base: Vec<u64>,
+    /// Tokens per ubatch and layers of the model (0 = unknown).
+    n_ubatch: u64,
+    n_layer: u64,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -68,12 +74,73 @@ impl Tracker {
                 ..Default::default()
             },
             next_task_id: 1,
+            call_base: vec![0; n],
+            n_ubatch: 0,
+            n_layer: 0,
         };
         for s in 0..n {
             t.publish(s);
         }
         t.publish_counters();
         t
+    }
+
+    /// Sets the context's ubatch size and layer count (0 = unknown), which the layer
+    /// position and the per-ubatch credit use.
+    pub fn set_shape(&mut self, n_ubatch: u64, n_layer: u64) {
+        self.n_ubatch = n_ubatch;
+        self.n_layer = n_layer;
+    }
+
+    /// What the layer hook needs of the call just started (see
+    /// [`decode_started_with`](Self::decode_started_with)): its size, the context's
+    /// shape, the step's start, and a publisher when `arm(n_tokens)` says to arm it.
+    pub fn call_start(&self, arm: impl FnOnce(u32) -> bool) -> crate::layers::CallStart {
+        let n_tokens: u32 = self.scan.shares().map(|(_, x)| x.count).sum();
+        let step_start_ns = self
+            .scan
+            .shares()
+            .next()
+            .map_or(0, |(slot, _)| self.slots[slot].step_start_ns);
+        crate::layers::CallStart {
+            n_tokens,
+            n_ubatch: u32::try_from(self.n_ubatch).unwrap_or(u32::MAX),
+            n_layer: self.n_layer,
+            step_start_ns,
+            publisher: arm(n_tokens).then(|| self.writer.substep_publisher()),
+        }
+    }
+
+    /// The slots of the call in flight, in batch order.
+    pub fn call_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.scan.shares().map(|(slot, _)| slot)
+    }
+
+    /// The first `covered` tokens of the call in flight are computed (its ubatches so
+    /// far; llama.cpp's ubatches take the batch's tokens in order). Each sequence is
+    /// credited with its tokens among them, and its step restarts at `now` (the next
+    /// ubatch): the restart retires the finished ubatch's layer position in the same
+    /// update that credits its tokens, so a reader never sees the tokens rise and the
+    /// layer fall back. Returns the new step start.
+    pub fn ubatch_done(&mut self, covered: u32, now: u64) -> u64 {
+        let mut before = 0u32;
+        let scan = std::mem::take(&mut self.scan);
+        for (slot, share) in scan.shares() {
+            let credited = covered.saturating_sub(before).min(share.count);
+            before = before.saturating_add(share.count);
+            let s = &mut self.slots[slot];
+            let done = self.call_base[slot] + u64::from(credited);
+            if done > s.work_done {
+                s.work_done = done;
+                s.last_progress_ns = now;
+            }
+            s.step_start_ns = now;
+            self.last_activity_ns[slot] = now;
+            self.publish(slot);
+        }
+        self.scan = scan;
+        self.writer.heartbeat(now);
+        now
     }
 
     /// The segment's writer (path, slot count).
@@ -154,6 +221,7 @@ impl Tracker {
                 self.slots[slot].enter_phase(phase, WorkUnit::Tokens, 0, now);
             }
             self.slots[slot].start_step(u64::from(share.count), now);
+            self.call_base[slot] = self.slots[slot].work_done;
             self.last_activity_ns[slot] = now;
             self.publish(slot);
         }
@@ -179,7 +247,7 @@ impl Tracker {
             let s = &mut self.slots[slot];
             if ret == 0 {
                 let phase = s.phase;
-                s.finish_step(s.work_done + count, now);
+                s.finish_step(self.call_base[slot] + count, now);
                 let n_past = share
                     .max_pos
                     .map_or(s.n_past + count, |p| p.max(-1) as u64 + 1);
@@ -475,6 +543,54 @@ mod tests {
         assert!((0..2).all(|s| t.slot(s).unwrap().phase == Phase::Idle));
         let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
         assert_eq!(r.header().unwrap().counters.kv_cells_used, 0);
+    }
+
+    #[test]
+    fn ubatches_are_credited_in_batch_order_inside_the_call() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 2);
+        t.set_shape(4, 30);
+        // A 6-token prompt of sequence 1, then 4 of sequence 0, in one call.
+        let mut toks: Vec<(i32, i32)> = (0..6).map(|p| (p, 1)).collect();
+        toks.extend((0..4).map(|p| (p, 0)));
+        let mut b = OwnedBatch::single(&toks);
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), 100) }.unwrap();
+        let start = t.call_start(|n| n >= 8);
+        assert_eq!((start.n_tokens, start.n_ubatch, start.n_layer), (10, 4, 30));
+        assert_eq!(start.step_start_ns, 100);
+        assert!(start.publisher.is_some(), "a 10-token call is armed at 8");
+        assert!(t.call_start(|n| n >= 11).publisher.is_none());
+        assert_eq!(t.call_slots().collect::<Vec<_>>(), vec![1, 0]);
+        assert_eq!(t.ubatch_done(4, 200), 200);
+        let (s1, s0) = (*t.slot(1).unwrap(), *t.slot(0).unwrap());
+        assert_eq!(
+            (
+                s1.work_done,
+                s1.step_size,
+                s1.step_start_ns,
+                s1.last_progress_ns
+            ),
+            (4, 6, 200, 200),
+            "the first ubatch is 4 of sequence 1's 6 tokens; the step restarts"
+        );
+        assert_eq!((s0.work_done, s0.step_start_ns), (0, 200));
+        t.ubatch_done(8, 300);
+        assert_eq!(
+            (t.slot(1).unwrap().work_done, t.slot(0).unwrap().work_done),
+            (6, 2)
+        );
+        t.decode_finished(0, 400);
+        let (s1, s0) = (*t.slot(1).unwrap(), *t.slot(0).unwrap());
+        assert_eq!(
+            (s1.work_done, s0.work_done),
+            (6, 4),
+            "the return credits the rest"
+        );
+        assert_eq!((s1.step_start_ns, s1.steps_done, s1.n_past), (0, 1, 6));
+        // The next call of sequence 1 is credited on top of what it had.
+        step(&mut t, &[(6, 1), (7, 1)], 0, 500);
+        assert_eq!(t.slot(1).unwrap().work_done, 8);
     }
 
     #[test]

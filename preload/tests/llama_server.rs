@@ -1,5 +1,8 @@
-//! The real thing: llama.cpp 0c1e570's `llama-server` (built by `scripts/llama-cpp.sh
-//! build`, cached outside the repository) on the real SmolLM2-135M GGUF, `-np 2`, with
+//! The real thing: `llama-server` of both llama.cpp API generations (built by
+//! `scripts/llama-cpp.sh build` and `legacy-build`, cached outside the repository): 0c1e570
+//! (`llama_process` and the extended batch) and the one that `llama-cpp-python==0.3.16`
+//! vendors (`llama_decode(ctx, llama_batch)` and `llama_memory_seq_rm`, the Hydra fork's
+//! generation). Each runs the real SmolLM2-135M GGUF (30 layers), `-np 2`, with
 //! `LD_PRELOAD=libhydra_preload.so`, watched by separate `hydra-probe` and
 //! `hydra-exporter` processes.
 //!
@@ -9,6 +12,7 @@ mod common;
 
 use hydra_fault::{process, process::Server, require};
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,6 +24,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 const ENGINE: &str = "llama-preload-test";
 
+/// SmolLM2-135M's transformer layers.
+const N_LAYER: u64 = 30;
+
 /// Tokens of the long generation: 1,000, or `HYDRA_PRELOAD_TEST_N_PREDICT` on a machine
 /// too loaded to decode that many within the deadlines.
 fn n_predict() -> u32 {
@@ -30,13 +37,31 @@ fn n_predict() -> u32 {
         .unwrap_or(1000)
 }
 
-/// The llama.cpp install prefix from `scripts/llama-cpp.sh build` (returns at once when
-/// cached); `None` if it cannot be had.
-fn llama_prefix() -> Option<PathBuf> {
+/// A llama.cpp API generation, and the `scripts/llama-cpp.sh` command that builds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gen {
+    /// 0c1e570: `llama_process` over `llama_batch_ext`.
+    Current,
+    /// The llama.cpp of llama-cpp-python 0.3.16: `llama_decode(ctx, llama_batch)`.
+    Legacy,
+}
+
+impl Gen {
+    fn build_command(self) -> &'static str {
+        match self {
+            Gen::Current => "build",
+            Gen::Legacy => "legacy-build",
+        }
+    }
+}
+
+/// The install prefix of `gen` from `scripts/llama-cpp.sh` (returns at once when cached);
+/// `None` if it cannot be had.
+fn llama_prefix(gen: Gen) -> Option<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/llama-cpp.sh");
     let out = Command::new("bash")
         .arg(&script)
-        .arg("build")
+        .arg(gen.build_command())
         .stderr(Stdio::inherit())
         .output()
         .ok()?;
@@ -46,16 +71,40 @@ fn llama_prefix() -> Option<PathBuf> {
 
 /// What a test needs: the turn to run a llama-server (one at a time), the llama.cpp
 /// prefix, the model and the preload library; or a skip (only with HYDRA_ALLOW_SKIP=1).
-fn prerequisites(test: &str) -> Option<(MutexGuard<'static, ()>, PathBuf, PathBuf, PathBuf)> {
+fn prerequisites(
+    test: &str,
+    gen: Gen,
+) -> Option<(MutexGuard<'static, ()>, PathBuf, PathBuf, PathBuf)> {
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = require::or_skip(
         test,
-        llama_prefix(),
-        "llama.cpp is missing (scripts/llama-cpp.sh build failed)",
-        "run scripts/llama-cpp.sh build",
+        llama_prefix(gen),
+        "llama.cpp is missing (scripts/llama-cpp.sh build or legacy-build failed)",
+        "run scripts/llama-cpp.sh build and scripts/llama-cpp.sh legacy-build",
     )?;
     let model = require::smollm2_gguf(test)?;
     Some((serial, prefix, model, common::preload_so()))
+}
+
+/// How a test starts llama-server.
+struct Launch<'a> {
+    /// The preload library, or none.
+    preload: Option<&'a Path>,
+    /// `-b 512 -ub 512` (prompts in 512-token calls) instead of the server's defaults
+    /// (`-b 2048 -ub 512`: 2,048-token calls of four ubatches).
+    small_batches: bool,
+    /// More environment for the server.
+    env: Vec<(&'static str, String)>,
+}
+
+impl<'a> Launch<'a> {
+    fn preloaded(so: &'a Path) -> Self {
+        Self {
+            preload: Some(so),
+            small_batches: true,
+            env: vec![],
+        }
+    }
 }
 
 fn free_port() -> u16 {
@@ -71,25 +120,27 @@ struct LlamaServer {
 }
 
 impl LlamaServer {
-    fn start(prefix: &Path, model: &Path, scratch: &Path, preload: Option<&Path>) -> Self {
+    fn start(prefix: &Path, model: &Path, scratch: &Path, launch: &Launch<'_>) -> Self {
         let port = free_port();
         let log = scratch.join(format!("llama-server-{port}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let mut cmd = Command::new(prefix.join("bin/llama-server"));
         cmd.arg("-m")
             .arg(model)
-            .args([
-                "-np", "2", "-c", "8192", "-b", "512", "-ub", "512", "-t", "2",
-            ])
+            .args(["-np", "2", "-c", "8192", "-t", "2"])
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log fd"))
             .stderr(file);
-        if let Some(so) = preload {
+        if launch.small_batches {
+            cmd.args(["-b", "512", "-ub", "512"]);
+        }
+        if let Some(so) = launch.preload {
             cmd.env("LD_PRELOAD", so)
                 .env("HYDRA_PROGRESS_DIR", scratch.join("segments"))
                 .env("HYDRA_ENGINE_ID", ENGINE)
-                .env("HYDRA_PRELOAD_IDLE_MS", "500");
+                .env("HYDRA_PRELOAD_IDLE_MS", "500")
+                .envs(launch.env.iter().map(|(k, v)| (k, v)));
         }
         let child = cmd.spawn().expect("spawn llama-server");
         let mut s = LlamaServer {
@@ -216,10 +267,14 @@ fn watch<T: Send + 'static>(
                 assert_eq!(class, "progressing", "slot {slot} in {phase}: {m}");
                 assert_eq!(m["work_total"], 0, "totals are unknown: {m}");
                 assert_eq!(m["tokens_total"], 0, "{m}");
-                assert!(
-                    m.get("substep_done").is_none() && m.get("substep_total").is_none(),
-                    "the layer position is unknown (no layer hook): {m}"
-                );
+                if ph == "decode" {
+                    assert!(
+                        m.get("substep_done").is_none() && m.get("substep_total").is_none(),
+                        "decode steps are never armed: no layer position: {m}"
+                    );
+                } else if let Some(total) = m.get("substep_total") {
+                    assert_eq!(total, N_LAYER, "{m}");
+                }
                 if let Some((t, d)) = last {
                     if t == task {
                         assert!(done >= d, "work done went down {d} -> {done}: {m}");
@@ -276,23 +331,41 @@ fn exporter_meta(exporter: &Server, slot: usize) -> hydra_probe::HydraMeta {
         .expect("Hydra meta JSON")
 }
 
-/// About 3,000 tokens of prose.
-fn long_prompt() -> String {
+/// About 18 tokens of prose, `n` times.
+fn prose(n: usize) -> String {
     let s =
         "The quick brown fox jumps over the lazy dog while the farmer counts sheep in the valley. ";
-    s.repeat(165)
+    s.repeat(n)
+}
+
+/// About 3,000 tokens of prose.
+fn long_prompt() -> String {
+    prose(165)
 }
 
 #[test]
 fn llama_server_publishes_progress_through_the_preload() {
-    let Some((_serial, prefix, model, so)) =
-        prerequisites("llama_server_publishes_progress_through_the_preload")
-    else {
+    publishes_progress(
+        "llama_server_publishes_progress_through_the_preload",
+        Gen::Current,
+    );
+}
+
+#[test]
+fn legacy_llama_server_publishes_progress_through_the_preload() {
+    publishes_progress(
+        "legacy_llama_server_publishes_progress_through_the_preload",
+        Gen::Legacy,
+    );
+}
+
+fn publishes_progress(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
         return;
     };
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path().join("segments");
-    let mut server = LlamaServer::start(&prefix, &model, scratch.path(), Some(&so));
+    let mut server = LlamaServer::start(&prefix, &model, scratch.path(), &Launch::preloaded(&so));
 
     // The segment: one slot per sequence, the model's own strings.
     let header = {
@@ -400,18 +473,42 @@ fn llama_server_publishes_progress_through_the_preload() {
 
 #[test]
 fn completion_text_is_identical_with_and_without_the_preload() {
-    let Some((_serial, prefix, model, so)) =
-        prerequisites("completion_text_is_identical_with_and_without_the_preload")
-    else {
+    identical_text(
+        "completion_text_is_identical_with_and_without_the_preload",
+        Gen::Current,
+    );
+}
+
+#[test]
+fn legacy_completion_text_is_identical_with_and_without_the_preload() {
+    identical_text(
+        "legacy_completion_text_is_identical_with_and_without_the_preload",
+        Gen::Legacy,
+    );
+}
+
+/// The same greedy completions with and without the preload; a prompt of several
+/// 512-token calls among them, so armed ubatches (the layer callback) are compared too.
+fn identical_text(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
         return;
     };
     let scratch = tempfile::tempdir().unwrap();
     let mut texts = vec![];
     for preload in [None, Some(so.as_path())] {
-        let server = LlamaServer::start(&prefix, &model, scratch.path(), preload);
+        let launch = Launch {
+            preload,
+            ..Launch::preloaded(&so)
+        };
+        let server = LlamaServer::start(&prefix, &model, scratch.path(), &launch);
         let mut r = vec![];
-        for (prompt, slot) in [("Once upon a time", 0), ("The capital of France is", 1)] {
-            let res = complete(&server.base, request(prompt, 64, slot)).expect("completion");
+        let medium = prose(40);
+        for (prompt, slot) in [
+            ("Once upon a time", 0),
+            ("The capital of France is", 1),
+            (medium.as_str(), 0),
+        ] {
+            let res = complete(&server.base, request(prompt, 32, slot)).expect("completion");
             r.push(res["content"].as_str().expect("content").to_owned());
         }
         texts.push(r);
@@ -431,4 +528,241 @@ fn completion_text_is_identical_with_and_without_the_preload() {
         texts[0], texts[1],
         "llama-server's text changed under the preload"
     );
+}
+
+/// One probe sample of slot 0's position: (task, phase, tokens done, layer position, meta).
+type Position = (u64, String, u64, Option<(u64, u64)>, serde_json::Value);
+
+fn position(dir: &Path) -> Option<Position> {
+    let (_, _, _, _, m) = sample(dir, 0)?;
+    let layer = match (m["substep_done"].as_u64(), m["substep_total"].as_u64()) {
+        (Some(d), Some(t)) => Some((d, t)),
+        _ => None,
+    };
+    Some((
+        m["task_id"].as_u64().unwrap_or(0),
+        m["phase"].as_str().unwrap_or("").to_owned(),
+        m["work_done"].as_u64().unwrap_or(0),
+        layer,
+        m,
+    ))
+}
+
+#[test]
+fn layer_positions_move_inside_a_long_prompt() {
+    layers_move("layer_positions_move_inside_a_long_prompt", Gen::Current);
+}
+
+#[test]
+fn legacy_layer_positions_move_inside_a_long_prompt() {
+    layers_move(
+        "legacy_layer_positions_move_inside_a_long_prompt",
+        Gen::Legacy,
+    );
+}
+
+/// With the server's default batch sizes (2,048-token calls of 512-token ubatches), a
+/// separate hydra-probe sampling a ~4,000-token prompt every 50 ms sees, within 3 s, at
+/// least 5 distinct (tokens, layer) positions, and over the prompt at least 10 distinct
+/// layers of 30; the position never goes back. A generation afterwards shows no layer
+/// position in any decode step.
+fn layers_move(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
+        return;
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("segments");
+    let launch = Launch {
+        small_batches: false,
+        ..Launch::preloaded(&so)
+    };
+    let server = LlamaServer::start(&prefix, &model, scratch.path(), &launch);
+    {
+        let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE)
+            .unwrap_or_else(|e| panic!("no segment ({e}):\n{}", server.log_tail()));
+        assert!(
+            r.identity().publishes_substeps(),
+            "LAYER_PROGRESS: the scheduler's symbols resolved"
+        );
+    }
+    wait_idle(&dir, 0);
+
+    let base = server.base.clone();
+    let prompt = prose(220);
+    let work = std::thread::spawn(move || complete(&base, request(&prompt, 1, 0)));
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    let mut task = None;
+    let mut last: Option<(u64, u64)> = None;
+    let mut window: Option<Instant> = None;
+    let mut in_window = BTreeSet::new();
+    let mut layers = BTreeSet::new();
+    let mut samples = 0;
+    let mut step_sizes = BTreeSet::new();
+    while !work.is_finished() {
+        assert!(Instant::now() < deadline, "prompt not done in 1800 s");
+        if let Some((t, ph, done, layer, m)) = position(&dir) {
+            if ph == "prefill" && task.is_none_or(|x| x == t) {
+                task = Some(t);
+                samples += 1;
+                let here = (done, layer.map_or(0, |l| l.0));
+                if let Some(before) = last {
+                    assert!(here >= before, "went back {before:?} -> {here:?}: {m}");
+                }
+                last = Some(here);
+                if let Some((d, total)) = layer {
+                    assert_eq!(total, N_LAYER, "{m}");
+                    assert!(d <= total, "{m}");
+                    layers.insert(d);
+                    step_sizes.insert(m["step_size"].as_u64().unwrap_or(0));
+                }
+                let start = *window.get_or_insert_with(Instant::now);
+                if start.elapsed() <= Duration::from_secs(3) {
+                    in_window.insert(here);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let res = work
+        .join()
+        .expect("request thread")
+        .expect("4,000-token prompt");
+    let n_prompt = res["tokens_evaluated"].as_u64().expect("tokens_evaluated");
+    assert!(
+        (3500..4500).contains(&n_prompt),
+        "prompt of {n_prompt} tokens"
+    );
+    assert!(
+        step_sizes.contains(&2048) && step_sizes.iter().all(|&n| n <= 2048),
+        "each call's tokens are its step's extent (2,048 at most, -b 2048): {step_sizes:?}"
+    );
+    assert!(
+        in_window.len() >= 5,
+        "{} distinct positions in the first 3 s ({samples} samples): {in_window:?}",
+        in_window.len()
+    );
+    assert!(
+        layers.len() >= 10,
+        "{} distinct layer positions: {layers:?}",
+        layers.len()
+    );
+    wait_idle(&dir, 0);
+
+    // Decode steps are never armed: no sample of one shows a layer position.
+    let base = server.base.clone();
+    let (res, _) = watch(&dir, 1, "decode", 4, move || {
+        complete(&base, request("Once upon a time", 48, 1))
+    });
+    assert_eq!(res.expect("generation")["tokens_predicted"], 48);
+}
+
+#[test]
+fn a_compute_stopped_inside_a_layer_is_stalled_at_that_layer() {
+    stalled_at_layer(
+        "a_compute_stopped_inside_a_layer_is_stalled_at_that_layer",
+        Gen::Current,
+    );
+}
+
+#[test]
+fn legacy_a_compute_stopped_inside_a_layer_is_stalled_at_that_layer() {
+    stalled_at_layer(
+        "legacy_a_compute_stopped_inside_a_layer_is_stalled_at_that_layer",
+        Gen::Legacy,
+    );
+}
+
+/// The test-hooks library (its log of every graph of a tracked call, and its stall fault
+/// after layer 7): a short prompt and 24 decode steps arm nothing (counted in the log);
+/// then a ~700-token prompt is armed and stops inside layer 8, and `hydra-probe check`
+/// (another process) says slot 0 is stalled at layer 7/30 and exits 2.
+fn stalled_at_layer(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, _)) = prerequisites(test, gen) else {
+        return;
+    };
+    let so = common::preload_so_with_test_hooks();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("segments");
+    let log = scratch.path().join("hooks.log");
+    let launch = Launch {
+        env: vec![
+            ("HYDRA_PRELOAD_TEST_LOG", log.to_string_lossy().into_owned()),
+            ("HYDRA_PRELOAD_TEST_STALL_AT_LAYER", "7".into()),
+            ("HYDRA_PRELOAD_TEST_STALL_S", "300".into()),
+        ],
+        ..Launch::preloaded(&so)
+    };
+    let server = LlamaServer::start(&prefix, &model, scratch.path(), &launch);
+
+    let res = complete(&server.base, request("Once upon a time", 24, 1)).expect("generation");
+    assert_eq!(res["tokens_predicted"], 24);
+    let lines = std::fs::read_to_string(&log).unwrap_or_default();
+    let plans: Vec<(&str, u64)> = lines
+        .lines()
+        .filter_map(|l| {
+            let (plan, n) = l.split_once(' ')?;
+            Some((plan, n.parse().ok()?))
+        })
+        .collect();
+    let decodes = plans.iter().filter(|(_, n)| *n == 1).count();
+    assert!(
+        decodes >= 23,
+        "every decode step's graph is logged: {lines}"
+    );
+    assert!(
+        plans.iter().all(|(plan, _)| *plan != "Arm"),
+        "no step of a short prompt or a generation is armed: {lines}"
+    );
+
+    let base = server.base.clone();
+    let _stuck = std::thread::spawn(move || complete(&base, request(&prose(40), 1, 0)));
+    let thresholds = ["--stall-floor", "1s", "--json"];
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (code, report) = loop {
+        let mut args = vec!["check", ENGINE];
+        args.extend(thresholds);
+        let (code, out) = common::run_probe(&dir, &args);
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let stalled = report["findings"].as_array().is_some_and(|f| {
+            f.iter().any(|f| {
+                f["kind"] == "stalled"
+                    && f["slot"] == 0
+                    && f["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("stalled at layer"))
+            })
+        });
+        if stalled {
+            break (code, report);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never stalled at a layer: {out}\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(code, 2, "check is critical: {report}");
+    let message = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "stalled")
+        .and_then(|f| f["message"].as_str())
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains(&format!("stalled at layer 7/{N_LAYER}")),
+        "check names the layer: {message}"
+    );
+    let lines = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(lines.contains("stalled 7"), "{lines}");
+    assert!(
+        lines
+            .lines()
+            .filter(|l| l.starts_with("Arm "))
+            .all(|l| l["Arm ".len()..].parse::<u64>().is_ok_and(|n| n >= 64)),
+        "only calls of at least 64 tokens are armed: {lines}"
+    );
+    drop(server);
 }

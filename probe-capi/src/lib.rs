@@ -58,7 +58,17 @@ pub const HYDRA_PROBE_ABI_VERSION: u32 = 1;
 /// `hydra_probe_value_name`, and made `hydra_probe_list` fail on a missing directory.
 /// Minor 2 added `hydra_probe_read_layer` and `HydraProbeLayer` (the layer position inside
 /// a step, format v1.1), and the layer fields of `hydra_probe_meta_json`'s object.
-pub const HYDRA_PROBE_ABI_MINOR: u32 = 2;
+/// Minor 3 added `HydraProbePrediction` as version 3 of `HydraProbeMeta` (the writer's
+/// cost model, format v1.2: where the ETA comes from, the predicted step), and the
+/// `eta_source`, `step_expected_ms` and `prediction_error` fields of the meta JSON.
+pub const HYDRA_PROBE_ABI_MINOR: u32 = 3;
+
+/// `HydraProbePrediction::eta_source`: no ETA.
+pub const HYDRA_PROBE_ETA_NONE: u32 = 0;
+/// `HydraProbePrediction::eta_source`: the writer's cost model predicts the phase's end.
+pub const HYDRA_PROBE_ETA_MODEL: u32 = 1;
+/// `HydraProbePrediction::eta_source`: remaining work at the observed rate.
+pub const HYDRA_PROBE_ETA_RATE: u32 = 2;
 
 /// Bytes of [`HydraProbeEngineId::id`]: the longest engine id (63 bytes) plus its NUL.
 pub const HYDRA_PROBE_ENGINE_ID_LEN: usize = 64;
@@ -226,6 +236,9 @@ impl HydraProbeThresholds {
                 Some(secs(t.budget_s, "budget_s")?)
             },
             heartbeat_timeout: secs(t.heartbeat_timeout_s, "heartbeat_timeout_s")?,
+            // The cost-model knobs (format v1.2) are not in this struct: the library's
+            // defaults apply, as for every reader that does not set them.
+            ..Thresholds::default()
         })
     }
 }
@@ -400,6 +413,45 @@ impl HydraProbeLayer {
     }
 }
 
+/// The writer's cost model for a slot (segment format v1.2) and what the ETA rests on.
+/// Added in ABI minor 3 as version 3 of `HydraProbeMeta`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HydraProbePrediction {
+    /// 1 when the engine publishes predictions (format v1.2 and the `step_prediction`
+    /// capability); 0 when not: the fields below are then -1 (the ETA comes from the rate).
+    pub published: u32,
+    /// Where `eta_s` comes from: `HYDRA_PROBE_ETA_NONE`, `_MODEL` or `_RATE`.
+    pub eta_source: u32,
+    /// The writer's predicted duration of the step in flight, ns; -1 when none.
+    pub step_expected_ns: i64,
+    /// The error bound the writer states for it (0.2 = 20%); -1 when none.
+    pub prediction_error: f64,
+    /// 1 when that prediction is confident (the short stall floor applies), else 0.
+    pub confident: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<HydraProbePrediction>() == 32);
+
+impl HydraProbePrediction {
+    fn from_view(v: &SlotView) -> Self {
+        Self {
+            published: u32::from(v.predictions_published),
+            eta_source: match v.eta_s.and(v.eta_source) {
+                None => HYDRA_PROBE_ETA_NONE,
+                Some(hydra_probe::EtaSource::Model) => HYDRA_PROBE_ETA_MODEL,
+                Some(hydra_probe::EtaSource::Rate) => HYDRA_PROBE_ETA_RATE,
+            },
+            step_expected_ns: age(v.predicted_step_ns),
+            prediction_error: figure(v.prediction_error),
+            confident: u32::from(v.confident),
+            reserved: 0,
+        }
+    }
+}
+
 /// A string owned by a handle: `ptr` is NUL-terminated UTF-8 and stays valid until
 /// `hydra_probe_close`; `len` is its length in bytes without the NUL (the string itself may
 /// hold a NUL when a writer put one there: trust `len`).
@@ -444,8 +496,9 @@ pub struct HydraProbeDescription {
 /// it. With `hydra_probe_describe`'s strings this is every field of the meta JSON but a
 /// torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
 /// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
-/// version 2 (ABI minor 2) appends `layer` (408 bytes). A caller built against version 1
-/// sets `size` 368 and gets the version 1 fields.
+/// version 2 (ABI minor 2) appends `layer` (408 bytes); version 3 (ABI minor 3) appends
+/// `prediction` (440 bytes). A caller built against version 1 sets `size` 368 and gets the
+/// version 1 fields.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HydraProbeMeta {
@@ -488,10 +541,12 @@ pub struct HydraProbeMeta {
     /// Version 2 (ABI minor 2): the layer position inside the step in flight, as
     /// `hydra_probe_read_layer` gives it for the same read.
     pub layer: HydraProbeLayer,
+    /// Version 3 (ABI minor 3): the writer's cost model and the ETA's source.
+    pub prediction: HydraProbePrediction,
 }
 
 const _: () = assert!(std::mem::size_of::<HydraProbeDescription>() == 128);
-const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 408);
+const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 440);
 
 impl HydraProbeMeta {
     fn from_view(engine: &EngineView, v: &SlotView) -> Self {
@@ -515,6 +570,7 @@ impl HydraProbeMeta {
             stall_threshold_ms: f.stall_threshold_ms,
             heartbeat_age_ms: f.heartbeat_age_ms,
             layer: HydraProbeLayer::from_view(v),
+            prediction: HydraProbePrediction::from_view(v),
         }
     }
 }

@@ -269,6 +269,14 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
         last_progress_age_ms: opt(n.last_progress_age_ms),
         rate_per_s: fig(n.rate_per_s),
         eta_s: fig(n.eta_s),
+        eta_source: match n.prediction.eta_source {
+            HYDRA_PROBE_ETA_MODEL => Some(hydra_probe::EtaSource::Model),
+            HYDRA_PROBE_ETA_RATE => Some(hydra_probe::EtaSource::Rate),
+            _ => None,
+        },
+        step_expected_ms: (n.prediction.published == 1)
+            .then(|| opt(n.prediction.step_expected_ns).map(|ns| ns / 1_000_000)),
+        prediction_error: (n.prediction.published == 1).then(|| fig(n.prediction.prediction_error)),
         phase_start_ns: s.phase_start_ns,
         phase_start_unix_ms: opt(n.phase_start_unix_ms),
         step_age_ms: opt(n.step_age_ms),

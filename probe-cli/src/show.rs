@@ -55,20 +55,15 @@ pub(super) fn summary(v: &EngineView) -> String {
 /// Table cells of one slot.
 pub(super) fn slot_cells(s: &SlotView) -> Vec<String> {
     let st = &s.state;
-    let step = match (s.step_age_ns, s.layer_text()) {
-        (Some(a), Some(layer)) => format!("{} x{} {layer}", human::duration_ns(a), st.step_size),
-        (Some(a), None) => format!("{} x{}", human::duration_ns(a), st.step_size),
-        (None, _) => "-".into(),
-    };
     vec![
         s.slot.to_string(),
         s.class.as_str().to_owned(),
         st.phase.as_str().to_owned(),
         human::progress(st.work_done, st.work_total, s.progress),
         human::rate(s.rate_per_s, s.unit()),
-        s.eta_s.map(human::seconds).unwrap_or_else(|| "-".into()),
+        s.eta_text(),
         human::age(s.last_progress_age_ns),
-        step,
+        s.step_text(),
         if st.task_id == 0 {
             "-".into()
         } else {

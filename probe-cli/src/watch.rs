@@ -85,7 +85,7 @@ fn slot_line(v: &EngineView, s: &SlotView) -> String {
         st.phase.as_str(),
         human::progress(st.work_done, st.work_total, s.progress),
         human::rate(s.rate_per_s, s.unit()),
-        s.eta_s.map(human::seconds).unwrap_or_else(|| "-".into()),
+        s.eta_text(),
         human::age(s.last_progress_age_ns),
         s.class.as_str(),
     )
@@ -163,7 +163,7 @@ impl Bars {
                 "{}{layer} {} eta {} last {} {}",
                 s.state.phase.as_str(),
                 human::rate(s.rate_per_s, s.unit()),
-                s.eta_s.map(human::seconds).unwrap_or_else(|| "-".into()),
+                s.eta_text(),
                 human::age(s.last_progress_age_ns),
                 s.class.as_str()
             ));

@@ -556,3 +556,54 @@ fn broken_pipe_is_success() {
         assert_eq!(status.code(), Some(0), "{args:?}");
     }
 }
+
+/// Format v1.2: with the writer's prediction the ETA is the model's (`eta_source` "model"),
+/// `show` says so with its bound, the step shows its prediction, and a confident prediction
+/// brings the stall floor down to 1 s; a writer without predictions gets the rate's ETA and
+/// no prediction fields.
+#[test]
+fn meta_and_show_use_the_writers_prediction() {
+    let s = Scratch::new();
+    let mut w = s.predicting_writer("e1", 2);
+    let now = hydra_layout::clock::monotonic_ns();
+    let mut d = decode(30, 120, 3 * S, 0);
+    d.step_start_ns = now;
+    d.step_size = 1;
+    let prediction = hydra_layout::Prediction {
+        step_expected_ns: 30_000_000,
+        step_start_ns: d.step_start_ns,
+        task_expected_end_ns: now + 600 * S,
+        phase_start_ns: d.phase_start_ns,
+        error_ppm: 100_000,
+    };
+    w.publish_with_prediction(0, &d, &prediction).unwrap();
+    w.publish(1, &decode(30, 120, 3 * S, 0)).unwrap();
+    let m = s.probe(&["meta", "e1", "0"]).code_is(0).json();
+    assert_eq!(m["eta_source"], "model", "{m}");
+    let eta = m["eta_s"].as_f64().unwrap();
+    assert!((590.0..=600.0).contains(&eta), "{m}");
+    assert_eq!(m["step_expected_ms"], 30, "{m}");
+    assert_eq!(m["prediction_error"], 0.1, "{m}");
+    assert_eq!(m["stall_threshold_ms"], 1000, "{m}");
+    // Slot 1 of the same engine has no prediction for its (absent) step: the rate.
+    let m = s.probe(&["meta", "e1", "1"]).code_is(0).json();
+    assert_eq!(m["eta_source"], "rate", "{m}");
+    assert!(m["step_expected_ms"].is_null(), "{m}");
+    assert_eq!(m["stall_threshold_ms"], 30_000, "{m}");
+    s.probe(&["show", "e1"])
+        .code_is(0)
+        .stdout_has("model ±10%")
+        .stdout_has("/30ms x1");
+    drop(w);
+
+    // A writer without a cost model: no prediction fields at all.
+    let mut w = s.writer("e2", 1);
+    w.publish(0, &d).unwrap();
+    let m = s.probe(&["meta", "e2", "0"]).code_is(0).json();
+    assert_eq!(m["eta_source"], "rate", "{m}");
+    let obj = m.as_object().unwrap();
+    assert!(
+        !obj.contains_key("step_expected_ms") && !obj.contains_key("prediction_error"),
+        "{m}"
+    );
+}

@@ -13,7 +13,16 @@ pub struct ThresholdArgs {
     /// Shortest silence that can make an active slot stalled [default: 30s]
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
     pub stall_floor: Option<Duration>,
-    /// Stalled after this many expected step times of silence (if above the floor) [default: 10]
+    /// Stall floor when the writer's cost model is confident (format v1.2) [default: 1s]
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub confident_stall_floor: Option<Duration>,
+    /// Largest error bound (0.5 = 50%) at which the writer's prediction is confident [default: 0.5]
+    #[arg(long, global = true, value_name = "BOUND", value_parser = parse_factor)]
+    pub confident_error: Option<f64>,
+    /// A step running past this many times the writer's prediction is slow [default: 4]
+    #[arg(long, global = true, value_name = "K", value_parser = parse_factor)]
+    pub slow_factor: Option<f64>,
+    /// Stalled after this many expected step (or layer) times of silence (if above the floor) [default: 10]
     #[arg(long, global = true, value_name = "K", value_parser = parse_factor)]
     pub stall_factor: Option<f64>,
     /// A progressing slot whose ETA exceeds this is slow (e.g. 120, 90s, 5m) [default: none]
@@ -30,6 +39,11 @@ impl ThresholdArgs {
         let d = Thresholds::default();
         Thresholds {
             stall_floor: self.stall_floor.unwrap_or(d.stall_floor),
+            confident_stall_floor: self
+                .confident_stall_floor
+                .unwrap_or(d.confident_stall_floor),
+            confident_error: self.confident_error.unwrap_or(d.confident_error),
+            slow_factor: self.slow_factor.unwrap_or(d.slow_factor),
             stall_factor: self.stall_factor.unwrap_or(d.stall_factor),
             budget: self.budget.or(d.budget),
             heartbeat_timeout: self.heartbeat_timeout.unwrap_or(d.heartbeat_timeout),

@@ -14,13 +14,24 @@
 //!   what the stall test judges). When that interval is unknown or empty but steps have
 //!   finished, the rate of the last step is used instead:
 //!   `(work_done / steps_done) / last_step_duration`.
-//! - **ETA** = `(work_total - work_done) / rate`, 0 when the work is done; unknown without
-//!   a total or a rate.
+//! - **ETA**: from the writer's own prediction when it publishes one (format v1.2, the
+//!   `STEP_PREDICTION` capability): `TASK_EXPECTED_END_NS - now` while that end lies ahead
+//!   (source **model**); otherwise `(work_total - work_done) / rate` (source **rate**), 0
+//!   when the work is done; unknown without a total or a rate.
 //! - **progress reference** = `max(last_progress, phase_start)`: the latest evidence that
 //!   the slot moved (a new phase counts as movement).
-//! - **expected step time** = the larger of `step_size / rate` (the step in flight, at the
-//!   observed rate) and the last finished step's duration. Taking the larger of the two
-//!   predictions avoids false stalls when steps grow (later prefill chunks, longer context).
+//! - **expected step time** = the writer's prediction for the step in flight when it
+//!   publishes one; otherwise the larger of `step_size / rate` (the step in flight, at the
+//!   observed rate) and the last finished step's duration (taking the larger avoids false
+//!   stalls when steps grow: later prefill chunks, longer context).
+//! - **expected layer time** = expected step time / layers of the forward, while the layer
+//!   position of the step in flight is known.
+//! - **confident**: the writer's prediction for the step in flight comes with an error
+//!   bound of at most [`Thresholds::confident_error`].
+//! - **stall floor** = [`Thresholds::confident_stall_floor`] when confident, else
+//!   [`Thresholds::stall_floor`].
+//! - **stall threshold** = `max(stall floor, stall_factor x expected step)`; **layer stall
+//!   threshold** = `max(stall floor, stall_factor x expected layer)`.
 //!
 //! # Slot classes (first match wins)
 //! 1. **torn**: no consistent copy could be read (the writer stopped in the middle of an
@@ -30,21 +41,21 @@
 //!    client waiting on it is just as stranded.
 //! 3. **idle**: phase idle and nothing pending.
 //! 4. **queued**: phase queued, or idle with tasks pending for the slot.
-//! 5. **stalled**: active and `now - progress reference > max(floor, factor x expected step)`
-//!    (the *stall threshold*). When the writer publishes the layer position inside the step
-//!    in flight (format v1.1) a finished layer is movement too: the silence is measured
-//!    from the later of the progress reference and the last layer, and a slot stalled with
-//!    a known position is **stalled at layer k** (`k` layers of the forward finished).
+//! 5. **stalled**: active and nothing moves: with the layer position of the step in flight
+//!    known (format v1.1), `now -` the later of the progress reference and the last layer
+//!    is past the *layer* stall threshold (the slot is **stalled at layer k**); otherwise
+//!    `now - progress reference` is past the stall threshold.
 //! 6. **slow**: active, and either its step has outlived the stall threshold while its
-//!    layer counter still moves (it would be stalled by its steps alone), or a budget is
-//!    given and the ETA is longer than it.
+//!    layer counter still moves, or the step in flight has run longer than
+//!    [`Thresholds::slow_factor`] times the writer's prediction for it (no budget needed),
+//!    or a budget is given and the ETA is longer than it.
 //! 7. **progressing**: every other active slot.
 //!
 //! A phase value this reader does not know (written by a newer minor) is judged as active by
 //! its timestamps: they mean the same in every minor.
 
 use crate::thresholds::{duration_ns, Thresholds};
-use hydra_layout::{HeaderSnapshot, Liveness, Phase, SlotState, Substep};
+use hydra_layout::{HeaderSnapshot, Liveness, Phase, Prediction, SlotState, Substep};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -206,6 +217,32 @@ impl Severity {
     }
 }
 
+/// Where an ETA comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EtaSource {
+    /// The writer's cost model (format v1.2): the predicted end of the phase's work.
+    Model,
+    /// The observed rate: remaining work / average rate of the phase.
+    Rate,
+}
+
+impl EtaSource {
+    /// Lower-case name: "model" or "rate".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Model => "model",
+            Self::Rate => "rate",
+        }
+    }
+}
+
+impl fmt::Display for EtaSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Figures derived from one slot record at `now`. All `Option`s are `None` when unknown;
 /// floats are always finite.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -214,22 +251,49 @@ pub struct Derived {
     pub progress: Option<f64>,
     /// Work units per second (see the module docs).
     pub rate_per_s: Option<f64>,
-    /// Seconds to finish the phase at `rate_per_s`.
+    /// Seconds to finish the phase (see the module docs for its two sources).
     pub eta_s: Option<f64>,
+    /// Where `eta_s` comes from (None when there is no ETA).
+    pub eta_source: Option<EtaSource>,
     /// `now - max(last_progress, phase_start)`.
     pub last_progress_age_ns: Option<u64>,
     /// `now - phase_start`.
     pub phase_age_ns: Option<u64>,
     /// `now - step_start` of the step in flight.
     pub step_age_ns: Option<u64>,
-    /// Predicted duration of the step in flight.
+    /// Predicted duration of the step in flight (the writer's, when it publishes one).
     pub expected_step_ns: Option<u64>,
+    /// The writer's own prediction for the step in flight (format v1.2).
+    pub predicted_step_ns: Option<u64>,
+    /// The error bound the writer states for its predictions (1.0 = 100%).
+    pub prediction_error: Option<f64>,
+    /// Whether the writer's prediction for the step in flight is confident (its bound is
+    /// at most [`Thresholds::confident_error`]): the short stall floor applies.
+    pub confident: bool,
+    /// Expected duration of one layer of the step in flight (expected step / layers),
+    /// while the layer position is known.
+    pub expected_layer_ns: Option<u64>,
     /// `max(floor, factor x expected step)`.
     pub stall_threshold_ns: u64,
+    /// `max(floor, factor x expected layer)`; the stall threshold when no layer position
+    /// is known.
+    pub layer_stall_threshold_ns: u64,
     /// The layer position inside the step in flight (format v1.1 writers only).
     pub layer: Option<Substep>,
     /// `now - layer.at_ns`.
     pub layer_age_ns: Option<u64>,
+}
+
+impl Derived {
+    /// The silence beyond which the slot counts as stalled now: the layer stall threshold
+    /// while the layer position of the step in flight is known, else the stall threshold.
+    pub fn effective_stall_threshold_ns(&self) -> u64 {
+        if self.layer_age_ns.is_some() {
+            self.layer_stall_threshold_ns
+        } else {
+            self.stall_threshold_ns
+        }
+    }
 }
 
 /// `Some(x)` when `x` is finite and not negative.
@@ -275,37 +339,74 @@ pub fn derive_at_layer(
     now_ns: u64,
     t: &Thresholds,
 ) -> Derived {
+    derive_predicted(s, substep, None, now_ns, t)
+}
+
+/// [`derive`] for a record read with its substep words (`None`: before v1.1) and its
+/// prediction words (`None`: before v1.2, or a writer without a cost model). Only a
+/// position and a prediction of the step in flight and phase count.
+pub fn derive_predicted(
+    s: &SlotState,
+    substep: Option<Substep>,
+    prediction: Option<Prediction>,
+    now_ns: u64,
+    t: &Thresholds,
+) -> Derived {
     let layer = substep.and_then(|l| l.in_step(s));
     let progress = (s.work_total > 0)
         .then(|| (s.work_done as f64 / s.work_total as f64).clamp(0.0, 1.0))
         .and_then(finite);
     let rate = rate_per_s(s);
-    let eta_s = if s.work_total > 0 && s.work_done >= s.work_total {
-        Some(0.0)
+    let model_end = prediction
+        .and_then(|p| p.phase_end(s))
+        .filter(|end| *end > now_ns);
+    let (eta_s, eta_source) = if s.work_total > 0 && s.work_done >= s.work_total {
+        (Some(0.0), Some(EtaSource::Rate))
+    } else if let Some(end) = model_end {
+        (finite((end - now_ns) as f64 / 1e9), Some(EtaSource::Model))
     } else if s.work_total > 0 {
-        rate.and_then(|r| finite((s.work_total - s.work_done) as f64 / r))
+        let eta = rate.and_then(|r| finite((s.work_total - s.work_done) as f64 / r));
+        (eta, eta.map(|_| EtaSource::Rate))
     } else {
-        None
+        (None, None)
     };
     let reference = s.last_progress_ns.max(s.phase_start_ns);
+    let predicted_step_ns = prediction.and_then(|p| p.step_in_flight(s));
+    let prediction_error = prediction
+        .filter(|_| predicted_step_ns.is_some())
+        .and_then(|p| p.rel_error())
+        .and_then(finite);
     let from_step_in_flight = match (s.step_start_ns != 0, rate) {
         (true, Some(r)) if s.step_size > 0 => finite(s.step_size as f64 * 1e9 / r).map(sat_u64),
         _ => None,
     };
     let from_last_step = (s.last_step_ns > 0).then_some(s.last_step_ns);
-    let expected_step_ns = match (from_step_in_flight, from_last_step) {
+    let expected_step_ns = predicted_step_ns.or(match (from_step_in_flight, from_last_step) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
+    });
+    let confident =
+        predicted_step_ns.is_some() && prediction_error.is_some_and(|e| e <= t.confident_error);
+    let expected_layer_ns = match (expected_step_ns, layer) {
+        (Some(step), Some(l)) if l.total > 0 => Some(step / l.total),
+        _ => None,
     };
     Derived {
         progress,
         rate_per_s: rate,
         eta_s,
+        eta_source: eta_s.and(eta_source),
         last_progress_age_ns: age(now_ns, reference),
         phase_age_ns: age(now_ns, s.phase_start_ns),
         step_age_ns: age(now_ns, s.step_start_ns),
         expected_step_ns,
-        stall_threshold_ns: t.stall_threshold_ns(expected_step_ns),
+        predicted_step_ns,
+        prediction_error,
+        confident,
+        expected_layer_ns,
+        stall_threshold_ns: t.stall_threshold_ns(expected_step_ns, confident),
+        layer_stall_threshold_ns: t
+            .stall_threshold_ns(expected_layer_ns.or(expected_step_ns), confident),
         layer,
         layer_age_ns: layer.and_then(|l| age(now_ns, l.at_ns)),
     }
@@ -353,14 +454,28 @@ pub fn classify_derived(
     // An active slot always has a phase start; if a writer left both stamps 0, fall back
     // to the step in flight, else there is no evidence of silence.
     let silence = d.last_progress_age_ns.or(d.step_age_ns).unwrap_or_default();
-    // A finished layer of the step in flight is movement too.
-    let still = d.layer_age_ns.map_or(silence, |layer| layer.min(silence));
-    if still > d.stall_threshold_ns {
-        return SlotClass::Stalled;
+    match d.layer_age_ns {
+        // A finished layer of the step in flight is movement too; a layer is judged
+        // against the layer's expected time.
+        Some(layer) => {
+            if layer.min(silence) > d.layer_stall_threshold_ns {
+                return SlotClass::Stalled;
+            }
+        }
+        None => {
+            if silence > d.stall_threshold_ns {
+                return SlotClass::Stalled;
+            }
+        }
     }
     if silence > d.stall_threshold_ns {
         // The step outlived its threshold, but its layers still move.
         return SlotClass::Slow;
+    }
+    if let (Some(step_age), Some(predicted)) = (d.step_age_ns, d.predicted_step_ns) {
+        if t.slow_factor.is_finite() && step_age as f64 > t.slow_factor * predicted as f64 {
+            return SlotClass::Slow;
+        }
     }
     if let (Some(budget), Some(eta)) = (t.budget, d.eta_s) {
         if eta > budget.as_secs_f64() {
@@ -405,7 +520,7 @@ pub fn engine_health(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hydra_layout::{EngineCounters, Lifecycle, WorkUnit};
+    use hydra_layout::{EngineCounters, Lifecycle, Prediction, WorkUnit};
     use std::time::Duration;
 
     const S: u64 = 1_000_000_000;
@@ -799,5 +914,168 @@ mod tests {
             Severity::Critical
         );
         assert_eq!(Severity::Critical.exit_code(), 2);
+    }
+
+    /// A decode step in flight for `step_age`, silent since the last step `silence` ago,
+    /// with the writer's prediction of `predicted` ns and a bound of `ppm`.
+    fn predicted_decode(
+        step_age: u64,
+        silence: u64,
+        predicted: u64,
+        ppm: u64,
+    ) -> (SlotState, Prediction) {
+        let mut s = decode(50, 100, 10 * S, silence);
+        s.step_start_ns = NOW - step_age;
+        s.step_size = 1;
+        s.last_step_ns = predicted;
+        let p = Prediction {
+            step_expected_ns: predicted,
+            step_start_ns: s.step_start_ns,
+            task_expected_end_ns: NOW + 4 * S,
+            phase_start_ns: s.phase_start_ns,
+            error_ppm: ppm,
+        };
+        (s, p)
+    }
+
+    fn class_predicted(
+        s: &SlotState,
+        p: Prediction,
+        layer: Option<Substep>,
+    ) -> (SlotClass, Derived) {
+        let t = Thresholds::default();
+        let d = derive_predicted(s, layer, Some(p), NOW, &t);
+        (classify_derived(s, 0, Liveness::Live, &d, &t), d)
+    }
+
+    #[test]
+    fn the_eta_comes_from_the_writers_model_while_its_end_lies_ahead() {
+        let (s, p) = predicted_decode(10 * MS, 0, 30 * MS, 100_000);
+        let (_, d) = class_predicted(&s, p, None);
+        assert_eq!((d.eta_s, d.eta_source), (Some(4.0), Some(EtaSource::Model)));
+        // 50 tokens in 10 s: the rate says 10 s left; the model says 4 s.
+        assert_eq!(derive(&s, NOW, &Thresholds::default()).eta_s, Some(10.0));
+        assert_eq!(
+            derive(&s, NOW, &Thresholds::default()).eta_source,
+            Some(EtaSource::Rate)
+        );
+        // An end that has passed, or that names another phase: the rate again.
+        for q in [
+            Prediction {
+                task_expected_end_ns: NOW - 1,
+                ..p
+            },
+            Prediction {
+                task_expected_end_ns: NOW,
+                ..p
+            },
+            Prediction {
+                phase_start_ns: 1,
+                ..p
+            },
+            Prediction {
+                task_expected_end_ns: 0,
+                ..p
+            },
+        ] {
+            let (_, d) = class_predicted(&s, q, None);
+            assert_eq!(
+                (d.eta_s, d.eta_source),
+                (Some(10.0), Some(EtaSource::Rate)),
+                "{q:?}"
+            );
+        }
+        // No total: no ETA at all, whatever the model says.
+        let unknown = SlotState { work_total: 0, ..s };
+        let (_, d) = class_predicted(&unknown, p, None);
+        assert_eq!((d.eta_s, d.eta_source), (None, None));
+    }
+
+    #[test]
+    fn a_confident_prediction_lowers_the_floor_to_one_second() {
+        // A 30 ms decode step, predicted with a 10% bound: stalled after 1 s, not 30 s.
+        let (s, p) = predicted_decode(1_100 * MS, 1_100 * MS, 30 * MS, 100_000);
+        let (c, d) = class_predicted(&s, p, None);
+        assert!(d.confident);
+        assert_eq!(d.stall_threshold_ns, S);
+        assert_eq!(c, SlotClass::Stalled);
+        let (s, p) = predicted_decode(900 * MS, 900 * MS, 30 * MS, 100_000);
+        let (c, _) = class_predicted(&s, p, None);
+        assert_eq!(
+            c,
+            SlotClass::Slow,
+            "past 4x its prediction, within the threshold"
+        );
+        let (s, p) = predicted_decode(100 * MS, 100 * MS, 30 * MS, 100_000);
+        assert_eq!(
+            class_predicted(&s, p, None).0,
+            SlotClass::Progressing,
+            "3.3x: not slow"
+        );
+        // Exactly at the threshold: still healthy (strict comparisons).
+        let (s, p) = predicted_decode(S, S, 30 * MS, 100_000);
+        assert_eq!(class_predicted(&s, p, None).0, SlotClass::Slow);
+        // Without a bound, or with one above 50%: the 30 s floor.
+        for ppm in [0, 500_001, u64::MAX] {
+            let (s, p) = predicted_decode(5 * S, 5 * S, 30 * MS, ppm);
+            let (c, d) = class_predicted(&s, p, None);
+            assert!(!d.confident, "{ppm}");
+            assert_eq!(d.stall_threshold_ns, 30 * S, "{ppm}");
+            assert_eq!(c, SlotClass::Slow, "{ppm}: slow (past 4x), not stalled");
+        }
+        let (s, p) = predicted_decode(5 * S, 5 * S, 30 * MS, 500_000);
+        assert!(class_predicted(&s, p, None).1.confident, "50% is confident");
+        // A prediction naming another step is no prediction.
+        let (s, p) = predicted_decode(5 * S, 5 * S, 30 * MS, 100_000);
+        let other = Prediction {
+            step_start_ns: 1,
+            ..p
+        };
+        let (c, d) = class_predicted(&s, other, None);
+        assert_eq!((d.predicted_step_ns, d.confident), (None, false));
+        assert_eq!(
+            c,
+            SlotClass::Progressing,
+            "the rate's 30 s floor, no slow rule"
+        );
+    }
+
+    #[test]
+    fn a_silent_layer_is_judged_by_its_predicted_time() {
+        // A 3 s prefill chunk of 30 layers (100 ms each), predicted with a 20% bound.
+        let mut s = long_chunk();
+        s.step_start_ns = NOW - 5 * S;
+        s.last_progress_ns = NOW - 5 * S;
+        let p = Prediction {
+            step_expected_ns: 3 * S,
+            step_start_ns: s.step_start_ns,
+            task_expected_end_ns: NOW + 60 * S,
+            phase_start_ns: s.phase_start_ns,
+            error_ppm: 200_000,
+        };
+        let (c, d) = class_predicted(&s, p, Some(at_layer(&s, 12, 1_100 * MS)));
+        assert_eq!(d.expected_layer_ns, Some(100 * MS));
+        assert_eq!(d.layer_stall_threshold_ns, S);
+        assert_eq!(d.effective_stall_threshold_ns(), S);
+        assert_eq!(
+            c,
+            SlotClass::Stalled,
+            "a layer silent for 1.1 s: stalled at layer 12"
+        );
+        let (c, _) = class_predicted(&s, p, Some(at_layer(&s, 12, 500 * MS)));
+        assert_eq!(
+            c,
+            SlotClass::Progressing,
+            "layers move, the step is within 4x"
+        );
+        // Past 4x its prediction with layers moving: slow.
+        let mut late = s;
+        late.step_start_ns = NOW - 13 * S;
+        let p = Prediction {
+            step_start_ns: late.step_start_ns,
+            ..p
+        };
+        let (c, _) = class_predicted(&late, p, Some(at_layer(&late, 29, 50 * MS)));
+        assert_eq!(c, SlotClass::Slow);
     }
 }

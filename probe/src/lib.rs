@@ -58,7 +58,7 @@ mod view;
 
 #[cfg(feature = "clap")]
 pub use args::ThresholdArgs;
-pub use classify::{EngineHealth, Severity, SlotClass};
+pub use classify::{EngineHealth, EtaSource, Severity, SlotClass};
 pub use discover::{discover, open, resolve, scan, Discovered, Scan, Stray};
 pub use error::ProbeError;
 pub use findings::{findings, Finding};

@@ -4,7 +4,7 @@
 //! The first fifteen fields are exactly what Hydra Core's `SlotMeta` parses today, with the
 //! same names and JSON types; the rest are new and optional for old clients.
 
-use crate::classify::{is_active, EngineHealth, SlotClass};
+use crate::classify::{is_active, EngineHealth, EtaSource, SlotClass};
 use crate::view::{EngineView, SlotView};
 use hydra_layout::{Phase, WorkUnit};
 use serde::{Deserialize, Serialize};
@@ -76,8 +76,29 @@ pub struct HydraMeta {
     pub last_progress_age_ms: Option<u64>,
     /// Observed rate in `work_unit` per second; null when unknown.
     pub rate_per_s: Option<f64>,
-    /// Seconds to finish the phase at that rate; null when unknown.
+    /// Seconds to finish the phase; null when unknown. From the writer's prediction when
+    /// it publishes one (format v1.2), else at the observed rate: see `eta_source`.
     pub eta_s: Option<f64>,
+    /// Where `eta_s` comes from: "model" (the writer's cost model) or "rate" (the observed
+    /// rate); null when there is no ETA.
+    #[serde(default)]
+    pub eta_source: Option<EtaSource>,
+    /// The writer's predicted duration in ms of the step in flight: absent when the writer
+    /// publishes no predictions (before v1.2), null when it has none for this step.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub step_expected_ms: Option<Option<u64>>,
+    /// The error bound the writer states for that prediction (0.2 = ±20%): absent before
+    /// v1.2, null when none.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub prediction_error: Option<Option<f64>>,
     /// Phase start, CLOCK_MONOTONIC ns (0 = none).
     pub phase_start_ns: u64,
     /// Phase start, Unix epoch milliseconds (via the segment's clock anchors); null if none.
@@ -159,8 +180,16 @@ pub struct MetaFigures {
     pub last_progress_age_ms: Option<u64>,
     /// Observed rate in work units per second (finite).
     pub rate_per_s: Option<f64>,
-    /// Seconds to finish the phase at that rate (finite).
+    /// Seconds to finish the phase (finite).
     pub eta_s: Option<f64>,
+    /// Where `eta_s` comes from.
+    pub eta_source: Option<EtaSource>,
+    /// Whether the writer publishes predictions (format v1.2); else they are unknown.
+    pub predictions_published: bool,
+    /// The writer's predicted duration in ms of the step in flight.
+    pub step_expected_ms: Option<u64>,
+    /// The error bound the writer states for it (finite).
+    pub prediction_error: Option<f64>,
     /// Phase start, Unix epoch milliseconds; `None` when no phase started.
     pub phase_start_unix_ms: Option<u64>,
     /// Age in ms of the step in flight.
@@ -211,6 +240,10 @@ impl MetaFigures {
             last_progress_age_ms: v.last_progress_age_ns.map(ms),
             rate_per_s: v.rate_per_s.filter(|r| r.is_finite()),
             eta_s: v.eta_s.filter(|e| e.is_finite()),
+            eta_source: v.eta_s.filter(|e| e.is_finite()).and(v.eta_source),
+            predictions_published: v.predictions_published,
+            step_expected_ms: v.predicted_step_ns.map(ms),
+            prediction_error: v.prediction_error.filter(|e| e.is_finite()),
             phase_start_unix_ms: (s.phase_start_ns != 0)
                 .then(|| ms(engine.identity.to_realtime_ns(s.phase_start_ns))),
             step_age_ms: v.step_age_ns.map(ms),
@@ -261,6 +294,9 @@ impl HydraMeta {
             last_progress_age_ms: f.last_progress_age_ms,
             rate_per_s: f.rate_per_s,
             eta_s: f.eta_s,
+            eta_source: f.eta_source,
+            step_expected_ms: f.predictions_published.then_some(f.step_expected_ms),
+            prediction_error: f.predictions_published.then_some(f.prediction_error),
             phase_start_ns: s.phase_start_ns,
             phase_start_unix_ms: f.phase_start_unix_ms,
             step_age_ms: f.step_age_ms,

@@ -4,9 +4,11 @@ use std::time::Duration;
 
 /// Thresholds of the classification in [`crate::classify`].
 ///
-/// A slot is **stalled** when it is active and its last progress is older than
-/// `max(stall_floor, stall_factor x expected step time)`; it is **slow** when it progresses
-/// but its ETA exceeds `budget`. The engine is **hung** when it is live, its loop heartbeat is
+/// A slot is **stalled** when it is active and nothing has moved (no step, no layer) for
+/// longer than `max(floor, stall_factor x expected step or layer time)`, the floor being
+/// `confident_stall_floor` when the writer's own prediction is confident and `stall_floor`
+/// otherwise; it is **slow** when its step in flight runs past `slow_factor` times the
+/// writer's prediction, or when it progresses but its ETA exceeds `budget`. The engine is **hung** when it is live, its loop heartbeat is
 /// older than `heartbeat_timeout`, and every active slot is stalled.
 ///
 /// Every comparison is strict ("longer than"): an age exactly equal to a threshold is still
@@ -22,6 +24,31 @@ pub struct Thresholds {
     /// Hydra Core's 180 s decode budget and a hundred times faster than its 60 ms/token
     /// heuristic on long jobs.
     pub stall_floor: Duration,
+    /// Shortest silence that can make an active slot stalled when the writer's cost model
+    /// predicts the step in flight with an error bound of at most
+    /// [`confident_error`](Self::confident_error) (format v1.2). Default **1 s**.
+    ///
+    /// Why: the reasons for 30 s are all about not knowing how long a step should take.
+    /// A confident model knows it within its bound, and the factor below still allows ten
+    /// times the prediction, so the floor only has to ride out the scheduler (a loaded
+    /// machine deschedules a thread for tens of milliseconds, not seconds). 1 s turns a
+    /// stopped 30 ms decode step into a verdict 30 times sooner than the old floor, and
+    /// keeps the verdict under 2 s for a stall inside a prefill layer of a small model.
+    pub confident_stall_floor: Duration,
+    /// The largest error bound (1.0 = 100%) at which the writer's prediction counts as
+    /// confident. Default **0.5**.
+    ///
+    /// Why: a bound of 50% still leaves the factor of ten five times the worst step the
+    /// model expects; a model that misses by more (the first steps of a kind, a step shape
+    /// never seen) gets the 30 s floor until it has learnt.
+    pub confident_error: f64,
+    /// A step in flight that runs longer than this many times the writer's prediction for
+    /// it is slow, with or without a budget. Default **4**.
+    ///
+    /// Why: above the 2-3x a CPU hog or a cold cache causes (which the model learns within
+    /// a few steps and which is not a fault), and below the stall factor, so that a step
+    /// goes slow well before it could go stalled.
+    pub slow_factor: f64,
     /// How many expected step times of silence make a slot stalled. Default **10**.
     ///
     /// Why: step times are not constant. Attention cost grows with context, so later prefill
@@ -49,15 +76,26 @@ pub struct Thresholds {
 impl Thresholds {
     /// Default [`stall_floor`](Self::stall_floor).
     pub const DEFAULT_STALL_FLOOR: Duration = Duration::from_secs(30);
+    /// Default [`confident_stall_floor`](Self::confident_stall_floor).
+    pub const DEFAULT_CONFIDENT_STALL_FLOOR: Duration = Duration::from_secs(1);
+    /// Default [`confident_error`](Self::confident_error).
+    pub const DEFAULT_CONFIDENT_ERROR: f64 = 0.5;
+    /// Default [`slow_factor`](Self::slow_factor).
+    pub const DEFAULT_SLOW_FACTOR: f64 = 4.0;
     /// Default [`stall_factor`](Self::stall_factor).
     pub const DEFAULT_STALL_FACTOR: f64 = 10.0;
     /// Default [`heartbeat_timeout`](Self::heartbeat_timeout).
     pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
 
-    /// The stall threshold in ns for a slot whose expected step time is `expected_step_ns`
-    /// (`None` when unknown): `max(floor, factor x expected)`, saturating.
-    pub fn stall_threshold_ns(&self, expected_step_ns: Option<u64>) -> u64 {
-        let floor = duration_ns(self.stall_floor);
+    /// The stall threshold in ns for a slot whose expected step (or layer) time is
+    /// `expected_step_ns` (`None` when unknown): `max(floor, factor x expected)`,
+    /// saturating; the floor is the confident one when `confident`.
+    pub fn stall_threshold_ns(&self, expected_step_ns: Option<u64>, confident: bool) -> u64 {
+        let floor = duration_ns(if confident {
+            self.confident_stall_floor.min(self.stall_floor)
+        } else {
+            self.stall_floor
+        });
         let scaled = match expected_step_ns {
             Some(e) if self.stall_factor.is_finite() && self.stall_factor > 0.0 => {
                 let v = e as f64 * self.stall_factor;
@@ -77,6 +115,9 @@ impl Default for Thresholds {
     fn default() -> Self {
         Self {
             stall_floor: Self::DEFAULT_STALL_FLOOR,
+            confident_stall_floor: Self::DEFAULT_CONFIDENT_STALL_FLOOR,
+            confident_error: Self::DEFAULT_CONFIDENT_ERROR,
+            slow_factor: Self::DEFAULT_SLOW_FACTOR,
             stall_factor: Self::DEFAULT_STALL_FACTOR,
             budget: None,
             heartbeat_timeout: Self::DEFAULT_HEARTBEAT_TIMEOUT,
@@ -132,15 +173,33 @@ mod tests {
     #[test]
     fn threshold_is_max_of_floor_and_scaled_step() {
         let t = Thresholds::default();
-        assert_eq!(t.stall_threshold_ns(None), 30_000_000_000);
-        assert_eq!(t.stall_threshold_ns(Some(1_000_000_000)), 30_000_000_000);
-        assert_eq!(t.stall_threshold_ns(Some(5_000_000_000)), 50_000_000_000);
-        assert_eq!(t.stall_threshold_ns(Some(u64::MAX)), u64::MAX);
+        assert_eq!(t.stall_threshold_ns(None, false), 30_000_000_000);
+        assert_eq!(
+            t.stall_threshold_ns(Some(1_000_000_000), false),
+            30_000_000_000
+        );
+        assert_eq!(
+            t.stall_threshold_ns(Some(5_000_000_000), false),
+            50_000_000_000
+        );
+        assert_eq!(t.stall_threshold_ns(Some(u64::MAX), false), u64::MAX);
+        // Confident: the 1 s floor, the factor unchanged.
+        assert_eq!(t.stall_threshold_ns(Some(30_000_000), true), 1_000_000_000);
+        assert_eq!(t.stall_threshold_ns(Some(500_000_000), true), 5_000_000_000);
+        // A confident floor set above the plain one never raises it.
+        let odd = Thresholds {
+            confident_stall_floor: Duration::from_secs(60),
+            ..t
+        };
+        assert_eq!(odd.stall_threshold_ns(None, true), 30_000_000_000);
         let weird = Thresholds {
             stall_factor: f64::NAN,
             ..t
         };
-        assert_eq!(weird.stall_threshold_ns(Some(u64::MAX)), 30_000_000_000);
+        assert_eq!(
+            weird.stall_threshold_ns(Some(u64::MAX), false),
+            30_000_000_000
+        );
     }
 
     #[test]

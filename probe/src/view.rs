@@ -1,12 +1,13 @@
 //! Snapshots of an engine and its slots, with the derived figures and classes.
 
 use crate::classify::{
-    self, classify_derived, derive_at_layer, engine_health, EngineHealth, SlotClass,
+    self, classify_derived, derive_predicted, engine_health, EngineHealth, EtaSource, SlotClass,
 };
 use crate::error::ProbeError;
 use crate::thresholds::Thresholds;
 use hydra_layout::{
-    HeaderSnapshot, Identity, Liveness, SegmentReader, SlotSnapshot, SlotState, Substep, WorkUnit,
+    HeaderSnapshot, Identity, Liveness, Prediction, SegmentReader, SlotSnapshot, SlotState,
+    Substep, WorkUnit,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -36,17 +37,29 @@ pub struct SlotView {
     pub progress: Option<f64>,
     /// Work units (see `state.work_unit`) per second.
     pub rate_per_s: Option<f64>,
-    /// Seconds to finish the phase at the observed rate.
+    /// Seconds to finish the phase: from the writer's prediction when it publishes one
+    /// (format v1.2), else at the observed rate.
     pub eta_s: Option<f64>,
+    /// Where `eta_s` comes from: the writer's model or the observed rate.
+    pub eta_source: Option<EtaSource>,
     /// Time since the slot last moved (progress, or the start of its phase).
     pub last_progress_age_ns: Option<u64>,
     /// Time since the current phase started.
     pub phase_age_ns: Option<u64>,
     /// Age of the step in flight, if one is under way.
     pub step_age_ns: Option<u64>,
-    /// Predicted duration of the step in flight.
+    /// Predicted duration of the step in flight (the writer's, when it publishes one).
     pub expected_step_ns: Option<u64>,
-    /// Silence beyond which this slot counts as stalled.
+    /// Whether the writer publishes its cost model's predictions (format v1.2).
+    pub predictions_published: bool,
+    /// The writer's own prediction for the step in flight.
+    pub predicted_step_ns: Option<u64>,
+    /// The error bound the writer states for it (1.0 = 100%).
+    pub prediction_error: Option<f64>,
+    /// Whether that prediction is confident (the short stall floor applies).
+    pub confident: bool,
+    /// Silence beyond which this slot counts as stalled (the layer's threshold while the
+    /// layer position is known).
     pub stall_threshold_ns: u64,
     /// Whether the writer publishes the layer position inside a step (format v1.1); when
     /// false the `substep_*` fields are unknown, not absent.
@@ -71,21 +84,23 @@ impl SlotView {
         now_ns: u64,
         t: &Thresholds,
     ) -> Self {
-        Self::from_record(slot, state, None, pending, liveness, now_ns, t)
+        Self::from_record(slot, state, None, None, pending, liveness, now_ns, t)
     }
 
     /// Builds the view of a consistently read record with its substep words (`None` for a
-    /// v1.0 writer) (pure: no I/O).
+    /// v1.0 writer) and its prediction words (`None` before v1.2) (pure: no I/O).
+    #[allow(clippy::too_many_arguments)]
     pub fn from_record(
         slot: usize,
         state: SlotState,
         substep: Option<Substep>,
+        prediction: Option<Prediction>,
         pending: u64,
         liveness: Liveness,
         now_ns: u64,
         t: &Thresholds,
     ) -> Self {
-        let d = derive_at_layer(&state, substep, now_ns, t);
+        let d = derive_predicted(&state, substep, prediction, now_ns, t);
         let class = classify_derived(&state, pending, liveness, &d, t);
         let stalled_at_layer = (class == SlotClass::Stalled)
             .then_some(d.layer)
@@ -106,11 +121,16 @@ impl SlotView {
             progress: d.progress,
             rate_per_s: d.rate_per_s,
             eta_s: d.eta_s,
+            eta_source: d.eta_source,
             last_progress_age_ns: d.last_progress_age_ns,
             phase_age_ns: d.phase_age_ns,
             step_age_ns: d.step_age_ns,
             expected_step_ns: d.expected_step_ns,
-            stall_threshold_ns: d.stall_threshold_ns,
+            predictions_published: prediction.is_some(),
+            predicted_step_ns: d.predicted_step_ns,
+            prediction_error: d.prediction_error,
+            confident: d.confident,
+            stall_threshold_ns: d.effective_stall_threshold_ns(),
         }
     }
 
@@ -143,6 +163,39 @@ impl SlotView {
             (Some(done), Some(total)) => Some(format!("layer {done}/{total}")),
             _ => None,
         }
+    }
+
+    /// The ETA for people: `12.3s`, with its source when the writer's model gives it
+    /// (`12.3s model ±8%`, or `12.3s model` without a bound); `-` when unknown.
+    pub fn eta_text(&self) -> String {
+        let Some(eta) = self.eta_s else {
+            return "-".into();
+        };
+        let secs = crate::human::seconds(eta);
+        match (self.eta_source, self.prediction_error) {
+            (Some(EtaSource::Model), Some(e)) => format!("{secs} model ±{:.0}%", e * 100.0),
+            (Some(EtaSource::Model), None) => format!("{secs} model"),
+            _ => secs,
+        }
+    }
+
+    /// The step in flight for people: its age, the writer's prediction when there is one,
+    /// its size and the layer position (`1.2s/3.4s x512 layer 3/30`); `-` between steps.
+    pub fn step_text(&self) -> String {
+        let Some(age) = self.step_age_ns else {
+            return "-".into();
+        };
+        let mut text = crate::human::duration_ns(age);
+        if let Some(p) = self.predicted_step_ns {
+            text.push('/');
+            text.push_str(&crate::human::duration_ns(p));
+        }
+        text.push_str(&format!(" x{}", self.state.step_size));
+        if let Some(layer) = self.layer_text() {
+            text.push(' ');
+            text.push_str(&layer);
+        }
+        text
     }
 
     /// Unit name of `work_done`, `work_total` and the rate ("tokens", "bytes", "none").
@@ -251,6 +304,7 @@ impl EngineView {
                         i,
                         snap.state,
                         snap.substep,
+                        snap.prediction,
                         snap.pending,
                         liveness,
                         now_ns,

@@ -110,7 +110,22 @@ namespace Hydra.Progress.Interop
     }
 
     /// <summary>
-    /// <c>HydraProbeMeta</c> (version 2: 408 bytes): one slot's Hydra meta as numbers, the
+    /// <c>HydraProbePrediction</c> (32 bytes, ABI minor 3): the writer's cost model for a
+    /// slot (segment format v1.2) and where the ETA comes from.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbePrediction
+    {
+        public uint Published;
+        public uint EtaSource;
+        public long StepExpectedNs;
+        public double PredictionError;
+        public uint Confident;
+        public uint Reserved;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeMeta</c> (version 3: 440 bytes): one slot's Hydra meta as numbers, the
     /// slot read plus the figures the meta derives from it. Unknown values are -1;
     /// <see cref="Hydra.Progress.SlotMeta"/> turns them into <c>null</c>.
     /// </summary>
@@ -135,6 +150,7 @@ namespace Hydra.Progress.Interop
         public ulong StallThresholdMs;
         public ulong HeartbeatAgeMs;
         public HydraProbeLayer Layer;
+        public HydraProbePrediction Prediction;
     }
 
     /// <summary>Constants of include/hydra_probe.h.</summary>
@@ -144,7 +160,14 @@ namespace Hydra.Progress.Interop
         public const uint AbiVersion = 1;
 
         /// <summary><c>HYDRA_PROBE_ABI_MINOR</c>: the least minor version these bindings need.</summary>
-        public const uint AbiMinor = 2;
+        public const uint AbiMinor = 3;
+
+        /// <summary><c>HYDRA_PROBE_ETA_NONE</c>: no ETA.</summary>
+        public const uint EtaNone = 0;
+        /// <summary><c>HYDRA_PROBE_ETA_MODEL</c>: the writer's cost model.</summary>
+        public const uint EtaModel = 1;
+        /// <summary><c>HYDRA_PROBE_ETA_RATE</c>: the observed rate.</summary>
+        public const uint EtaRate = 2;
 
         /// <summary><c>HYDRA_PROBE_VALUE_PHASE</c>: kind of <c>hydra_probe_value_name</c>.</summary>
         public const uint ValuePhase = 0;

@@ -81,6 +81,15 @@ namespace Hydra.Progress
         }
 
         /// <summary>Written as the value or as null.</summary>
+        public void Nullable(string name, string v)
+        {
+            if (v != null)
+                Field(name, v);
+            else
+                Null(name);
+        }
+
+        /// <summary>Written as the value or as null.</summary>
         public void Nullable(string name, double? v)
         {
             if (v.HasValue)

@@ -20,14 +20,17 @@ namespace Hydra.Progress
             "progress", "tokens_processed", "tokens_total", "elapsed_ms", "engine_id",
             "engine_liveness", "classification", "queued", "pending", "phase", "task_id",
             "work_unit", "work_done", "work_total", "last_progress_age_ms", "rate_per_s",
-            "eta_s", "phase_start_ns", "phase_start_unix_ms", "step_age_ms", "step_size",
+            "eta_s", "eta_source", "step_expected_ms", "prediction_error", "phase_start_ns", "phase_start_unix_ms", "step_age_ms", "step_size",
             "stall_threshold_ms", "finish_reason", "error_code", "n_ctx", "tokens_cached",
             "device", "heartbeat_age_ms", "read_error", "substep_done", "substep_total",
             "substep_age_ms", "stalled_at_layer",
         };
         // The first key of the layer fields: any of the three substep keys, null or not,
         // means the engine publishes layer positions.
-        const int SubstepFields = 40;
+        const int SubstepFields = 43;
+        // The prediction fields (segment format v1.2): either key, null or not, means the
+        // engine publishes predictions.
+        const int PredictionFields = 29;
         const int HydraFields = 15;
 
         static readonly byte[][] Keys = KeyNames.Select(k => Encoding.ASCII.GetBytes(k)).ToArray();
@@ -92,6 +95,8 @@ namespace Hydra.Progress
                             seen |= 1u << field;
                         if (field >= SubstepFields && field < SubstepFields + 3)
                             m.HasSubsteps = true;
+                        if (field >= PredictionFields && field < PredictionFields + 2)
+                            m.HasPredictions = true;
                     }
                     SkipWs(p, len, ref i);
                     if (i < len && p[i] == (byte)',')

@@ -68,6 +68,11 @@ namespace Hydra.Progress
                 LastProgressAgeMs = Known(m.LastProgressAgeMs),
                 RatePerS = Known(m.RatePerS),
                 EtaS = Known(m.EtaS),
+                EtaSource = m.Prediction.EtaSource == HydraProbeAbi.EtaModel ? "model"
+                    : m.Prediction.EtaSource == HydraProbeAbi.EtaRate ? "rate" : null,
+                HasPredictions = m.Prediction.Published != 0,
+                StepExpectedMs = m.Prediction.StepExpectedNs < 0 ? (ulong?)null : (ulong)m.Prediction.StepExpectedNs / 1000000,
+                PredictionError = Known(m.Prediction.PredictionError),
                 PhaseStartNs = s.PhaseStartNs,
                 PhaseStartUnixMs = Known(m.PhaseStartUnixMs),
                 StepAgeMs = Known(m.StepAgeMs),

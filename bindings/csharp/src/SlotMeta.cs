@@ -80,6 +80,19 @@ namespace Hydra.Progress
         public double? RatePerS { get; set; }
         /// <summary><c>eta_s</c>: seconds to finish the phase; null when unknown.</summary>
         public double? EtaS { get; set; }
+        /// <summary><c>eta_source</c>: "model" (the writer's cost model, segment format v1.2)
+        /// or "rate" (the observed rate); null when there is no ETA.</summary>
+        public string EtaSource { get; set; }
+        /// <summary>
+        /// Whether the engine publishes its cost model's predictions (segment format v1.2):
+        /// then <c>step_expected_ms</c> and <c>prediction_error</c> are written, null when
+        /// unknown; else they are left out.
+        /// </summary>
+        public bool HasPredictions { get; set; }
+        /// <summary><c>step_expected_ms</c>: the writer's predicted duration of the step in flight.</summary>
+        public ulong? StepExpectedMs { get; set; }
+        /// <summary><c>prediction_error</c>: the error bound the writer states for it (0.2 = 20%).</summary>
+        public double? PredictionError { get; set; }
         /// <summary><c>phase_start_ns</c>: CLOCK_MONOTONIC ns (0 = none).</summary>
         public ulong? PhaseStartNs { get; set; }
         /// <summary><c>phase_start_unix_ms</c>: null when no phase runs.</summary>
@@ -161,6 +174,12 @@ namespace Hydra.Progress
             w.Nullable("last_progress_age_ms", LastProgressAgeMs);
             w.Nullable("rate_per_s", RatePerS);
             w.Nullable("eta_s", EtaS);
+            w.Nullable("eta_source", EtaSource);
+            if (HasPredictions)
+            {
+                w.Nullable("step_expected_ms", StepExpectedMs);
+                w.Nullable("prediction_error", PredictionError);
+            }
             w.Optional("phase_start_ns", PhaseStartNs);
             w.Nullable("phase_start_unix_ms", PhaseStartUnixMs);
             w.Nullable("step_age_ms", StepAgeMs);

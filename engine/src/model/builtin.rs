@@ -191,3 +191,15 @@ pub fn byte_tokenizer_metadata() -> Vec<(String, Value)> {
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(bytes::EOS)),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The embedded model is assembled without the loader's validation: its constant
+    /// configuration is checked here instead.
+    #[test]
+    fn the_embedded_configuration_is_valid() {
+        BuiltinSpec::default().config.validate().unwrap();
+    }
+}

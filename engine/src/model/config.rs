@@ -1,6 +1,5 @@
 //! Hyper-parameters of a llama-family model.
 
-use super::transformer::AttentionParts;
 use super::{llama, qwen2, qwen3};
 use crate::error::{EngineError, Result};
 
@@ -50,12 +49,22 @@ impl Architecture {
     }
 
     pub(crate) fn attention_parts(self) -> AttentionParts {
-        match self {
-            Self::Llama => llama::PARTS,
-            Self::Qwen2 => qwen2::PARTS,
-            Self::Qwen3 => qwen3::PARTS,
-        }
+        let (qkv_bias, qk_norm) = match self {
+            Self::Llama => (llama::QKV_BIAS, llama::QK_NORM),
+            Self::Qwen2 => (qwen2::QKV_BIAS, qwen2::QK_NORM),
+            Self::Qwen3 => (qwen3::QKV_BIAS, qwen3::QK_NORM),
+        };
+        AttentionParts { qkv_bias, qk_norm }
     }
+}
+
+/// Optional parts of the attention block, as a family has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AttentionParts {
+    /// Biases on the Q, K and V projections (Qwen2).
+    pub(crate) qkv_bias: bool,
+    /// RMS norm of each head of Q and K before RoPE (Qwen3).
+    pub(crate) qk_norm: bool,
 }
 
 /// How RoPE frequencies are scaled for contexts beyond the trained one.

@@ -3,18 +3,14 @@
 //! which is how GGUF conversion permutes these models' Q and K weights);
 //! Llama 3.1+ files scale RoPE with a `rope_freqs.weight` tensor.
 
-use super::transformer::AttentionParts;
-
 /// `general.architecture` values of this family.
 pub(crate) const ARCHITECTURES: &[&str] = &["llama", "mistral"];
 
-/// No Q/K/V biases, no Q/K norms.
-pub(crate) const PARTS: AttentionParts = AttentionParts {
-    qkv_bias: false,
-    qk_norm: false,
-};
+/// No biases on the Q, K and V projections.
+pub(crate) const QKV_BIAS: bool = false;
+
+/// No RMS norm over the heads of Q and K.
+pub(crate) const QK_NORM: bool = false;
 
 /// Adjacent-pair RoPE.
 pub(crate) const ROPE_NEOX: bool = false;
-
-pub(crate) use super::transformer::{Rope, Sequence};

@@ -1,27 +1,18 @@
 //! Models: loading (GGUF or the embedded default) and the shared weights.
 
-pub mod attention;
 pub mod builtin;
-pub mod code;
 pub mod config;
 pub(crate) mod gguf_load;
 pub(crate) mod kv_cache;
 pub mod layer_hook;
 pub(crate) mod llama;
-pub mod packed;
 pub mod quant;
 pub(crate) mod qwen2;
 pub(crate) mod qwen3;
-// SIMD loads and stores through raw pointers (x86 intrinsics have no slice API).
-pub mod silu_mul;
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-pub(crate) mod simd;
 mod support;
 pub(crate) mod transformer;
 pub(crate) mod weight;
 
-pub use code::Code;
 pub use layer_hook::LayerHook;
 pub use support::{describe_gguf, Support};
 
@@ -165,8 +156,8 @@ impl Model {
         Ok(model)
     }
 
+    /// The model from its parts, whose configuration the loader has validated.
     pub(crate) fn assemble(p: Parts, start: Instant) -> Result<Self> {
-        p.config.validate()?;
         let mut h = Hasher64::new();
         h.update_str(&p.architecture);
         h.update_str(&format!("{:?}", p.config));

@@ -2,7 +2,7 @@
 //!
 //! candle's CPU backend has SIMD dot products for Q4_0, Q8_0 and the K-quants,
 //! but only scalar code for Q4_1, Q5_0, Q5_1 and Q8_1. On a CPU with AVX2 the engine
-//! runs Q4_0, Q4_1 and Q8_0 with its own kernels (`model::packed`), so of these only
+//! runs Q4_0, Q4_1 and Q8_0 with its own kernels (`kernels::packed`), so of these only
 //! Q5_0, Q5_1 and Q8_1 are slow there; on a GPU, candle's kernels cover them all.
 //! Conversion dequantizes to f32 and requantizes; to Q8_0 it is close to lossless,
 //! to Q4_0 it loses a little more but keeps the size.
@@ -14,8 +14,8 @@ use std::str::FromStr;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 
-use super::packed::PackedMatrix;
 use crate::error::{EngineError, Result};
+use crate::kernels::packed::PackedMatrix;
 
 /// The quantized type to convert slow weights to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -2,16 +2,14 @@
 //! biases on the Q, K and V projections and GPT-NeoX RoPE (rotating the two
 //! halves of each head).
 
-use super::transformer::AttentionParts;
-
 /// `general.architecture` values of this family.
 pub(crate) const ARCHITECTURES: &[&str] = &["qwen2"];
 
-/// Q/K/V biases.
-pub(crate) const PARTS: AttentionParts = AttentionParts {
-    qkv_bias: true,
-    qk_norm: false,
-};
+/// Biases on the Q, K and V projections.
+pub(crate) const QKV_BIAS: bool = true;
+
+/// No RMS norm over the heads of Q and K.
+pub(crate) const QK_NORM: bool = false;
 
 /// Half-rotation RoPE.
 pub(crate) const ROPE_NEOX: bool = true;

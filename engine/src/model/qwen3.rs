@@ -3,16 +3,14 @@
 //! and a head size of its own (`qwen3.attention.key_length`, which need not
 //! be the embedding size over the head count).
 
-use super::transformer::AttentionParts;
-
 /// `general.architecture` values of this family.
 pub(crate) const ARCHITECTURES: &[&str] = &["qwen3"];
 
-/// Per-head Q/K RMS norms.
-pub(crate) const PARTS: AttentionParts = AttentionParts {
-    qkv_bias: false,
-    qk_norm: true,
-};
+/// No biases on the Q, K and V projections.
+pub(crate) const QKV_BIAS: bool = false;
+
+/// An RMS norm over each head of Q and K before RoPE.
+pub(crate) const QK_NORM: bool = true;
 
 /// Half-rotation RoPE.
 pub(crate) const ROPE_NEOX: bool = true;

@@ -1,4 +1,5 @@
-//! Whether the engine can serve a GGUF file, said in one line.
+//! Whether the engine can serve a GGUF file, decided from its metadata alone, and said in
+//! one line.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -8,6 +9,7 @@ use candle_core::quantized::gguf_file::Value;
 
 use super::config::Architecture;
 use crate::error::{EngineError, Result};
+use crate::gguf::Metadata;
 use crate::tokenizer::Tokenizer;
 
 /// What a servable GGUF file is: its architecture and tokenizer.
@@ -34,21 +36,12 @@ impl fmt::Display for Support {
 }
 
 impl Support {
-    /// Check the metadata keys that decide whether the engine can run the file
-    /// (`general.architecture`, `tokenizer.ggml.model`, `tokenizer.ggml.pre`);
-    /// an unsupported value is an error naming the key and the value.
+    /// Check the metadata keys that decide whether the engine can run the file with its
+    /// own vocabulary (`general.architecture`, `tokenizer.ggml.model`,
+    /// `tokenizer.ggml.pre`); an unsupported value is an error naming the key and the value.
     pub fn check(md: &HashMap<String, Value>, path: &Path) -> Result<Self> {
-        let architecture = md
-            .get("general.architecture")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_default();
-        if Architecture::from_gguf(&architecture).is_none() {
-            return Err(EngineError::UnsupportedArchitecture {
-                path: path.to_path_buf(),
-                architecture,
-            });
-        }
+        let md = Metadata::new(md);
+        let (architecture, _) = architecture(md, path)?;
         let (tokenizer, pre_tokenizer) = Tokenizer::gguf_kind(md)?;
         Ok(Self {
             architecture,
@@ -58,11 +51,39 @@ impl Support {
     }
 }
 
+/// The loader's support decision: the file's architecture (always checked), and its
+/// tokenizer keys unless a `tokenizer.json` replaces its vocabulary.
+pub(crate) fn decide(
+    md: Metadata<'_>,
+    path: &Path,
+    tokenizer_json: bool,
+) -> Result<(String, Architecture)> {
+    let arch = architecture(md, path)?;
+    if !tokenizer_json {
+        Tokenizer::gguf_kind(md)?;
+    }
+    Ok(arch)
+}
+
+/// The architecture gate: `general.architecture` and the family the engine runs it as,
+/// or the error listing what it runs ([`Architecture::supported`]).
+fn architecture(md: Metadata<'_>, path: &Path) -> Result<(String, Architecture)> {
+    let architecture = md.string("general.architecture").unwrap_or_default();
+    match Architecture::from_gguf(&architecture) {
+        Some(family) => Ok((architecture, family)),
+        None => Err(EngineError::UnsupportedArchitecture {
+            path: path.to_path_buf(),
+            architecture,
+            supported: Architecture::supported().join(", "),
+        }),
+    }
+}
+
 /// One line saying what the GGUF file at `path` is ("model X: architecture
 /// qwen2, tokenizer gpt2, pre-tokenizer qwen2"), reading only its metadata;
 /// a file the engine cannot serve is the error naming the key and value.
 pub fn describe_gguf(path: &Path) -> Result<String> {
-    let (ct, _) = super::gguf_load::read_header(path)?;
+    let (ct, _) = crate::gguf::read_header(path)?;
     let s = Support::check(&ct.metadata, path)?;
     Ok(format!("model {}: {s}", path.display()))
 }

@@ -18,12 +18,12 @@ use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::Embedding;
 use candle_transformers::quantized_nn::RmsNorm;
 
-use super::attention::{self, CachedSequence, Heads};
 use super::config::{LlamaConfig, RopeScaling};
 use super::kv_cache::KvCache;
 use super::layer_hook::LayerHook;
 use super::weight::Weight;
 use crate::error::{EngineError, Result};
+use crate::kernels::attention::{self, CachedSequence, Heads};
 
 /// One sequence of a forward: the tokens to run and the cache they extend.
 pub(crate) struct Sequence<'a> {
@@ -130,15 +130,6 @@ impl Rope {
     }
 }
 
-/// Optional parts of the attention block, as a family has them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AttentionParts {
-    /// Biases on the Q, K and V projections (Qwen2).
-    pub(crate) qkv_bias: bool,
-    /// RMS norm of each head of Q and K before RoPE (Qwen3).
-    pub(crate) qk_norm: bool,
-}
-
 #[derive(Debug)]
 struct Attention {
     wq: Weight,
@@ -159,7 +150,8 @@ struct Mlp {
 impl Mlp {
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
         let [gate, up] = Weight::forward_many([&self.w_gate, &self.w_up], xs)?;
-        self.w_down.forward(&super::silu_mul::silu_mul(&gate, &up)?)
+        self.w_down
+            .forward(&crate::kernels::silu_mul::silu_mul(&gate, &up)?)
     }
 }
 
@@ -272,6 +264,12 @@ impl DecoderWeights {
                 ffn_norm: RmsNorm::from_qtensor(get("ffn_norm.weight", &[e])?, cfg.rms_eps)?,
             });
         }
+        let matrices = layers.iter().flat_map(|l| {
+            let (a, m) = (&l.attn, &l.mlp);
+            [&a.wq, &a.wk, &a.wv, &a.wo, &m.w_gate, &m.w_up, &m.w_down]
+        });
+        let kernels = super::weight::kernel_summary(matrices.chain([&output]));
+        tracing::info!(kernels = %kernels, "weight kernels");
         Ok(Self {
             cfg: cfg.clone(),
             embeddings,
@@ -323,6 +321,35 @@ impl DecoderWeights {
         seqs: &mut [Sequence<'_>],
         rope: &Rope,
         hook: &mut dyn LayerHook,
+    ) -> Result<Tensor> {
+        self.forward_rows(seqs, rope, hook, None)
+    }
+
+    /// [`Self::forward`] of one sequence, returning the logits after each of its tokens
+    /// from `from` on, `(tokens - from, vocab)` f32 (perplexity scores every position).
+    pub(crate) fn forward_from(
+        &self,
+        seq: &mut Sequence<'_>,
+        rope: &Rope,
+        hook: &mut dyn LayerHook,
+        from: usize,
+    ) -> Result<Tensor> {
+        if from >= seq.tokens.len() {
+            return Err(EngineError::InvalidOption {
+                name: "forward",
+                message: format!("logits from token {from} of {}", seq.tokens.len()),
+            });
+        }
+        self.forward_rows(std::slice::from_mut(seq), rope, hook, Some(from))
+    }
+
+    /// [`Self::forward`], or with `from` (one sequence) [`Self::forward_from`].
+    fn forward_rows(
+        &self,
+        seqs: &mut [Sequence<'_>],
+        rope: &Rope,
+        hook: &mut dyn LayerHook,
+        from: Option<usize>,
     ) -> Result<Tensor> {
         let bad = |message: &str| EngineError::InvalidOption {
             name: "forward",
@@ -401,7 +428,9 @@ impl DecoderWeights {
             s.cache.commit(s.tokens.len());
         }
         let h = self.norm.forward(&h)?;
-        let last = if seqs.len() == 1 {
+        let last = if let Some(from) = from {
+            h.narrow(1, from, n_rows - from)?
+        } else if seqs.len() == 1 {
             h.narrow(1, n_rows - 1, 1)?
         } else {
             let mut ends = Vec::with_capacity(seqs.len());

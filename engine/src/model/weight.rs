@@ -1,7 +1,7 @@
 //! A weight matrix of a decoder and the one rule for multiplying activations with it.
 //!
-//! On a CPU with AVX2, Q8_0, Q4_0 and Q4_1 matrices are repacked at load for the engine's
-//! own kernels ([`super::packed`]), which run every row count: with the tile layout they
+//! On a CPU with AVX2, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K matrices are repacked at load for the engine's
+//! own kernels ([`crate::kernels::packed`]), which run every row count: with the tile layout they
 //! take 0.34-0.80x the time of dequantizing and candle's f32 GEMM at 32 to 512 rows
 //! (`engine/benches/qmatmul.rs`, one SmolLM2 layer, BENCHMARKS.md #13). Every other type,
 //! every matrix on other CPUs and every matrix on a GPU stays a candle `QMatMul`; on the CPU
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor, D};
 
-use super::packed::PackedMatrix;
+use crate::kernels::packed::PackedMatrix;
 
 /// Rows from which a CPU matmul of a candle `QMatMul` dequantizes the matrix and runs the
 /// f32 GEMM.
@@ -22,7 +22,8 @@ const DEQUANT_MIN_ROWS: usize = 64;
 /// A weight matrix `(out, in)`.
 #[derive(Debug)]
 pub(crate) enum Weight {
-    /// Repacked for [`PackedMatrix`] (CPU with AVX2: Q8_0, Q4_0 and Q4_1).
+    /// Repacked for [`PackedMatrix`] (CPU with AVX2: Q8_0, Q4_0, Q4_1 and the K-quants
+    /// Q4_K, Q5_K, Q6_K).
     Packed(PackedMatrix),
     /// candle's quantized matmul (other types, and GPUs).
     Candle(QMatMul),
@@ -37,6 +38,21 @@ impl Weight {
             }
         }
         Ok(Self::Candle(QMatMul::from_arc(t)?))
+    }
+
+    /// The weight's type and the kernel its products run on (`packed avx2`, `candle`).
+    pub(crate) fn kernel(&self) -> (&'static str, String) {
+        match self {
+            Self::Packed(p) => (
+                crate::model::quant::dtype_name(p.dtype()),
+                format!("packed {:?}", p.isa().level()).to_lowercase(),
+            ),
+            Self::Candle(QMatMul::QTensor(q)) => {
+                (crate::model::quant::dtype_name(q.dtype()), "candle".into())
+            }
+            Self::Candle(QMatMul::Tensor(_)) => ("F32", "candle".into()),
+            Self::Candle(QMatMul::TensorF16(_)) => ("F16", "candle".into()),
+        }
     }
 
     /// `xs @ W^T` over the last dimension of `xs`.
@@ -105,6 +121,23 @@ impl Weight {
     }
 }
 
+/// `Q4_K: packed avx2 (169), Q6_K: packed avx2 (25)`: each weight type of `ws` with its
+/// kernels and matrix counts, for the load log.
+pub(crate) fn kernel_summary<'a>(ws: impl IntoIterator<Item = &'a Weight>) -> String {
+    let mut seen: Vec<((&'static str, String), usize)> = Vec::new();
+    for w in ws {
+        let k = w.kernel();
+        match seen.iter_mut().find(|(s, _)| *s == k) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((k, 1)),
+        }
+    }
+    seen.iter()
+        .map(|((dtype, kernel), n)| format!("{dtype}: {kernel} ({n})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,12 +159,21 @@ mod tests {
         // repacked tile kernels, which measured up to 0.05 away from its own one-row kernel
         // and from the packed and portable paths, which agree with each other.
         let (a, a_ref) = weight(50, k, GgmlDType::Q8_0);
-        let (b, b_ref) = weight(16, k, GgmlDType::Q4K);
+        let (b, b_ref) = weight(16, k, GgmlDType::Q2K);
         let (c, c_ref) = weight(41, k, GgmlDType::Q4_0);
         if PackedMatrix::is_fast_here() {
             assert!(matches!(a, Weight::Packed(_)) && matches!(c, Weight::Packed(_)));
         }
         assert!(matches!(b, Weight::Candle(_)));
+        let summary = kernel_summary([&a, &b, &c, &a]);
+        assert!(summary.contains("Q2_K: candle (1)"), "{summary}");
+        if PackedMatrix::is_fast_here() {
+            assert!(summary.starts_with("Q8_0: packed avx"), "{summary}");
+            assert!(
+                summary.contains("Q8_0: packed") && summary.contains(" (2)"),
+                "{summary}"
+            );
+        }
         for rows in [1, 3, 70] {
             let xs = Tensor::randn(0f32, 1.0, (1, rows, k), &Device::Cpu).unwrap();
             let [ya, yb, yc] = Weight::forward_many([&a, &b, &c], &xs).unwrap();

@@ -1,8 +1,10 @@
 //! The one error type HTTP clients see: `{"error":{"code":..., "message":...}}` with the
 //! right status. Messages are for the client; internals go to the log (once, where the
 //! error is produced), never into a response: [`ApiError::Internal`] carries no text.
-//! The compute thread's errors become `ApiError`s in one place, `http.rs`.
+//! The compute thread's errors become `ApiError`s here, in one place: the client's part
+//! of a [`TaskError`] (a [`ClientError`]) is wrapped as it is, the rest is `Internal`.
 
+use crate::server::task_error::{ClientError, TaskError};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -11,17 +13,9 @@ use axum::Json;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApiError {
-    /// The slot id is not one of the engine's slots.
-    #[error("slot {slot} does not exist (the engine has {n_slots} slots)")]
-    UnknownSlot {
-        /// Requested.
-        slot: usize,
-        /// Available.
-        n_slots: usize,
-    },
-    /// The request is malformed or inconsistent.
-    #[error("{0}")]
-    BadRequest(String),
+    /// Refused, by the front end or the compute thread, for a reason the client is told.
+    #[error(transparent)]
+    Refused(#[from] ClientError),
     /// The body is not valid JSON of the expected shape.
     #[error("invalid JSON body: {0}")]
     InvalidJson(String),
@@ -31,24 +25,6 @@ pub enum ApiError {
         /// The limit.
         limit: usize,
     },
-    /// The prompt (plus what the slot holds) does not fit the slot's context.
-    #[error("{0}")]
-    ContextOverflow(String),
-    /// Decode on a slot with nothing prefilled (or whose last logits are unknown).
-    #[error("{0}")]
-    EmptySlot(String),
-    /// A state to restore was refused.
-    #[error("state refused: {0}")]
-    StateRejected(String),
-    /// The task was cancelled (shutdown).
-    #[error("the task was cancelled because the engine is shutting down")]
-    Cancelled,
-    /// The engine no longer takes tasks.
-    #[error("the engine is shutting down")]
-    ShuttingDown,
-    /// Publishing is off, so the segment-backed endpoints have nothing to read.
-    #[error("progress publishing is disabled on this engine (--no-publish)")]
-    PublishingDisabled,
     /// Unknown route.
     #[error("no route for {0}")]
     NotFound(String),
@@ -58,17 +34,36 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A malformed or inconsistent request.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::Refused(ClientError::InvalidInput(message.into()))
+    }
+
+    /// An error the front end met itself (not a compute thread's reply, which the compute
+    /// thread logged): logged here, once, then answered with the client's part of it.
+    pub fn report(error: impl Into<TaskError>) -> Self {
+        let error = error.into();
+        error.log();
+        Self::from(error)
+    }
+
     /// HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::UnknownSlot { .. } | Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::BadRequest(_) | Self::InvalidJson(_) => StatusCode::BAD_REQUEST,
+            Self::Refused(c) => match c {
+                ClientError::UnknownSlot { .. } => StatusCode::NOT_FOUND,
+                ClientError::InvalidInput(_) => StatusCode::BAD_REQUEST,
+                ClientError::ContextOverflow(_) | ClientError::StateRejected(_) => {
+                    StatusCode::UNPROCESSABLE_ENTITY
+                }
+                ClientError::EmptySlot(_) => StatusCode::CONFLICT,
+                ClientError::Cancelled
+                | ClientError::ShuttingDown
+                | ClientError::PublishingDisabled => StatusCode::SERVICE_UNAVAILABLE,
+            },
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::InvalidJson(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::ContextOverflow(_) | Self::StateRejected(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::EmptySlot(_) => StatusCode::CONFLICT,
-            Self::Cancelled | Self::ShuttingDown | Self::PublishingDisabled => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -76,18 +71,31 @@ impl ApiError {
     /// Stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::UnknownSlot { .. } => "unknown_slot",
-            Self::BadRequest(_) => "bad_request",
+            Self::Refused(c) => match c {
+                ClientError::UnknownSlot { .. } => "unknown_slot",
+                ClientError::InvalidInput(_) => "bad_request",
+                ClientError::ContextOverflow(_) => "context_overflow",
+                ClientError::EmptySlot(_) => "empty_slot",
+                ClientError::StateRejected(_) => "state_rejected",
+                ClientError::Cancelled => "cancelled",
+                ClientError::ShuttingDown => "shutting_down",
+                ClientError::PublishingDisabled => "publishing_disabled",
+            },
             Self::InvalidJson(_) => "invalid_json",
             Self::PayloadTooLarge { .. } => "payload_too_large",
-            Self::ContextOverflow(_) => "context_overflow",
-            Self::EmptySlot(_) => "empty_slot",
-            Self::StateRejected(_) => "state_rejected",
-            Self::Cancelled => "cancelled",
-            Self::ShuttingDown => "shutting_down",
-            Self::PublishingDisabled => "publishing_disabled",
             Self::NotFound(_) => "not_found",
             Self::Internal => "internal",
+        }
+    }
+}
+
+impl From<TaskError> for ApiError {
+    /// The client's answer to a task error: its client part as it is; an internal failure
+    /// (I/O, compute, anything else) only as "internal", its text being in the log.
+    fn from(e: TaskError) -> Self {
+        match e {
+            TaskError::Client(c) => Self::Refused(c),
+            TaskError::Io(_) | TaskError::Compute(_) | TaskError::Internal(_) => Self::Internal,
         }
     }
 }

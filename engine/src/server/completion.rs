@@ -18,12 +18,12 @@ use serde_json::{json, Value};
 
 use crate::sampling::SamplerConfig;
 use crate::server::api_error::ApiError;
-use crate::server::generate::{GenSummary, GenerateSpec, TokenOut};
 use crate::server::openai::response::PromptProgress;
 use crate::server::openai::sse;
 use crate::server::serving::{collect, stream, Serving, StreamFormat};
+use crate::server::task::generate::{GenSummary, GenerateSpec, TokenOut};
 use crate::server::task::DecodeSpec;
-use crate::server::task_error::TaskError;
+use crate::server::task_error::{ClientError, TaskError};
 
 /// llama.cpp's `/completion` body (the fields this engine reads).
 #[derive(Deserialize)]
@@ -82,7 +82,7 @@ async fn answer(
     s: Arc<Serving>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Response> {
-    let bad = |m: String| ApiError::BadRequest(m).into_response();
+    let bad = |m: String| ApiError::bad_request(m).into_response();
     let bytes = body.map_err(|r| bad(r.body_text()))?;
     let req: CompletionBody = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::InvalidJson(e.to_string()).into_response())?;
@@ -97,20 +97,20 @@ async fn answer(
                 &text,
                 req.add_bos.unwrap_or_else(|| tok.add_bos_by_default()),
             )
-            .map_err(|e| crate::server::http::engine_error(e).into_response())?,
+            .map_err(|e| ApiError::report(e).into_response())?,
         (None, Some(ids)) => ids,
     };
     if tokens.is_empty() {
         return Err(bad("the prompt has no tokens".into()));
     }
     tok.check_ids(&tokens)
-        .map_err(|e| crate::server::http::engine_error(e).into_response())?;
+        .map_err(|e| ApiError::report(e).into_response())?;
     let n_ctx = s.shared.n_ctx;
     if tokens.len() > n_ctx {
-        return Err(ApiError::ContextOverflow(format!(
+        return Err(ApiError::Refused(ClientError::ContextOverflow(format!(
             "the prompt has {} tokens but a slot holds at most {n_ctx}",
             tokens.len()
-        ))
+        )))
         .into_response());
     }
     if req.n_predict == 0 {
@@ -122,17 +122,16 @@ async fn answer(
         top_p: req.top_p,
         seed: req.seed,
     };
-    crate::sampling::Sampler::new(sampler)
-        .map_err(|e| crate::server::http::engine_error(e).into_response())?;
+    crate::sampling::Sampler::new(sampler).map_err(|e| ApiError::report(e).into_response())?;
     let want = match req.id_slot {
         None | Some(-1) => None,
         Some(id) if id >= 0 => {
             let slot = usize::try_from(id).unwrap_or(usize::MAX);
             if slot >= s.shared.n_slots {
-                return Err(ApiError::UnknownSlot {
+                return Err(ApiError::Refused(ClientError::UnknownSlot {
                     slot,
                     n_slots: s.shared.n_slots,
-                }
+                })
                 .into_response());
             }
             Some(slot)

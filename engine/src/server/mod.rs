@@ -1,17 +1,30 @@
 //! The engine server: one compute thread that owns the model and every slot and runs tasks
-//! from a FIFO queue (the shape of llama.cpp's server queue: a DECODE holds the thread
-//! until it finishes), publishing progress into the shared-memory segment on every step;
+//! from a FIFO queue, stepping every slot's generation in one forward (or, with
+//! `--schedule serial`, one task at a time, the shape of llama.cpp's server queue: a
+//! DECODE holds the thread until it finishes), publishing progress into the shared-memory
+//! segment on every step;
 //! and an HTTP front end (tokio + axum) that posts tasks and awaits replies, and answers
 //! progress questions straight from the segment without touching the queue.
 //!
 //! - [`config`]: what to serve and how;
-//! - [`task`]: the messages the front end sends to the compute thread;
+//! - [`task`]: the messages the front end sends to the compute thread (a [`task::Task`]: a
+//!   checked [`task::SlotId`] and a [`task::TaskKind`] with its reply);
 //! - [`layer_signal`]: the layer position inside a step, published when the device reaches it;
-//! - [`progress`]: the per-slot record mirror and everything published to the segment;
-//! - [`compute`]: the compute thread's loop and task handlers; [`task_error`]: its error,
-//!   in the segment's terms (`ERROR_CODE`);
-//! - [`http`]: routes and handlers, and the one conversion of a [`task_error::TaskError`]
-//!   into [`api_error::ApiError`], the one error type clients see;
+//! - [`progress`]: the per-slot record mirror and everything published to the segment, the
+//!   step observer that publishes each step; [`progress::segment`]: creating the segment
+//!   (description, capabilities) and reading it back ([`progress::segment::Shared`]);
+//! - [`compute`]: the compute thread, its loop (the schedule) and task bodies;
+//!   [`task_error`]: its error, in the segment's terms (`ERROR_CODE`), whose client part is
+//!   [`task_error::ClientError`];
+//! - [`api_error`]: [`api_error::ApiError`], the one error type clients see, which wraps a
+//!   `ClientError`, and the one conversion of a task error into it;
+//! - [`state`]: [`state::AppState`], what every handler shares, and a request's steps
+//!   through it; [`request`]: request bodies and their validation into task specs;
+//! - [`http`]: routes and handlers; [`tokenize`]: `/tokenize` and `/detokenize`;
+//! - [`serving`]: the generation endpoints' state and a generation request's steps
+//!   ([`task::generate`]: the generation task's spec and events; [`slot_pool`]: slot
+//!   leases and the bounded wait; [`cancel`]: the cancel board), [`completion`]: the
+//!   streaming `/completion`, [`openai`]: the OpenAI-compatible `/v1/...` surface;
 //! - [`Server`]: start, address, shutdown.
 
 pub mod api_error;
@@ -19,13 +32,14 @@ pub mod cancel;
 pub mod completion;
 pub mod compute;
 pub mod config;
-pub mod generate;
 pub mod http;
 pub mod layer_signal;
 pub mod openai;
 pub mod progress;
+pub mod request;
 pub mod serving;
 pub mod slot_pool;
+pub mod state;
 pub mod task;
 pub mod task_error;
 pub mod tokenize;
@@ -79,7 +93,7 @@ impl Server {
             shared.clone(),
             tasks.clone(),
         )?);
-        let state = http::AppState::new(tasks, shared, &config);
+        let state = state::AppState::new(tasks, shared, &config);
         let router = http::router(state, serving);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let http_thread = std::thread::Builder::new()

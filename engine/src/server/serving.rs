@@ -16,16 +16,16 @@ use axum::response::Response;
 use tokio::sync::mpsc;
 
 use crate::logprobs::TokenLogprob;
-use crate::server::compute::Shared;
-use crate::server::generate::{GenEvent, GenSummary, GenerateSpec, TokenOut};
 use crate::server::openai::chat_template::ChatTemplate;
 use crate::server::openai::error::OpenAiError;
 use crate::server::openai::prompt_progress::{self, PromptFacts};
 use crate::server::openai::response::{ChatTokenLogprob, PromptProgress, TopLogprob};
 use crate::server::openai::sse;
+use crate::server::progress::segment::Shared;
 use crate::server::slot_pool::{Lease, PoolError, SlotPool};
-use crate::server::task::{Task, TaskSender};
-use crate::server::task_error::TaskError;
+use crate::server::task::generate::{GenEvent, GenSummary, GenerateSpec, TokenOut};
+use crate::server::task::{Task, TaskKind, TaskSender};
+use crate::server::task_error::{ClientError, TaskError};
 use crate::tokenizer::Tokenizer;
 
 /// How often a streamed prefill's layer position is read from the segment between the
@@ -154,12 +154,15 @@ impl Serving {
             })?;
         let (tx, events) = mpsc::unbounded_channel();
         let prompt = spec.tokens.clone();
-        let slot = lease.slot();
+        // The pool leases only the engine's slots; the check is the task's own.
+        let slot = self.shared.slot(lease.slot()).map_err(|e| {
+            TaskError::from(e).log();
+            OpenAiError::internal()
+        })?;
         self.tasks
-            .post(Task::Generate {
+            .post(Task {
                 slot,
-                spec,
-                events: tx,
+                kind: TaskKind::Generate { spec, events: tx },
             })
             .map_err(|_| {
                 OpenAiError::unavailable("the engine is shutting down", "shutting_down")
@@ -213,7 +216,7 @@ pub async fn collect(mut running: Running) -> Result<Collected, TaskError> {
         }
     }
     running.forget();
-    Err(TaskError::ShuttingDown)
+    Err(TaskError::from(ClientError::ShuttingDown))
 }
 
 /// How one endpoint writes a streamed generation's events.
@@ -328,7 +331,7 @@ async fn pump(
                 }
                 None => {
                     running.forget();
-                    send_all(&tx, format.failed(&TaskError::ShuttingDown)).await;
+                    send_all(&tx, format.failed(&TaskError::from(ClientError::ShuttingDown))).await;
                     return;
                 }
             },

@@ -1,10 +1,13 @@
 //! The messages the HTTP front end posts to the compute thread, and their replies.
 //!
 //! Every task carries a `tokio::sync::oneshot` sender for its reply; the front end awaits
-//! it. The queue is a plain FIFO (`std::sync::mpsc`): one task runs at a time, in order.
+//! it. The queue is a plain FIFO (`std::sync::mpsc`); the schedule decides which waiting
+//! task starts when (`compute/schedule.rs`).
+
+pub mod generate;
 
 use crate::sampling::SamplerConfig;
-use crate::server::task_error::TaskError;
+use crate::server::task_error::{ClientError, TaskError};
 use axum::body::Bytes;
 use hydra_layout::PendingCounter;
 use serde::Serialize;
@@ -81,12 +84,36 @@ pub struct SaveStream {
     pub chunks: mpsc::UnboundedReceiver<Result<Bytes, std::io::Error>>,
 }
 
-/// Work for the compute thread.
-pub enum Task {
+/// A slot index checked against the engine's slot count ([`crate::slots::check_slot`], the
+/// one home of that bound): a task carries one, so the compute thread never checks again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotId(usize);
+
+impl SlotId {
+    /// `slot`, when it is one of `n_slots` slots.
+    pub fn new(slot: usize, n_slots: usize) -> crate::Result<Self> {
+        crate::slots::check_slot(slot, n_slots)?;
+        Ok(Self(slot))
+    }
+
+    /// The index.
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+/// Work for the compute thread: what to do, on which slot.
+pub struct Task {
+    /// The slot.
+    pub slot: SlotId,
+    /// What to do, and where the reply goes.
+    pub kind: TaskKind,
+}
+
+/// What a task does, each kind with its own reply.
+pub enum TaskKind {
     /// Evaluate prompt tokens into a slot (appending to what it holds).
     Prefill {
-        /// Slot.
-        slot: usize,
         /// Tokens.
         spec: PrefillSpec,
         /// Reply.
@@ -94,8 +121,6 @@ pub enum Task {
     },
     /// Generate from a prefilled slot.
     Decode {
-        /// Slot.
-        slot: usize,
         /// Settings.
         spec: DecodeSpec,
         /// Reply.
@@ -103,8 +128,6 @@ pub enum Task {
     },
     /// Prefill then decode, as one task.
     Completion {
-        /// Slot.
-        slot: usize,
         /// Prompt.
         prefill: PrefillSpec,
         /// Settings.
@@ -114,15 +137,11 @@ pub enum Task {
     },
     /// Save a slot's KV state as a byte stream.
     Save {
-        /// Slot.
-        slot: usize,
         /// Reply: the stream, sent before the bytes are produced.
         reply: Reply<SaveStream>,
     },
     /// Restore a slot's KV state from bytes.
     Restore {
-        /// Slot.
-        slot: usize,
         /// The state.
         data: Bytes,
         /// Reply: n_past after the restore.
@@ -130,58 +149,38 @@ pub enum Task {
     },
     /// Empty a slot.
     Erase {
-        /// Slot.
-        slot: usize,
         /// Reply.
         reply: Reply<()>,
     },
     /// Generate from a prompt, reusing the prefix the slot holds, sending every token as
     /// it is sampled (`/completion`, `/v1/completions`, `/v1/chat/completions`).
     Generate {
-        /// Slot.
-        slot: usize,
         /// Prompt and settings.
-        spec: crate::server::generate::GenerateSpec,
+        spec: generate::GenerateSpec,
         /// Where the events go; also the reply.
-        events: crate::server::generate::GenEvents,
+        events: generate::GenEvents,
     },
     /// Answer a meta query through the queue (the old way; for the benchmark only).
     MetaViaQueue {
-        /// Slot.
-        slot: usize,
         /// Reply: the Hydra meta JSON.
         reply: Reply<hydra_probe::HydraMeta>,
     },
 }
 
 impl Task {
-    /// The slot the task is for.
-    pub fn slot(&self) -> usize {
-        match self {
-            Task::Prefill { slot, .. }
-            | Task::Decode { slot, .. }
-            | Task::Completion { slot, .. }
-            | Task::Save { slot, .. }
-            | Task::Restore { slot, .. }
-            | Task::Erase { slot, .. }
-            | Task::Generate { slot, .. }
-            | Task::MetaViaQueue { slot, .. } => *slot,
-        }
-    }
-
     /// Answers the task with `error` without running it.
     pub fn reject(self, error: TaskError) {
-        match self {
-            Task::Prefill { reply, .. } => drop(reply.send(Err(error))),
-            Task::Decode { reply, .. } => drop(reply.send(Err(error))),
-            Task::Completion { reply, .. } => drop(reply.send(Err(error))),
-            Task::Save { reply, .. } => drop(reply.send(Err(error))),
-            Task::Restore { reply, .. } => drop(reply.send(Err(error))),
-            Task::Erase { reply, .. } => drop(reply.send(Err(error))),
-            Task::Generate { events, .. } => {
-                drop(events.send(crate::server::generate::GenEvent::Failed(error)))
+        match self.kind {
+            TaskKind::Prefill { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::Decode { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::Completion { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::Save { reply } => drop(reply.send(Err(error))),
+            TaskKind::Restore { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::Erase { reply } => drop(reply.send(Err(error))),
+            TaskKind::Generate { events, .. } => {
+                drop(events.send(generate::GenEvent::Failed(error)))
             }
-            Task::MetaViaQueue { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::MetaViaQueue { reply } => drop(reply.send(Err(error))),
         }
     }
 }
@@ -202,7 +201,7 @@ impl TaskSender {
 
     /// Posts `task`; fails when the compute thread has stopped.
     pub fn post(&self, task: Task) -> Result<(), TaskError> {
-        let slot = task.slot();
+        let slot = task.slot.get();
         if let Some(p) = &self.pending {
             p.queued(slot);
         }
@@ -211,7 +210,7 @@ impl TaskSender {
                 p.dequeued(slot);
             }
             drop(returned);
-            TaskError::ShuttingDown
+            TaskError::from(ClientError::ShuttingDown)
         })
     }
 }

@@ -1,17 +1,21 @@
 //! The compute thread's error: why a task failed, in the terms the segment records.
 //!
-//! The compute thread knows nothing of HTTP. Every task reply carries a [`TaskError`];
-//! [`TaskError::segment_code`] is the `ERROR_CODE` published for the failed task, and the
-//! HTTP front end turns it into the client's answer in one place (`http.rs`). Engine
-//! errors are classified here, once, by an exhaustive match: a new
-//! [`EngineError`] variant does not compile until it is given a class.
+//! The compute thread knows nothing of HTTP. Every task reply carries a [`TaskError`]:
+//! either a [`ClientError`], the part a client is told, or an internal failure whose text
+//! stays in the engine's log. [`TaskError::segment_code`] is the `ERROR_CODE` published for
+//! the failed task; the HTTP front end answers the client's part as it is
+//! (`api_error.rs`). Engine errors are classified here, once, by an exhaustive match: a
+//! new [`EngineError`] variant does not compile until it is given a class.
 
 use crate::error::EngineError;
 use hydra_layout::ErrorCode;
 
-/// Why a task was refused or failed.
+/// The part of a task's failure a client is told: why the request was refused or did not
+/// run to its end. The HTTP front end answers these as they are
+/// ([`crate::server::api_error::ApiError::Refused`]), and refuses bad requests of its own
+/// with them too.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TaskError {
+pub enum ClientError {
     /// The slot id is not one of the engine's slots.
     #[error("slot {slot} does not exist (the engine has {n_slots} slots)")]
     UnknownSlot {
@@ -21,7 +25,7 @@ pub enum TaskError {
         n_slots: usize,
     },
     /// The request is invalid (an empty prompt, a token id outside the vocabulary, a
-    /// sampling option out of range).
+    /// sampling option out of range, a malformed field).
     #[error("{0}")]
     InvalidInput(String),
     /// Decode on a slot with nothing prefilled (or whose last logits are unknown).
@@ -31,7 +35,7 @@ pub enum TaskError {
     #[error("{0}")]
     ContextOverflow(String),
     /// A state to restore was refused.
-    #[error("{0}")]
+    #[error("state refused: {0}")]
     StateRejected(String),
     /// The task was cancelled (shutdown).
     #[error("the task was cancelled because the engine is shutting down")]
@@ -42,6 +46,14 @@ pub enum TaskError {
     /// Publishing is off, so there is no segment to read.
     #[error("progress publishing is disabled on this engine (--no-publish)")]
     PublishingDisabled,
+}
+
+/// Why a task was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// Refused or stopped for a reason the client is told.
+    #[error(transparent)]
+    Client(#[from] ClientError),
     /// Streaming a state failed (e.g. the client went away).
     #[error("state I/O: {0}")]
     Io(String),
@@ -58,47 +70,67 @@ impl TaskError {
     /// Cancellation and shutdown are not errors of the task (its finish reason says so).
     pub fn segment_code(&self) -> ErrorCode {
         match self {
-            Self::ContextOverflow(_) => ErrorCode::ContextOverflow,
-            Self::StateRejected(_) => ErrorCode::StateRejected,
-            Self::UnknownSlot { .. } | Self::InvalidInput(_) | Self::EmptySlot(_) => {
-                ErrorCode::InvalidInput
-            }
+            Self::Client(c) => match c {
+                ClientError::ContextOverflow(_) => ErrorCode::ContextOverflow,
+                ClientError::StateRejected(_) => ErrorCode::StateRejected,
+                ClientError::UnknownSlot { .. }
+                | ClientError::InvalidInput(_)
+                | ClientError::EmptySlot(_) => ErrorCode::InvalidInput,
+                ClientError::Cancelled
+                | ClientError::ShuttingDown
+                | ClientError::PublishingDisabled => ErrorCode::None,
+            },
             Self::Io(_) => ErrorCode::Io,
             Self::Compute(_) => ErrorCode::Compute,
             Self::Internal(_) => ErrorCode::Internal,
-            Self::Cancelled | Self::ShuttingDown | Self::PublishingDisabled => ErrorCode::None,
         }
     }
 
     /// Whether the error is the engine's fault rather than the request's: its text is for
     /// the engine's log, never for a client.
     pub fn is_internal(&self) -> bool {
-        matches!(self, Self::Io(_) | Self::Compute(_) | Self::Internal(_))
+        !matches!(self, Self::Client(_))
+    }
+
+    /// Whether the task was cancelled (its finish reason, not an error of the task).
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Self::Client(ClientError::Cancelled))
+    }
+
+    /// Logs the failure once, where it was met: an internal one as an error with its text,
+    /// a refused request at debug level.
+    pub fn log(&self) {
+        if self.is_internal() {
+            tracing::error!("task failed: {self}");
+        } else {
+            tracing::debug!("task refused: {self}");
+        }
     }
 }
 
 impl From<EngineError> for TaskError {
     fn from(e: EngineError) -> Self {
         let text = e.to_string();
-        match e {
-            EngineError::NoSuchSlot { slot, n_slots } => Self::UnknownSlot { slot, n_slots },
-            EngineError::ContextOverflow { .. } => Self::ContextOverflow(text),
-            EngineError::EmptySlot { .. } => Self::EmptySlot(text),
+        let client = match e {
+            EngineError::NoSuchSlot { slot, n_slots } => ClientError::UnknownSlot { slot, n_slots },
+            EngineError::ContextOverflow { .. } => ClientError::ContextOverflow(text),
+            EngineError::EmptySlot { .. } => ClientError::EmptySlot(text),
             EngineError::EmptyPrompt
             | EngineError::TokenOutOfRange { .. }
-            | EngineError::InvalidOption { .. } => Self::InvalidInput(text),
-            EngineError::State(_) => Self::StateRejected(text),
-            EngineError::Cancelled { .. } => Self::Cancelled,
-            EngineError::StateIo(_) => Self::Io(text),
-            EngineError::Candle(_) | EngineError::OutOfMemory(_) => Self::Compute(text),
+            | EngineError::InvalidOption { .. } => ClientError::InvalidInput(text),
+            EngineError::State(_) => ClientError::StateRejected(text),
+            EngineError::Cancelled { .. } => ClientError::Cancelled,
+            EngineError::StateIo(_) => return Self::Io(text),
+            EngineError::Candle(_) | EngineError::OutOfMemory(_) => return Self::Compute(text),
             EngineError::Io { .. }
             | EngineError::InvalidModel { .. }
             | EngineError::UnsupportedArchitecture { .. }
             | EngineError::UnsupportedTokenizer { .. }
             | EngineError::InvalidTokenizer(_)
             | EngineError::InvalidDevice { .. }
-            | EngineError::DeviceUnavailable { .. } => Self::Internal(text),
-        }
+            | EngineError::DeviceUnavailable { .. } => return Self::Internal(text),
+        };
+        Self::Client(client)
     }
 }
 

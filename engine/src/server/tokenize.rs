@@ -17,7 +17,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::server::api_error::ApiError;
-use crate::server::http::{engine_error, AppState};
+use crate::server::state::AppState;
 
 /// Body of `POST /tokenize`.
 #[derive(Debug, Deserialize)]
@@ -122,7 +122,7 @@ pub(crate) async fn tokenize(
         tracing::error!(error = %e, "tokenize task failed");
         ApiError::Internal
     })?
-    .map_err(engine_error)?;
+    .map_err(ApiError::report)?;
     Ok(Json(TokenizeResponse { tokens }))
 }
 
@@ -136,6 +136,6 @@ pub(crate) async fn detokenize(
         .shared()
         .tokenizer
         .decode(&req.tokens)
-        .map_err(engine_error)?;
+        .map_err(ApiError::report)?;
     Ok(Json(DetokenizeResponse { content }))
 }

@@ -30,6 +30,7 @@ use tokenizers::{
 use super::bytelevel::byte_level_decode;
 use super::pretok::{PreTokenizerSpec, KNOWN};
 use crate::error::{EngineError, Result};
+use crate::gguf::Metadata;
 
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
 pub(crate) mod token_type {
@@ -99,9 +100,7 @@ fn strings(md: &HashMap<String, Value>, k: &str, required: bool) -> Result<Vec<S
 impl GgufVocab {
     /// Read the `tokenizer.ggml.*` keys (the tokenizer model is checked by the caller).
     pub(crate) fn read(md: &HashMap<String, Value>) -> Result<Self> {
-        let get_str = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
-        let get_u32 = |k: &str| md.get(k).and_then(|v| v.to_u32().ok());
-        let get_bool = |k: &str| md.get(k).and_then(|v| v.to_bool().ok());
+        let m = Metadata::new(md);
         let tokens = strings(md, "tokenizer.ggml.tokens", true)?;
         let n = tokens.len();
         let scores: Vec<f32> = match md.get("tokenizer.ggml.scores").map(Value::to_vec) {
@@ -129,14 +128,14 @@ impl GgufVocab {
             },
             types: pad(types),
             keys: SpecialKeys {
-                pre: get_str("tokenizer.ggml.pre"),
-                bos: in_range(get_u32("tokenizer.ggml.bos_token_id")),
-                eos: in_range(get_u32("tokenizer.ggml.eos_token_id")),
-                eot: in_range(get_u32("tokenizer.ggml.eot_token_id")),
-                unk: in_range(get_u32("tokenizer.ggml.unknown_token_id")),
-                add_bos: get_bool("tokenizer.ggml.add_bos_token"),
-                add_eos: get_bool("tokenizer.ggml.add_eos_token"),
-                add_space_prefix: get_bool("tokenizer.ggml.add_space_prefix"),
+                pre: m.string("tokenizer.ggml.pre"),
+                bos: in_range(m.u32("tokenizer.ggml.bos_token_id")),
+                eos: in_range(m.u32("tokenizer.ggml.eos_token_id")),
+                eot: in_range(m.u32("tokenizer.ggml.eot_token_id")),
+                unk: in_range(m.u32("tokenizer.ggml.unknown_token_id")),
+                add_bos: m.bool("tokenizer.ggml.add_bos_token"),
+                add_eos: m.bool("tokenizer.ggml.add_eos_token"),
+                add_space_prefix: m.bool("tokenizer.ggml.add_space_prefix"),
             },
             tokens,
         })

@@ -24,6 +24,7 @@ use candle_core::quantized::gguf_file::Value;
 use tokenizers::Tokenizer as HfTokenizer;
 
 use crate::error::{EngineError, Result};
+use crate::gguf::Metadata;
 pub use bytelevel::bytes_to_unicode;
 use gguf::{hf_err, GgufVocab};
 pub use utf8::Utf8Holder;
@@ -128,7 +129,7 @@ impl Tokenizer {
 
     /// Read only the tokenizer of a GGUF file (its metadata, not its weights).
     pub fn from_gguf_file(path: &std::path::Path) -> Result<Self> {
-        let (ct, _) = crate::model::gguf_load::read_header(path)?;
+        let (ct, _) = crate::gguf::read_header(path)?;
         Self::from_gguf_metadata(&ct.metadata)
     }
 
@@ -139,7 +140,7 @@ impl Tokenizer {
     /// `tokenizer.ggml.pre`); anything else is
     /// [`EngineError::UnsupportedTokenizer`] naming the key and its value.
     pub fn from_gguf_metadata(md: &HashMap<String, Value>) -> Result<Self> {
-        let (model, _) = Self::gguf_kind(md)?;
+        let (model, _) = Self::gguf_kind(Metadata::new(md))?;
         if model == bytes::FAMILY {
             return Ok(Self::bytes());
         }
@@ -186,32 +187,27 @@ impl Tokenizer {
     /// (`tokenizer.ggml.pre`, byte-level BPE only) GGUF metadata names,
     /// checked without building the tokenizer: an unsupported value is
     /// [`EngineError::UnsupportedTokenizer`] naming the key and the value.
-    pub fn gguf_kind(md: &HashMap<String, Value>) -> Result<(String, Option<String>)> {
-        let model = md
-            .get("tokenizer.ggml.model")
-            .and_then(|v| v.to_string().ok())
-            .ok_or_else(|| {
-                EngineError::InvalidTokenizer(
-                    "the model has no tokenizer.ggml.model metadata".into(),
-                )
-            })?;
+    pub fn gguf_kind(md: Metadata<'_>) -> Result<(String, Option<String>)> {
+        let model = md.string("tokenizer.ggml.model").ok_or_else(|| {
+            EngineError::InvalidTokenizer("the model has no tokenizer.ggml.model metadata".into())
+        })?;
         match model.as_str() {
-            bytes::FAMILY | SPM_FAMILY => Ok((model.clone(), None)),
+            bytes::FAMILY | SPM_FAMILY => Ok((model, None)),
             GPT2_FAMILY => {
-                let pre = md
-                    .get("tokenizer.ggml.pre")
-                    .and_then(|v| v.to_string().ok());
-                let spec = pretok::PreTokenizerSpec::from_gguf_name(pre.map(String::as_str))
-                    .ok_or_else(|| EngineError::UnsupportedTokenizer {
-                        key: "tokenizer.ggml.pre".into(),
-                        value: pre.cloned().unwrap_or_default(),
-                        supported: pretok::KNOWN.join(", "),
+                let pre = md.string("tokenizer.ggml.pre");
+                let spec =
+                    pretok::PreTokenizerSpec::from_gguf_name(pre.as_deref()).ok_or_else(|| {
+                        EngineError::UnsupportedTokenizer {
+                            key: "tokenizer.ggml.pre".into(),
+                            value: pre.unwrap_or_default(),
+                            supported: pretok::KNOWN.join(", "),
+                        }
                     })?;
-                Ok((model.clone(), Some(spec.name)))
+                Ok((model, Some(spec.name)))
             }
             _ => Err(EngineError::UnsupportedTokenizer {
                 key: "tokenizer.ggml.model".into(),
-                value: model.clone(),
+                value: model,
                 supported: SUPPORTED_MODELS.into(),
             }),
         }

@@ -70,6 +70,9 @@ ONE_B = (22, 2048, 32, 4, 5632, 8192)
 # The embedded model's shape (engine/src/model/builtin.rs).
 EMBEDDED = (4, 256, 8, 4, 768, 4096)
 
+# The smallest shape K-quants fit (rows of whole 256-weight super-blocks).
+K_SMALL = (2, 256, 4, 2, 512, 512)
+
 # Models written only when named (too large for the test suite, or for benchmarks only),
 # in MODELS' form.
 SIZED = {
@@ -79,7 +82,78 @@ SIZED = {
     # size (260) that llama.cpp also reads: hydra-engine's embedded model has a byte
     # tokenizer of its own, which llama.cpp does not know.
     "embedded-shape": ("llama", BYTES, dict(tied=True, shape=EMBEDDED, qtype="Q4_0", eps=1e-5)),
+    # llama.cpp's Q4_K_M mixture: Q4_K, with Q6_K for the output matrix and for attn_v and
+    # ffn_down of the first layer (llama.cpp gives them more bits in some layers).
+    "llama-q4km": ("llama", "llama-spm", dict(tied=False, shape=K_SMALL, qtype="Q4_K_M")),
 }
+
+
+def f16_bytes(v):
+    """float32 array -> its f16 values' little-endian bytes, (n, 2) uint8."""
+    return v.astype("<f2").view(np.uint8).reshape(-1, 2)
+
+
+def quantize_q4_k(x):
+    """(rows, cols) float32 -> ggml Q4_K blocks as (rows, cols / 256 * 144) uint8.
+
+    Each block of 32 gets its range's scale and minimum, the super-block's d and dmin the
+    largest of them over 63, and each weight its nearest 4-bit quant under the stored
+    (rounded) scales: weight = d * sc * q - dmin * m."""
+    rows, cols = x.shape
+    b = x.reshape(-1, 8, 32).astype(np.float32)
+    lo = np.minimum(b.min(axis=2), 0.0)
+    scale = (b.max(axis=2) - lo) / 15.0
+    d = (scale.max(axis=1) / 63.0).astype(np.float16).astype(np.float32)
+    dmin = ((-lo).max(axis=1) / 63.0).astype(np.float16).astype(np.float32)
+    safe = lambda v: np.where(v == 0, 1.0, v)
+    sc = np.clip(np.rint(scale / safe(d)[:, None]), 0, 63).astype(np.uint8)
+    m = np.clip(np.rint(-lo / safe(dmin)[:, None]), 0, 63).astype(np.uint8)
+    step = d[:, None] * sc
+    q = np.rint((b + (dmin[:, None] * m)[:, :, None]) / safe(step)[:, :, None])
+    q = np.where(step[:, :, None] == 0, 0, np.clip(q, 0, 15)).astype(np.uint8)
+    s = np.zeros((b.shape[0], 12), dtype=np.uint8)
+    s[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
+    s[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
+    s[:, 8:12] = (sc[:, 4:8] & 0x0F) | ((m[:, 4:8] & 0x0F) << 4)
+    q = q.reshape(-1, 4, 2, 32)
+    qs = (q[:, :, 0, :] | (q[:, :, 1, :] << 4)).reshape(-1, 128)
+    out = np.concatenate([f16_bytes(d), f16_bytes(dmin), s, qs], axis=1)
+    return out.reshape(rows, cols // 256 * 144)
+
+
+def quantize_q6_k(x):
+    """(rows, cols) float32 -> ggml Q6_K blocks as (rows, cols / 256 * 210) uint8:
+    weight = d * s * (q - 32), a signed 8-bit s per 16 weights."""
+    rows, cols = x.shape
+    b = x.reshape(-1, 16, 16).astype(np.float32)
+    sub = np.abs(b).max(axis=2) / 31.0
+    d = (sub.max(axis=1) / 127.0).astype(np.float16).astype(np.float32)
+    safe = lambda v: np.where(v == 0, 1.0, v)
+    sc = np.clip(np.rint(sub / safe(d)[:, None]), -128, 127).astype(np.int8)
+    step = d[:, None] * sc.astype(np.float32)
+    q = np.rint(b / safe(step)[:, :, None])
+    q = (np.where(step[:, :, None] == 0, 0, np.clip(q, -32, 31)) + 32).astype(np.uint8)
+    q = q.reshape(-1, 2, 4, 32)  # (super-block, half of 128, quarter, l)
+    ql = np.concatenate(
+        [q[:, :, 0] & 0x0F | ((q[:, :, 2] & 0x0F) << 4), q[:, :, 1] & 0x0F | ((q[:, :, 3] & 0x0F) << 4)],
+        axis=2,
+    ).reshape(-1, 128)
+    qh = ((q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2) | ((q[:, :, 2] >> 4) << 4) | ((q[:, :, 3] >> 4) << 6))
+    out = np.concatenate([ql, qh.reshape(-1, 64), sc.view(np.uint8), f16_bytes(d)], axis=1)
+    return out.reshape(rows, cols // 256 * 210)
+
+
+# The K-quants this generator writes itself (the gguf package reads them but has no
+# quantizer for them).
+K_QUANTIZERS = {"Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k}
+
+
+def mixture_type(mixture, tname):
+    """The weight type of tensor `tname` in a llama.cpp-style mixture ("Q4_K_M")."""
+    if mixture != "Q4_K_M":
+        return mixture
+    more_bits = tname == "output.weight" or tname in ("blk.0.attn_v.weight", "blk.0.ffn_down.weight")
+    return "Q6_K" if more_bits else "Q4_K"
 
 
 # Scalar value types of the GGUF format: struct code by GGUFValueType.
@@ -231,13 +305,16 @@ def write_model(name, arch, vocab_path, opts, out_path):
         w.add_value_length(head_dim)
 
     made = {}
-    qtype = gguf.GGMLQuantizationType[opts.get("qtype", "Q8_0")]
+    mixture = opts.get("qtype", "Q8_0")
 
     def mat(tname, rows, cols, std):
+        name = mixture_type(mixture, tname)
+        qtype = gguf.GGMLQuantizationType[name]
+        quantize = K_QUANTIZERS.get(name, lambda data: gguf.quants.quantize(data, qtype))
         q = made.get((rows, cols, std)) if opts.get("reuse") else None
         if q is None:
             data = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
-            q = made[rows, cols, std] = gguf.quants.quantize(data, qtype)
+            q = made[rows, cols, std] = quantize(data)
         w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qtype)
 
     def vec(tname, n, mean, std):

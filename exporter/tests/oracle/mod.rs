@@ -405,10 +405,38 @@ impl EngineMetrics {
         }
         f.family(
             "hydra_slot_eta_seconds",
-            "Time to finish the current phase at the observed rate",
+            "Time to finish the current phase; source=\"model\": the writer's cost model predicts it (format v1.2), source=\"rate\": at the observed rate",
+            Gauge,
+            self.active().filter_map(|(e, s)| {
+                let source = s.eta_source?.as_str();
+                let extra: &[(&'static str, &str)] = match source {
+                    "model" => &[("source", "model")],
+                    _ => &[("source", "rate")],
+                };
+                s.eta_s.map(|t| {
+                    (
+                        L {
+                            extra,
+                            ..sl(e, s)
+                        },
+                        t,
+                    )
+                })
+            }),
+        )?;
+        f.family(
+            "hydra_slot_step_expected_seconds",
+            "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)",
             Gauge,
             self.active()
-                .filter_map(|(e, s)| s.eta_s.map(|t| (sl(e, s), t))),
+                .filter_map(|(e, s)| s.predicted_step_ns.map(|p| (sl(e, s), secs(p)))),
+        )?;
+        f.family(
+            "hydra_slot_prediction_error_ratio",
+            "The error bound the writer states for its predictions, 0.2 = 20% (format v1.2; absent without one)",
+            Gauge,
+            self.active()
+                .filter_map(|(e, s)| s.prediction_error.map(|p| (sl(e, s), p))),
         )?;
         f.family(
             "hydra_slot_last_progress_timestamp_seconds",
@@ -428,7 +456,7 @@ impl EngineMetrics {
         )?;
         f.family(
             "hydra_slot_stall_threshold_seconds",
-            "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step)",
+            "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step, or layer while the layer is known)",
             Gauge,
             self.active()
                 .map(|(e, s)| (sl(e, s), secs(s.stall_threshold_ns))),

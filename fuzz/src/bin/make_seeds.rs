@@ -17,8 +17,8 @@ use hydra_fuzz::{control, Action, CliCmd};
 use hydra_layout::header as h;
 use hydra_layout::slot as sl;
 use hydra_layout::{
-    EngineDescription, ErrorCode, FinishReason, Phase, SegmentConfig, SegmentWriter, SlotState,
-    Substep, WorkUnit, WriterCounters,
+    EngineDescription, ErrorCode, FinishReason, Phase, Prediction, SegmentConfig, SegmentWriter,
+    SlotState, Substep, WorkUnit, WriterCounters,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -83,7 +83,8 @@ fn segment(scratch: &Path, slots: usize, end: End, f: impl FnOnce(&mut SegmentWr
             capabilities: h::capabilities::COMPLETION
                 | h::capabilities::STATE_SAVE_RESTORE
                 | h::capabilities::CHUNKED_PREFILL
-                | h::capabilities::LAYER_PROGRESS,
+                | h::capabilities::LAYER_PROGRESS
+                | h::capabilities::STEP_PREDICTION,
         },
     })
     .expect("create a segment");
@@ -244,6 +245,36 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/segment_open"));
     let scratch = std::env::temp_dir().join(format!("hydra-fuzz-seeds-{}", std::process::id()));
+    // Predictions (format v1.2): a decode step on time, one far past its prediction
+    // (slow), and a prediction left over from an earlier step and phase (none).
+    let predictions = segment(&scratch, 3, End::Open, |w| {
+        let predicted = |step: &SlotState, step_ns, end_ns| Prediction {
+            step_expected_ns: step_ns,
+            step_start_ns: step.step_start_ns,
+            task_expected_end_ns: end_ns,
+            phase_start_ns: step.phase_start_ns,
+            error_ppm: 150_000,
+        };
+        let mut on_time = decode(20, 10, 100);
+        on_time.step_start_ns = BASE - 10_000_000;
+        on_time.step_size = 1;
+        w.publish_with_prediction(0, &on_time, &predicted(&on_time, 30_000_000, BASE + 3 * S))
+            .unwrap();
+        let mut late = decode(21, 10, 100);
+        late.step_start_ns = BASE - 2 * S;
+        late.step_size = 1;
+        w.publish_with_prediction(1, &late, &predicted(&late, 30_000_000, BASE + 3 * S))
+            .unwrap();
+        let mut stale = decode(22, 10, 100);
+        stale.step_start_ns = BASE - S;
+        stale.step_size = 1;
+        let old = Prediction {
+            step_start_ns: BASE - 3 * S,
+            phase_start_ns: 1,
+            ..predicted(&stale, 30_000_000, BASE + 3 * S)
+        };
+        w.publish_with_prediction(2, &stale, &old).unwrap();
+    });
     let _ = fs::remove_dir_all(&scratch);
 
     let mut seeds: Vec<(String, [u8; 3], Vec<u8>)> = Vec::new();
@@ -324,6 +355,36 @@ fn main() {
         next.step_size = 1;
         w.publish(2, &next).unwrap();
         w.publish_substep(2, &at(30, 2 * S, BASE - 3 * S)).unwrap();
+    });
+    // Predictions (format v1.2): a decode step on time, one far past its prediction
+    // (slow), and a prediction left over from an earlier step and phase (none).
+    let predictions = segment(&scratch, 3, End::Open, |w| {
+        let predicted = |step: &SlotState, step_ns, end_ns| Prediction {
+            step_expected_ns: step_ns,
+            step_start_ns: step.step_start_ns,
+            task_expected_end_ns: end_ns,
+            phase_start_ns: step.phase_start_ns,
+            error_ppm: 150_000,
+        };
+        let mut on_time = decode(20, 10, 100);
+        on_time.step_start_ns = BASE - 10_000_000;
+        on_time.step_size = 1;
+        w.publish_with_prediction(0, &on_time, &predicted(&on_time, 30_000_000, BASE + 3 * S))
+            .unwrap();
+        let mut late = decode(21, 10, 100);
+        late.step_start_ns = BASE - 2 * S;
+        late.step_size = 1;
+        w.publish_with_prediction(1, &late, &predicted(&late, 30_000_000, BASE + 3 * S))
+            .unwrap();
+        let mut stale = decode(22, 10, 100);
+        stale.step_start_ns = BASE - S;
+        stale.step_size = 1;
+        let old = Prediction {
+            step_start_ns: BASE - 3 * S,
+            phase_start_ns: 1,
+            ..predicted(&stale, 30_000_000, BASE + 3 * S)
+        };
+        w.publish_with_prediction(2, &stale, &old).unwrap();
     });
     let _ = fs::remove_dir_all(&scratch);
 
@@ -569,6 +630,36 @@ fn main() {
                 (sub(1, sl::SUBSTEP_TOTAL_OFFSET), 0),
                 (sub(2, sl::SUBSTEP_TOTAL_OFFSET), u64::MAX),
                 (sub(2, sl::SUBSTEP_STEP_OFFSET), BASE - S),
+            ],
+        ),
+    );
+
+    // --- predictions (format v1.2) ----------------------------------------------------------
+    add("valid-3slots-predictions", plain, predictions.clone());
+    add(
+        "predictions-cli-check-json",
+        control(Action::None, 0, 3, false, CliCmd::Check, true, 0, false),
+        predictions.clone(),
+    );
+    // The same bytes from a v1.1 writer: the prediction words are not read (the rate).
+    add(
+        "predictions-as-v1_1",
+        plain,
+        patched(&predictions, &[(h::VERSION_MINOR_OFFSET, 1)]),
+    );
+    let pred = |slot: usize, off: usize| h::HEADER_LEN + slot * sl::SLOT_LEN + off;
+    add(
+        "predictions-hostile",
+        plain,
+        patched(
+            &predictions,
+            &[
+                (pred(0, sl::STEP_EXPECTED_NS_OFFSET), u64::MAX),
+                (pred(0, sl::TASK_EXPECTED_END_NS_OFFSET), u64::MAX),
+                (pred(0, sl::EXPECTED_ERROR_PPM_OFFSET), u64::MAX),
+                (pred(1, sl::STEP_EXPECTED_NS_OFFSET), 1),
+                (pred(1, sl::TASK_EXPECTED_END_NS_OFFSET), 1),
+                (pred(2, sl::EXPECTED_STEP_OFFSET), BASE - S),
             ],
         ),
     );

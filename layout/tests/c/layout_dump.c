@@ -78,8 +78,12 @@ int main(void) {
     S(substep_total);
     S(substep_ns);
     S(substep_step);
-    S(reserved_guarded);
+    S(step_expected_ns);
     S(pending);
+    S(expected_step);
+    S(task_expected_end_ns);
+    S(expected_phase);
+    S(expected_error_ppm);
     S(reserved_tail);
 
     STR(HYDRA_MAGIC);
@@ -89,6 +93,7 @@ int main(void) {
     NUM(HYDRA_VERSION_MAJOR);
     NUM(HYDRA_VERSION_MINOR);
     NUM(HYDRA_SUBSTEP_MINOR);
+    NUM(HYDRA_PREDICTION_MINOR);
     NUM(HYDRA_HEADER_LEN);
     NUM(HYDRA_SLOT_LEN);
     NUM(HYDRA_SLOT_STRIDE);
@@ -141,5 +146,6 @@ int main(void) {
     NUM(HYDRA_CAP_STATE_SAVE_RESTORE);
     NUM(HYDRA_CAP_CHUNKED_PREFILL);
     NUM(HYDRA_CAP_LAYER_PROGRESS);
+    NUM(HYDRA_CAP_STEP_PREDICTION);
     return 0;
 }

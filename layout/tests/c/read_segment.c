@@ -88,6 +88,14 @@ int main(int argc, char **argv) {
                    (unsigned long long)at_ns);
         else
             printf("slot%llu.layer none\n", (unsigned long long)i);
+        uint64_t step_ns, end_ns, error_ppm;
+        if (rc == HYDRA_OK && hydra_slot_prediction(&g, hydra_load(&h->model_capabilities), &copy,
+                                                   &step_ns, &end_ns, &error_ppm))
+            printf("slot%llu.prediction step %llu end %llu error %llu\n", (unsigned long long)i,
+                   (unsigned long long)step_ns, (unsigned long long)end_ns,
+                   (unsigned long long)error_ppm);
+        else
+            printf("slot%llu.prediction none\n", (unsigned long long)i);
     }
     munmap(base, len);
     close(fd);

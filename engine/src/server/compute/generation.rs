@@ -1,4 +1,4 @@
-//! The generation task (`Task::Generate`) on the compute thread: its prompt reuses what
+//! The generation task (`TaskKind::Generate`) on the compute thread: its prompt reuses what
 //! the slot already holds of it, every sampled token goes to the front end at once
 //! ([`GenOutput`]), and it stops at its next step when its client has gone or the front
 //! end cancelled it ([`crate::server::cancel::CancelBoard`]).
@@ -6,8 +6,9 @@
 use std::time::Instant;
 
 use super::{process_cpu_ns, Compute};
-use crate::server::generate::{GenEvent, GenFinish, GenOutput, GenSummary, GenerateSpec};
-use crate::server::task_error::TaskError;
+use crate::server::task::generate::{GenEvent, GenFinish, GenOutput, GenSummary, GenerateSpec};
+use crate::server::task::SlotId;
+use crate::server::task_error::{ClientError, TaskError};
 use hydra_layout::{Phase, WorkUnit};
 
 /// The generation task's part of a running job: where its events go and what its summary
@@ -36,7 +37,7 @@ impl Compute {
     /// tells the front end. None when refused (the front end has been told why).
     pub(super) fn begin_generation(
         &mut self,
-        slot: usize,
+        slot: SlotId,
         spec: &GenerateSpec,
         out: GenOutput,
     ) -> Option<Begun> {
@@ -44,27 +45,23 @@ impl Compute {
             out.fail(e);
             None
         };
-        if let Err(e) = self.check_slot(slot) {
-            return refuse(out, e);
-        }
         let n = spec.tokens.len();
         let reuse = if spec.cache_prompt {
-            self.slots.common_prefix(slot, &spec.tokens).unwrap_or(0)
+            self.slots
+                .common_prefix(slot.get(), &spec.tokens)
+                .unwrap_or(0)
         } else {
             0
         }
         .min(n.saturating_sub(1));
-        if let Err(e) = self.slots.keep_first(slot, reuse) {
+        if let Err(e) = self.slots.keep_first(slot.get(), reuse) {
             return refuse(out, e.into());
         }
-        self.progress.set_n_past(slot, reuse);
+        self.progress.set_n_past(slot.get(), reuse);
         let total = (n - reuse) as u64;
-        let task_id = match self.begin_task(slot, Phase::Prefill, WorkUnit::Tokens, total) {
-            Ok(id) => id,
-            Err(e) => return refuse(out, e),
-        };
+        let task_id = self.begin_task(slot, Phase::Prefill, WorkUnit::Tokens, total);
         let rest = spec.tokens[reuse..].to_vec();
-        if let Err(e) = self.slots.check_prefill(slot, &rest, self.ubatch) {
+        if let Err(e) = self.slots.check_prefill(slot.get(), &rest, self.ubatch) {
             let e = TaskError::from(e);
             self.end_task(slot, &Err::<(), _>(e.clone()));
             return refuse(out, e);
@@ -91,35 +88,39 @@ impl Compute {
 
     /// Whether the generation `job` on `slot` must stop now: its client has gone, or the
     /// front end cancelled it.
-    pub(super) fn generation_cancelled(&self, slot: usize, job: &GenJob) -> bool {
-        job.out.is_abandoned() || self.shared.cancel.is_cancelled(slot, job.task_id)
+    pub(super) fn generation_cancelled(&self, slot: SlotId, job: &GenJob) -> bool {
+        job.out.is_abandoned() || self.shared.cancel.is_cancelled(slot.get(), job.task_id)
     }
 
     /// The prompt of `job` on `slot` is in: on to generating `n_predict` tokens.
     pub(super) fn generation_prompt_done(
         &mut self,
-        slot: usize,
+        slot: SlotId,
         job: &mut GenJob,
         n_predict: usize,
     ) {
         job.prompt_ms = job.prompt_start.elapsed().as_secs_f64() * 1e3;
         job.decode_start = Instant::now();
         job.cpu_start = process_cpu_ns();
-        self.progress
-            .begin_phase(slot, Phase::Decode, WorkUnit::Tokens, n_predict as u64);
+        self.progress.begin_phase(
+            slot.get(),
+            Phase::Decode,
+            WorkUnit::Tokens,
+            n_predict as u64,
+        );
     }
 
     /// The generation `job` on `slot` ended for `finish` with `tokens` generated: publish
     /// (a cancelled one as `cancelled`), then tell the front end.
     pub(super) fn end_generation(
         &mut self,
-        slot: usize,
+        slot: SlotId,
         job: GenJob,
         finish: GenFinish,
         tokens: Vec<u32>,
     ) {
         let result = if finish == GenFinish::Cancelled {
-            Err(TaskError::Cancelled)
+            Err(TaskError::from(ClientError::Cancelled))
         } else {
             Ok(())
         };
@@ -131,7 +132,7 @@ impl Compute {
             n_prompt: job.n_prompt,
             n_cached: job.n_cached,
             tokens,
-            n_past: self.slots.n_past(slot).unwrap_or(0),
+            n_past: self.slots.n_past(slot.get()).unwrap_or(0),
             prompt_ms: if decoding {
                 job.prompt_ms
             } else {
@@ -148,7 +149,7 @@ impl Compute {
                 0.0
             },
         };
-        tracing::debug!(slot, finish = ?finish, tokens = summary.tokens.len(), "generation done");
+        tracing::debug!(slot = slot.get(), finish = ?finish, tokens = summary.tokens.len(), "generation done");
         job.out.finish(summary);
     }
 }

@@ -22,8 +22,8 @@ use super::response::{
 };
 use super::sse;
 use crate::server::api_error::ApiError;
-use crate::server::generate::{GenSummary, GenerateSpec, TokenOut};
 use crate::server::serving::{chat_logprob, collect, stream, Serving, StreamFormat};
+use crate::server::task::generate::{GenSummary, GenerateSpec, TokenOut};
 use crate::server::task::DecodeSpec;
 use crate::server::task_error::TaskError;
 use crate::tokenizer::Tokenizer;

@@ -68,6 +68,7 @@ mod tests {
             state,
             pending: 0,
             substep,
+            prediction: None,
             seq: 2,
             retries: 0,
         }

@@ -6,8 +6,17 @@
 //! published too, through a [`DeviceLayerSignal`]: at once on the CPU, from a host
 //! callback on the compute stream on CUDA.
 //!
+//! Each step start is published with the cost model's prediction for it (format v1.2,
+//! `hydra_layout::forecast`): the step's duration and the end of the phase's work, learnt
+//! from the steps that finished; steps cut short by a task's end are not learnt.
+//!
 //! With publishing off (`--no-publish`, for the overhead benchmark only) every method
 //! returns at once.
+//!
+//! [`segment`] creates the segment (the engine's description and capabilities) and reads
+//! it back for the front end ([`segment::Shared`]).
+
+pub mod segment;
 
 use crate::kv_state;
 use crate::model::config::LlamaConfig;
@@ -15,7 +24,8 @@ use crate::server::layer_signal::{DeviceLayerSignal, LayerMark};
 use crate::slots::{StepDone, StepObserver, StepStart};
 use candle_core::Device;
 use hydra_layout::{
-    clock, ErrorCode, FinishReason, Phase, SegmentWriter, SlotState, WorkUnit, WriterCounters,
+    clock, ErrorCode, FinishReason, Forecaster, Phase, PhaseEnd, SegmentWriter, SlotState,
+    WorkUnit, WriterCounters,
 };
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +47,8 @@ pub struct Progress {
     config: LlamaConfig,
     /// Publishes layer positions (None with publishing off).
     layers: Option<DeviceLayerSignal>,
+    /// The cost model of this engine's steps and the shapes of the steps in flight.
+    forecast: Forecaster,
     /// Test builds only: the layer at which to stop the compute thread once.
     #[cfg(feature = "fault-injection")]
     stall: fault::StallAtLayer,
@@ -64,6 +76,7 @@ impl Progress {
             .map(|w| DeviceLayerSignal::new(w.substep_publisher()));
         let mut p = Self {
             layers,
+            forecast: Forecaster::new(n_slots, PhaseEnd::Predict),
             #[cfg(feature = "fault-injection")]
             stall: fault::StallAtLayer::from_env(),
             writer,
@@ -122,6 +135,7 @@ impl Progress {
         if !self.enabled() {
             return;
         }
+        self.forecast.step_abandoned(slot);
         let s = &mut self.slots[slot];
         s.begin_task(task_id, phase, unit, total, clock::monotonic_ns());
         // What the slot's cache already held when the task (its first phase) started.
@@ -138,6 +152,7 @@ impl Progress {
         if !self.enabled() {
             return;
         }
+        self.forecast.step_abandoned(slot);
         let s = &mut self.slots[slot];
         s.enter_phase(phase, unit, total, clock::monotonic_ns());
         s.tokens_cached = s.n_past;
@@ -151,9 +166,16 @@ impl Progress {
             return;
         };
         let now = clock::monotonic_ns();
-        self.slots[slot].start_step(size as u64, now);
+        let s = &mut self.slots[slot];
+        s.start_step(size as u64, now);
         w.heartbeat(now);
-        self.publish(slot);
+        let published = match self.forecast.step_started(slot, s) {
+            Some(prediction) => w.publish_with_prediction(slot, s, &prediction),
+            None => w.publish(slot, s),
+        };
+        if let Err(e) = published {
+            tracing::error!("publishing slot {slot}: {e}");
+        }
     }
 
     /// A step finished on `slot`: `done` units of the phase are done, the cache holds
@@ -173,6 +195,7 @@ impl Progress {
         let now = clock::monotonic_ns();
         w.heartbeat(now);
         self.slots[slot].finish_step(done as u64, now);
+        self.forecast.step_finished(slot, &self.slots[slot]);
         self.record_cache(slot, n_past);
         match kind {
             TokenKind::Prompt => self.counters.prompt_tokens_total += tokens as u64,
@@ -250,6 +273,7 @@ impl Progress {
         if let Some(n) = n_past.filter(|&n| self.slots[slot].n_past != n as u64) {
             self.record_cache(slot, n);
         }
+        self.forecast.step_abandoned(slot);
         self.slots[slot].finish(reason, code);
         self.counters.requests_running = self.counters.requests_running.saturating_sub(1);
         self.publish(slot);

@@ -6,7 +6,7 @@
 //! about 20% in its spinning thread pool; and candle computes each (weight row, activation
 //! row) pair on its own, so four rows cost four times one. Here:
 //! - weights are repacked once at load into tiles of eight rows interleaved block by block
-//!   ([`kernels`]), with unsigned quants, so that one AVX-512 VNNI `vpdpbusd` (or AVX2
+//!   ([`tile`]), with unsigned quants, so that one AVX-512 VNNI `vpdpbusd` (or AVX2
 //!   `vpmaddubsw`) advances eight rows at once and the float work per block is shared by
 //!   the eight; the f16 block scales stay f16 (decode reads every weight byte once per
 //!   token and is bound by memory bandwidth, so bytes count) and the kernels convert eight
@@ -29,16 +29,19 @@
 //! computed with it.
 
 pub mod activations;
+pub mod kquants;
 // SIMD loads through raw pointers (x86 intrinsics have no slice API).
 #[allow(unsafe_code)]
-pub mod kernels;
+pub mod tile;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use half::f16;
 use rayon::prelude::*;
 
 use activations::{QuantizedRow, QuantizedRows, BLOCK};
-pub use kernels::{Isa, Kind, Tiles, TILE};
+pub use tile::{Kind, Tiles, SUB_BYTES, SUPER, TILE};
+
+use crate::kernels::Isa;
 
 /// Products below this many multiply-adds (weight count times rows, summed over the
 /// matrices of one pass) run on the calling thread: one or two microseconds of work at
@@ -59,7 +62,7 @@ const PIECE_MIN_WORK: usize = 1 << 15;
 /// worth, sit in a 4 KiB buffer on the stack).
 const GROUP_TILES: usize = 32;
 
-/// A quantized weight matrix `(n, k)` in the tile layout of [`kernels`], its rows padded
+/// A quantized weight matrix `(n, k)` in the tile layout of [`tile`], its rows padded
 /// with zero rows to a whole number of tiles.
 #[derive(Clone)]
 pub struct PackedMatrix {
@@ -69,10 +72,13 @@ pub struct PackedMatrix {
     k: usize,
     /// Per tile and block, the tile's eight rows' quants.
     quants: Vec<u8>,
-    /// Per tile and block, the eight rows' scales.
+    /// Per tile and block (K-quants: super-block), the eight rows' scales.
     scales: Vec<f16>,
-    /// Q4_1's block minimums, laid out as the scales; empty for the other kinds.
+    /// The minimums (Q4_1's per block, the K-quants' `dmin`), laid out as the scales; empty
+    /// for the other kinds.
     mins: Vec<f16>,
+    /// The K-quants' integer scales, [`SUB_BYTES`] per tile and block; empty for the others.
+    subs: Vec<u8>,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -92,24 +98,30 @@ impl PackedMatrix {
     /// x86-64 with AVX2), the engine keeps candle's kernels, which have NEON code, and only
     /// the tests run the portable path.
     pub fn is_fast_here() -> bool {
-        Isa::best() != Isa::Scalar
+        Isa::best().has_avx2()
     }
 
     /// Whether a matrix of `dtype` with rows of `k` can be packed.
     pub fn supports(dtype: GgmlDType, k: usize) -> bool {
-        Self::kind_of(dtype).is_some() && k.is_multiple_of(BLOCK) && k > 0
+        Self::kind_of(dtype)
+            .is_some_and(|kind| k.is_multiple_of(BLOCK * kind.scale_blocks()) && k > 0)
     }
 
-    fn kind_of(dtype: GgmlDType) -> Option<Kind> {
+    /// The kind a matrix of `dtype` is packed as, if any.
+    pub fn kind_of(dtype: GgmlDType) -> Option<Kind> {
         match dtype {
             GgmlDType::Q8_0 => Some(Kind::Q8_0),
             GgmlDType::Q4_0 => Some(Kind::Q4_0),
             GgmlDType::Q4_1 => Some(Kind::Q4_1),
+            GgmlDType::Q4K => Some(Kind::Q4K),
+            GgmlDType::Q5K => Some(Kind::Q5K),
+            GgmlDType::Q6K => Some(Kind::Q6K),
             _ => None,
         }
     }
 
-    /// Repack a 2-D Q8_0, Q4_0 or Q4_1 tensor; `None` for any other type or shape.
+    /// Repack a 2-D Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K tensor; `None` for any other type
+    /// or shape.
     pub fn from_qtensor(t: &QTensor) -> candle_core::Result<Option<Self>> {
         let &[n, k] = t.shape().dims() else {
             return Ok(None);
@@ -117,6 +129,9 @@ impl PackedMatrix {
         let Some(kind) = Self::kind_of(t.dtype()).filter(|_| Self::supports(t.dtype(), k)) else {
             return Ok(None);
         };
+        if kind.is_k() {
+            return Self::from_k_blocks(kind, n, k, &t.data()?).map(Some);
+        }
         // Each ggml block: an f16 scale, for Q4_1 an f16 minimum, then the quants.
         let header = if kind == Kind::Q4_1 { 4 } else { 2 };
         let src_block = header + kind.block_bytes();
@@ -130,7 +145,7 @@ impl PackedMatrix {
                 blocks * src_block
             );
         }
-        // Into tiles of eight rows, block by block (the layout of `kernels`).
+        // Into tiles of eight rows, block by block (the layout of `tile`).
         let blocks_per_row = k / BLOCK;
         let tile_blocks = n.div_ceil(TILE) * blocks_per_row;
         let tb = kind.tile_block_bytes();
@@ -152,6 +167,7 @@ impl PackedMatrix {
                 tile_block[to] = match kind {
                     Kind::Q8_0 => q ^ 0x80,
                     Kind::Q4_0 | Kind::Q4_1 => q,
+                    Kind::Q4K | Kind::Q5K | Kind::Q6K => unreachable!("packed by from_k_blocks"),
                 };
             }
         }
@@ -163,15 +179,76 @@ impl PackedMatrix {
             quants,
             scales,
             mins,
+            subs: Vec::new(),
         }))
     }
 
-    /// The same matrix computed with `isa`; `None` when this CPU lacks it.
-    pub fn with_isa(mut self, isa: Isa) -> Option<Self> {
-        isa.is_available().then(|| {
-            self.isa = isa;
-            self
+    /// Repack the ggml super-blocks `data` of a K-quant `(n, k)` matrix.
+    fn from_k_blocks(kind: Kind, n: usize, k: usize, data: &[u8]) -> candle_core::Result<Self> {
+        let src_bytes = kquants::source_bytes(kind).expect("a K-quant");
+        let supers_per_row = k / kquants::SUPER_WEIGHTS;
+        if data.len() != n * supers_per_row * src_bytes {
+            candle_core::bail!(
+                "{kind:?} tensor {n}x{k} holds {} bytes, expected {}",
+                data.len(),
+                n * supers_per_row * src_bytes
+            );
+        }
+        let (blocks_per_row, tiles) = (k / BLOCK, n.div_ceil(TILE));
+        let tb = kind.tile_block_bytes();
+        let mut quants = vec![0u8; tiles * blocks_per_row * tb];
+        let mut subs = vec![0u8; tiles * blocks_per_row * SUB_BYTES];
+        let mut scales = vec![f16::ZERO; tiles * supers_per_row * TILE];
+        let mut mins = vec![f16::ZERO; if kind.has_mins() { scales.len() } else { 0 }];
+        for (i, src) in data.chunks_exact(src_bytes).enumerate() {
+            let (row, sb) = (i / supers_per_row, i % supers_per_row);
+            let (r, tile) = (row % TILE, row / TILE);
+            let block = kquants::decode(kind, src);
+            let st = (tile * supers_per_row + sb) * TILE + r;
+            scales[st] = block.d;
+            if let Some(m) = mins.get_mut(st) {
+                *m = block.dmin;
+            }
+            for (j, (qb, sub)) in block.q.chunks_exact(BLOCK).zip(block.subs).enumerate() {
+                let at = tile * blocks_per_row + sb * SUPER + j;
+                subs[at * SUB_BYTES + r] = sub[0];
+                subs[at * SUB_BYTES + TILE + r] = sub[1];
+                let tile_block = &mut quants[at * tb..(at + 1) * tb];
+                match kind {
+                    // Quants `j` and `j + 16` in one byte, as Q4_1's.
+                    Kind::Q4K => {
+                        for j in 0..BLOCK / 2 {
+                            let (to, _) = kind.position(r, j);
+                            tile_block[to] = qb[j] | (qb[j + BLOCK / 2] << 4);
+                        }
+                    }
+                    // `q + 128` (Q5_K), `q - 32 + 128` (Q6_K).
+                    _ => {
+                        let add = if kind == Kind::Q6K { 96 } else { 128 };
+                        for (j, &q) in qb.iter().enumerate() {
+                            let (to, _) = kind.position(r, j);
+                            tile_block[to] = q + add;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            kind,
+            isa: Isa::best(),
+            n,
+            k,
+            quants,
+            scales,
+            mins,
+            subs,
         })
+    }
+
+    /// The same matrix computed with the code of `isa`.
+    pub fn with_isa(mut self, isa: Isa) -> Self {
+        self.isa = isa;
+        self
     }
 
     /// `(n, k)`: output and input width.
@@ -182,6 +259,23 @@ impl PackedMatrix {
     /// How the weights are stored.
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// The ggml type the weights came from.
+    pub fn dtype(&self) -> GgmlDType {
+        match self.kind {
+            Kind::Q8_0 => GgmlDType::Q8_0,
+            Kind::Q4_0 => GgmlDType::Q4_0,
+            Kind::Q4_1 => GgmlDType::Q4_1,
+            Kind::Q4K => GgmlDType::Q4K,
+            Kind::Q5K => GgmlDType::Q5K,
+            Kind::Q6K => GgmlDType::Q6K,
+        }
+    }
+
+    /// The code its products run.
+    pub fn isa(&self) -> Isa {
+        self.isa
     }
 
     /// `x @ W^T` for the `rows` rows of `x` (row-major `rows * k`): row-major `rows * n`.
@@ -267,7 +361,6 @@ impl PackedMatrix {
 
     /// Weight rows `first..first + n` (`first` at a tile) against activation rows
     /// `r..r + M`, into `out[r + m][j]`; returns `M`.
-    #[allow(unsafe_code)]
     fn group<const M: usize>(
         &self,
         first: usize,
@@ -278,7 +371,13 @@ impl PackedMatrix {
     ) -> usize {
         let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
         let blocks = self.k / BLOCK;
-        let (tb, per_tile) = (self.kind.tile_block_bytes(), blocks * TILE);
+        let tb = self.kind.tile_block_bytes();
+        let per_tile = blocks / self.kind.scale_blocks() * TILE;
+        let subs_per_tile = if self.kind.is_k() {
+            blocks * SUB_BYTES
+        } else {
+            0
+        };
         // The tiles' results go through a buffer on the stack, `GROUP_TILES` tiles at a
         // time: no allocation per piece and group of rows.
         let mut dots = [[0f32; TILE]; GROUP_TILES * 4];
@@ -290,11 +389,10 @@ impl PackedMatrix {
                 quants: &self.quants[t0 * blocks * tb..t1 * blocks * tb],
                 scales: &self.scales[t0 * per_tile..t1 * per_tile],
                 mins: self.mins.get(t0 * per_tile..t1 * per_tile).unwrap_or(&[]),
+                subs: &self.subs[t0 * subs_per_tile..t1 * subs_per_tile],
             };
             let dots = &mut dots[..(t1 - t0) * M];
-            // SAFETY: `self.isa` is available on this CPU: it is `Isa::best()` or was
-            // checked by `with_isa`, the only ways it is set.
-            unsafe { kernels::tile_dots(self.isa, self.kind, tiles, rows, dots) };
+            tile::tile_dots(self.isa, self.kind, tiles, rows, dots);
             for (t, per_row) in dots.chunks_exact(M).enumerate() {
                 let at = (t0 + t) * TILE - first;
                 let take = n.saturating_sub(at).min(TILE);
@@ -309,6 +407,9 @@ impl PackedMatrix {
     /// The weights as f32, row-major `n * k` (for chunks long enough that the f32 GEMM
     /// wins, `weight.rs`).
     pub fn dequantize(&self) -> Vec<f32> {
+        if self.kind.is_k() {
+            return self.dequantize_k();
+        }
         let mut out = vec![0f32; self.n * self.k];
         let (kind, off) = (self.kind, self.kind.offset() as f32);
         let (blocks, tb) = (self.k / BLOCK, kind.tile_block_bytes());
@@ -321,6 +422,36 @@ impl PackedMatrix {
                 let m = self.mins.get(at * TILE + r).map_or(0.0, |m| m.to_f32());
                 for (j, o) in ob.iter_mut().enumerate() {
                     *o = (kind.stored(quants, r, j) as f32 - off) * d + m;
+                }
+            }
+        });
+        out
+    }
+
+    /// [`Self::dequantize`] for the K-quants, as ggml computes the weights:
+    /// `(d * sc) * q - dmin * m`, or `(d * s) * (q - 32)`.
+    fn dequantize_k(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.n * self.k];
+        let kind = self.kind;
+        let (blocks, tb) = (self.k / BLOCK, kind.tile_block_bytes());
+        let supers = blocks / SUPER;
+        out.par_chunks_mut(self.k).enumerate().for_each(|(n, row)| {
+            let (r, tile) = (n % TILE, n / TILE);
+            for (b, ob) in row.chunks_exact_mut(BLOCK).enumerate() {
+                let at = tile * blocks + b;
+                let st = (tile * supers + b / SUPER) * TILE + r;
+                let quants = &self.quants[at * tb..(at + 1) * tb];
+                let subs = &self.subs[at * SUB_BYTES..(at + 1) * SUB_BYTES];
+                let d = self.scales[st].to_f32();
+                for (j, o) in ob.iter_mut().enumerate() {
+                    let q = (kind.stored(quants, r, j) - kind.offset()) as f32;
+                    *o = if kind == Kind::Q6K {
+                        let s = subs[(j / (BLOCK / 2)) * TILE + r] as i8;
+                        d * f32::from(s) * q
+                    } else {
+                        let m = self.mins[st].to_f32() * f32::from(subs[TILE + r]);
+                        (d * f32::from(subs[r])) * q - m
+                    };
                 }
             }
         });

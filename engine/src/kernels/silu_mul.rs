@@ -4,25 +4,26 @@
 //! allocating its result. A perf profile of the embedded model decoding 4 slots had the two
 //! at 7% of the compute thread, which runs them while the pool's other threads wait. On
 //! x86-64 with AVX2 and FMA the product is computed eight values at a time with a vector
-//! `exp` (`model::simd`, within 2 ulp of `expf`); elsewhere, and for tensors that are not
+//! `exp` (`kernels::exp8`, within 2 ulp of `expf`); elsewhere, and for tensors that are not
 //! contiguous f32 on the CPU, candle's ops run.
 
 use candle_core::{DType, Storage, Tensor};
 
-use super::Code;
+use super::Isa;
 
 /// `silu(gate) * up` elementwise (`silu(x) = x / (1 + e^-x)`); the shapes must match.
 pub fn silu_mul(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
-    silu_mul_with(gate, up, Code::Native)
+    silu_mul_with(gate, up, Isa::best())
 }
 
-/// [`silu_mul`] with the code `code` ([`Code::Portable`]: candle's two ops).
-pub fn silu_mul_with(gate: &Tensor, up: &Tensor, code: Code) -> candle_core::Result<Tensor> {
+/// [`silu_mul`] with the code of `isa` (AVX2 where it has it; [`Isa::PORTABLE`]: candle's
+/// two ops).
+pub fn silu_mul_with(gate: &Tensor, up: &Tensor, isa: Isa) -> candle_core::Result<Tensor> {
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = code;
+    let _ = isa;
     #[cfg(target_arch = "x86_64")]
-    if let Some(avx2) = crate::model::simd::Avx2Fma::for_code(code) {
-        if let Some(out) = on_cpu_slices(gate, up, |g, u| x86::silu_mul(avx2, g, u))? {
+    if isa.has_avx2() {
+        if let Some(out) = on_cpu_slices(gate, up, |g, u| x86::silu_mul(isa, g, u))? {
             return Ok(out);
         }
     }
@@ -66,16 +67,18 @@ fn on_cpu_slices(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use crate::model::simd::{exp8, Avx2Fma};
+    use crate::kernels::exp8::exp8;
+    use crate::kernels::Isa;
 
     /// `silu(g) * u` elementwise.
     ///
     /// # Panics
-    /// When the lengths differ.
-    pub fn silu_mul(_: Avx2Fma, g: &[f32], u: &[f32]) -> Vec<f32> {
+    /// When the lengths differ, or `isa` has no AVX2.
+    pub fn silu_mul(isa: Isa, g: &[f32], u: &[f32]) -> Vec<f32> {
+        assert!(isa.has_avx2(), "{isa:?} has no AVX2");
         assert_eq!(g.len(), u.len(), "gate and up lengths");
         let mut out = vec![0f32; g.len()];
-        // SAFETY: an `Avx2Fma` exists only where the CPU has AVX2 and FMA; the three slices
+        // SAFETY: an `Isa` with AVX2 exists only where the CPU has AVX2 and FMA; the three slices
         // have one length.
         unsafe { silu_mul_into(g, u, &mut out) };
         out
@@ -120,17 +123,32 @@ mod tests {
         let u: Vec<f32> = (0..n).map(|i| ((i % 7) as f32 - 3.0) * 0.37).collect();
         let gate = Tensor::from_vec(g, (5, n / 5), &Device::Cpu).unwrap();
         let up = Tensor::from_vec(u, (5, n / 5), &Device::Cpu).unwrap();
-        let got = silu_mul(&gate, &up).unwrap();
         let want = (candle_nn::ops::silu(&gate).unwrap() * &up).unwrap();
-        assert_eq!(got.dims(), want.dims());
-        let (got, want) = (
-            got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        assert_eq!(
+            silu_mul(&gate, &up).unwrap().to_vec2::<f32>().unwrap(),
+            silu_mul_with(&gate, &up, Isa::best())
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap(),
+            "the engine's code is the best one's"
         );
-        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-            // Below -88, candle's `e^-x` is infinite (a zero product) and `exp8`'s is 1.6e38.
-            let tol = 4.0 * f32::EPSILON * b.abs() + 1e-30;
-            assert!((a - b).abs() <= tol, "value {i}: {a} against {b}");
+        // Every code this CPU has, the portable one included.
+        for isa in Isa::available() {
+            let got = silu_mul_with(&gate, &up, isa).unwrap();
+            assert_eq!(got.dims(), want.dims());
+            let (got, want) = (
+                got.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                want.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            );
+            if !isa.has_avx2() {
+                assert_eq!(got, want, "{isa:?} runs candle's ops");
+            }
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                // Below -88, candle's `e^-x` is infinite (a zero product) and `exp8`'s is
+                // 1.6e38.
+                let tol = 4.0 * f32::EPSILON * b.abs() + 1e-30;
+                assert!((a - b).abs() <= tol, "{isa:?} value {i}: {a} against {b}");
+            }
         }
     }
 

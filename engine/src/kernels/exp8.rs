@@ -1,33 +1,10 @@
-//! What the engine's hand-written x86-64 vector code shares (decode attention, the gated
-//! SiLU, activation quantization):
-//! - [`Avx2Fma`], the proof that this CPU has AVX2 and FMA, which each of them takes, so
-//!   that their safe entry points need no check of their own;
-//! - [`exp8`], `e^x` on eight f32 lanes, for the softmax and the SiLU: libm's `expf` is a
-//!   call per value, which a perf profile of the embedded model put at 2-3% of a decode
-//!   step on its own. Range reduction `x = n ln 2 + r`, `|r| <= ln 2 / 2` (`ln 2` in two
-//!   parts, so that `r` is exact), `e^r` by Cephes' degree-6 polynomial, and `2^n` built in
-//!   the exponent bits.
+//! [`exp8`], `e^x` on eight f32 lanes with AVX2 and FMA, for the softmax of decode
+//! attention and the gated SiLU: libm's `expf` is a call per value, which a perf profile of
+//! the embedded model put at 2-3% of a decode step on its own. Range reduction
+//! `x = n ln 2 + r`, `|r| <= ln 2 / 2` (`ln 2` in two parts, so that `r` is exact), `e^r` by
+//! Cephes' degree-6 polynomial, and `2^n` built in the exponent bits.
 
 use std::arch::x86_64::*;
-
-use super::Code;
-
-/// Proof that this CPU has AVX2 and FMA: only [`detect`](Self::detect) makes one.
-#[derive(Debug, Clone, Copy)]
-pub struct Avx2Fma(());
-
-impl Avx2Fma {
-    /// `Some` when this CPU has AVX2 and FMA (std caches the detection: an atomic load).
-    pub fn detect() -> Option<Self> {
-        (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")).then_some(Self(()))
-    }
-
-    /// [`detect`](Self::detect) where `code` asks for the native code; `None` for
-    /// [`Code::Portable`].
-    pub fn for_code(code: Code) -> Option<Self> {
-        (code == Code::Native).then(Self::detect).flatten()
-    }
-}
 
 /// `e^x` in each lane, within 2 ulp of `f32::exp` on `[-87.3, 88]`. Larger `x` are
 /// clamped at 88 (`e^88` is 1.6e38, where `f32::exp` overflows to infinity above 88.7);
@@ -78,7 +55,7 @@ mod tests {
     /// `exp8` against `f32::exp` over `[-90, 88]`, in relative error.
     #[test]
     fn exp8_is_within_two_ulp_of_exp() {
-        if Avx2Fma::detect().is_none() {
+        if !crate::kernels::Isa::best().has_avx2() {
             return;
         }
         let mut worst = 0f32;

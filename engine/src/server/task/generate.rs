@@ -12,9 +12,9 @@ use std::ops::ControlFlow;
 
 use tokio::sync::mpsc;
 
+use super::DecodeSpec;
 use crate::logprobs::{token_logprob, TokenLogprob};
 use crate::server::openai::text_out::TextOut;
-use crate::server::task::DecodeSpec;
 use crate::server::task_error::TaskError;
 use crate::slots::Logits;
 use crate::tokenizer::Tokenizer;

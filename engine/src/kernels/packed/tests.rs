@@ -4,6 +4,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 
 use super::*;
+use crate::kernels::Isa;
 
 /// Deterministic values in about [-1, 1) (a small LCG; no RNG crate needed).
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -51,7 +52,7 @@ fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
 
 #[test]
 fn every_isa_agrees_with_candle_for_each_type_and_any_row_count() {
-    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();
+    let isas: Vec<Isa> = Isa::available().collect();
     for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
         // 37 rows: four whole tiles and one of 5 rows and 3 of padding.
         let (n, k) = (37, 162 * 32);
@@ -60,11 +61,7 @@ fn every_isa_agrees_with_candle_for_each_type_and_any_row_count() {
         for rows in [1, 2, 3, 4, 5, 9] {
             let x = values(rows * k, rows as u64);
             let reference = candle_matmul(&q, &x, rows);
-            let scalar = packed
-                .clone()
-                .with_isa(Isa::Scalar)
-                .unwrap()
-                .matmul(&x, rows);
+            let scalar = packed.clone().with_isa(Isa::PORTABLE).matmul(&x, rows);
             // candle rounds each activation block's scale to f16 for Q4_1 (Q8_1 blocks),
             // and sums each row's blocks in eight partial lanes, here one exact integer
             // dot product per block.
@@ -76,7 +73,7 @@ fn every_isa_agrees_with_candle_for_each_type_and_any_row_count() {
                 &format!("{dtype:?} scalar, {rows} rows"),
             );
             for &isa in &isas {
-                let got = packed.clone().with_isa(isa).unwrap().matmul(&x, rows);
+                let got = packed.clone().with_isa(isa).matmul(&x, rows);
                 // The same integer dot products and the same float steps in every kernel.
                 assert_eq!(got, scalar, "{dtype:?} {isa:?}, {rows} rows: bit for bit");
                 // A row's products do not depend on the rows computed with it.
@@ -84,7 +81,6 @@ fn every_isa_agrees_with_candle_for_each_type_and_any_row_count() {
                     let alone = packed
                         .clone()
                         .with_isa(isa)
-                        .unwrap()
                         .matmul(&x[r * k..(r + 1) * k], 1);
                     assert_eq!(alone, got[r * n..(r + 1) * n], "{dtype:?} {isa:?} row {r}");
                 }
@@ -181,7 +177,7 @@ fn dequantize_gives_candles_weights() {
 #[test]
 fn other_types_and_shapes_are_not_packed() {
     assert!(
-        PackedMatrix::from_qtensor(&quantized(8, 256, GgmlDType::Q4K, 1))
+        PackedMatrix::from_qtensor(&quantized(8, 256, GgmlDType::Q3K, 1))
             .unwrap()
             .is_none()
     );
@@ -214,8 +210,8 @@ fn hostile_weights_compute_without_panicking() {
     .unwrap();
     let packed = PackedMatrix::from_qtensor(&hostile).unwrap().unwrap();
     let x = values(2 * k, 2);
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        let out = packed.clone().with_isa(isa).unwrap().matmul(&x, 2);
+    for isa in Isa::available() {
+        let out = packed.clone().with_isa(isa).matmul(&x, 2);
         assert_eq!(out.len(), 2 * n);
         // Rows 2 and 3 have finite scales: their dot with -128 everywhere is finite.
         assert!(out[2].is_finite() && out[3].is_finite(), "{isa:?}: {out:?}");
@@ -229,4 +225,161 @@ fn wrong_activation_length_is_refused() {
         .unwrap()
         .unwrap();
     packed.matmul(&[0.0; 10], 1);
+}
+
+/// Random ggml super-blocks of `dtype` for an `(n, k)` matrix: random quant and scale
+/// bytes (every 6-bit scale and minimum, every signed Q6_K scale from -128 to 127), and
+/// f16 super-block scales drawn from tiny, ordinary, large and zero magnitudes of both
+/// signs.
+fn random_k(n: usize, k: usize, dtype: GgmlDType, seed: u64) -> Arc<QTensor> {
+    let src = match dtype {
+        GgmlDType::Q4K => 144,
+        GgmlDType::Q5K => 176,
+        GgmlDType::Q6K => 210,
+        other => panic!("{other:?} is not a K-quant"),
+    };
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut byte = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 24) as u8
+    };
+    let extremes = [6.0e-5f32, 1.0e-3, 0.02, 1.0, 300.0, 60000.0, 0.0];
+    let mut bytes = vec![0u8; n * k / 256 * src];
+    for block in bytes.chunks_exact_mut(src) {
+        block.iter_mut().for_each(|b| *b = byte());
+        let mut scale = || {
+            let v = extremes[usize::from(byte()) % extremes.len()];
+            let v = if byte() & 1 == 1 { -v } else { v };
+            half::f16::from_f32(v).to_le_bytes()
+        };
+        if dtype == GgmlDType::Q6K {
+            block[208..210].copy_from_slice(&scale());
+        } else {
+            block[0..2].copy_from_slice(&scale());
+            block[2..4].copy_from_slice(&scale());
+        }
+    }
+    let storage = candle_core::quantized::QStorage::from_data(
+        std::borrow::Cow::Owned(bytes),
+        &Device::Cpu,
+        dtype,
+    )
+    .unwrap();
+    Arc::new(QTensor::new(storage, (n, k)).unwrap())
+}
+
+fn candle_weights(q: &QTensor) -> Vec<f32> {
+    q.dequantize(&Device::Cpu)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+const K_TYPES: [GgmlDType; 3] = [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K];
+
+/// The packed K-quants' weights are candle's dequantization of the same blocks, bit for bit
+/// (so the decoding of ggml's layouts is candle's).
+#[test]
+fn k_quants_dequantize_as_candle_does() {
+    for dtype in K_TYPES {
+        for seed in 1..4 {
+            let q = random_k(13, 512, dtype, seed);
+            let ours = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
+            assert_eq!(ours.dims(), (13, 512));
+            let (ours, theirs) = (ours.dequantize(), candle_weights(&q));
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&ours), bits(&theirs), "{dtype:?} seed {seed}");
+        }
+    }
+}
+
+/// Every instruction set gives the portable reference's products bit for bit on random
+/// K-quant blocks with extreme scales, for any number of rows and alone or together; and
+/// the reference is the exact product of candle's dequantized weights with the quantized
+/// activations, to the rounding of f32 sums.
+#[test]
+fn k_quant_kernels_match_the_reference_and_candles_weights() {
+    let isas: Vec<Isa> = Isa::available().collect();
+    for dtype in K_TYPES {
+        // 37 rows: four whole tiles and one of 5 rows and 3 of padding; 3 super-blocks.
+        let (n, k) = (37, 768);
+        let q = random_k(n, k, dtype, 11);
+        let w = candle_weights(&q);
+        let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
+        for rows in [1, 2, 3, 4, 5, 9] {
+            let x = values(rows * k, 100 + rows as u64);
+            let scalar = packed.clone().with_isa(Isa::PORTABLE).matmul(&x, rows);
+            // The reference in f64: candle's weights times the activations as quantized.
+            let acts = activations::QuantizedRows::new(&x, rows, k);
+            for m in 0..rows {
+                let a = acts.row(m);
+                let xs: Vec<f64> = (0..k)
+                    .map(|j| f64::from(a.quants[j]) * f64::from(a.scales[j / BLOCK]))
+                    .collect();
+                let want: Vec<f64> = (0..n)
+                    .map(|r| {
+                        w[r * k..(r + 1) * k]
+                            .iter()
+                            .zip(&xs)
+                            .map(|(&w, &x)| f64::from(w) * x)
+                            .sum()
+                    })
+                    .collect();
+                // Relative to the sum of magnitudes (the f32 terms' rounding).
+                for r in 0..n {
+                    let mag: f64 = w[r * k..(r + 1) * k]
+                        .iter()
+                        .zip(&xs)
+                        .map(|(&w, &x)| (f64::from(w) * x).abs())
+                        .sum();
+                    let got = f64::from(scalar[m * n + r]);
+                    assert!(
+                        (got - want[r]).abs() <= 1e-5 * mag.max(1e-30),
+                        "{dtype:?} row {m} weight row {r}: {got} vs {} (of {mag})",
+                        want[r]
+                    );
+                }
+            }
+            for &isa in &isas {
+                let got = packed.clone().with_isa(isa).matmul(&x, rows);
+                assert_eq!(got, scalar, "{dtype:?} {isa:?}, {rows} rows: bit for bit");
+                for r in 0..rows {
+                    let alone = packed
+                        .clone()
+                        .with_isa(isa)
+                        .matmul(&x[r * k..(r + 1) * k], 1);
+                    assert_eq!(alone, got[r * n..(r + 1) * n], "{dtype:?} {isa:?} row {r}");
+                }
+            }
+        }
+    }
+}
+
+/// On weights a quantizer writes (candle's), the packed K-quant products agree with candle's
+/// own K-quant matmul, which quantizes the activations differently (Q8_K: one scale per
+/// 256), within that quantization's difference.
+#[test]
+fn k_quant_kernels_agree_with_candles_matmul() {
+    for dtype in K_TYPES {
+        let (n, k) = (40, 512);
+        let q = quantized(n, k, dtype, 21);
+        let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
+        for rows in [1, 3] {
+            let x = values(rows * k, rows as u64 + 5);
+            let theirs = candle_matmul(&q, &x, rows);
+            let ours = packed.matmul(&x, rows);
+            assert_close(&ours, &theirs, 2e-2, &format!("{dtype:?}, {rows} rows"));
+        }
+    }
+}
+
+#[test]
+fn k_quants_need_whole_super_blocks() {
+    assert!(PackedMatrix::supports(GgmlDType::Q4K, 512));
+    assert!(!PackedMatrix::supports(GgmlDType::Q6K, 288));
+    assert!(!PackedMatrix::supports(GgmlDType::Q2K, 512));
 }

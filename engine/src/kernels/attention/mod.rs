@@ -11,7 +11,7 @@
 //! step they repeat for every sequence. A prefill chunk's ops also build a mask and a score
 //! matrix of chunk x cache positions per head, then scale, mask and softmax it into three
 //! more (on the embedded model, the candle form made a 512-token prefill 2.6x slower than
-//! the kernel: BENCHMARKS.md, #13). The kernel's loops come in two codes (`Code`): the
+//! the kernel: BENCHMARKS.md, #13). The kernel's loops come in two codes (`Isa`): the
 //! portable ones, and on x86-64 with AVX2 and FMA the `x86` module's, which score eight
 //! cached positions per vector and take `exp` eight at a time. With the engine's own weight
 //! matmuls fast, attention is a tenth to a sixth of an embedded-model decode step, and
@@ -23,7 +23,7 @@
 use candle_core::{DType, Storage, Tensor};
 use rayon::prelude::*;
 
-use super::Code;
+use super::Isa;
 
 // SIMD loads and stores through raw pointers (x86 intrinsics have no slice API).
 #[cfg(target_arch = "x86_64")]
@@ -206,16 +206,17 @@ pub fn attend_cpu(
     seqs: &[CachedSequence<'_>],
     heads: Heads,
 ) -> candle_core::Result<Tensor> {
-    attend_cpu_with(q, seqs, heads, Code::Native)
+    attend_cpu_with(q, seqs, heads, Isa::best())
 }
 
-/// [`attend_cpu`] with the head-group code `code` (on x86-64 with AVX2 and FMA the
-/// native code is `x86`'s, for head widths that are a multiple of 8).
+/// [`attend_cpu`] with the head-group code of `isa` (with AVX2, `x86`'s for head widths
+/// that are a multiple of 8; the portable loops for other widths and for
+/// [`Isa::PORTABLE`]).
 pub fn attend_cpu_with(
     q: &Tensor,
     seqs: &[CachedSequence<'_>],
     heads: Heads,
-    code: Code,
+    isa: Isa,
 ) -> candle_core::Result<Tensor> {
     let (n_head, n_kv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
     if n_kv == 0 || n_head % n_kv != 0 || hd == 0 {
@@ -279,9 +280,9 @@ pub fn attend_cpu_with(
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; n_rows * n_head * hd];
     #[cfg(target_arch = "x86_64")]
-    let avx2 = crate::model::simd::Avx2Fma::for_code(code).filter(|_| hd.is_multiple_of(8));
+    let avx2 = isa.has_avx2() && hd.is_multiple_of(8);
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = code;
+    let _ = isa;
     // Group `t = j * n_kv + g`: the n_rep query heads of row j that share K/V head g, whose
     // outputs are adjacent in `out` ((rows, n_head, head_dim) order). Each K and V row is
     // read once for all n_rep heads. A group over a long cache is split into blocks of
@@ -344,8 +345,8 @@ pub fn attend_cpu_with(
             stats,
         };
         #[cfg(target_arch = "x86_64")]
-        if let Some(avx2) = avx2 {
-            return x86::attend(avx2, hg);
+        if avx2 {
+            return x86::attend(isa, hg);
         }
         // The loops are compiled for the best instruction set the CPU has, chosen at run time.
         pulp::Arch::new().dispatch(hg);
@@ -521,7 +522,8 @@ mod tests {
 
     /// The kernel agrees with the candle-op form for every sequence of a batch of unequal
     /// lengths, read out of buffers larger than what they hold, on both the sequential and
-    /// the parallel path, and for caches split into blocks of positions.
+    /// the parallel path, and for caches split into blocks of positions, in every code this
+    /// CPU has (the portable loops for every head width too).
     #[test]
     fn decode_kernel_matches_the_candle_ops() {
         for (heads, lens) in [
@@ -601,29 +603,32 @@ mod tests {
                 .num_threads(2)
                 .build()
                 .unwrap();
-            let got = pool.install(|| attend_cpu(&q, &seqs, heads).unwrap());
-            assert_eq!(got.dims(), [1, lens.len(), n_head * head_dim]);
-            for (j, ((k, v), &len)) in bufs.iter().zip(&lens).enumerate() {
-                let want = attend(
-                    &q.narrow(0, j, 1).unwrap(),
-                    &k.narrow(2, 0, len).unwrap(),
-                    &v.narrow(2, 0, len).unwrap(),
-                    None,
-                    heads,
-                )
-                .unwrap();
-                let diff = max_abs_diff(&got.narrow(1, j, 1).unwrap(), &want);
-                assert!(
-                    diff < 1e-5,
-                    "{heads:?} sequence {j} of length {len}: {diff}"
-                );
+            for isa in Isa::available() {
+                let got = pool.install(|| attend_cpu_with(&q, &seqs, heads, isa).unwrap());
+                assert_eq!(got.dims(), [1, lens.len(), n_head * head_dim]);
+                for (j, ((k, v), &len)) in bufs.iter().zip(&lens).enumerate() {
+                    let want = attend(
+                        &q.narrow(0, j, 1).unwrap(),
+                        &k.narrow(2, 0, len).unwrap(),
+                        &v.narrow(2, 0, len).unwrap(),
+                        None,
+                        heads,
+                    )
+                    .unwrap();
+                    let diff = max_abs_diff(&got.narrow(1, j, 1).unwrap(), &want);
+                    assert!(
+                        diff < 1e-5,
+                        "{isa:?} {heads:?} sequence {j} of length {len}: {diff}"
+                    );
+                }
             }
         }
     }
 
     /// Sequences bringing several new tokens (prefill chunks, one from an empty cache), mixed
     /// with single decode tokens in one call: each row attends causally, as the candle ops
-    /// with a causal mask do, on the AVX2 path (width 32) and the portable one (width 12).
+    /// with a causal mask do, in every code this CPU has, for a head width the AVX2 code
+    /// takes (32) and one it leaves to the portable loops (12).
     #[test]
     fn chunks_match_the_masked_candle_ops() {
         let seqs_of = [(0, 5), (37, 9), (300, 1), (0, 1), (64, 17)];
@@ -661,34 +666,37 @@ mod tests {
                     queries: n,
                 })
                 .collect();
-            let got = attend_cpu(&q, &seqs, heads).unwrap();
-            assert_eq!(got.dims(), [1, rows, nh * hd]);
-            let mut row = 0;
-            for ((k, v), (past, n)) in bufs.iter().zip(seqs_of) {
-                // (n, heads, 1, hd) rows -> (1, heads, n, hd), as the chunk path lays queries out.
-                let q = q
-                    .narrow(0, row, n)
-                    .unwrap()
-                    .reshape((1, n, nh, hd))
-                    .unwrap()
-                    .transpose(1, 2)
-                    .unwrap()
-                    .contiguous()
+            for isa in Isa::available() {
+                let got = attend_cpu_with(&q, &seqs, heads, isa).unwrap();
+                assert_eq!(got.dims(), [1, rows, nh * hd]);
+                let mut row = 0;
+                for ((k, v), (past, n)) in bufs.iter().zip(seqs_of) {
+                    // (n, heads, 1, hd) rows -> (1, heads, n, hd), as the chunk path lays queries out.
+                    let q = q
+                        .narrow(0, row, n)
+                        .unwrap()
+                        .reshape((1, n, nh, hd))
+                        .unwrap()
+                        .transpose(1, 2)
+                        .unwrap()
+                        .contiguous()
+                        .unwrap();
+                    let mask = (n > 1).then(|| {
+                        candle_transformers::utils::build_causal_mask(n, past, &Device::Cpu)
+                            .unwrap()
+                    });
+                    let want = attend(
+                        &q,
+                        &k.narrow(2, 0, past + n).unwrap(),
+                        &v.narrow(2, 0, past + n).unwrap(),
+                        mask.as_ref(),
+                        heads,
+                    )
                     .unwrap();
-                let mask = (n > 1).then(|| {
-                    candle_transformers::utils::build_causal_mask(n, past, &Device::Cpu).unwrap()
-                });
-                let want = attend(
-                    &q,
-                    &k.narrow(2, 0, past + n).unwrap(),
-                    &v.narrow(2, 0, past + n).unwrap(),
-                    mask.as_ref(),
-                    heads,
-                )
-                .unwrap();
-                let diff = max_abs_diff(&got.narrow(1, row, n).unwrap(), &want);
-                assert!(diff < 1e-5, "{heads:?} past {past} n {n}: {diff}");
-                row += n;
+                    let diff = max_abs_diff(&got.narrow(1, row, n).unwrap(), &want);
+                    assert!(diff < 1e-5, "{isa:?} {heads:?} past {past} n {n}: {diff}");
+                    row += n;
+                }
             }
         }
     }

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::model::simd::Avx2Fma;
+use crate::kernels::Isa;
 
 /// One quantized block: the scale before rounding to f16 and the sum of the quants.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -19,9 +19,13 @@ pub struct Block {
 }
 
 /// Quantize the 32 values `x` into `q`.
+///
+/// # Panics
+/// When `isa` has no AVX2.
 #[inline]
-pub fn quantize_block(_: Avx2Fma, x: &[f32; 32], q: &mut [i8; 32]) -> Block {
-    // SAFETY: an `Avx2Fma` exists only where the CPU has AVX2 (and FMA).
+pub fn quantize_block(isa: Isa, x: &[f32; 32], q: &mut [i8; 32]) -> Block {
+    assert!(isa.has_avx2(), "{isa:?} has no AVX2");
+    // SAFETY: an `Isa` with AVX2 exists only where the CPU has AVX2 (checked above).
     unsafe { quantize_avx2(x, q) }
 }
 

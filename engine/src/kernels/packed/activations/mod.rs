@@ -7,9 +7,7 @@
 
 use half::f16;
 
-#[cfg(target_arch = "x86_64")]
-use crate::model::simd::Avx2Fma;
-use crate::model::Code;
+use crate::kernels::Isa;
 
 // SIMD loads and stores through raw pointers (x86 intrinsics have no slice API).
 #[cfg(target_arch = "x86_64")]
@@ -28,6 +26,7 @@ pub struct QuantizedRows {
     scales: Vec<f32>,
     scaled_sums: Vec<f32>,
     sums: Vec<i32>,
+    half_sums: Vec<i32>,
 }
 
 /// One quantized row: its quants, and per block its scale, scaled sum and sum.
@@ -41,6 +40,8 @@ pub struct QuantizedRow<'a> {
     pub scaled_sums: &'a [f32],
     /// The sum of each block's quants.
     pub sums: &'a [i32],
+    /// The sum of each block's first 16 quants (for the K-quants' half blocks).
+    pub half_sums: &'a [i32],
 }
 
 /// The quantization of [`QuantizedRows::new`], for pulp's dispatch: `with_simd` is inlined
@@ -93,11 +94,11 @@ impl QuantizedRows {
     /// and the scaled sum are kept rounded to f16. Values that are not finite give a block
     /// of meaningless numbers, never a panic.
     pub fn new(x: &[f32], rows: usize, k: usize) -> Self {
-        Self::new_with(x, rows, k, Code::Native)
+        Self::new_with(x, rows, k, Isa::best())
     }
 
-    /// [`Self::new`] with the code `code` (the values are the same, bit for bit).
-    pub fn new_with(x: &[f32], rows: usize, k: usize, code: Code) -> Self {
+    /// [`Self::new`] with the code of `isa` (the values are the same, bit for bit).
+    pub fn new_with(x: &[f32], rows: usize, k: usize, isa: Isa) -> Self {
         assert!(
             k.is_multiple_of(BLOCK),
             "row width {k} is not a multiple of {BLOCK}"
@@ -105,12 +106,24 @@ impl QuantizedRows {
         assert_eq!(x.len(), rows * k, "activation length");
         let mut q = Self::zeroed(rows, k);
         #[cfg(target_arch = "x86_64")]
-        if let Some(avx2) = Avx2Fma::for_code(code) {
-            q.quantize_avx2(avx2, x);
+        if isa.has_avx2() {
+            q.quantize_avx2(isa, x);
+            q.sum_halves();
             return q;
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = isa;
         q.quantize_portable(x);
+        q.sum_halves();
         q
+    }
+
+    /// Each block's first half's sum, from its quants.
+    fn sum_halves(&mut self) {
+        let halves = self.quants.chunks_exact(BLOCK).zip(&mut self.half_sums);
+        for (qb, h) in halves {
+            *h = qb[..BLOCK / 2].iter().map(|&v| i32::from(v)).sum();
+        }
     }
 
     fn zeroed(rows: usize, k: usize) -> Self {
@@ -122,6 +135,7 @@ impl QuantizedRows {
             scales: vec![0f32; blocks],
             scaled_sums: vec![0f32; blocks],
             sums: vec![0i32; blocks],
+            half_sums: vec![0i32; blocks],
         }
     }
 
@@ -132,14 +146,18 @@ impl QuantizedRows {
     }
 
     /// [`Self::new`]'s quantization with AVX2 (the same values).
+    ///
+    /// # Panics
+    /// When `isa` has no AVX2.
     #[cfg(target_arch = "x86_64")]
-    fn quantize_avx2(&mut self, avx2: Avx2Fma, x: &[f32]) {
+    fn quantize_avx2(&mut self, isa: Isa, x: &[f32]) {
+        assert!(isa.has_avx2(), "{isa:?} has no AVX2");
         let xs = x
             .chunks_exact(BLOCK)
             .zip(self.quants.chunks_exact_mut(BLOCK));
         for (at, (xb, qb)) in xs.enumerate() {
             let block = x86::quantize_block(
-                avx2,
+                isa,
                 xb.try_into().expect("a block"),
                 qb.try_into().expect("a block"),
             );
@@ -161,7 +179,8 @@ impl QuantizedRows {
             quants: &self.quants[m * self.k..(m + 1) * self.k],
             scales: &self.scales[per_block.clone()],
             scaled_sums: &self.scaled_sums[per_block.clone()],
-            sums: &self.sums[per_block],
+            sums: &self.sums[per_block.clone()],
+            half_sums: &self.half_sums[per_block],
         }
     }
 }
@@ -184,6 +203,8 @@ mod tests {
         let sum1: i32 = r.quants[32..].iter().map(|&v| i32::from(v)).sum();
         assert_eq!(r.scaled_sums[1], f16::from_f32(d1 * sum1 as f32).to_f32());
         assert_eq!(r.sums[1], sum1);
+        let half1: i32 = r.quants[32..48].iter().map(|&v| i32::from(v)).sum();
+        assert_eq!(r.half_sums[1], half1);
         assert_eq!(
             (r.scales.len(), r.scaled_sums.len(), r.sums.len()),
             (2, 2, 2)
@@ -195,7 +216,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_quantization_equals_the_portable_loop() {
-        let Some(avx2) = Avx2Fma::detect() else {
+        let Some(avx2) = Isa::get(crate::kernels::Level::Avx2) else {
             return;
         };
         let k = 8 * BLOCK;
@@ -219,7 +240,7 @@ mod tests {
         x[7 * BLOCK + 1] = 1e30;
         x[8 * BLOCK + 2] = -1e-30;
         let rows = x.len() / k;
-        let want = QuantizedRows::new_with(&x, rows, k, Code::Portable);
+        let want = QuantizedRows::new_with(&x, rows, k, Isa::PORTABLE);
         let mut got = QuantizedRows::zeroed(rows, k);
         got.quantize_avx2(avx2, &x);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();

@@ -20,15 +20,17 @@
 use std::arch::x86_64::*;
 
 use super::HeadGroup;
-use crate::model::simd::{exp8, Avx2Fma};
+use crate::kernels::exp8::exp8;
+use crate::kernels::Isa;
 
 /// A task of the decode kernel ([`head_group`]), for head widths that are a multiple of 8.
 ///
 /// # Panics
-/// As [`head_group`].
+/// As [`head_group`], and when `isa` has no AVX2.
 #[inline]
-pub fn attend(_: Avx2Fma, hg: HeadGroup<'_>) {
-    // SAFETY: an `Avx2Fma` exists only where the CPU has AVX2 and FMA.
+pub fn attend(isa: Isa, hg: HeadGroup<'_>) {
+    assert!(isa.has_avx2(), "{isa:?} has no AVX2");
+    // SAFETY: an `Isa` with AVX2 exists only where the CPU has AVX2 and FMA (checked above).
     unsafe { head_group(hg) }
 }
 

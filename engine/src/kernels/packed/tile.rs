@@ -24,59 +24,37 @@
 //! exact in integers. Each block's float step is `acc += (d * dx) * dot` (one rounding for
 //! the scale product, one fused multiply-add), the same in every kernel, so every
 //! instruction set gives the same result bit for bit, for any number of activation rows.
+//!
+//! # K-quants
+//!
+//! ggml's Q4_K, Q5_K and Q6_K group 256 weights into a super-block with an f16 scale `d`
+//! (and for Q4_K and Q5_K an f16 minimum scale `dmin`), and give each part of it a small
+//! integer scale: each block of 32 a 6-bit scale `sc` and minimum `m` (the weight is
+//! `d * sc * q - dmin * m`, `q` of 4 or 5 bits), or for Q6_K each half block of 16 an
+//! 8-bit signed scale `s` (the weight is `d * s * (q - 32)`, `q` of 6 bits). Packed, a row's
+//! 32-weight blocks keep the tile layout above: Q4_K's quants as Q4_1's nibbles, Q5_K's and
+//! Q6_K's in the 8-bit layout stored as Q8_0's (`u = q + 128` and `u = q - 32 + 128`);
+//! per tile and block the eight rows' integer scales ([`SUB_BYTES`]: `sc` then `m`, or the
+//! halves' `s`); per tile and super-block the eight rows' `d` (in `scales`) and `dmin` (in
+//! `mins`). A block's float step, per half `h` of exact integer dot product `p_h`:
+//! `acc += ((d * sc) * dx) * (p_0 + p_1)` and `mins += (dmin * m) * (dx * sum(x))`, or for
+//! Q6_K `acc += ((d * s_h) * dx) * p_h` for each half (`d * sc` and `d * s` are exact in
+//! f32), the same in every kernel.
 
 use half::f16;
 
 use super::activations::{QuantizedRow, BLOCK};
+use crate::kernels::{Isa, Level};
 
 /// Weight rows per tile.
 pub const TILE: usize = 8;
 
-/// An instruction set the kernels are written for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Isa {
-    /// Portable Rust; the reference the others are tested against.
-    Scalar,
-    /// AVX2, FMA and F16C (`vpmaddubsw`, `vpmaddwd`).
-    Avx2,
-    /// AVX-512 VNNI on 256-bit vectors (`vpdpbusd`): one instruction per four quants of a
-    /// tile's eight rows.
-    Avx512Vnni,
-}
+/// Blocks of [`BLOCK`] per K-quant super-block (256 weights).
+pub const SUPER: usize = 8;
 
-impl Isa {
-    /// Every instruction set, fastest first.
-    pub const ALL: [Isa; 3] = [Isa::Avx512Vnni, Isa::Avx2, Isa::Scalar];
-
-    /// Whether this CPU can run the kernels of `self`.
-    pub fn is_available(self) -> bool {
-        match self {
-            Isa::Scalar => true,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-            }
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Vnni => {
-                Isa::Avx2.is_available()
-                    && is_x86_feature_detected!("avx512vnni")
-                    && is_x86_feature_detected!("avx512vl")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
-        }
-    }
-
-    /// The fastest instruction set this CPU has.
-    pub fn best() -> Isa {
-        Isa::ALL
-            .into_iter()
-            .find(|i| i.is_available())
-            .unwrap_or(Isa::Scalar)
-    }
-}
+/// Bytes of a tile block's integer scales for the K-quants: [`TILE`] rows' `sc`, then their
+/// `m` (Q4_K, Q5_K), or their first half's `s`, then their second's (Q6_K).
+pub const SUB_BYTES: usize = 2 * TILE;
 
 /// How a packed matrix stores its weights: unsigned quants `u` and per block a scale `d`,
 /// for Q4_1 also a minimum `m`; the weight is `d * (u - offset)`, or `d * u + m` for Q4_1.
@@ -88,14 +66,36 @@ pub enum Kind {
     Q4_0,
     /// Two weights per byte as Q4_0, `u = q`, with the block's minimum (ggml Q4_1).
     Q4_1,
+    /// Two weights per byte as Q4_1, `u = q`, with integer scales and minimums per block
+    /// under a super-block's two f16 scales (ggml Q4_K).
+    Q4K,
+    /// A byte per weight, `u = q + 128` (`q` of 5 bits), scaled as Q4_K (ggml Q5_K).
+    Q5K,
+    /// A byte per weight, `u = q - 32 + 128` (`q` of 6 bits), with a signed integer scale
+    /// per half block under a super-block's f16 scale (ggml Q6_K).
+    Q6K,
 }
 
 impl Kind {
     /// Bytes of one row's block of [`BLOCK`] weights.
     pub fn block_bytes(self) -> usize {
         match self {
-            Kind::Q8_0 => BLOCK,
-            Kind::Q4_0 | Kind::Q4_1 => BLOCK / 2,
+            Kind::Q8_0 | Kind::Q5K | Kind::Q6K => BLOCK,
+            Kind::Q4_0 | Kind::Q4_1 | Kind::Q4K => BLOCK / 2,
+        }
+    }
+
+    /// Whether this is a K-quant (super-blocks of [`SUPER`] blocks, integer scales).
+    pub fn is_k(self) -> bool {
+        matches!(self, Kind::Q4K | Kind::Q5K | Kind::Q6K)
+    }
+
+    /// Blocks that share one entry of `scales` (and `mins`): 1, or a super-block.
+    pub fn scale_blocks(self) -> usize {
+        if self.is_k() {
+            SUPER
+        } else {
+            1
         }
     }
 
@@ -107,22 +107,22 @@ impl Kind {
     /// The unsigned offset of a stored quant (0 for Q4_1, whose blocks have a minimum).
     pub fn offset(self) -> i32 {
         match self {
-            Kind::Q8_0 => 128,
+            Kind::Q8_0 | Kind::Q5K | Kind::Q6K => 128,
             Kind::Q4_0 => 8,
-            Kind::Q4_1 => 0,
+            Kind::Q4_1 | Kind::Q4K => 0,
         }
     }
 
-    /// Whether blocks carry a minimum.
+    /// Whether the weights carry minimums (`mins` is laid out as `scales`).
     pub fn has_mins(self) -> bool {
-        self == Kind::Q4_1
+        matches!(self, Kind::Q4_1 | Kind::Q4K | Kind::Q5K)
     }
 
     /// Where quant `j` of row `r` of a tile's block lives: the byte, and for 4-bit kinds
     /// whether it is the high nibble.
     pub fn position(self, r: usize, j: usize) -> (usize, bool) {
-        match self {
-            Kind::Q8_0 => (BLOCK * (j / 4) + 4 * r + j % 4, false),
+        match self.block_bytes() {
+            BLOCK => (BLOCK * (j / 4) + 4 * r + j % 4, false),
             _ => {
                 let low = j % (BLOCK / 2);
                 (BLOCK * (low / 4) + 4 * r + low % 4, j >= BLOCK / 2)
@@ -133,8 +133,8 @@ impl Kind {
     /// The stored (unsigned) quant `j` of row `r` of the tile block `tb`.
     pub fn stored(self, tb: &[u8], r: usize, j: usize) -> i32 {
         let (at, high) = self.position(r, j);
-        match (self, high) {
-            (Kind::Q8_0, _) => i32::from(tb[at]),
+        match (self.block_bytes() == BLOCK, high) {
+            (true, _) => i32::from(tb[at]),
             (_, false) => i32::from(tb[at] & 0x0F),
             (_, true) => i32::from(tb[at] >> 4),
         }
@@ -148,23 +148,23 @@ pub struct Tiles<'a> {
     pub blocks: usize,
     /// The tiles' quants, [`Kind::tile_block_bytes`] per block.
     pub quants: &'a [u8],
-    /// The tiles' scales, [`TILE`] per block.
+    /// The tiles' scales, [`TILE`] per block (K-quants: per super-block).
     pub scales: &'a [f16],
-    /// The tiles' minimums (Q4_1), laid out as the scales, or empty.
+    /// The tiles' minimums (Q4_1, Q4_K, Q5_K), laid out as the scales, or empty.
     pub mins: &'a [f16],
+    /// The K-quants' integer scales, [`SUB_BYTES`] per block; empty for the other kinds.
+    pub subs: &'a [u8],
 }
 
 /// `out[t * M + m][r]`: the product of row `r` of tile `t` of `tiles` with activation row
 /// `m` of `acts`, the sum over blocks of `d * dx * dot(u - offset, x)`, plus
-/// `m * dx * sum(x)` for Q4_1. The loop over the tiles runs inside the kernel of `isa`,
-/// and the lengths are checked once for all of them.
+/// `m * dx * sum(x)` for Q4_1 (for the K-quants, the sums of the module's K-quants
+/// section). The loop over the tiles runs inside the kernel of `isa`, and the lengths are
+/// checked once for all of them.
 ///
 /// # Panics
 /// When the lengths disagree, or `out` is not `M` entries per tile.
-///
-/// # Safety
-/// `isa` must be available on this CPU ([`Isa::is_available`]).
-pub unsafe fn tile_dots<const M: usize>(
+pub fn tile_dots<const M: usize>(
     isa: Isa,
     kind: Kind,
     tiles: Tiles<'_>,
@@ -179,32 +179,59 @@ pub unsafe fn tile_dots<const M: usize>(
         n_tiles * blocks * kind.tile_block_bytes(),
         "tile quants"
     );
-    assert_eq!(tiles.scales.len(), n_tiles * blocks * TILE, "tile scales");
+    assert!(
+        blocks.is_multiple_of(kind.scale_blocks()),
+        "whole super-blocks"
+    );
+    assert_eq!(
+        tiles.scales.len(),
+        n_tiles * blocks / kind.scale_blocks() * TILE,
+        "tile scales"
+    );
     let mins = if kind.has_mins() {
         tiles.scales.len()
     } else {
         0
     };
     assert_eq!(tiles.mins.len(), mins, "tile minimums");
+    let subs = if kind.is_k() {
+        n_tiles * blocks * SUB_BYTES
+    } else {
+        0
+    };
+    assert_eq!(tiles.subs.len(), subs, "tile integer scales");
     for a in acts {
         assert!(
             a.quants.len() == blocks * BLOCK
                 && a.scales.len() >= blocks
                 && a.scaled_sums.len() >= blocks
-                && a.sums.len() == blocks,
+                && a.sums.len() == blocks
+                && a.half_sums.len() == blocks,
             "activation row length"
         );
     }
-    match isa {
-        Isa::Scalar => scalar(kind, tiles, acts, out),
+    match isa.level() {
+        Level::Portable if kind.is_k() => scalar_k(kind, tiles, acts, out),
+        Level::Portable => scalar(kind, tiles, acts, out),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512Vnni => {
-            // SAFETY: the CPU has the features each function enables (the caller's contract);
-            // every tile and row holds `blocks` blocks (asserted above), all they read.
+        level @ (Level::Avx2 | Level::Avx512Vnni) => {
+            // SAFETY: the CPU has the features each function enables (an `Isa` of `level`
+            // exists only where it does); every tile and row holds `blocks` blocks
+            // (asserted above), all they read.
             unsafe {
-                match (isa, kind) {
-                    (Isa::Avx512Vnni, Kind::Q8_0) => x86::vnni::<M, false>(kind, tiles, acts, out),
-                    (Isa::Avx512Vnni, _) => x86::vnni::<M, true>(kind, tiles, acts, out),
+                match (level, kind) {
+                    (Level::Avx512Vnni, Kind::Q4K) => {
+                        x86::vnni_k::<M, true>(kind, tiles, acts, out)
+                    }
+                    (Level::Avx512Vnni, Kind::Q5K | Kind::Q6K) => {
+                        x86::vnni_k::<M, false>(kind, tiles, acts, out)
+                    }
+                    (_, Kind::Q4K) => x86::avx2_k4(tiles, acts, out),
+                    (_, Kind::Q5K | Kind::Q6K) => x86::avx2_k8(kind, tiles, acts, out),
+                    (Level::Avx512Vnni, Kind::Q8_0) => {
+                        x86::vnni::<M, false>(kind, tiles, acts, out)
+                    }
+                    (Level::Avx512Vnni, _) => x86::vnni::<M, true>(kind, tiles, acts, out),
                     (_, Kind::Q8_0) => x86::avx2_q8(tiles, acts, out),
                     (_, _) => x86::avx2_q4(kind, tiles, acts, out),
                 }
@@ -252,11 +279,56 @@ fn scalar<const M: usize>(
     }
 }
 
+/// The reference for the K-quants, one value at a time (the module's K-quants section).
+fn scalar_k<const M: usize>(
+    kind: Kind,
+    tiles: Tiles<'_>,
+    acts: &[QuantizedRow<'_>; M],
+    out: &mut [[f32; TILE]],
+) {
+    let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
+    let supers = blocks / SUPER;
+    for (t, outs) in out.chunks_exact_mut(M).enumerate() {
+        for (a, o) in acts.iter().zip(outs) {
+            let mut acc = [0f32; TILE];
+            let mut mins = [0f32; TILE];
+            for b in 0..blocks {
+                let at = t * blocks + b;
+                let st = (t * supers + b / SUPER) * TILE;
+                let quants = &tiles.quants[at * tb..(at + 1) * tb];
+                let subs = &tiles.subs[at * SUB_BYTES..(at + 1) * SUB_BYTES];
+                let xq = &a.quants[b * BLOCK..(b + 1) * BLOCK];
+                let dx = a.scales[b];
+                for r in 0..TILE {
+                    let half = |h: usize| {
+                        (h * BLOCK / 2..(h + 1) * BLOCK / 2)
+                            .map(|j| (kind.stored(quants, r, j) - kind.offset()) * i32::from(xq[j]))
+                            .sum::<i32>()
+                    };
+                    let d = tiles.scales[st + r].to_f32();
+                    if kind == Kind::Q6K {
+                        for (h, &s) in [subs[r], subs[TILE + r]].iter().enumerate() {
+                            let w = d * f32::from(s as i8);
+                            acc[r] = (w * dx).mul_add(half(h) as f32, acc[r]);
+                        }
+                    } else {
+                        let w = d * f32::from(subs[r]);
+                        acc[r] = (w * dx).mul_add((half(0) + half(1)) as f32, acc[r]);
+                        let mw = tiles.mins[st + r].to_f32() * f32::from(subs[TILE + r]);
+                        mins[r] = mw.mul_add(dx * a.sums[b] as f32, mins[r]);
+                    }
+                }
+            }
+            *o = std::array::from_fn(|r| acc[r] - mins[r]);
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Kind, QuantizedRow, Tiles, BLOCK, TILE};
+    use super::{Kind, QuantizedRow, Tiles, BLOCK, SUB_BYTES, SUPER, TILE};
 
     /// The 8 scales (or minimums) of block `at`, as f32.
     ///
@@ -523,6 +595,205 @@ mod x86 {
                 }
             }
             d.map(|[d0, d1]| _mm256_add_epi32(d0, d1))
+        })
+    }
+
+    /// A tile block's eight rows' integer scales as f32: `sc` and `m` (unsigned), or the
+    /// halves' `s` (signed).
+    ///
+    /// # Safety
+    /// `v` holds at least `SUB_BYTES * (at + 1)` bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn subs8(v: &[u8], at: usize, signed: bool) -> (__m256, __m256) {
+        // SAFETY: 16 bytes at `SUB_BYTES * at`, inside `v` (the caller's contract).
+        let (lo, hi) = unsafe {
+            let p = v.as_ptr().add(SUB_BYTES * at);
+            (
+                _mm_loadl_epi64(p.cast()),
+                _mm_loadl_epi64(p.add(TILE).cast()),
+            )
+        };
+        let (lo, hi) = if signed {
+            (_mm256_cvtepi8_epi32(lo), _mm256_cvtepi8_epi32(hi))
+        } else {
+            (_mm256_cvtepu8_epi32(lo), _mm256_cvtepu8_epi32(hi))
+        };
+        (_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi))
+    }
+
+    /// The loops of every K-quant SIMD kernel, as [`tile_loop`] is for the other kinds:
+    /// `$dots` gives, per activation row, the eight rows' exact integer dot products of the
+    /// two halves of tile block `$q` with block `$b` (offset terms included), and the float
+    /// step is the module's K-quants section's.
+    macro_rules! tile_loop_k {
+        ($kind:expr, $tiles:expr, $acts:expr, $out:expr, $m:ident,
+         |$q:ident, $b:ident| $dots:expr) => {{
+            let (kind, tiles, acts): (Kind, Tiles<'_>, &[QuantizedRow<'_>; $m]) =
+                ($kind, $tiles, $acts);
+            let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
+            let supers = blocks / SUPER;
+            let six = kind == Kind::Q6K;
+            for (t, outs) in $out.chunks_exact_mut($m).enumerate() {
+                let mut acc = [_mm256_setzero_ps(); $m];
+                let mut mins = [_mm256_setzero_ps(); $m];
+                for $b in 0..blocks {
+                    let at = t * blocks + $b;
+                    let st = t * supers + $b / SUPER;
+                    // Inside the quants (checked by the caller).
+                    let $q = tiles.quants[at * tb..(at + 1) * tb].as_ptr();
+                    let dots: [[__m256i; 2]; $m] = $dots;
+                    // SAFETY: 8 scales per super-block and `SUB_BYTES` integer scales per
+                    // block (checked by the caller).
+                    let (d, (s0, s1)) =
+                        unsafe { (halfs8(tiles.scales, st), subs8(tiles.subs, at, six)) };
+                    if six {
+                        let (w0, w1) = (_mm256_mul_ps(d, s0), _mm256_mul_ps(d, s1));
+                        for ((a, acc), dot) in acts.iter().zip(&mut acc).zip(dots) {
+                            let dx = _mm256_set1_ps(a.scales[$b]);
+                            *acc = _mm256_fmadd_ps(
+                                _mm256_mul_ps(w0, dx),
+                                _mm256_cvtepi32_ps(dot[0]),
+                                *acc,
+                            );
+                            *acc = _mm256_fmadd_ps(
+                                _mm256_mul_ps(w1, dx),
+                                _mm256_cvtepi32_ps(dot[1]),
+                                *acc,
+                            );
+                        }
+                    } else {
+                        // SAFETY: as the scales.
+                        let dmin = unsafe { halfs8(tiles.mins, st) };
+                        let (w, mw) = (_mm256_mul_ps(d, s0), _mm256_mul_ps(dmin, s1));
+                        for (((a, acc), mins), dot) in
+                            acts.iter().zip(&mut acc).zip(&mut mins).zip(dots)
+                        {
+                            let dx = _mm256_set1_ps(a.scales[$b]);
+                            let p = _mm256_cvtepi32_ps(_mm256_add_epi32(dot[0], dot[1]));
+                            *acc = _mm256_fmadd_ps(_mm256_mul_ps(w, dx), p, *acc);
+                            let xs = _mm256_set1_ps(a.scales[$b] * a.sums[$b] as f32);
+                            *mins = _mm256_fmadd_ps(mw, xs, *mins);
+                        }
+                    }
+                }
+                for ((o, acc), mins) in outs.iter_mut().zip(acc).zip(mins) {
+                    // SAFETY: `o` is 8 writable f32.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_sub_ps(acc, mins)) };
+                }
+            }
+        }};
+    }
+
+    /// AVX2, Q4_K: [`avx2_q4`]'s integer products (no offset), whole blocks in the first
+    /// half's lanes (one scale per block).
+    ///
+    /// # Safety
+    /// As [`avx2_q8`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn avx2_k4<const M: usize>(
+        tiles: Tiles<'_>,
+        acts: &[QuantizedRow<'_>; M],
+        out: &mut [[f32; TILE]],
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        tile_loop_k!(Kind::Q4K, tiles, acts, out, M, |q, b| {
+            let mut pairs = [_mm256_setzero_si256(); M];
+            for c in 0..4 {
+                // SAFETY: `q` is a whole 4-bit tile block.
+                let (low, high) = unsafe { nibbles(q, c) };
+                for (a, pairs) in acts.iter().zip(&mut pairs) {
+                    // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                    let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
+                    let both = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(low, x0),
+                        _mm256_maddubs_epi16(high, x1),
+                    );
+                    *pairs = _mm256_add_epi16(*pairs, both);
+                }
+            }
+            std::array::from_fn(|m| [_mm256_madd_epi16(pairs[m], ones), _mm256_setzero_si256()])
+        })
+    }
+
+    /// AVX2, Q5_K and Q6_K: [`avx2_q8`]'s signed products (the sign trick, no offset term),
+    /// vectors 0-3 into the first half and 4-7 into the second.
+    ///
+    /// # Safety
+    /// As [`avx2_q8`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn avx2_k8<const M: usize>(
+        kind: Kind,
+        tiles: Tiles<'_>,
+        acts: &[QuantizedRow<'_>; M],
+        out: &mut [[f32; TILE]],
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        let flip = _mm256_set1_epi8(i8::MIN);
+        tile_loop_k!(kind, tiles, acts, out, M, |q, b| {
+            let mut sums = [[_mm256_setzero_si256(); 2]; M];
+            for t in 0..8 {
+                // SAFETY: `q` is a whole 8-bit tile block.
+                let w = _mm256_xor_si256(unsafe { bytes(q, t) }, flip);
+                let abs = _mm256_sign_epi8(w, w);
+                for (a, sum) in acts.iter().zip(&mut sums) {
+                    // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                    let x = unsafe { fours(a, b, t) };
+                    let prod = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(x, w));
+                    sum[t / 4] = _mm256_add_epi32(sum[t / 4], _mm256_madd_epi16(prod, ones));
+                }
+            }
+            sums
+        })
+    }
+
+    /// AVX-512 VNNI, the K-quants: [`vnni`]'s two chains per row are the two halves; for
+    /// the 8-bit kinds each starts from its half's offset term (`-128` times the half's
+    /// activation sum).
+    ///
+    /// # Safety
+    /// As [`vnni`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    pub(super) unsafe fn vnni_k<const M: usize, const Q4: bool>(
+        kind: Kind,
+        tiles: Tiles<'_>,
+        acts: &[QuantizedRow<'_>; M],
+        out: &mut [[f32; TILE]],
+    ) {
+        let offset = kind.offset();
+        tile_loop_k!(kind, tiles, acts, out, M, |q, b| {
+            let mut d: [[__m256i; 2]; M] = std::array::from_fn(|m| {
+                let (sum, first) = (acts[m].sums[b], acts[m].half_sums[b]);
+                [
+                    _mm256_set1_epi32(-offset * first),
+                    _mm256_set1_epi32(-offset * (sum - first)),
+                ]
+            });
+            let mut u = [_mm256_setzero_si256(); 8];
+            for c in 0..4 {
+                (u[c], u[c + 4]) = if Q4 {
+                    // SAFETY: `q` is a whole 4-bit tile block.
+                    unsafe { nibbles(q, c) }
+                } else {
+                    // SAFETY: `q` is a whole 8-bit tile block.
+                    unsafe { (bytes(q, c), bytes(q, c + 4)) }
+                };
+            }
+            for (a, d) in acts.iter().zip(&mut d) {
+                if M == 1 {
+                    for c in 0..4 {
+                        // SAFETY: `a` holds `blocks` blocks (the caller's contract).
+                        let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
+                        d[0] = _mm256_dpbusd_epi32(d[0], u[c], x0);
+                        d[1] = _mm256_dpbusd_epi32(d[1], u[c + 4], x1);
+                    }
+                } else {
+                    // SAFETY: `a` holds `blocks` blocks (the caller's contract), so block
+                    // `b`'s 32 quants.
+                    *d = unsafe { block_dots(*d, &u, a.quants.as_ptr().add(b * BLOCK)) };
+                }
+            }
+            d
         })
     }
 }

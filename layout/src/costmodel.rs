@@ -1,0 +1,666 @@
+//! The writer's online cost model: how long a step should take, learnt from the writer's
+//! own finished steps, and the predictions of format v1.2 built from it.
+//!
+//! # The model
+//! A step is one forward pass. Its duration is modelled per [`StepKind`] as
+//!
+//! ```text
+//! t = a + b·n + c·A
+//! ```
+//!
+//! where `n` is the number of new tokens the forward computes (a prefill chunk's size, or a
+//! decode batch's rows) and `A` the number of (query, cached key) pairs its attention reads:
+//! `n·ctx + n(n+1)/2` for a prefill chunk of `n` tokens after `ctx` cached ones, and
+//! `Σ(ctx_i + 1)` over the rows of a decode batch ([`StepShape`]). `a` is the fixed cost of a
+//! forward (kernel launches, the output head, sampling), `b` the per-token cost of the
+//! weights, `c` the per-pair cost of attention, which is what makes later chunks and later
+//! tokens slower.
+//!
+//! # The update rule
+//! Least squares with exponential forgetting (`λ` = [`ModelConfig::forgetting`]), kept
+//! recursively in information form, on features scaled per kind to comparable magnitudes.
+//! For each finished step with features `x` and duration `y` (ms):
+//!
+//! ```text
+//! A ← λ·A + x·xᵀ      b ← λ·b + x·y      θ = (A + R)⁻¹·b
+//! ```
+//!
+//! starting from `A = 0`, `b = 0` (no training run: the first step is fitted almost
+//! exactly, the next ones refine it). The ridge `R` ([`ModelConfig::ridge`]) is constant: it
+//! does not fade with the data, so a coefficient that the recent steps do not tell apart
+//! (the fixed cost and the per-token cost when every decode step has `n` = 1; the attention
+//! cost when the context moves by one token per step, in step with any drift in time)
+//! stays small instead of being fitted to noise or drift and extrapolated.
+//!
+//! # How sure it is
+//! Before each update the model's prediction for the finished step is compared with the
+//! step's real duration: the relative residual `e = (y − ŷ)/ŷ`. An exponentially weighted
+//! mean of `e²` (same `λ`) gives the **error bound** `2·√mean(e²)` (about 95% for normal
+//! residuals). The bound is stated only after [`ModelConfig::min_checked`] such checks;
+//! before that the model has predictions but says it is not confident.
+//!
+//! # What it leaves out
+//! Steps that were interrupted (an error, a cancellation) never reach [`CostModel::observe`]:
+//! the caller drops them. A step that took longer than [`ModelConfig::outlier_factor`] times a
+//! confident prediction is taken for a stall and left out too, unless that happens
+//! [`ModelConfig::outliers_to_accept`] times in a row: then the world changed (another
+//! device, a hog that stays) and the model learns it.
+
+use crate::slot::Prediction;
+
+/// What kind of forward a step is: each kind has its own coefficients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepKind {
+    /// A prefill chunk of one row.
+    Prefill,
+    /// A decode step of a batch of rows, one new token per row.
+    Decode,
+}
+
+impl StepKind {
+    fn index(self) -> usize {
+        match self {
+            Self::Prefill => 0,
+            Self::Decode => 1,
+        }
+    }
+}
+
+/// What a step's duration depends on. See the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepShape {
+    /// Prefill chunk or decode batch.
+    pub kind: StepKind,
+    /// New tokens the forward computes (chunk size, or decode rows).
+    pub tokens: u64,
+    /// Tokens cached before the step: the row's for a prefill chunk, the sum over the rows
+    /// for a decode batch.
+    pub context: u64,
+}
+
+impl StepShape {
+    /// A prefill chunk of `tokens` new tokens after `context` cached ones.
+    pub fn prefill(tokens: u64, context: u64) -> Self {
+        Self {
+            kind: StepKind::Prefill,
+            tokens,
+            context,
+        }
+    }
+
+    /// A decode step of `rows` rows whose caches hold `context_sum` tokens in all.
+    pub fn decode(rows: u64, context_sum: u64) -> Self {
+        Self {
+            kind: StepKind::Decode,
+            tokens: rows,
+            context: context_sum,
+        }
+    }
+
+    /// (query, key) pairs the step's attention reads.
+    pub fn attended(&self) -> f64 {
+        let n = self.tokens as f64;
+        let ctx = self.context as f64;
+        match self.kind {
+            StepKind::Prefill => n * ctx + n * (n + 1.0) / 2.0,
+            StepKind::Decode => ctx + n,
+        }
+    }
+
+    fn features(&self) -> Features {
+        Features {
+            steps: 1.0,
+            tokens: self.tokens as f64,
+            attended: self.attended(),
+        }
+    }
+
+    /// The features of every step from this one (included) to the end of a phase with
+    /// `remaining` tokens left for the slot, `tokens` per step, context growing as the
+    /// tokens go in: in closed form, since the model is linear in its features.
+    fn remaining_features(&self, remaining: u64) -> Features {
+        let r = remaining as f64;
+        let ctx = self.context as f64;
+        match self.kind {
+            StepKind::Prefill => {
+                let n = self.tokens.max(1);
+                Features {
+                    steps: remaining.div_ceil(n) as f64,
+                    tokens: r,
+                    // Token j (0-based) of the rest attends ctx + j + 1 positions, however
+                    // the rest is cut into chunks.
+                    attended: r * ctx + r * (r + 1.0) / 2.0,
+                }
+            }
+            StepKind::Decode => {
+                // One token per row per step for `remaining` steps; every row's cache grows
+                // by one per step (the batch is assumed to keep its rows).
+                let rows = self.tokens.max(1) as f64;
+                Features {
+                    steps: r,
+                    tokens: r * rows,
+                    attended: r * (ctx + rows) + rows * r * (r - 1.0) / 2.0,
+                }
+            }
+        }
+    }
+}
+
+/// Unscaled feature sums of one or more steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Features {
+    steps: f64,
+    tokens: f64,
+    attended: f64,
+}
+
+/// Feature scales per kind (tokens, attended pairs): a step's features divided by these
+/// are of order 1 for typical steps (a prefill chunk of 64-2048 tokens at a position of
+/// thousands; a decode batch of 1-16 rows of thousands of cached tokens), so that the
+/// least squares stay well conditioned.
+const PREFILL_SCALE: (f64, f64) = (64.0, 65_536.0);
+const DECODE_SCALE: (f64, f64) = (1.0, 4_096.0);
+const NS_PER_MS: f64 = 1e6;
+
+impl Features {
+    fn scaled(&self, kind: StepKind) -> [f64; 3] {
+        let (tokens, attended) = match kind {
+            StepKind::Prefill => PREFILL_SCALE,
+            StepKind::Decode => DECODE_SCALE,
+        };
+        [self.steps, self.tokens / tokens, self.attended / attended]
+    }
+}
+
+/// The knobs of the model, with their defaults and reasons.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModelConfig {
+    /// Forgetting factor λ of the least squares and of the error mean. Default **0.95**: the
+    /// last ~20 steps of a kind weigh most, so a CPU hog or a thermal slowdown is learnt
+    /// within a second of decode, while one prefill's 14 chunks still fit one fit.
+    pub forgetting: f64,
+    /// The constant ridge added to the normal equations, per scaled feature (fixed cost,
+    /// tokens, attended pairs). Default **1e-3, 1e-3, 1e-2**: small enough that the first
+    /// step is fitted almost exactly, and large enough that the attention coefficient is
+    /// learnt only from steps whose contexts differ (a decode's context grows by one per
+    /// step, in step with any drift in time such as a CPU hog starting: without the ridge,
+    /// that drift would be taken for attention cost and extrapolated).
+    pub ridge: [f64; 3],
+    /// Checked predictions before the model states an error bound. Default **3**.
+    pub min_checked: u32,
+    /// A finished step longer than this many times a confident prediction is taken for a
+    /// stall and left out. Default **8** (the stall verdict's factor is larger).
+    pub outlier_factor: f64,
+    /// Outliers in a row after which they are learnt anyway. Default **3**.
+    pub outliers_to_accept: u32,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            forgetting: 0.95,
+            ridge: [1e-3, 1e-3, 1e-2],
+            min_checked: 3,
+            outlier_factor: 8.0,
+            outliers_to_accept: 3,
+        }
+    }
+}
+
+/// A predicted duration and how sure the model is of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// Predicted duration, ns (at least 1).
+    pub ns: u64,
+    /// Relative error bound (0.2 = ±20%), once the model has checked enough predictions.
+    pub rel_error: Option<f64>,
+}
+
+impl Estimate {
+    /// The error bound in parts per million, as format v1.2 publishes it (0 = none; a
+    /// stated bound is at least 1 ppm).
+    pub fn error_ppm(&self) -> u64 {
+        match self.rel_error {
+            Some(e) if e.is_finite() => (e * 1e6).clamp(1.0, u64::MAX as f64) as u64,
+            Some(_) => u64::MAX,
+            None => 0,
+        }
+    }
+}
+
+/// What [`CostModel::observe`] did with a finished step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observed {
+    /// The step was learnt.
+    Learnt,
+    /// The step was left out: far longer than a confident prediction (a stall).
+    LeftOutAsStall,
+    /// The step was left out: no tokens, or no duration.
+    LeftOutEmpty,
+}
+
+/// Least squares with forgetting for one step kind, kept recursively in information form:
+/// the forgotten normal equations `A = Σ λ^age·x·xᵀ`, `b = Σ λ^age·x·y`, solved with a
+/// constant ridge `R` each time a prediction is needed.
+#[derive(Debug, Clone, PartialEq)]
+struct Fit {
+    a: [[f64; 3]; 3],
+    b: [f64; 3],
+    theta: [f64; 3],
+    samples: u64,
+    checked: u32,
+    mean_sq_error: f64,
+    outliers_in_row: u32,
+}
+
+impl Fit {
+    fn new() -> Self {
+        Self {
+            a: [[0.0; 3]; 3],
+            b: [0.0; 3],
+            theta: [0.0; 3],
+            samples: 0,
+            checked: 0,
+            mean_sq_error: 0.0,
+            outliers_in_row: 0,
+        }
+    }
+
+    /// Predicted ms for scaled features `x`; None before the first sample or when the fit
+    /// says nothing sensible (not positive, not finite).
+    fn predict_ms(&self, x: &[f64; 3]) -> Option<f64> {
+        if self.samples == 0 {
+            return None;
+        }
+        let y = dot(&self.theta, x);
+        (y.is_finite() && y > 0.0).then_some(y)
+    }
+
+    fn rel_error(&self, cfg: &ModelConfig) -> Option<f64> {
+        (self.checked >= cfg.min_checked).then(|| 2.0 * self.mean_sq_error.sqrt())
+    }
+
+    fn update(&mut self, x: &[f64; 3], y: f64, cfg: &ModelConfig) {
+        let lambda = cfg.forgetting;
+        for i in 0..3 {
+            for j in 0..3 {
+                self.a[i][j] = lambda * self.a[i][j] + x[i] * x[j];
+            }
+            self.b[i] = lambda * self.b[i] + x[i] * y;
+        }
+        let mut m = self.a;
+        for (i, row) in m.iter_mut().enumerate() {
+            row[i] += cfg.ridge[i];
+        }
+        match solve3(m, self.b) {
+            Some(theta) if theta.iter().all(|t| t.is_finite()) => self.theta = theta,
+            // Cannot happen with a positive ridge and finite inputs; never keep a poisoned
+            // fit.
+            _ => *self = Self::new(),
+        }
+        self.samples += 1;
+    }
+}
+
+fn dot(a: &[f64; 3], b: &[f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+/// Solves `m·θ = b` by Gaussian elimination with partial pivoting; None when `m` is
+/// singular.
+fn solve3(mut m: [[f64; 3]; 3], mut b: [f64; 3]) -> Option<[f64; 3]> {
+    for col in 0..3 {
+        let pivot = (col..3).max_by(|&i, &j| m[i][col].abs().total_cmp(&m[j][col].abs()))?;
+        if !(m[pivot][col].abs() > 0.0) {
+            return None;
+        }
+        m.swap(col, pivot);
+        b.swap(col, pivot);
+        for row in col + 1..3 {
+            let f = m[row][col] / m[col][col];
+            for k in col..3 {
+                m[row][k] -= f * m[col][k];
+            }
+            b[row] -= f * b[col];
+        }
+    }
+    let mut x = [0.0; 3];
+    for row in (0..3).rev() {
+        let rest: f64 = (row + 1..3).map(|k| m[row][k] * x[k]).sum();
+        x[row] = (b[row] - rest) / m[row][row];
+    }
+    Some(x)
+}
+
+/// One writer's cost model: a fit per [`StepKind`]. See the [module docs](self).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostModel {
+    fits: [Fit; 2],
+    config: ModelConfig,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self::new(ModelConfig::default())
+    }
+}
+
+impl CostModel {
+    /// An empty model (it predicts nothing until its first step of a kind).
+    pub fn new(config: ModelConfig) -> Self {
+        Self {
+            fits: [Fit::new(), Fit::new()],
+            config,
+        }
+    }
+
+    /// The knobs it runs with.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Steps of `kind` learnt so far.
+    pub fn samples(&self, kind: StepKind) -> u64 {
+        self.fits[kind.index()].samples
+    }
+
+    /// The relative error bound of `kind`'s predictions, once stated.
+    pub fn rel_error(&self, kind: StepKind) -> Option<f64> {
+        self.fits[kind.index()].rel_error(&self.config)
+    }
+
+    fn estimate(&self, kind: StepKind, f: &Features) -> Option<Estimate> {
+        let fit = &self.fits[kind.index()];
+        let ms = fit.predict_ms(&f.scaled(kind))?;
+        let ns = (ms * NS_PER_MS).clamp(1.0, u64::MAX as f64) as u64;
+        Some(Estimate {
+            ns,
+            rel_error: fit.rel_error(&self.config),
+        })
+    }
+
+    /// How long a step of `shape` should take; None before the first step of its kind.
+    pub fn predict(&self, shape: &StepShape) -> Option<Estimate> {
+        self.estimate(shape.kind, &shape.features())
+    }
+
+    /// How long the rest of a phase should take, from the start of the step of `shape`
+    /// (included) until `remaining` more tokens of the slot are done (`remaining` counts
+    /// the step's own tokens for that slot), with the context growing as they go in.
+    pub fn predict_remaining(&self, shape: &StepShape, remaining: u64) -> Option<Estimate> {
+        if remaining == 0 {
+            return None;
+        }
+        self.estimate(shape.kind, &shape.remaining_features(remaining))
+    }
+
+    /// Learns from a finished, uninterrupted step of `shape` that took `duration_ns`.
+    pub fn observe(&mut self, shape: &StepShape, duration_ns: u64) -> Observed {
+        if shape.tokens == 0 || duration_ns == 0 {
+            return Observed::LeftOutEmpty;
+        }
+        let cfg = self.config;
+        let x = shape.features().scaled(shape.kind);
+        let y = duration_ns as f64 / NS_PER_MS;
+        let fit = &mut self.fits[shape.kind.index()];
+        if let Some(predicted) = fit.predict_ms(&x) {
+            let confident = fit.rel_error(&cfg).is_some();
+            if confident && y > cfg.outlier_factor * predicted {
+                fit.outliers_in_row += 1;
+                if fit.outliers_in_row < cfg.outliers_to_accept {
+                    return Observed::LeftOutAsStall;
+                }
+            }
+            let e = (y - predicted) / predicted;
+            fit.mean_sq_error = if fit.checked == 0 {
+                e * e
+            } else {
+                cfg.forgetting * fit.mean_sq_error + (1.0 - cfg.forgetting) * e * e
+            };
+            fit.checked = fit.checked.saturating_add(1);
+        }
+        fit.outliers_in_row = 0;
+        fit.update(&x, y, &cfg);
+        Observed::Learnt
+    }
+
+    /// The format v1.2 prediction words for a step of `shape` that started at
+    /// `step_start_ns` in the phase that started at `phase_start_ns`, with `remaining`
+    /// tokens of the phase left for the slot (the step's own included; `None` when the
+    /// phase's total is unknown). Fields the model cannot predict yet are 0 (unknown).
+    pub fn prediction(
+        &self,
+        shape: &StepShape,
+        step_start_ns: u64,
+        phase_start_ns: u64,
+        remaining: Option<u64>,
+    ) -> Prediction {
+        let step = self.predict(shape);
+        let rest = remaining.and_then(|r| self.predict_remaining(shape, r));
+        Prediction {
+            step_expected_ns: step.map_or(0, |e| e.ns),
+            step_start_ns,
+            task_expected_end_ns: rest.map_or(0, |e| step_start_ns.saturating_add(e.ns)),
+            phase_start_ns,
+            error_ppm: step.map_or(0, |e| e.error_ppm()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A "true" engine: 2 ms per forward, 0.1 ms per token, 40 ns per attended pair.
+    fn truth(shape: &StepShape) -> u64 {
+        (2.0 * MS as f64 + 0.1 * MS as f64 * shape.tokens as f64 + 40.0 * shape.attended()) as u64
+    }
+
+    fn rel(a: u64, b: u64) -> f64 {
+        (a as f64 - b as f64).abs() / b as f64
+    }
+
+    #[test]
+    fn nothing_is_predicted_before_the_first_step() {
+        let m = CostModel::default();
+        assert_eq!(m.predict(&StepShape::decode(1, 10)), None);
+        let p = m.prediction(&StepShape::decode(1, 10), 5, 3, Some(100));
+        assert_eq!(
+            (p.step_expected_ns, p.task_expected_end_ns, p.error_ppm),
+            (0, 0, 0)
+        );
+        assert_eq!((p.step_start_ns, p.phase_start_ns), (5, 3));
+    }
+
+    #[test]
+    fn the_first_step_is_fitted_and_confidence_comes_after_checks() {
+        let mut m = CostModel::default();
+        let s = StepShape::prefill(512, 0);
+        assert_eq!(m.observe(&s, truth(&s)), Observed::Learnt);
+        let e = m.predict(&s).unwrap();
+        assert!(rel(e.ns, truth(&s)) < 0.01, "{e:?}");
+        assert_eq!(e.rel_error, None, "one sample: no bound yet");
+        for i in 1..=3 {
+            let s = StepShape::prefill(512, 512 * i);
+            m.observe(&s, truth(&s));
+        }
+        assert!(m.rel_error(StepKind::Prefill).is_some());
+        assert_eq!(m.rel_error(StepKind::Decode), None, "kinds are apart");
+    }
+
+    #[test]
+    fn prefill_chunks_that_grow_with_context_are_predicted_after_a_few() {
+        let mut m = CostModel::default();
+        // 14 chunks of 512: the first three teach the model, the rest are checked.
+        for i in 0..3 {
+            let s = StepShape::prefill(512, 512 * i);
+            m.observe(&s, truth(&s));
+        }
+        for i in 3..14 {
+            let s = StepShape::prefill(512, 512 * i);
+            let e = m.predict(&s).unwrap();
+            assert!(
+                rel(e.ns, truth(&s)) < 0.05,
+                "chunk {i}: {} vs {}",
+                e.ns,
+                truth(&s)
+            );
+            m.observe(&s, truth(&s));
+        }
+        // The rate of the first chunks would be far off for the last one.
+        let last = StepShape::prefill(512, 512 * 13);
+        let first = StepShape::prefill(512, 0);
+        assert!(truth(&last) > 2 * truth(&first));
+    }
+
+    #[test]
+    fn the_remaining_phase_sums_context_growth() {
+        let mut m = CostModel::default();
+        for i in 0..6 {
+            let s = StepShape::prefill(512, 512 * i);
+            m.observe(&s, truth(&s));
+        }
+        // 7,000 tokens from 3,072: chunks of 512 (the last one 344 tokens).
+        let from = StepShape::prefill(512, 3072);
+        let mut real = 0;
+        let mut ctx = 3072;
+        let mut left = 7000 - 3072;
+        while left > 0 {
+            let n = left.min(512);
+            real += truth(&StepShape::prefill(n, ctx));
+            ctx += n;
+            left -= n;
+        }
+        let e = m.predict_remaining(&from, 7000 - 3072).unwrap();
+        assert!(rel(e.ns, real) < 0.05, "{} vs {real}", e.ns);
+
+        let mut m = CostModel::default();
+        for c in 100..120 {
+            let s = StepShape::decode(1, c);
+            m.observe(&s, truth(&s));
+        }
+        let from = StepShape::decode(1, 7000);
+        let real: u64 = (0..1024)
+            .map(|k| truth(&StepShape::decode(1, 7000 + k)))
+            .sum();
+        // Decode contexts seen so far are far shorter; the prediction still has to be
+        // within the stated bound of the truth after it saw long ones.
+        for c in [6000u64, 6500, 7000] {
+            let s = StepShape::decode(1, c);
+            m.observe(&s, truth(&s));
+        }
+        let e = m.predict_remaining(&from, 1024).unwrap();
+        assert!(rel(e.ns, real) < 0.10, "{} vs {real}", e.ns);
+        assert_eq!(m.predict_remaining(&from, 0), None);
+    }
+
+    #[test]
+    fn a_stall_is_left_out_but_a_lasting_change_is_learnt() {
+        let mut m = CostModel::default();
+        for c in 0..30 {
+            let s = StepShape::decode(1, 100 + c);
+            m.observe(&s, truth(&s));
+        }
+        let s = StepShape::decode(1, 130);
+        let before = m.predict(&s).unwrap().ns;
+        assert_eq!(m.observe(&s, 50 * truth(&s)), Observed::LeftOutAsStall);
+        assert_eq!(
+            m.predict(&s).unwrap().ns,
+            before,
+            "the stall changed nothing"
+        );
+        // A hog that triples every step: learnt, and within a few dozen steps the
+        // predictions follow it.
+        for c in 0..60 {
+            let s = StepShape::decode(1, 131 + c);
+            assert_eq!(m.observe(&s, 3 * truth(&s)), Observed::Learnt);
+        }
+        let s = StepShape::decode(1, 200);
+        let got = m.predict(&s).unwrap().ns;
+        assert!(rel(got, 3 * truth(&s)) < 0.05, "{got} vs {}", 3 * truth(&s));
+        // A change far beyond the outlier factor that lasts is learnt after a few.
+        let mut results = Vec::new();
+        for c in 0..4 {
+            let s = StepShape::decode(1, 300 + c);
+            results.push(m.observe(&s, 100 * truth(&s)));
+        }
+        assert_eq!(
+            results,
+            [
+                Observed::LeftOutAsStall,
+                Observed::LeftOutAsStall,
+                Observed::Learnt,
+                Observed::Learnt
+            ]
+        );
+        assert_eq!(
+            m.observe(&StepShape::decode(0, 5), 10),
+            Observed::LeftOutEmpty
+        );
+        assert_eq!(
+            m.observe(&StepShape::decode(1, 5), 0),
+            Observed::LeftOutEmpty
+        );
+    }
+
+    #[test]
+    fn noisy_steps_give_a_bound_that_covers_them() {
+        let mut m = CostModel::default();
+        // +-10% deterministic noise around the truth.
+        let noise = [1.0, 1.1, 0.9, 1.05, 0.95, 1.08, 0.92];
+        for k in 0..200u64 {
+            let s = StepShape::decode(1, 500 + k);
+            let y = (truth(&s) as f64 * noise[(k % 7) as usize]) as u64;
+            m.observe(&s, y);
+        }
+        let bound = m.rel_error(StepKind::Decode).unwrap();
+        assert!((0.05..0.4).contains(&bound), "bound {bound}");
+        let e = m.predict(&StepShape::decode(1, 700)).unwrap();
+        assert_eq!(e.error_ppm(), (bound * 1e6) as u64);
+    }
+
+    #[test]
+    fn decode_only_history_does_not_wind_up() {
+        // Thousands of identical-shape steps under forgetting: P must stay bounded and the
+        // prediction right.
+        let mut m = CostModel::default();
+        for _ in 0..10_000 {
+            let s = StepShape::decode(1, 64);
+            m.observe(&s, truth(&s));
+        }
+        let s = StepShape::decode(1, 64);
+        assert!(rel(m.predict(&s).unwrap().ns, truth(&s)) < 1e-3);
+        let fit = &m.fits[StepKind::Decode.index()];
+        assert!(
+            fit.theta.iter().all(|t| t.is_finite() && t.abs() < 1e3),
+            "{:?}",
+            fit.theta
+        );
+    }
+
+    #[test]
+    fn the_prediction_words_name_their_step_and_phase() {
+        let mut m = CostModel::default();
+        for i in 0..4 {
+            let s = StepShape::prefill(256, 256 * i);
+            m.observe(&s, truth(&s));
+        }
+        let s = StepShape::prefill(256, 1024);
+        let p = m.prediction(&s, 10_000, 9_000, Some(1024));
+        let step = m.predict(&s).unwrap();
+        let rest = m.predict_remaining(&s, 1024).unwrap();
+        assert_eq!(p.step_expected_ns, step.ns);
+        assert_eq!(p.task_expected_end_ns, 10_000 + rest.ns);
+        assert_eq!((p.step_start_ns, p.phase_start_ns), (10_000, 9_000));
+        assert_eq!(p.error_ppm, step.error_ppm());
+        assert_ne!(p.error_ppm, 0);
+        assert!(
+            rest.ns > 3 * step.ns,
+            "four chunks, each longer than this one"
+        );
+        let unknown = m.prediction(&s, 10_000, 9_000, None);
+        assert_eq!(unknown.task_expected_end_ns, 0);
+    }
+}
