@@ -176,7 +176,7 @@ fn scrape_with_every_engine_state_passes_promtool() {
             assert!(
                 [
                     "engine", "slot", "phase", "class", "liveness", "model", "quant", "device",
-                    "pid", "kind", "reason"
+                    "pid", "kind", "reason", "source"
                 ]
                 .contains(&name),
                 "unexpected label {name} in {line}"

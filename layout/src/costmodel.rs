@@ -311,15 +311,17 @@ fn dot(a: &[f64; 3], b: &[f64; 3]) -> f64 {
 fn solve3(mut m: [[f64; 3]; 3], mut b: [f64; 3]) -> Option<[f64; 3]> {
     for col in 0..3 {
         let pivot = (col..3).max_by(|&i, &j| m[i][col].abs().total_cmp(&m[j][col].abs()))?;
-        if !(m[pivot][col].abs() > 0.0) {
+        // A zero (or NaN) pivot: singular.
+        if m[pivot][col].abs().partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             return None;
         }
         m.swap(col, pivot);
         b.swap(col, pivot);
+        let pivot_row = m[col];
         for row in col + 1..3 {
-            let f = m[row][col] / m[col][col];
-            for k in col..3 {
-                m[row][k] -= f * m[col][k];
+            let f = m[row][col] / pivot_row[col];
+            for (v, p) in m[row].iter_mut().zip(pivot_row).skip(col) {
+                *v -= f * p;
             }
             b[row] -= f * b[col];
         }

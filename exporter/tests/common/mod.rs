@@ -47,7 +47,8 @@ pub fn save(now: u64, done: u64, total: u64) -> SlotState {
 pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
     let now = clock::monotonic_ns();
     let mut description = hydra_fault::segments::description();
-    description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS;
+    description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS
+        | hydra_layout::header::capabilities::STEP_PREDICTION;
     let mut live = SegmentWriter::create(&hydra_layout::SegmentConfig {
         dir: s.dir.clone(),
         engine_id: "live".into(),
@@ -69,7 +70,16 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
         step_size: 1,
         ..decode(now, 123, 456, 10 * S, 0)
     };
-    live.publish(0, &in_step).unwrap();
+    // The writer's cost model (format v1.2) predicts the step and the phase's end.
+    let prediction = hydra_layout::Prediction {
+        step_expected_ns: S / 20,
+        step_start_ns,
+        task_expected_end_ns: now + 100 * S,
+        phase_start_ns: in_step.phase_start_ns,
+        error_ppm: 100_000,
+    };
+    live.publish_with_prediction(0, &in_step, &prediction)
+        .unwrap();
     live.publish_substep(
         0,
         &hydra_layout::Substep {

@@ -215,9 +215,9 @@ pub fn tile_dots<const M: usize>(
         Level::Portable => scalar(kind, tiles, acts, out),
         #[cfg(target_arch = "x86_64")]
         level @ (Level::Avx2 | Level::Avx512Vnni) => {
+            // Every tile and row holds `blocks` blocks (asserted above), all they read.
             // SAFETY: the CPU has the features each function enables (an `Isa` of `level`
-            // exists only where it does); every tile and row holds `blocks` blocks
-            // (asserted above), all they read.
+            // exists only where it does), and the reads stay inside the tiles and rows.
             unsafe {
                 match (level, kind) {
                     (Level::Avx512Vnni, Kind::Q4K) => {
@@ -643,10 +643,10 @@ mod x86 {
                     // Inside the quants (checked by the caller).
                     let $q = tiles.quants[at * tb..(at + 1) * tb].as_ptr();
                     let dots: [[__m256i; 2]; $m] = $dots;
-                    // SAFETY: 8 scales per super-block and `SUB_BYTES` integer scales per
-                    // block (checked by the caller).
-                    let (d, (s0, s1)) =
-                        unsafe { (halfs8(tiles.scales, st), subs8(tiles.subs, at, six)) };
+                    // SAFETY: 8 scales per super-block (checked by the caller).
+                    let d = unsafe { halfs8(tiles.scales, st) };
+                    // SAFETY: `SUB_BYTES` integer scales per block (checked by the caller).
+                    let (s0, s1) = unsafe { subs8(tiles.subs, at, six) };
                     if six {
                         let (w0, w1) = (_mm256_mul_ps(d, s0), _mm256_mul_ps(d, s1));
                         for ((a, acc), dot) in acts.iter().zip(&mut acc).zip(dots) {
