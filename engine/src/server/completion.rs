@@ -13,59 +13,15 @@ use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::sampling::SamplerConfig;
 use crate::server::api_error::ApiError;
 use crate::server::openai::response::PromptProgress;
 use crate::server::openai::sse;
+use crate::server::request::CompletionRequest;
 use crate::server::serving::{collect, stream, Serving, StreamFormat};
 use crate::server::task::generate::{GenSummary, GenerateSpec, TokenOut};
-use crate::server::task::DecodeSpec;
-use crate::server::task_error::{ClientError, TaskError};
-
-/// llama.cpp's `/completion` body (the fields this engine reads).
-#[derive(Deserialize)]
-struct CompletionBody {
-    prompt: Option<String>,
-    tokens: Option<Vec<u32>>,
-    add_bos: Option<bool>,
-    #[serde(default = "default_n_predict")]
-    n_predict: usize,
-    #[serde(default)]
-    temperature: f32,
-    #[serde(default)]
-    top_k: usize,
-    #[serde(default = "one")]
-    top_p: f32,
-    #[serde(default)]
-    seed: u64,
-    #[serde(default)]
-    ignore_eos: bool,
-    /// Absent or -1: the best idle slot.
-    id_slot: Option<i64>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    return_progress: bool,
-    #[serde(default = "yes")]
-    cache_prompt: bool,
-    #[serde(default)]
-    stop: Vec<String>,
-}
-
-fn default_n_predict() -> usize {
-    128
-}
-
-fn one() -> f32 {
-    1.0
-}
-
-fn yes() -> bool {
-    true
-}
+use crate::server::task_error::TaskError;
 
 /// `POST /completion`.
 pub async fn completion(
@@ -84,68 +40,33 @@ async fn answer(
 ) -> Result<Response, Response> {
     let bad = |m: String| ApiError::bad_request(m).into_response();
     let bytes = body.map_err(|r| bad(r.body_text()))?;
-    let req: CompletionBody = serde_json::from_slice(&bytes)
+    let req: CompletionRequest = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::InvalidJson(e.to_string()).into_response())?;
-    let tok = &s.shared.tokenizer;
-    let tokens = match (req.prompt, req.tokens) {
-        (Some(_), Some(_)) => {
-            return Err(bad("give either \"prompt\" or \"tokens\", not both".into()))
-        }
-        (None, None) => return Err(bad("missing \"prompt\" (text) or \"tokens\" (ids)".into())),
-        (Some(text), None) => tok
-            .try_encode(
-                &text,
-                req.add_bos.unwrap_or_else(|| tok.add_bos_by_default()),
-            )
-            .map_err(|e| ApiError::report(e).into_response())?,
-        (None, Some(ids)) => ids,
-    };
-    if tokens.is_empty() {
-        return Err(bad("the prompt has no tokens".into()));
-    }
-    tok.check_ids(&tokens)
-        .map_err(|e| ApiError::report(e).into_response())?;
-    let n_ctx = s.shared.n_ctx;
-    if tokens.len() > n_ctx {
-        return Err(ApiError::Refused(ClientError::ContextOverflow(format!(
-            "the prompt has {} tokens but a slot holds at most {n_ctx}",
-            tokens.len()
-        )))
-        .into_response());
-    }
-    if req.n_predict == 0 {
-        return Err(bad("n_predict must be at least 1".into()));
-    }
-    let sampler = SamplerConfig {
-        temperature: req.temperature,
-        top_k: req.top_k,
-        top_p: req.top_p,
-        seed: req.seed,
-    };
-    crate::sampling::Sampler::new(sampler).map_err(|e| ApiError::report(e).into_response())?;
+    let tokens = req
+        .prompt
+        .into_spec(&s.shared)
+        .map_err(IntoResponse::into_response)?
+        .tokens;
+    let decode = req
+        .sampling
+        .spec(&s.shared)
+        .map_err(IntoResponse::into_response)?;
     let want = match req.id_slot {
         None | Some(-1) => None,
         Some(id) if id >= 0 => {
             let slot = usize::try_from(id).unwrap_or(usize::MAX);
-            if slot >= s.shared.n_slots {
-                return Err(ApiError::Refused(ClientError::UnknownSlot {
-                    slot,
-                    n_slots: s.shared.n_slots,
-                })
-                .into_response());
-            }
-            Some(slot)
+            let slot = s
+                .shared
+                .slot(slot)
+                .map_err(|e| ApiError::report(e).into_response())?;
+            Some(slot.get())
         }
         Some(id) => return Err(bad(format!("id_slot {id} is not a slot"))),
     };
     let spec = GenerateSpec {
         tokens,
         cache_prompt: req.cache_prompt,
-        decode: DecodeSpec {
-            n_predict: req.n_predict.min(n_ctx),
-            sampler,
-            stop_at_eos: !req.ignore_eos,
-        },
+        decode,
         stop: req.stop,
         logprobs: None,
     };
