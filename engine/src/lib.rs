@@ -46,6 +46,7 @@ pub mod gguf;
 pub mod hash;
 pub mod kernels;
 pub mod kv_state;
+pub mod logprobs;
 // One `mallopt` call.
 #[allow(unsafe_code)]
 pub mod memory;

@@ -7,7 +7,9 @@ mod perplexity_cmd;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use hydra_engine::server::config::{ModelSource, Schedule, ServerConfig, DEFAULT_UBATCH};
+use hydra_engine::server::config::{
+    ModelSource, Schedule, ServerConfig, DEFAULT_MAX_WAITING, DEFAULT_UBATCH,
+};
 use hydra_engine::threads::PoolUse;
 use hydra_engine::{Conversion, DeviceSpec, LoadOptions};
 use std::net::SocketAddr;
@@ -94,9 +96,18 @@ struct ServeArgs {
     /// HTTP listen address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Alias clients know the model by (Hydra's model_alias) [default: the model name].
+    /// Alias clients know the model by (Hydra's model_alias, the id in /v1/models)
+    /// [default: the model file's name without .gguf].
     #[arg(long)]
     alias: Option<String>,
+    /// Jinja chat template for /v1/chat/completions, used instead of the model's
+    /// tokenizer.chat_template (a model with neither answers chat requests with a 400).
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
+    /// Most generation requests that may wait for a busy slot; one more gets a 503 with
+    /// Retry-After.
+    #[arg(long, default_value_t = DEFAULT_MAX_WAITING)]
+    max_waiting: usize,
     /// Do not publish progress (only for measuring publishing overhead).
     #[arg(long)]
     no_publish: bool,
@@ -203,6 +214,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         listen: args.listen,
         publish: !args.no_publish,
         max_json_body: args.max_body,
+        chat_template: args.chat_template,
+        max_waiting: args.max_waiting,
     };
     let server = hydra_engine::server::Server::start(config)?;
     // Print the bound address on stdout (machine-readable) for scripts and tests that

@@ -257,6 +257,11 @@ impl Generator {
         step.finished(n_past, Some(token))
     }
 
+    /// The scores the next token is drawn from.
+    pub fn logits(&self) -> &Logits {
+        &self.logits
+    }
+
     /// Tokens generated so far.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

@@ -149,9 +149,13 @@ impl StepObserver for () {}
 struct Slot {
     /// The cache; its length is the slot's n_past.
     cache: KvCache,
-    /// Next-token scores after the last token in the cache (None exactly when empty).
-    /// Kept with the slot, and in its saved state, so a restored slot can decode at once.
+    /// Next-token scores after the last token in the cache (None when empty, or cut by
+    /// [`Slots::keep_first`]). Kept with the slot, and in its saved state, so a restored
+    /// slot can decode at once.
     logits: Option<Logits>,
+    /// The tokens the cache holds, in order; None when unknown (a restored state carries
+    /// no token ids). What a new prompt can reuse is matched against it.
+    tokens: Option<Vec<u32>>,
 }
 
 impl Slot {
@@ -159,6 +163,7 @@ impl Slot {
         Self {
             cache: KvCache::new(n_layer),
             logits: None,
+            tokens: Some(Vec::new()),
         }
     }
 
@@ -268,6 +273,39 @@ impl Slots {
     /// Tokens cached across all slots.
     pub fn kv_cells_used(&self) -> usize {
         self.slots.iter().map(Slot::n_past).sum()
+    }
+
+    /// The tokens `slot` holds, in order; None when unknown (after a restore).
+    pub fn cached_tokens(&self, slot: usize) -> Result<Option<&[u32]>> {
+        Ok(self.slot(slot)?.tokens.as_deref())
+    }
+
+    /// How many of `prompt`'s first tokens `slot` already holds, in order (0 when what it
+    /// holds is unknown).
+    pub fn common_prefix(&self, slot: usize, prompt: &[u32]) -> Result<usize> {
+        Ok(self.cached_tokens(slot)?.map_or(0, |held| {
+            held.iter().zip(prompt).take_while(|(a, b)| a == b).count()
+        }))
+    }
+
+    /// Keep only the first `n` tokens of `slot` (all when it holds fewer), as a prompt
+    /// that shares them goes on from there; the scores after the last kept token are not
+    /// known, so the slot needs a prefill before it can decode. `n = 0` erases it.
+    pub fn keep_first(&mut self, slot: usize, n: usize) -> Result<()> {
+        self.check_slot(slot)?;
+        if n == 0 {
+            return self.erase(slot);
+        }
+        let s = &mut self.slots[slot];
+        if n >= s.n_past() {
+            return Ok(());
+        }
+        s.cache.truncate(n);
+        s.logits = None;
+        if let Some(t) = s.tokens.as_mut() {
+            t.truncate(n);
+        }
+        Ok(())
     }
 
     /// Drop everything `slot` holds.
@@ -454,10 +492,16 @@ impl Slots {
         }
         let mut batch: Vec<Sequence<'_>> = Vec::with_capacity(picked.len());
         let mut logits_of = Vec::with_capacity(picked.len());
+        let mut records = Vec::with_capacity(picked.len());
         for (s, tokens) in picked {
-            let Slot { cache, logits } = s;
+            let Slot {
+                cache,
+                logits,
+                tokens: record,
+            } = s;
             batch.push(Sequence { tokens, cache });
             logits_of.push(logits);
+            records.push((record, tokens));
         }
         let mut hook = SlotLayers {
             slots: &ids,
@@ -473,6 +517,11 @@ impl Slots {
                 .to_vec2::<f32>()?)
         })?;
         self.pool.record(started.elapsed());
+        for (record, tokens) in records {
+            if let Some(r) = record.as_mut() {
+                r.extend_from_slice(tokens);
+            }
+        }
         Ok(rows
             .into_iter()
             .zip(logits_of)
@@ -497,7 +546,11 @@ impl Slots {
         let use_pool = self.pool.plan(chunk.len());
         let started = Instant::now();
         let (weights, rope) = (&self.model.weights, &self.rope);
-        let Slot { cache, logits } = &mut self.slots[slot];
+        let Slot {
+            cache,
+            logits,
+            tokens,
+        } = &mut self.slots[slot];
         let mut seq = Sequence {
             tokens: chunk,
             cache,
@@ -510,6 +563,9 @@ impl Slots {
         self.pool.record(started.elapsed());
         let rows: Vec<Logits> = rows.into_iter().map(Logits::from).collect();
         *logits = rows.last().cloned();
+        if let Some(t) = tokens.as_mut() {
+            t.extend_from_slice(chunk);
+        }
         Ok(rows)
     }
 
@@ -571,6 +627,7 @@ impl Slots {
         self.slots[slot] = Slot {
             cache,
             logits: logits.map(Logits::from),
+            tokens: None,
         };
         Ok(())
     }

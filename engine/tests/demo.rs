@@ -81,3 +81,57 @@ fn demo_runs_and_reports_queue_wait_and_compute_apart() {
         "the demo left its segment behind"
     );
 }
+
+#[test]
+fn demo_runs_on_a_gguf_model() {
+    let Some(model) = hydra_fault::require::smollm2_gguf("demo_runs_on_a_gguf_model") else {
+        return;
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("hydra-demo-gguf")
+        .tempdir()
+        .expect("tempdir");
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
+            .arg("demo")
+            .arg("--model")
+            .arg(&model)
+            .args([
+                "--slots",
+                "3",
+                "--prompt-tokens",
+                "40",
+                "--decode-tokens",
+                "6",
+            ])
+            .args(["--ubatch", "16", "--interval-ms", "20"])
+            .args(["--engine-id", "demo-gguf", "--progress-dir"])
+            .arg(tmp.path())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the demo"),
+    );
+    let stdout = child.0.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || std::io::read_to_string(stdout));
+    let status = hydra_fault::wait_for(Duration::from_secs(300), "the demo to finish", || {
+        child.0.try_wait().expect("wait for the demo")
+    });
+    let out = reader.join().expect("reader thread").expect("demo output");
+    assert!(status.success(), "demo failed: {status}\n{out}");
+    assert!(
+        out.contains(&model.display().to_string()),
+        "names the model:\n{out}"
+    );
+    let summary = out
+        .split_once("summary")
+        .map(|(_, s)| s)
+        .unwrap_or_default();
+    // The long prompt is exactly the tokens asked for, in the model's own vocabulary.
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.contains("prefill slot 0") && l.contains(" 40 tok")),
+        "{summary}"
+    );
+}

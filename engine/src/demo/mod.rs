@@ -1,4 +1,5 @@
-//! `hydra-engine demo`: starts an engine on the embedded model on a free loopback port,
+//! `hydra-engine demo`: starts an engine on the embedded model (or on a GGUF, `--model`)
+//! on a free loopback port,
 //! keeps every slot busy (a long prefill, long decodes, a state save and restore), shows a
 //! live per-slot view read from the segment through the probe library, and ends with a
 //! summary: meta latency while the slots were busy (segment vs. the old queue path), and
@@ -10,14 +11,18 @@ mod live_view;
 mod workload;
 
 use anyhow::Context as _;
-use hydra_engine::server::config::{Schedule, ServerConfig};
+use hydra_engine::server::config::{ModelSource, Schedule, ServerConfig};
 use hydra_engine::server::Server;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Options of the demo.
+/// Options of the demo. The defaults keep the live view running about 20 s on the
+/// embedded model (BENCHMARKS.md has the machine and figures).
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
+    /// Run on this GGUF model instead of the embedded one (any file `serve --model` takes).
+    #[arg(long, value_name = "PATH.gguf")]
+    pub model: Option<PathBuf>,
     /// Number of slots (each gets work).
     #[arg(long, default_value_t = 4)]
     pub slots: usize,
@@ -50,12 +55,24 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| format!("demo-{}", std::process::id()));
     let mut config = ServerConfig::builtin(&engine_id, dir.clone(), args.slots);
+    let (tokenizer, what) = match &args.model {
+        Some(path) => {
+            config.model = ModelSource::Gguf(path.clone());
+            let tokenizer = hydra_engine::Tokenizer::from_gguf_file(path)
+                .with_context(|| format!("cannot read the tokenizer of {}", path.display()))?;
+            (tokenizer, path.display().to_string())
+        }
+        None => (
+            hydra_engine::Tokenizer::bytes(),
+            "the embedded model".to_string(),
+        ),
+    };
     config.ubatch = args.ubatch;
     // The demo shows the serial queue starving a meta query behind a long decode.
     config.schedule = Schedule::Serial;
     config.ctx = (args.prompt_tokens + args.decode_tokens + 64).max(1024);
     println!(
-        "hydra-engine demo: starting engine {engine_id:?} on the embedded model ({} slots)",
+        "hydra-engine demo: starting engine {engine_id:?} on {what} ({} slots)",
         args.slots
     );
     let server = Server::start(config).context("cannot start the demo engine")?;
@@ -75,7 +92,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let plan = workload::Plan {
         base: base.clone(),
         slots: args.slots,
-        prompt_tokens: args.prompt_tokens,
+        long_prompt: workload::long_prompt(&tokenizer, args.prompt_tokens),
         decode_tokens: args.decode_tokens,
     };
     let running = workload::start(plan);

@@ -14,8 +14,8 @@ pub struct Plan {
     pub base: String,
     /// Slots.
     pub slots: usize,
-    /// Long prompt length.
-    pub prompt_tokens: usize,
+    /// The long prompt, as token ids of the served model.
+    pub long_prompt: Vec<u32>,
     /// Decode length.
     pub decode_tokens: usize,
 }
@@ -121,10 +121,18 @@ fn post(
     }
 }
 
-/// A text of about `n` tokens for the embedded byte-level tokenizer (one token per byte).
-fn long_text(n: usize) -> String {
+/// A prompt of exactly `n` tokens of `tokenizer` (at least one): a sentence repeated.
+pub fn long_prompt(tokenizer: &hydra_engine::Tokenizer, n: usize) -> Vec<u32> {
     let base = "The compute loop publishes a progress record for every slot on every step. ";
-    base.chars().cycle().take(n.saturating_sub(1)).collect()
+    let mut text = String::from(base);
+    loop {
+        let ids = tokenizer.encode(&text, tokenizer.add_bos_by_default());
+        // Each repetition adds tokens; stop once there are enough.
+        if ids.len() >= n.max(1) || ids.is_empty() {
+            return ids.into_iter().take(n.max(1)).collect();
+        }
+        text.push_str(base);
+    }
 }
 
 /// Counts a workload thread as finished when dropped (also on an early error return).
@@ -156,7 +164,7 @@ pub fn start(plan: Plan) -> Running {
             let r = post(
                 &agent(),
                 &format!("{}/slots/0/prefill", plan.base),
-                json!({ "prompt": long_text(plan.prompt_tokens) }),
+                json!({ "tokens": plan.long_prompt }),
             )?;
             let request = Request {
                 what: "prefill slot 0".into(),

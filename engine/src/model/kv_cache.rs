@@ -138,6 +138,12 @@ impl KvCache {
         Ok((kc, vc))
     }
 
+    /// Keep the first `n` tokens (all when fewer are held); the buffers stay, the next
+    /// forward writes over what follows.
+    pub(crate) fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+
     /// The `n` tokens the last forward appended are now part of the cache.
     pub(crate) fn commit(&mut self, n: usize) {
         self.len += n;

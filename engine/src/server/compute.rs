@@ -20,6 +20,7 @@ macro_rules! step_publisher {
     };
 }
 
+mod generation;
 mod job;
 mod schedule;
 
@@ -103,6 +104,7 @@ impl Compute {
             max_state_bytes: crate::kv_state::state_size(&llama, n_ctx),
             engine_id: config.engine_id.clone(),
             thresholds: Thresholds::default(),
+            cancel: crate::server::cancel::CancelBoard::new(config.slots),
         });
         Ok((
             Self {
@@ -167,6 +169,7 @@ impl Compute {
         let task_id = self.next_task_id;
         self.progress
             .begin_task(slot.get(), task_id, phase, unit, total);
+        self.shared.cancel.started(slot.get(), task_id);
         task_id
     }
 
@@ -180,6 +183,7 @@ impl Compute {
         };
         let n_past = self.slots.n_past(slot.get()).ok();
         self.progress.finish(slot.get(), reason, code, n_past);
+        self.shared.cancel.ended(slot.get());
     }
 
     /// The reply of a prefill of `n` tokens into `slot` begun at `start`.

@@ -87,7 +87,15 @@ pub struct ServerConfig {
     pub publish: bool,
     /// Largest JSON request body, bytes.
     pub max_json_body: usize,
+    /// A chat template file used instead of the model's `tokenizer.chat_template`.
+    pub chat_template: Option<PathBuf>,
+    /// Most generation requests that may wait for a busy slot; past it a request gets a
+    /// 503 with `Retry-After`.
+    pub max_waiting: usize,
 }
+
+/// Default bound of the wait queue for a slot.
+pub const DEFAULT_MAX_WAITING: usize = 16;
 
 impl ServerConfig {
     /// A configuration for the embedded model with the given slots, directory and id,
@@ -107,6 +115,8 @@ impl ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             publish: true,
             max_json_body: 4 << 20,
+            chat_template: None,
+            max_waiting: DEFAULT_MAX_WAITING,
         }
     }
 }

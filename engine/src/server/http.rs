@@ -7,7 +7,8 @@
 //! thread's errors become the client's [`ApiError`] in [`crate::server::api_error`].
 
 use crate::server::api_error::ApiError;
-use crate::server::request::{CompletionRequest, DecodeRequest, PrefillRequest, PromptFields};
+use crate::server::request::{DecodeRequest, PrefillRequest, PromptFields};
+use crate::server::serving::Serving;
 use crate::server::state::{rejection, AppState};
 use crate::server::task::TaskKind;
 use axum::body::{Body, Bytes};
@@ -18,9 +19,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use std::sync::Arc;
 
-/// The engine's routes.
-pub fn router(state: AppState) -> Router {
+/// The engine's routes; the generation routes (`/completion`, `/v1/...`) over `serving`.
+pub fn router(state: AppState, serving: Arc<Serving>) -> Router {
     // A restore carries a whole state: allow the largest one a slot can produce.
     let state_limit = usize::try_from(state.shared().max_state_bytes)
         .unwrap_or(usize::MAX)
@@ -32,7 +34,6 @@ pub fn router(state: AppState) -> Router {
         .route("/slots/{id}", post(slot_action))
         .route("/slots/{id}/prefill", post(prefill))
         .route("/slots/{id}/decode", post(decode))
-        .route("/completion", post(completion))
         .route(
             "/slots/{id}/state",
             get(save_state)
@@ -45,6 +46,15 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(json_limit))
         .with_state(state)
+        .merge(
+            crate::server::openai::handlers::router(serving.clone())
+                .merge(
+                    Router::new()
+                        .route("/completion", post(crate::server::completion::completion))
+                        .with_state(serving),
+                )
+                .layer(DefaultBodyLimit::max(json_limit)),
+        )
 }
 
 async fn health(State(s): State<AppState>) -> Json<serde_json::Value> {
@@ -124,49 +134,6 @@ async fn decode(
     Ok(Json(r).into_response())
 }
 
-async fn completion(
-    State(s): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let req: CompletionRequest = s.json(body)?;
-    let slot = match req.id_slot {
-        None | Some(-1) => s.first_idle_slot()?,
-        Some(id) if id >= 0 => s.slot(&id.to_string())?,
-        Some(id) => return Err(ApiError::bad_request(format!("id_slot {id} is not a slot"))),
-    };
-    let decode = req.sampling.spec(s.shared())?;
-    let prefill = req.prompt.into_spec(s.shared())?;
-    let n_prompt = prefill.tokens.len();
-    let (p, d) = s
-        .call(slot, |reply| TaskKind::Completion {
-            prefill,
-            decode,
-            reply,
-        })
-        .await?;
-    Ok(Json(serde_json::json!({
-        "content": d.content,
-        "id_slot": slot.get(),
-        "task_id": d.task_id,
-        "tokens": d.tokens,
-        "tokens_evaluated": n_prompt,
-        "tokens_predicted": d.tokens.len(),
-        "stop": true,
-        "stop_type": d.stop_type,
-        "n_past": d.n_past,
-        "timings": {
-            "prompt_n": p.n_prompt_tokens,
-            "prompt_ms": p.prompt_ms,
-            "prompt_per_second": p.prompt_per_second,
-            "predicted_n": d.tokens.len(),
-            "predicted_ms": d.predicted_ms,
-            "predicted_per_second": d.predicted_per_second,
-            "predicted_cpu_ms": d.predicted_cpu_ms,
-        }
-    }))
-    .into_response())
-}
-
 async fn save_state(
     State(s): State<AppState>,
     Path(id): Path<String>,
@@ -221,10 +188,22 @@ async fn slot_action(
             s.call(slot, |reply| TaskKind::Erase { reply }).await?;
             Ok(Json(serde_json::json!({ "slot": slot.get(), "erased": true })).into_response())
         }
+        // Read by the compute thread at the running task's next step; not queued.
+        Some("cancel") => {
+            let body = match s.shared().cancel.cancel(slot.get()) {
+                Some(task_id) => {
+                    serde_json::json!({ "slot": slot.get(), "cancelled": true, "task_id": task_id })
+                }
+                None => serde_json::json!({ "slot": slot.get(), "cancelled": false }),
+            };
+            Ok(Json(body).into_response())
+        }
         Some(other) => Err(ApiError::bad_request(format!(
-            "unknown action {other:?} (supported: erase)"
+            "unknown action {other:?} (supported: erase, cancel)"
         ))),
-        None => Err(ApiError::bad_request("missing ?action= (supported: erase)")),
+        None => Err(ApiError::bad_request(
+            "missing ?action= (supported: erase, cancel)",
+        )),
     }
 }
 

@@ -21,15 +21,24 @@
 //! - [`state`]: [`state::AppState`], what every handler shares, and a request's steps
 //!   through it; [`request`]: request bodies and their validation into task specs;
 //! - [`http`]: routes and handlers; [`tokenize`]: `/tokenize` and `/detokenize`;
+//! - [`serving`]: the generation endpoints' state and a generation request's steps
+//!   ([`task::generate`]: the generation task's spec and events; [`slot_pool`]: slot
+//!   leases and the bounded wait; [`cancel`]: the cancel board), [`completion`]: the
+//!   streaming `/completion`, [`openai`]: the OpenAI-compatible `/v1/...` surface;
 //! - [`Server`]: start, address, shutdown.
 
 pub mod api_error;
+pub mod cancel;
+pub mod completion;
 pub mod compute;
 pub mod config;
 pub mod http;
 pub mod layer_signal;
+pub mod openai;
 pub mod progress;
 pub mod request;
+pub mod serving;
+pub mod slot_pool;
 pub mod state;
 pub mod task;
 pub mod task_error;
@@ -78,9 +87,14 @@ impl Server {
             .block_on(tokio::net::TcpListener::bind(config.listen))
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr().context("listener address")?;
-        let state =
-            state::AppState::new(TaskSender::new(tx, shared.pending.clone()), shared, &config);
-        let router = http::router(state);
+        let tasks = TaskSender::new(tx, shared.pending.clone());
+        let serving = Arc::new(serving::Serving::new(
+            &config,
+            shared.clone(),
+            tasks.clone(),
+        )?);
+        let state = state::AppState::new(tasks, shared, &config);
+        let router = http::router(state, serving);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let http_thread = std::thread::Builder::new()
             .name("http-main".into())

@@ -80,7 +80,7 @@ pub struct DecodeRequest {
     pub sampling: SamplingFields,
 }
 
-/// Body of `POST /completion`.
+/// Body of `POST /completion` (llama.cpp's; the fields this engine reads).
 #[derive(Deserialize)]
 pub struct CompletionRequest {
     /// Prompt.
@@ -89,8 +89,24 @@ pub struct CompletionRequest {
     /// Sampling.
     #[serde(flatten)]
     pub sampling: SamplingFields,
-    /// llama.cpp's slot selector; absent or -1: the first idle slot.
+    /// llama.cpp's slot selector; absent or -1: the best idle slot.
     pub id_slot: Option<i64>,
+    /// Send each token as a server-sent event as it is sampled.
+    #[serde(default)]
+    pub stream: bool,
+    /// While streaming, send `prompt_progress` events as the prompt is evaluated.
+    #[serde(default)]
+    pub return_progress: bool,
+    /// Reuse the prefix of the prompt the slot already holds.
+    #[serde(default = "yes")]
+    pub cache_prompt: bool,
+    /// Stop strings.
+    #[serde(default)]
+    pub stop: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl PromptFields {

@@ -68,18 +68,6 @@ impl AppState {
         self.shared.view().map_err(ApiError::report)
     }
 
-    /// The first slot that is idle with nothing queued, per the segment; else slot 0.
-    pub fn first_idle_slot(&self) -> Result<SlotId, ApiError> {
-        let idle = self.view().ok().and_then(|v| {
-            v.slots
-                .iter()
-                .position(|s| s.class == hydra_probe::SlotClass::Idle)
-        });
-        self.shared
-            .slot(idle.unwrap_or(0))
-            .map_err(ApiError::report)
-    }
-
     /// Posts a task on `slot` and awaits its reply.
     pub async fn call<T>(
         &self,

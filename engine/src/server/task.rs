@@ -4,6 +4,8 @@
 //! it. The queue is a plain FIFO (`std::sync::mpsc`); the schedule decides which waiting
 //! task starts when (`compute/schedule.rs`).
 
+pub mod generate;
+
 use crate::sampling::SamplerConfig;
 use crate::server::task_error::{ClientError, TaskError};
 use axum::body::Bytes;
@@ -150,6 +152,14 @@ pub enum TaskKind {
         /// Reply.
         reply: Reply<()>,
     },
+    /// Generate from a prompt, reusing the prefix the slot holds, sending every token as
+    /// it is sampled (`/completion`, `/v1/completions`, `/v1/chat/completions`).
+    Generate {
+        /// Prompt and settings.
+        spec: generate::GenerateSpec,
+        /// Where the events go; also the reply.
+        events: generate::GenEvents,
+    },
     /// Answer a meta query through the queue (the old way; for the benchmark only).
     MetaViaQueue {
         /// Reply: the Hydra meta JSON.
@@ -167,6 +177,9 @@ impl Task {
             TaskKind::Save { reply } => drop(reply.send(Err(error))),
             TaskKind::Restore { reply, .. } => drop(reply.send(Err(error))),
             TaskKind::Erase { reply } => drop(reply.send(Err(error))),
+            TaskKind::Generate { events, .. } => {
+                drop(events.send(generate::GenEvent::Failed(error)))
+            }
             TaskKind::MetaViaQueue { reply } => drop(reply.send(Err(error))),
         }
     }

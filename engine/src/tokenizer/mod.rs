@@ -15,6 +15,7 @@ pub mod bytes;
 mod gguf;
 mod json;
 mod pretok;
+mod utf8;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::error::{EngineError, Result};
 use crate::gguf::Metadata;
 pub use bytelevel::bytes_to_unicode;
 use gguf::{hf_err, GgufVocab};
+pub use utf8::Utf8Holder;
 
 /// Family name reported for GPT-2 style byte-level BPE vocabularies.
 pub const GPT2_FAMILY: &str = "gpt2";
@@ -389,56 +391,28 @@ impl Tokenizer {
     pub fn stream_decoder(&self) -> StreamDecoder<'_> {
         StreamDecoder {
             tokenizer: self,
-            pending: Vec::new(),
+            pending: Utf8Holder::new(),
         }
     }
 }
 
 /// Streaming-safe detokenizer: holds back bytes of a UTF-8 character split
-/// across tokens until it is complete.
+/// across tokens until it is complete ([`Utf8Holder`]).
 #[derive(Debug)]
 pub struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
-    pending: Vec<u8>,
+    pending: Utf8Holder,
 }
 
 impl StreamDecoder<'_> {
     /// Add one token; returns the text that is now complete (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<String> {
-        self.pending
-            .extend_from_slice(self.tokenizer.token_bytes(id)?);
-        let mut out = String::new();
-        loop {
-            match std::str::from_utf8(&self.pending) {
-                Ok(s) => {
-                    out.push_str(s);
-                    self.pending.clear();
-                    return Ok(out);
-                }
-                Err(e) => {
-                    let good = e.valid_up_to();
-                    out.push_str(&String::from_utf8_lossy(&self.pending[..good]));
-                    match e.error_len() {
-                        // Incomplete character at the end: keep it for the next token.
-                        None => {
-                            self.pending.drain(..good);
-                            return Ok(out);
-                        }
-                        Some(bad) => {
-                            out.push('\u{FFFD}');
-                            self.pending.drain(..good + bad);
-                        }
-                    }
-                }
-            }
-        }
+        Ok(self.pending.push(self.tokenizer.token_bytes(id)?))
     }
 
     /// Flush what is held back (as U+FFFD if incomplete).
     pub fn finish(&mut self) -> String {
-        let s = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending.clear();
-        s
+        self.pending.finish()
     }
 }
 

@@ -6,13 +6,20 @@
 //! task kind answers is part of its stage's type: a prefill's prompt stage ends with the
 //! prefill's reply, a completion's with the hand-over to its generation stage
 //! ([`PromptJob::finish`]), which carries the prefill's result to the completion's reply.
-//! So no stage can meet a reply of another kind.
+//! So no stage can meet a reply of another kind. A generation task
+//! (`TaskKind::Generate`) streams its tokens as they are sampled ([`GenJob`]): its stages
+//! carry its output, which is also how it learns that it was cancelled.
 
+use super::generation::{gen_finish, GenJob};
 use super::{process_cpu_ns, send, Compute};
 use crate::sampling::{FinishReason as GenFinish, Generator, Sampler};
+use crate::server::task::generate::GenerateSpec;
+use crate::server::task::generate::{GenEvent, GenEvents, GenFinish as OutFinish, GenOutput};
 use crate::server::task::{DecodeResult, DecodeSpec, PrefillResult, Reply, SlotId};
-use crate::server::task_error::TaskError;
+use crate::server::task_error::{ClientError, TaskError};
+use crate::tokenizer::Tokenizer;
 use hydra_layout::{Phase, WorkUnit};
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 /// The task a slot is running.
@@ -68,6 +75,11 @@ pub(super) enum PromptReply {
         decode: DecodeSpec,
         reply: Reply<(PrefillResult, DecodeResult)>,
     },
+    /// A generation task: it goes on to generate with `decode`, streaming to `job`.
+    Generate {
+        decode: DecodeSpec,
+        job: Box<GenJob>,
+    },
 }
 
 impl PromptReply {
@@ -75,6 +87,7 @@ impl PromptReply {
         match self {
             PromptReply::Prefill(reply) => send(reply, Err(error)),
             PromptReply::Completion { reply, .. } => send(reply, Err(error)),
+            PromptReply::Generate { job, .. } => job.out.fail(error),
         }
     }
 }
@@ -104,6 +117,56 @@ impl PromptJob {
         }))
     }
 
+    /// Begins generation task `spec` on `slot`: its prompt is what the slot does not
+    /// already hold of it. None when refused (its client has been told why).
+    pub(super) fn begin_generate(
+        c: &mut Compute,
+        slot: SlotId,
+        spec: GenerateSpec,
+        events: GenEvents,
+    ) -> Option<Job> {
+        let out = GenOutput::new(&spec, events);
+        let begun = c.begin_generation(slot, &spec, out)?;
+        Some(Job::Prompt(PromptJob {
+            slot,
+            task_id: begun.job.task_id,
+            tokens: begun.rest,
+            done: 0,
+            start: Instant::now(),
+            reply: PromptReply::Generate {
+                decode: spec.decode,
+                job: begun.job,
+            },
+        }))
+    }
+
+    /// Whether the job must stop before its next chunk: a generation task whose client
+    /// has gone or that the front end cancelled.
+    pub(super) fn is_cancelled(&self, c: &Compute) -> bool {
+        match &self.reply {
+            PromptReply::Generate { job, .. } => c.generation_cancelled(self.slot, job),
+            _ => false,
+        }
+    }
+
+    /// Ends the job as cancelled: publish, then reply.
+    pub(super) fn cancel(self, c: &mut Compute) {
+        match self.reply {
+            PromptReply::Generate { job, .. } => {
+                c.end_generation(self.slot, *job, OutFinish::Cancelled, Vec::new())
+            }
+            _ => Job::Prompt(self).fail(c, ClientError::Cancelled.into()),
+        }
+    }
+
+    /// A chunk of the prompt is in: a generation task tells its client (the details are
+    /// in the segment).
+    pub(super) fn chunk_done(&self) {
+        if let PromptReply::Generate { job, .. } = &self.reply {
+            job.out.send(GenEvent::PromptChunk);
+        }
+    }
+
     /// The whole prompt is in `slot`: a prefill replies; a completion hands over to its
     /// generation (the one place a prompt becomes a generation), which it returns.
     pub(super) fn finish(self, c: &mut Compute) -> Option<Job> {
@@ -125,6 +188,17 @@ impl PromptJob {
                     c.progress
                         .begin_phase(slot.get(), Phase::Decode, WorkUnit::Tokens, total);
                     let reply = GenerationReply::Completion { prefill, reply };
+                    GenerationJob::begin(c, slot, self.task_id, &decode, reply)
+                }
+            },
+            PromptReply::Generate { decode, mut job } => match result {
+                Err(e) => {
+                    job.out.fail(ended(c, slot, e));
+                    None
+                }
+                Ok(_) => {
+                    c.generation_prompt_done(slot, &mut job, decode.n_predict);
+                    let reply = GenerationReply::Generate(job);
                     GenerationJob::begin(c, slot, self.task_id, &decode, reply)
                 }
             },
@@ -152,6 +226,8 @@ pub(super) enum GenerationReply {
         prefill: PrefillResult,
         reply: Reply<(PrefillResult, DecodeResult)>,
     },
+    /// A generation task: its summary goes to its output.
+    Generate(Box<GenJob>),
 }
 
 impl GenerationReply {
@@ -159,6 +235,7 @@ impl GenerationReply {
         match self {
             GenerationReply::Decode(reply) => send(reply, Err(error)),
             GenerationReply::Completion { reply, .. } => send(reply, Err(error)),
+            GenerationReply::Generate(job) => job.out.fail(error),
         }
     }
 }
@@ -201,25 +278,56 @@ impl GenerationJob {
         }
     }
 
+    /// Whether the job must stop before its next token: a generation task whose client
+    /// has gone or that the front end cancelled.
+    pub(super) fn is_cancelled(&self, c: &Compute) -> bool {
+        match &self.reply {
+            GenerationReply::Generate(job) => c.generation_cancelled(self.slot, job),
+            _ => false,
+        }
+    }
+
+    /// `token` was just sampled: a generation task sends it to its client at once; breaks
+    /// with why the task ends here (a stop string, or its client gone).
+    pub(super) fn sampled(&mut self, tokenizer: &Tokenizer, token: u32) -> ControlFlow<OutFinish> {
+        match &mut self.reply {
+            GenerationReply::Generate(job) => job.out.token(tokenizer, token, self.gen.logits()),
+            _ => ControlFlow::Continue(()),
+        }
+    }
+
+    /// The job ends early for `finish` (a stop string, or cancelled): publish, then reply.
+    /// Only a generation task has stop strings; any other task ends as cancelled.
+    pub(super) fn stop(self, c: &mut Compute, finish: OutFinish) {
+        match self.reply {
+            GenerationReply::Generate(job) => {
+                let tokens = self.gen.tokens().to_vec();
+                c.end_generation(self.slot, *job, finish, tokens);
+            }
+            _ => self.finish(c, GenFinish::Cancelled),
+        }
+    }
+
     /// The generation ended for `finish`: publish, then reply.
     pub(super) fn finish(self, c: &mut Compute, finish: GenFinish) {
         let slot = self.slot;
-        let result = c.decode_result(
-            slot,
-            self.task_id,
-            self.gen.finish(finish),
-            self.start,
-            self.cpu_start,
-        );
+        let generation = self.gen.finish(finish);
+        let decoded = |c: &mut Compute, generation| {
+            c.decode_result(slot, self.task_id, generation, self.start, self.cpu_start)
+        };
         match self.reply {
             GenerationReply::Decode(reply) => {
+                let result = decoded(c, generation);
                 c.end_task(slot, &result);
                 send(reply, result);
             }
             GenerationReply::Completion { prefill, reply } => {
-                let result = result.map(|d| (prefill, d));
+                let result = decoded(c, generation).map(|d| (prefill, d));
                 c.end_task(slot, &result);
                 send(reply, result);
+            }
+            GenerationReply::Generate(job) => {
+                c.end_generation(slot, *job, gen_finish(finish), generation.tokens);
             }
         }
     }

@@ -15,6 +15,10 @@
 //!   attention per slot against its own cache);
 //! - one slot that is prefilling (in turn) runs one chunk of at most `--ubatch` tokens.
 //!
+//! A generation task (`TaskKind::Generate`) is checked for cancellation (its client gone,
+//! or `POST /slots/{id}?action=cancel`) before each prefill chunk and before each sample,
+//! and sends each token as soon as it is sampled.
+//!
 //! A task counts as pending in the segment until it starts. Every slot's steps are
 //! published from this thread (`begin_task`, `step_started`, `step_finished`, `finish`),
 //! the heartbeat is written on each iteration, and a shutdown cancels every running job
@@ -25,10 +29,12 @@ use super::{Compute, IDLE_HEARTBEAT};
 use crate::sampling::FinishReason as GenFinish;
 use crate::server::config::Schedule;
 use crate::server::progress::TokenKind;
+use crate::server::task::generate::GenFinish as OutFinish;
 use crate::server::task::{Task, TaskKind};
 use crate::server::task_error::{ClientError, TaskError};
 use crate::slots::StepObserver;
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 
 struct Stepping<'c> {
@@ -161,6 +167,7 @@ impl Stepping<'_> {
                 PromptReply::Completion { decode, reply },
             ),
             TaskKind::Decode { spec, reply } => GenerationJob::begin_decode(c, slot, &spec, reply),
+            TaskKind::Generate { spec, events } => PromptJob::begin_generate(c, slot, spec, events),
             TaskKind::Save { reply } => return c.save(slot, reply),
             TaskKind::Restore { data, reply } => return c.restore(slot, data, reply),
             TaskKind::Erase { reply } => return c.erase(slot, reply),
@@ -176,15 +183,25 @@ impl Stepping<'_> {
         let n_ctx = c.slots.n_ctx();
         let mut steps = Vec::new();
         let mut ended = Vec::new();
+        let mut stopped = Vec::new();
         for job in self.jobs.iter_mut() {
             let Some(Job::Generation(g)) = job else {
                 continue;
             };
             let slot = g.slot.get();
+            if g.is_cancelled(c) {
+                stopped.push((slot, OutFinish::Cancelled));
+                continue;
+            }
             let n_past = c.slots.n_past(slot).unwrap_or(n_ctx);
             match g.gen.next_token(&mut g.sampler, &model, n_past, n_ctx) {
                 Err(finish) => ended.push((slot, finish)),
                 Ok(token) => {
+                    // Sent as soon as it is sampled, before its own forward.
+                    if let ControlFlow::Break(f) = g.sampled(&c.shared.tokenizer, token) {
+                        stopped.push((slot, f));
+                        continue;
+                    }
                     let mut publisher = step_publisher!(c, TokenKind::Generated);
                     if publisher
                         .before_step(&g.gen.step_start(slot, n_past))
@@ -199,6 +216,11 @@ impl Stepping<'_> {
         }
         for (slot, finish) in ended {
             self.finish_generation(slot, finish);
+        }
+        for (slot, finish) in stopped {
+            if let Some(Job::Generation(g)) = self.jobs[slot].take() {
+                g.stop(self.c, finish);
+            }
         }
         if steps.is_empty() {
             return;
@@ -256,6 +278,9 @@ impl Stepping<'_> {
             other => return self.jobs[slot] = other,
         };
         let c = &mut *self.c;
+        if p.is_cancelled(c) {
+            return p.cancel(c);
+        }
         let end = (p.done + c.ubatch).min(p.tokens.len());
         let mut publisher = step_publisher!(c, TokenKind::Prompt);
         let r = c.slots.prefill_chunk(
@@ -265,6 +290,9 @@ impl Stepping<'_> {
             p.tokens.len(),
             &mut publisher,
         );
+        if r.is_ok() {
+            p.chunk_done();
+        }
         self.jobs[slot] = match r {
             Ok(_) if end < p.tokens.len() => {
                 p.done = end;

@@ -110,6 +110,8 @@ pub struct Shared {
     pub engine_id: String,
     /// Classification thresholds for meta answers.
     pub thresholds: Thresholds,
+    /// The task each slot runs, and which the front end asked to stop.
+    pub cancel: crate::server::cancel::CancelBoard,
 }
 
 impl Shared {
