@@ -371,7 +371,11 @@ pub fn derive_predicted(
         (None, None)
     };
     let reference = s.last_progress_ns.max(s.phase_start_ns);
-    let predicted_step_ns = prediction.and_then(|p| p.step_in_flight(s));
+    // Clamped to i64::MAX ns (292 years), the most the C ABI's int64_t carries, so that
+    // every reader shows a hostile prediction word as the same figure.
+    let predicted_step_ns = prediction
+        .and_then(|p| p.step_in_flight(s))
+        .map(|ns| ns.min(i64::MAX as u64));
     let prediction_error = prediction
         .filter(|_| predicted_step_ns.is_some())
         .and_then(|p| p.rel_error())

@@ -106,7 +106,11 @@ namespace Hydra.Progress.Tests
                 var a = Probe.ReadMeta(slot);
                 string cliJson = Engine.ProbeMeta(slot);
                 var b = Probe.ReadMeta(slot);
-                if (a.Operation != operation || b.Operation != operation || a.TaskId != b.TaskId)
+                // The writer's cost model may change its mind between the reads (its error
+                // bound, hence the stall threshold and the ETA's source): such a sample has no
+                // single state to compare with, like one that spans two tasks.
+                if (a.Operation != operation || b.Operation != operation || a.TaskId != b.TaskId
+                    || a.StallThresholdMs != b.StallThresholdMs || a.EtaSource != b.EtaSource)
                     continue;
                 var c = SlotMeta.FromJson(cliJson);
                 Assert.Equal(cliJson, c.ToJson(), "the C# serialisation of hydra-probe meta's snapshot");
@@ -177,7 +181,11 @@ namespace Hydra.Progress.Tests
                 // Nothing moves any more but the clock.
                 Same(a.Classification, c.Classification, b.Classification, "classification");
                 Same(a.RatePerS, c.RatePerS, b.RatePerS, "rate_per_s");
-                Same(a.EtaS, c.EtaS, b.EtaS, "eta_s");
+                if (a.EtaSource == "model")
+                    // The writer's predicted end stays put, so its ETA counts down with the clock.
+                    Assert.True(b.EtaS <= c.EtaS && c.EtaS <= a.EtaS, $"eta_s counts down: {a.EtaS}, {c.EtaS}, {b.EtaS}");
+                else
+                    Same(a.EtaS, c.EtaS, b.EtaS, "eta_s");
                 Same(a.StepSize, c.StepSize, b.StepSize, "step_size");
                 Same(a.NPast, c.NPast, b.NPast, "n_past");
                 Same(a.TokensProcessed, c.TokensProcessed, b.TokensProcessed, "tokens_processed");
@@ -280,7 +288,13 @@ namespace Hydra.Progress.Tests
                 Assert.Equal(SlotClass.Stalled, s.Class, "silence beyond a zero stall threshold is a stall");
                 Assert.True(s.IsStuck && p.IsStuck(0), "stalled is stuck");
                 p.Thresholds = Thresholds.Default;
-                Assert.Equal(SlotClass.Progressing, p.Classify(0).SlotClass, "back to the defaults");
+                // Back to the defaults: no budget and the default stall rule. Without a budget a
+                // slot is still slow when its step runs past 4x the writer's prediction (a loaded
+                // machine can do that), but never stalled or stuck.
+                var back = p.Classify(0);
+                Assert.True(back.SlotClass == SlotClass.Progressing || back.SlotClass == SlotClass.Slow,
+                    "back to the defaults: " + back);
+                Assert.True(!back.IsStuck, "back to the defaults, not stuck: " + back);
                 Assert.Throws<ArgumentException>(() => p.Thresholds = Thresholds.Default.WithStall(TimeSpan.FromSeconds(-1), 10), "negative floor");
                 Assert.Throws<ArgumentException>(() => p.Thresholds = Thresholds.Default.WithStall(TimeSpan.Zero, 0), "factor 0");
                 Assert.Throws<ArgumentException>(() => p.Thresholds = Thresholds.Default.WithStall(TimeSpan.Zero, double.NaN), "NaN factor");
