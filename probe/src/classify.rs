@@ -47,8 +47,9 @@
 //!    `now - progress reference` is past the stall threshold.
 //! 6. **slow**: active, and either its step has outlived the stall threshold while its
 //!    layer counter still moves, or the step in flight has run longer than
-//!    [`Thresholds::slow_factor`] times the writer's prediction for it (no budget needed),
-//!    or a budget is given and the ETA is longer than it.
+//!    [`Thresholds::slow_factor`] times the writer's prediction for it and longer than
+//!    [`SLOW_STEP_FLOOR_NS`] (no budget needed), or a budget is given and the ETA is longer
+//!    than it.
 //! 7. **progressing**: every other active slot.
 //!
 //! A phase value this reader does not know (written by a newer minor) is judged as active by
@@ -305,6 +306,11 @@ fn age(now_ns: u64, stamp: u64) -> Option<u64> {
     (stamp != 0).then(|| now_ns.saturating_sub(stamp))
 }
 
+/// A step is slow by the writer's prediction only once it has run this long (500 ms): a
+/// decode step of a few milliseconds that a busy machine delays by a scheduler tick or two
+/// is not slow in any sense an operator acts on.
+pub const SLOW_STEP_FLOOR_NS: u64 = 500_000_000;
+
 /// Whether a phase counts as active for the classification: prefill, decode, save, restore,
 /// and phases this reader does not know.
 pub fn is_active(phase: Phase) -> bool {
@@ -477,7 +483,10 @@ pub fn classify_derived(
         return SlotClass::Slow;
     }
     if let (Some(step_age), Some(predicted)) = (d.step_age_ns, d.predicted_step_ns) {
-        if t.slow_factor.is_finite() && step_age as f64 > t.slow_factor * predicted as f64 {
+        if t.slow_factor.is_finite()
+            && step_age > SLOW_STEP_FLOOR_NS
+            && step_age as f64 > t.slow_factor * predicted as f64
+        {
             return SlotClass::Slow;
         }
     }
