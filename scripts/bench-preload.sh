@@ -5,6 +5,15 @@
 #   scripts/bench-preload.sh [ROUNDS] [N_GEN]        (defaults: 20 rounds, 64 tokens)
 #   HYDRA_BENCH_MODE=prompt scripts/bench-preload.sh [ROUNDS] [N_PROMPT]
 #                                                    (defaults: 10 rounds, 2,048 tokens)
+#   HYDRA_BENCH_MODE=threshold scripts/bench-preload.sh [ROUNDS] [SIZES]
+#                                                    (defaults: 6 rounds, 8,16,32,64,128,512)
+#
+# The threshold mode measures what arming costs per call size, to choose the default of
+# HYDRA_PRELOAD_LAYER_MIN_TOKENS: for each size n of SIZES, llama-bench -p n -n 0 (one call
+# of n tokens, -b 2048 -ub 512) with the preload loaded both times, once with every size
+# armed (HYDRA_PRELOAD_LAYER_MIN_TOKENS=1) and once with none (HYDRA_PRELOAD_LAYERS=off),
+# ABBA over ROUNDS rounds with $HYDRA_BENCH_THREADS threads (default 2, not pinned: the
+# cost of the extra thread-pool barriers is the point), 5 repetitions a run. No valgrind.
 #
 # The prompt mode measures prompt processing instead of decoding: llama-bench -p N -n 0
 # with llama-server's default batch sizes (-b 2048 -ub 512), so the preloaded side arms
@@ -39,7 +48,8 @@ mode=${HYDRA_BENCH_MODE:-decode}
 case "$mode" in
   decode) rounds=${1:-20}; n_gen=${2:-64}; short_default=4; long_default=20 ;;
   prompt) rounds=${1:-10}; n_gen=${2:-2048}; short_default=64; long_default=$n_gen ;;
-  *) echo "HYDRA_BENCH_MODE is decode or prompt" >&2; exit 2 ;;
+  threshold) rounds=${1:-6}; sizes=${2:-8,16,32,64,128,512}; short_default=0; long_default=0 ;;
+  *) echo "HYDRA_BENCH_MODE is decode, prompt or threshold" >&2; exit 2 ;;
 esac
 n_short=${HYDRA_BENCH_N_SHORT:-$short_default}
 n_long=${HYDRA_BENCH_N_LONG:-$long_default}
@@ -50,7 +60,7 @@ bench=$prefix/bin/llama-bench
 # valgrind 3.19 has no AVX-512: the instruction counts run an AVX2 build of the same
 # llama.cpp (scripts/llama-cpp.sh valgrind-bench), the wall clock the native one.
 bench_vg=$bench
-if [ "${HYDRA_BENCH_VALGRIND:-1}" = 1 ]; then
+if [ "${HYDRA_BENCH_VALGRIND:-1}" = 1 ] && [ "$mode" != threshold ]; then
   bench_vg=$("$root/scripts/llama-cpp.sh" valgrind-bench)/bin/llama-bench
 fi
 so=${HYDRA_PRELOAD_SO:-}
@@ -98,6 +108,48 @@ instructions() { # instructions SIDE N
   fi
   sed -n 's/.*I *refs: *//p' "$out.log" | tr -d ,
 }
+
+if [ "$mode" = threshold ]; then
+  threads=${HYDRA_BENCH_THREADS:-2}
+  # arm SIDE: one llama-bench run over every size; prints "n tokens/s" lines.
+  arm() {
+    local env=(LD_PRELOAD="$so")
+    if [ "$1" = armed ]; then env+=(HYDRA_PRELOAD_LAYERS=auto HYDRA_PRELOAD_LAYER_MIN_TOKENS=1)
+    else env+=(HYDRA_PRELOAD_LAYERS=off); fi
+    env "${env[@]}" "$bench" -m "$model" -p "$sizes" -n 0 -b 2048 -ub 512 -r 5 -t "$threads" \
+      -o json | python3 -c 'import json,sys
+for t in json.load(sys.stdin): print(t["n_prompt"], t["avg_ts"])'
+  }
+  echo "== threshold: $rounds rounds ABBA, sizes $sizes, -t $threads, preload loaded on both sides"
+  arm armed >/dev/null
+  : >"$work/thr"
+  for r in $(seq 1 "$rounds"); do
+    if [ $((r % 2)) -eq 1 ]; then order="off armed"; else order="armed off"; fi
+    for side in $order; do arm "$side" | sed "s/^/$r $side /" >>"$work/thr"; done
+  done
+  after=$(uptime)
+  echo "after: $after"
+  python3 - "$work/thr" "$after" <<'PY'
+import collections, statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+rate = collections.defaultdict(dict)
+for r, side, n, ts in rows:
+    rate[(int(n), r)][side] = float(ts)
+sizes = sorted({n for n, _ in rate})
+print("| call tokens | off tok/s | armed tok/s | armed/off (median of rounds) | min..max |")
+print("|---:|---:|---:|---:|---:|")
+for n in sizes:
+    pairs = [v for (m, _), v in rate.items() if m == n and len(v) == 2]
+    ratios = sorted(p["armed"] / p["off"] for p in pairs)
+    off = statistics.median(p["off"] for p in pairs)
+    armed = statistics.median(p["armed"] for p in pairs)
+    print(f"| {n} | {off:.1f} | {armed:.1f} | {statistics.median(ratios):.4f} | "
+          f"{ratios[0]:.4f}..{ratios[-1]:.4f} |")
+load = sys.argv[2].split("load average:")[-1].strip()
+print(f"RESULT threshold: {len(rows) // (2 * len(sizes))} rounds; load average after {load}")
+PY
+  exit 0
+fi
 
 declare -A ir
 if [ "${HYDRA_BENCH_VALGRIND:-1}" = 1 ]; then

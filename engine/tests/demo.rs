@@ -30,6 +30,8 @@ fn demo_runs_and_reports_queue_wait_and_compute_apart() {
                 "16",
                 "--interval-ms",
                 "20",
+                "--rounds",
+                "2",
             ])
             .args(["--engine-id", "demo-test", "--progress-dir"])
             .arg(tmp.path())
@@ -54,8 +56,26 @@ fn demo_runs_and_reports_queue_wait_and_compute_apart() {
         .lines()
         .filter(|l| l.contains(" in the queue, computed in "))
         .collect();
-    // A prefill on slot 0, a completion on slot 1, a decode restored into slot 2.
-    assert_eq!(requests.len(), 3, "{summary}");
+    // Two rounds of: a prefill on slot 0, a completion on slot 1, and on slot 2 a decode
+    // restored from slot 1 (first round), then a completion; each kind on one line.
+    assert_eq!(requests.len(), 4, "{summary}");
+    for kind in [
+        "prefill slot 0 (x2)",
+        "decode slot 1 (x2)",
+        "decode slot 2 (restored) ",
+        "decode slot 2 ",
+    ] {
+        assert!(
+            requests.iter().any(|l| l.trim_start().starts_with(kind)),
+            "{kind}: {summary}"
+        );
+    }
+    assert!(
+        requests
+            .iter()
+            .any(|l| l.contains("prefill slot 0 (x2)") && l.contains(" 192 tok")),
+        "two prefills of 96 tokens: {summary}"
+    );
     for line in &requests {
         assert!(
             line.contains(" tok: waited ") && line.ends_with("tokens/s"),
@@ -104,7 +124,7 @@ fn demo_runs_on_a_gguf_model() {
                 "--decode-tokens",
                 "6",
             ])
-            .args(["--ubatch", "16", "--interval-ms", "20"])
+            .args(["--ubatch", "16", "--interval-ms", "20", "--rounds", "1"])
             .args(["--engine-id", "demo-gguf", "--progress-dir"])
             .arg(tmp.path())
             .env("RUST_LOG", "warn")

@@ -27,11 +27,15 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 4)]
     pub slots: usize,
     /// Tokens each decode generates.
-    #[arg(long, default_value_t = 384)]
+    #[arg(long, default_value_t = 1024)]
     pub decode_tokens: usize,
     /// Tokens of the long prompt.
-    #[arg(long, default_value_t = 1536)]
+    #[arg(long, default_value_t = 3000)]
     pub prompt_tokens: usize,
+    /// Times each slot's work is repeated (the first round also saves slot 1 and restores
+    /// it into the last slot).
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
     /// Prefill chunk size.
     #[arg(long, default_value_t = 32)]
     pub ubatch: usize,
@@ -70,7 +74,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     config.ubatch = args.ubatch;
     // The demo shows the serial queue starving a meta query behind a long decode.
     config.schedule = Schedule::Serial;
-    config.ctx = (args.prompt_tokens + args.decode_tokens + 64).max(1024);
+    // Slot 0 holds the long prompt; a decode slot its short prompt and generated tokens,
+    // the restored slot half as many again.
+    let decoded = args.decode_tokens + args.decode_tokens / 2 + 64;
+    config.ctx = (args.prompt_tokens.max(decoded) + 64).max(1024);
     println!(
         "hydra-engine demo: starting engine {engine_id:?} on {what} ({} slots)",
         args.slots
@@ -94,6 +101,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         slots: args.slots,
         long_prompt: workload::long_prompt(&tokenizer, args.prompt_tokens),
         decode_tokens: args.decode_tokens,
+        rounds: args.rounds as usize,
     };
     let running = workload::start(plan);
     let stats = live_view::run(

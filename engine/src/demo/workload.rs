@@ -18,6 +18,9 @@ pub struct Plan {
     pub long_prompt: Vec<u32>,
     /// Decode length.
     pub decode_tokens: usize,
+    /// Times each slot's work is repeated (the first round also saves slot 1 and restores
+    /// it into the last slot).
+    pub rounds: usize,
 }
 
 /// One finished prefill or decode, timed by the engine and by the client.
@@ -160,20 +163,24 @@ pub fn start(plan: Plan) -> Running {
         let finished = FinishedOnDrop(finished.clone());
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let _finished = finished;
-            let t = Instant::now();
-            let r = post(
-                &agent(),
-                &format!("{}/slots/0/prefill", plan.base),
-                json!({ "tokens": plan.long_prompt }),
-            )?;
-            let request = Request {
-                what: "prefill slot 0".into(),
-                tokens: r["n_prompt_tokens"].as_u64().unwrap_or(0) as usize,
-                compute_s: r["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
-                other_compute_s: 0.0,
-                wall_s: t.elapsed().as_secs_f64(),
-            };
-            outcome.lock().expect("outcome lock").requests.push(request);
+            let agent = agent();
+            for _ in 0..plan.rounds {
+                erase(&agent, &plan, 0)?;
+                let t = Instant::now();
+                let r = post(
+                    &agent,
+                    &format!("{}/slots/0/prefill", plan.base),
+                    json!({ "tokens": plan.long_prompt }),
+                )?;
+                let request = Request {
+                    what: "prefill slot 0".into(),
+                    tokens: r["n_prompt_tokens"].as_u64().unwrap_or(0) as usize,
+                    compute_s: r["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                    other_compute_s: 0.0,
+                    wall_s: t.elapsed().as_secs_f64(),
+                };
+                outcome.lock().expect("outcome lock").requests.push(request);
+            }
             Ok(())
         }));
     }
@@ -186,31 +193,36 @@ pub fn start(plan: Plan) -> Running {
             let _finished = finished;
             let agent = agent();
             let last = plan.slots - 1;
-            if slot == last && last != 1 {
-                // Wait for slot 1's completion to be done, then restore it here.
-                return restore_into(&agent, &plan, last, &outcome);
+            for round in 0..plan.rounds {
+                if round == 0 && slot == last && last != 1 {
+                    // Wait for slot 1's first completion to be done, then restore it here.
+                    restore_into(&agent, &plan, last, &outcome)?;
+                    continue;
+                }
+                erase(&agent, &plan, slot)?;
+                let t = Instant::now();
+                let r = post(
+                    &agent,
+                    &format!("{}/completion", plan.base),
+                    json!({
+                        "id_slot": slot,
+                        "prompt": format!("Slot {slot} says: "),
+                        "n_predict": plan.decode_tokens,
+                        "ignore_eos": true,
+                        "temperature": 0.8, "top_k": 40, "top_p": 0.95,
+                        "seed": slot + round * plan.slots,
+                    }),
+                )?;
+                let timings = &r["timings"];
+                let request = Request {
+                    what: format!("decode slot {slot}"),
+                    tokens: r["tokens_predicted"].as_u64().unwrap_or(0) as usize,
+                    compute_s: timings["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                    other_compute_s: timings["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                    wall_s: t.elapsed().as_secs_f64(),
+                };
+                outcome.lock().expect("outcome lock").requests.push(request);
             }
-            let t = Instant::now();
-            let r = post(
-                &agent,
-                &format!("{}/completion", plan.base),
-                json!({
-                    "id_slot": slot,
-                    "prompt": format!("Slot {slot} says: "),
-                    "n_predict": plan.decode_tokens,
-                    "ignore_eos": true,
-                    "temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": slot,
-                }),
-            )?;
-            let timings = &r["timings"];
-            let request = Request {
-                what: format!("decode slot {slot}"),
-                tokens: r["tokens_predicted"].as_u64().unwrap_or(0) as usize,
-                compute_s: timings["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3,
-                other_compute_s: timings["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
-                wall_s: t.elapsed().as_secs_f64(),
-            };
-            outcome.lock().expect("outcome lock").requests.push(request);
             Ok(())
         }));
     }
@@ -239,7 +251,8 @@ pub fn start(plan: Plan) -> Running {
                     outcome.lock().expect("outcome lock").meta_queue = Some(queued);
                 })
             };
-            for _ in 0..1000 {
+            // Bounded: at most this many calls (about a minute of 10 ms pauses).
+            for _ in 0..5000 {
                 if finished.load(Ordering::Relaxed) >= workers {
                     break;
                 }
@@ -260,6 +273,16 @@ pub fn start(plan: Plan) -> Running {
         }));
     }
     Running { threads, outcome }
+}
+
+/// Empties `slot` (its cache and record), so that each round starts from nothing.
+fn erase(agent: &ureq::Agent, plan: &Plan, slot: usize) -> anyhow::Result<()> {
+    post(
+        agent,
+        &format!("{}/slots/{slot}?action=erase", plan.base),
+        json!({}),
+    )
+    .map(drop)
 }
 
 fn restore_into(
@@ -302,10 +325,37 @@ fn restore_into(
     Ok(())
 }
 
+/// The requests of each kind ("decode slot 1") summed into one, in the order each kind
+/// first finished; a kind that ran more than once is named with its count ("(x8)").
+pub fn by_kind(requests: &[Request]) -> Vec<Request> {
+    let mut kinds: Vec<(Request, usize)> = Vec::new();
+    for r in requests {
+        match kinds.iter_mut().find(|(k, _)| k.what == r.what) {
+            Some((k, n)) => {
+                k.tokens += r.tokens;
+                k.compute_s += r.compute_s;
+                k.other_compute_s += r.other_compute_s;
+                k.wall_s += r.wall_s;
+                *n += 1;
+            }
+            None => kinds.push((r.clone(), 1)),
+        }
+    }
+    kinds
+        .into_iter()
+        .map(|(mut k, n)| {
+            if n > 1 {
+                k.what = format!("{} (x{n})", k.what);
+            }
+            k
+        })
+        .collect()
+}
+
 /// Prints the closing summary.
 pub fn print_summary(o: &Outcome, view: &super::live_view::ViewStats) {
     println!("summary (one compute thread: a request waits while the others compute; tokens/s counts compute time only)");
-    for r in &o.requests {
+    for r in by_kind(&o.requests) {
         println!("{}", r.line());
     }
     if let Some((bytes, save, restore)) = o.state {
@@ -360,6 +410,27 @@ mod tests {
             line.contains("computed in   3.00 s =    128.0 tokens/s"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn rounds_of_one_kind_are_summed_into_one_line() {
+        let r = |what: &str, tokens, compute_s| Request {
+            what: what.into(),
+            tokens,
+            compute_s,
+            other_compute_s: 0.25,
+            wall_s: 2.0,
+        };
+        let kinds = by_kind(&[
+            r("decode slot 1", 100, 1.0),
+            r("prefill slot 0", 50, 0.5),
+            r("decode slot 1", 300, 3.0),
+        ]);
+        assert_eq!(kinds.len(), 2);
+        assert_eq!(kinds[0].what, "decode slot 1 (x2)");
+        assert_eq!((kinds[0].tokens, kinds[0].compute_s), (400, 4.0));
+        assert_eq!((kinds[0].other_compute_s, kinds[0].wall_s), (0.5, 4.0));
+        assert_eq!(kinds[1], r("prefill slot 0", 50, 0.5));
     }
 
     #[test]
