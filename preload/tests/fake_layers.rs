@@ -10,60 +10,20 @@
 mod common;
 
 use hydra_layout::{Phase, SegmentReader, Substep};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 const FAKE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_layers");
+const LIBRARIES: &str = "the stand-in libllama and libggml-base";
 
 /// Compiles the stand-in libggml-base, libllama and the host into `dir`; `None` without a
 /// C compiler.
 fn compile(dir: &Path) -> Option<PathBuf> {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let d = dir.to_str().expect("utf-8 temp dir");
-    let rpath = format!("-Wl,-rpath,{d}");
-    let lib = format!("-L{d}");
-    let steps: [Vec<String>; 3] = [
-        vec![
-            "-shared".into(),
-            "-fPIC".into(),
-            "-O1".into(),
-            "-o".into(),
-            format!("{d}/libggml-base.so"),
-            format!("{FAKE}/ggml.c"),
-        ],
-        vec![
-            "-shared".into(),
-            "-fPIC".into(),
-            "-O1".into(),
-            "-o".into(),
-            format!("{d}/libllama.so"),
-            format!("{FAKE}/llama.c"),
-            lib.clone(),
-            "-lggml-base".into(),
-            rpath.clone(),
-        ],
-        vec![
-            "-O1".into(),
-            "-o".into(),
-            format!("{d}/host"),
-            format!("{FAKE}/host.c"),
-            lib,
-            "-lllama".into(),
-            "-lggml-base".into(),
-            rpath,
-        ],
-    ];
-    for args in steps {
-        let out = Command::new(&cc).args(&args).output().ok()?;
-        assert!(
-            out.status.success(),
-            "{cc} {args:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Some(dir.join("host"))
+    common::compile_host(
+        dir,
+        FAKE,
+        &[("ggml-base", "ggml.c", &[]), ("llama", "llama.c", &["ggml-base"])],
+    )
 }
 
 /// Runs the host (optionally preloaded with `env`), calling `at_checkpoint` with each
@@ -71,55 +31,23 @@ fn compile(dir: &Path) -> Option<PathBuf> {
 fn run_host(
     host: &Path,
     preload: Option<(&Path, &[(&str, &str)])>,
-    mut at_checkpoint: impl FnMut(&str),
+    at_checkpoint: impl FnMut(&str),
 ) -> Vec<String> {
     let mut cmd = Command::new(host);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     if let Some((so, env)) = preload {
         cmd.env("LD_PRELOAD", so).envs(env.iter().copied());
     }
-    let mut child = cmd.spawn().expect("spawn host");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut lines = vec![];
-    for line in stdout.lines() {
-        let line = line.expect("host stdout");
-        if let Some(name) = line.strip_prefix("checkpoint ") {
-            at_checkpoint(name);
-            stdin.write_all(b"go\n").expect("resume host");
-        }
-        lines.push(line);
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait host") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "host did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).unwrap();
-    assert!(status.success(), "host failed: {status}\n{err}");
+    let (lines, err) = common::run_host(cmd, at_checkpoint);
     assert!(err.is_empty(), "nothing to complain about: {err}");
     lines
 }
 
 #[test]
 fn armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw() {
-    let tmp = tempfile::tempdir().unwrap();
-    let Some(host) = hydra_fault::require::or_skip(
-        "armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw",
-        compile(tmp.path()),
-        "no C compiler (cc, or $CC) to build the stand-in libllama and libggml-base",
-        "apt-get install gcc",
-    ) else {
+    let Some(fake) = common::fake_host("armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw", compile, LIBRARIES) else {
         return;
     };
-    let so = common::preload_so();
-    let seg = tmp.path().join("segments");
+    let common::FakeHost { tmp: _tmp, host, so, seg } = fake;
     let seg_s = seg.to_str().unwrap();
     let env = [
         ("HYDRA_PROGRESS_DIR", seg_s),
@@ -198,17 +126,10 @@ fn armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw() {
 
 #[test]
 fn layers_off_publishes_no_position_and_changes_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let Some(host) = hydra_fault::require::or_skip(
-        "layers_off_publishes_no_position_and_changes_nothing",
-        compile(tmp.path()),
-        "no C compiler (cc, or $CC) to build the stand-in libllama and libggml-base",
-        "apt-get install gcc",
-    ) else {
+    let Some(fake) = common::fake_host("layers_off_publishes_no_position_and_changes_nothing", compile, LIBRARIES) else {
         return;
     };
-    let so = common::preload_so();
-    let seg = tmp.path().join("segments");
+    let common::FakeHost { tmp: _tmp, host, so, seg } = fake;
     let env = [
         ("HYDRA_PROGRESS_DIR", seg.to_str().unwrap()),
         ("HYDRA_ENGINE_ID", "off"),
