@@ -18,18 +18,13 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn probe_meta(dir: &std::path::Path, id: &str, slot: usize) -> serde_json::Value {
-    let out = Command::new(probe_bin())
-        .arg("--dir")
-        .arg(dir)
-        .args(["meta", id, &slot.to_string()])
-        .output()
-        .expect("run hydra-probe");
-    assert!(
-        out.status.success(),
-        "hydra-probe meta failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = hydra_fault::process::stdout_of(
+        Command::new(probe_bin())
+            .arg("--dir")
+            .arg(dir)
+            .args(["meta", id, &slot.to_string()]),
     );
-    serde_json::from_slice(&out.stdout).expect("meta JSON")
+    serde_json::from_slice(&out).expect("meta JSON")
 }
 
 /// Starts a decode of `n` tokens on `slot` in a background thread (after a short prefill);
