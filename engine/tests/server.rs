@@ -18,12 +18,12 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn probe_meta(dir: &std::path::Path, id: &str, slot: usize) -> serde_json::Value {
-    let out = hydra_fault::process::stdout_of(
-        Command::new(probe_bin())
-            .arg("--dir")
-            .arg(dir)
-            .args(["meta", id, &slot.to_string()]),
-    );
+    let out =
+        hydra_fault::process::stdout_of(Command::new(probe_bin()).arg("--dir").arg(dir).args([
+            "meta",
+            id,
+            &slot.to_string(),
+        ]));
     serde_json::from_slice(&out).expect("meta JSON")
 }
 

@@ -293,7 +293,10 @@ fn per_slot<V: Value>(
     help: &str,
     value: impl Fn(&EngineView, &SlotView) -> Option<V>,
 ) {
-    let samples = rows.slots.iter().map(|(e, s, labels)| (*labels, value(e, s)));
+    let samples = rows
+        .slots
+        .iter()
+        .map(|(e, s, labels)| (*labels, value(e, s)));
     series(x, name, help, Kind::Gauge, samples);
 }
 

@@ -36,18 +36,48 @@ fn scrape_with_every_engine_state_passes_promtool() {
     };
     // Live engine, progressing decode with the published counts.
     for (series, value) in [
-        (r#"hydra_engine_liveness{engine="live",liveness="live"}"#, 1.0),
-        (r#"hydra_engine_liveness{engine="live",liveness="dead"}"#, 0.0),
-        (r#"hydra_slot_phase{engine="live",slot="0",phase="decode"}"#, 1.0),
-        (r#"hydra_slot_phase{engine="live",slot="0",phase="idle"}"#, 0.0),
-        (r#"hydra_slot_class{engine="live",slot="0",class="progressing"}"#, 1.0),
-        (r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#, 123.0),
-        (r#"hydra_slot_work_target_tokens{engine="live",slot="0"}"#, 456.0),
-        (r#"hydra_slot_work_done_bytes{engine="live",slot="2"}"#, (1u64 << 20) as f64),
-        (r#"hydra_slot_class{engine="live",slot="3",class="queued"}"#, 1.0),
+        (
+            r#"hydra_engine_liveness{engine="live",liveness="live"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="live",liveness="dead"}"#,
+            0.0,
+        ),
+        (
+            r#"hydra_slot_phase{engine="live",slot="0",phase="decode"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_phase{engine="live",slot="0",phase="idle"}"#,
+            0.0,
+        ),
+        (
+            r#"hydra_slot_class{engine="live",slot="0",class="progressing"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#,
+            123.0,
+        ),
+        (
+            r#"hydra_slot_work_target_tokens{engine="live",slot="0"}"#,
+            456.0,
+        ),
+        (
+            r#"hydra_slot_work_done_bytes{engine="live",slot="2"}"#,
+            (1u64 << 20) as f64,
+        ),
+        (
+            r#"hydra_slot_class{engine="live",slot="3",class="queued"}"#,
+            1.0,
+        ),
         (r#"hydra_slot_pending_tasks{engine="live",slot="3"}"#, 1.0),
         (r#"hydra_engine_prompt_tokens_total{engine="live"}"#, 1000.0),
-        (r#"hydra_engine_generated_tokens_total{engine="live"}"#, 123.0),
+        (
+            r#"hydra_engine_generated_tokens_total{engine="live"}"#,
+            123.0,
+        ),
         (r#"hydra_engine_kv_usage_ratio{engine="live"}"#, 0.25),
         (r#"hydra_engine_busy_slots{engine="live"}"#, 2.0),
     ] {
@@ -93,12 +123,30 @@ fn scrape_with_every_engine_state_passes_promtool() {
 
     // Stalled, dead (orphaned, torn) and closed engines.
     for (series, value) in [
-        (r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#, 1.0),
-        (r#"hydra_engine_liveness{engine="stalled",liveness="live"}"#, 1.0),
-        (r#"hydra_engine_liveness{engine="dead",liveness="dead"}"#, 1.0),
-        (r#"hydra_slot_class{engine="dead",slot="0",class="orphaned"}"#, 1.0),
-        (r#"hydra_slot_class{engine="dead",slot="1",class="torn"}"#, 1.0),
-        (r#"hydra_engine_liveness{engine="closed",liveness="closed"}"#, 1.0),
+        (
+            r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="stalled",liveness="live"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="dead",liveness="dead"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_class{engine="dead",slot="0",class="orphaned"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_class{engine="dead",slot="1",class="torn"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="closed",liveness="closed"}"#,
+            1.0,
+        ),
     ] {
         expect(series, value);
     }

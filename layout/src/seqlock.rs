@@ -281,7 +281,11 @@ struct Heap(Vec<crate::primitive::AtomicU64>);
 #[cfg(test)]
 impl Heap {
     fn new(n: usize) -> Heap {
-        Heap((0..n + 1).map(|_| crate::primitive::AtomicU64::new(0)).collect())
+        Heap(
+            (0..n + 1)
+                .map(|_| crate::primitive::AtomicU64::new(0))
+                .collect(),
+        )
     }
 }
 

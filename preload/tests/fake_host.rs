@@ -53,13 +53,13 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
     ) else {
         return;
     };
-    let common::FakeHost { tmp: _tmp, host, so, seg } = fake;
-    let plain = run_host(&host, None, |_| {});
+    let (host, so, seg) = (&fake.host, &fake.so, &fake.seg);
+    let plain = run_host(host, None, |_| {});
 
     let mut seen = vec![];
-    let preloaded = run_host(&host, Some((&so, &seg)), |name| {
+    let preloaded = run_host(host, Some((so, seg)), |name| {
         seen.push(name.to_owned());
-        let a = SegmentReader::open_engine(&seg, "fake").expect("first context's segment");
+        let a = SegmentReader::open_engine(seg, "fake").expect("first context's segment");
         match name {
             "one" => {
                 assert_eq!(a.slot_count(), 2);
@@ -104,7 +104,7 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
                     a.identity().description.model_name.is_empty(),
                     "no llama_get_model: no model strings"
                 );
-                let b = SegmentReader::open_engine(&seg, "fake-ctx1")
+                let b = SegmentReader::open_engine(seg, "fake-ctx1")
                     .expect("second context's own segment");
                 let s = b.slot(0).unwrap().state;
                 assert_eq!(
@@ -139,7 +139,7 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
                     "a save of a busy slot returns to its phase"
                 );
                 assert!(
-                    SegmentReader::open_engine(&seg, "fake-ctx1").is_err(),
+                    SegmentReader::open_engine(seg, "fake-ctx1").is_err(),
                     "llama_free removes the segment"
                 );
             }
@@ -152,7 +152,7 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
         "the host's output is the same with the preload"
     );
     assert!(plain.contains(&"decoded 13 3".to_owned()), "{plain:?}");
-    let left: Vec<_> = std::fs::read_dir(&seg)
+    let left: Vec<_> = std::fs::read_dir(seg)
         .unwrap()
         .flatten()
         .map(|e| e.file_name())

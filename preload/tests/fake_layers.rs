@@ -22,7 +22,10 @@ fn compile(dir: &Path) -> Option<PathBuf> {
     common::compile_host(
         dir,
         FAKE,
-        &[("ggml-base", "ggml.c", &[]), ("llama", "llama.c", &["ggml-base"])],
+        &[
+            ("ggml-base", "ggml.c", &[]),
+            ("llama", "llama.c", &["ggml-base"]),
+        ],
     )
 }
 
@@ -44,10 +47,14 @@ fn run_host(
 
 #[test]
 fn armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw() {
-    let Some(fake) = common::fake_host("armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw", compile, LIBRARIES) else {
+    let Some(fake) = common::fake_host(
+        "armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw",
+        compile,
+        LIBRARIES,
+    ) else {
         return;
     };
-    let common::FakeHost { tmp: _tmp, host, so, seg } = fake;
+    let (host, so, seg) = (&fake.host, &fake.so, &fake.seg);
     let seg_s = seg.to_str().unwrap();
     let env = [
         ("HYDRA_PROGRESS_DIR", seg_s),
@@ -56,12 +63,12 @@ fn armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw() {
         // The 10-token prompt is armed, the 1-token decode is not.
         ("HYDRA_PRELOAD_LAYER_MIN_TOKENS", "8"),
     ];
-    let plain = run_host(&host, None, |_| {});
+    let plain = run_host(host, None, |_| {});
 
     let mut seen = vec![];
-    let preloaded = run_host(&host, Some((&so, &env)), |name| {
+    let preloaded = run_host(host, Some((so, &env)), |name| {
         seen.push(name.to_owned());
-        let r = SegmentReader::open_engine(&seg, "layers").expect("segment");
+        let r = SegmentReader::open_engine(seg, "layers").expect("segment");
         assert!(
             r.identity().publishes_substeps(),
             "the scheduler's symbols resolved: LAYER_PROGRESS"
@@ -126,19 +133,23 @@ fn armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw() {
 
 #[test]
 fn layers_off_publishes_no_position_and_changes_nothing() {
-    let Some(fake) = common::fake_host("layers_off_publishes_no_position_and_changes_nothing", compile, LIBRARIES) else {
+    let Some(fake) = common::fake_host(
+        "layers_off_publishes_no_position_and_changes_nothing",
+        compile,
+        LIBRARIES,
+    ) else {
         return;
     };
-    let common::FakeHost { tmp: _tmp, host, so, seg } = fake;
+    let (host, so, seg) = (&fake.host, &fake.so, &fake.seg);
     let env = [
         ("HYDRA_PROGRESS_DIR", seg.to_str().unwrap()),
         ("HYDRA_ENGINE_ID", "off"),
         ("HYDRA_PRELOAD_LAYERS", "off"),
         ("HYDRA_PRELOAD_LAYER_MIN_TOKENS", "1"),
     ];
-    let plain = run_host(&host, None, |_| {});
-    let preloaded = run_host(&host, Some((&so, &env)), |name| {
-        let r = SegmentReader::open_engine(&seg, "off").expect("segment");
+    let plain = run_host(host, None, |_| {});
+    let preloaded = run_host(host, Some((so, &env)), |name| {
+        let r = SegmentReader::open_engine(seg, "off").expect("segment");
         assert!(!r.identity().publishes_substeps(), "no LAYER_PROGRESS");
         if name == "prompt" {
             let s = r.slot(0).unwrap().state;

@@ -59,7 +59,11 @@ pub fn preload_so_with_test_hooks() -> std::path::PathBuf {
 /// `lib<name>.so`, then `host.c` linked with all of them (the last built first); sources
 /// are in `fake`. Returns the host; `None` when no compiler runs. A compile that fails is
 /// a test failure, with the compiler's output.
-pub fn compile_host(dir: &Path, fake: &str, libraries: &[(&str, &str, &[&str])]) -> Option<PathBuf> {
+pub fn compile_host(
+    dir: &Path,
+    fake: &str,
+    libraries: &[(&str, &str, &[&str])],
+) -> Option<PathBuf> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let d = dir.to_str().expect("utf-8 temp dir");
     let linking = |names: &mut dyn Iterator<Item = &str>| {

@@ -17,9 +17,9 @@ use serde::Serialize;
 use super::error::OpenAiError;
 use super::request::{ChatRequest, CompletionRequest, GenerationParams, PromptInput};
 use super::response::{
-    new_id, system_fingerprint, Answer, AssistantMessage, ChatChoice, ChatCompletion,
-    ChatLogprobs, ChunkChoice, Completion, CompletionChoice, CompletionLogprobs, Delta, ModelCard,
-    ModelList, PromptProgress, Usage,
+    new_id, system_fingerprint, Answer, AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs,
+    ChunkChoice, Completion, CompletionChoice, CompletionLogprobs, Delta, ModelCard, ModelList,
+    PromptProgress, Usage,
 };
 use super::sse;
 use crate::server::api_error::ApiError;
@@ -255,7 +255,12 @@ impl StreamHead {
 
     /// The stream's end: `last` (the finish reason), the usage chunk that `usage_event`
     /// makes when it was asked for, `data: [DONE]`.
-    fn end(&self, last: Event, s: &GenSummary, usage_event: impl FnOnce(Usage) -> Event) -> Vec<Event> {
+    fn end(
+        &self,
+        last: Event,
+        s: &GenSummary,
+        usage_event: impl FnOnce(Usage) -> Event,
+    ) -> Vec<Event> {
         let mut out = vec![last];
         if self.include_usage {
             out.push(usage_event(usage(self.n_prompt, s)));
@@ -419,8 +424,7 @@ impl CompletionStream {
         usage: Option<Usage>,
         progress: Option<PromptProgress>,
     ) -> Event {
-        self.head
-            .event("text_completion", choices, usage, progress)
+        self.head.event("text_completion", choices, usage, progress)
     }
 
     fn text(
