@@ -34,8 +34,8 @@ fn scrape_with_every_engine_state_passes_promtool() {
     let expect = |series: &str, value: f64| {
         assert_eq!(sample(body, series), Some(value), "{series}\n{}", ctx());
     };
-    // Live engine, progressing decode with the published counts.
     for (series, value) in [
+        // Live engine, progressing decode with the published counts.
         (
             r#"hydra_engine_liveness{engine="live",liveness="live"}"#,
             1.0,
@@ -80,6 +80,34 @@ fn scrape_with_every_engine_state_passes_promtool() {
         ),
         (r#"hydra_engine_kv_usage_ratio{engine="live"}"#, 0.25),
         (r#"hydra_engine_busy_slots{engine="live"}"#, 2.0),
+        // The layer position inside slot 0's step.
+        (r#"hydra_slot_layers_done{engine="live",slot="0"}"#, 7.0),
+        (r#"hydra_slot_step_layers{engine="live",slot="0"}"#, 30.0),
+        // Stalled, dead (orphaned, torn) and closed engines.
+        (
+            r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="stalled",liveness="live"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="dead",liveness="dead"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_class{engine="dead",slot="0",class="orphaned"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_class{engine="dead",slot="1",class="torn"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="closed",liveness="closed"}"#,
+            1.0,
+        ),
     ] {
         expect(series, value);
     }
@@ -117,39 +145,6 @@ fn scrape_with_every_engine_state_passes_promtool() {
         "last progress {lp} vs now {now_unix}"
     );
 
-    // The layer position inside slot 0's step.
-    expect(r#"hydra_slot_layers_done{engine="live",slot="0"}"#, 7.0);
-    expect(r#"hydra_slot_step_layers{engine="live",slot="0"}"#, 30.0);
-
-    // Stalled, dead (orphaned, torn) and closed engines.
-    for (series, value) in [
-        (
-            r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_engine_liveness{engine="stalled",liveness="live"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_engine_liveness{engine="dead",liveness="dead"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_slot_class{engine="dead",slot="0",class="orphaned"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_slot_class{engine="dead",slot="1",class="torn"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_engine_liveness{engine="closed",liveness="closed"}"#,
-            1.0,
-        ),
-    ] {
-        expect(series, value);
-    }
     assert!(sample(body, "hydra_exporter_torn_reads_total").unwrap() >= 1.0);
     expect("hydra_exporter_engines", 4.0);
 

@@ -45,76 +45,88 @@ fn run_host(
     lines
 }
 
+/// Builds the host for `test` and runs it plain, then preloaded with `env` and its segment
+/// directory, calling `at_checkpoint` with that directory and each checkpoint's name;
+/// returns the two outputs (plain first). `None` when the test skips.
+fn plain_and_preloaded(
+    test: &str,
+    env: &[(&str, &str)],
+    mut at_checkpoint: impl FnMut(&Path, &str),
+) -> Option<(Vec<String>, Vec<String>)> {
+    let fake = common::fake_host(test, compile, LIBRARIES)?;
+    let mut env = env.to_vec();
+    env.push(("HYDRA_PROGRESS_DIR", fake.seg.to_str().unwrap()));
+    let plain = run_host(&fake.host, None, |_| {});
+    let preloaded = run_host(&fake.host, Some((&fake.so, &env)), |name| {
+        at_checkpoint(&fake.seg, name)
+    });
+    Some((plain, preloaded))
+}
+
 #[test]
 fn armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw() {
-    let Some(fake) = common::fake_host(
-        "armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw",
-        compile,
-        LIBRARIES,
-    ) else {
-        return;
-    };
-    let (host, so, seg) = (&fake.host, &fake.so, &fake.seg);
-    let seg_s = seg.to_str().unwrap();
     let env = [
-        ("HYDRA_PROGRESS_DIR", seg_s),
         ("HYDRA_ENGINE_ID", "layers"),
         ("HYDRA_PRELOAD_IDLE_MS", "600000"),
         // The 10-token prompt is armed, the 1-token decode is not.
         ("HYDRA_PRELOAD_LAYER_MIN_TOKENS", "8"),
     ];
-    let plain = run_host(host, None, |_| {});
-
     let mut seen = vec![];
-    let preloaded = run_host(host, Some((so, &env)), |name| {
-        seen.push(name.to_owned());
-        let r = SegmentReader::open_engine(seg, "layers").expect("segment");
-        assert!(
-            r.identity().publishes_substeps(),
-            "the scheduler's symbols resolved: LAYER_PROGRESS"
-        );
-        let snap = r.slot(0).unwrap();
-        let s = snap.state;
-        match name {
-            "prompt" => {
-                // Inside the second ubatch (4 tokens each), in layer 2 of 3: the host's
-                // callback is shown attn-1, after l_out-0 finished.
-                assert_eq!(
-                    (s.phase, s.work_done, s.step_size),
-                    (Phase::Prefill, 4, 10),
-                    "the first ubatch is credited; the call's 10 tokens are the step's extent"
-                );
-                assert_ne!(s.step_start_ns, 0, "the call is in flight");
-                assert_eq!(
-                    snap.layer(),
-                    Some(Substep {
-                        done: 1,
-                        total: 3,
-                        at_ns: snap.layer().unwrap().at_ns,
-                        step_start_ns: s.step_start_ns
-                    }),
-                    "layer 1 of 3 finished in this ubatch"
-                );
+    let Some((plain, preloaded)) = plain_and_preloaded(
+        "armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw",
+        &env,
+        |seg, name| {
+            seen.push(name.to_owned());
+            let r = SegmentReader::open_engine(seg, "layers").expect("segment");
+            assert!(
+                r.identity().publishes_substeps(),
+                "the scheduler's symbols resolved: LAYER_PROGRESS"
+            );
+            let snap = r.slot(0).unwrap();
+            let s = snap.state;
+            match name {
+                "prompt" => {
+                    // Inside the second ubatch (4 tokens each), in layer 2 of 3: the host's
+                    // callback is shown attn-1, after l_out-0 finished.
+                    assert_eq!(
+                        (s.phase, s.work_done, s.step_size),
+                        (Phase::Prefill, 4, 10),
+                        "the first ubatch is credited; the call's 10 tokens are the step's extent"
+                    );
+                    assert_ne!(s.step_start_ns, 0, "the call is in flight");
+                    assert_eq!(
+                        snap.layer(),
+                        Some(Substep {
+                            done: 1,
+                            total: 3,
+                            at_ns: snap.layer().unwrap().at_ns,
+                            step_start_ns: s.step_start_ns
+                        }),
+                        "layer 1 of 3 finished in this ubatch"
+                    );
+                }
+                "decode" => {
+                    assert_eq!((s.phase, s.step_size), (Phase::Decode, 1));
+                    assert_eq!(snap.layer(), None, "a 1-token call is never armed");
+                }
+                "copies" => {
+                    assert_eq!(
+                        (s.phase, s.work_done, s.step_size),
+                        (Phase::Prefill, 4, 10),
+                        "ubatches are credited on any scheduler"
+                    );
+                    assert_eq!(
+                        snap.layer(),
+                        None,
+                        "a scheduler with pipeline copies is never armed"
+                    );
+                }
+                other => panic!("unexpected checkpoint {other}"),
             }
-            "decode" => {
-                assert_eq!((s.phase, s.step_size), (Phase::Decode, 1));
-                assert_eq!(snap.layer(), None, "a 1-token call is never armed");
-            }
-            "copies" => {
-                assert_eq!(
-                    (s.phase, s.work_done, s.step_size),
-                    (Phase::Prefill, 4, 10),
-                    "ubatches are credited on any scheduler"
-                );
-                assert_eq!(
-                    snap.layer(),
-                    None,
-                    "a scheduler with pipeline copies is never armed"
-                );
-            }
-            other => panic!("unexpected checkpoint {other}"),
-        }
-    });
+        },
+    ) else {
+        return;
+    };
     assert_eq!(seen, ["prompt", "decode", "copies"]);
     assert_eq!(
         preloaded, plain,
@@ -133,28 +145,24 @@ fn armed_ubatches_publish_layers_and_the_hosts_callback_sees_what_it_saw() {
 
 #[test]
 fn layers_off_publishes_no_position_and_changes_nothing() {
-    let Some(fake) = common::fake_host(
-        "layers_off_publishes_no_position_and_changes_nothing",
-        compile,
-        LIBRARIES,
-    ) else {
-        return;
-    };
-    let (host, so, seg) = (&fake.host, &fake.so, &fake.seg);
     let env = [
-        ("HYDRA_PROGRESS_DIR", seg.to_str().unwrap()),
         ("HYDRA_ENGINE_ID", "off"),
         ("HYDRA_PRELOAD_LAYERS", "off"),
         ("HYDRA_PRELOAD_LAYER_MIN_TOKENS", "1"),
     ];
-    let plain = run_host(host, None, |_| {});
-    let preloaded = run_host(host, Some((so, &env)), |name| {
-        let r = SegmentReader::open_engine(seg, "off").expect("segment");
-        assert!(!r.identity().publishes_substeps(), "no LAYER_PROGRESS");
-        if name == "prompt" {
-            let s = r.slot(0).unwrap().state;
-            assert_eq!(s.work_done, 4, "ubatches are still credited");
-        }
-    });
+    let Some((plain, preloaded)) = plain_and_preloaded(
+        "layers_off_publishes_no_position_and_changes_nothing",
+        &env,
+        |seg, name| {
+            let r = SegmentReader::open_engine(seg, "off").expect("segment");
+            assert!(!r.identity().publishes_substeps(), "no LAYER_PROGRESS");
+            if name == "prompt" {
+                let s = r.slot(0).unwrap().state;
+                assert_eq!(s.work_done, 4, "ubatches are still credited");
+            }
+        },
+    ) else {
+        return;
+    };
     assert_eq!(preloaded, plain);
 }
