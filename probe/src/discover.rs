@@ -36,9 +36,12 @@ pub struct Scan {
     pub strays: Vec<Stray>,
 }
 
+/// Whether a file type is of one kind.
+type IsKind = fn(&FileType) -> bool;
+
 fn kind_name(t: FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    let kinds: [(fn(&FileType) -> bool, &'static str); 7] = [
+    let kinds: [(IsKind, &'static str); 7] = [
         (FileType::is_file, "regular file"),
         (FileType::is_dir, "directory"),
         (FileType::is_symlink, "symbolic link"),
