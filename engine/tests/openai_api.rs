@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use hydra_layout::{Phase, SegmentReader};
-use support::{agent, call, get, post, wait_for, Engine};
+use support::{agent, call, curl_stream, get, post, sse_data, wait_for, Engine};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -31,47 +31,6 @@ fn template_file(dir: &Path) -> std::path::PathBuf {
     )
     .unwrap();
     p
-}
-
-/// `curl -N` POSTing `body` to `url`: the raw stream.
-fn curl_stream(test: &str, url: &str, body: &str) -> Option<String> {
-    let curl = hydra_fault::require::tool(test, "curl", "apt-get install curl")?;
-    let out = Command::new(curl)
-        .args([
-            "-sS",
-            "-N",
-            "--max-time",
-            "120",
-            "-H",
-            "Content-Type: application/json",
-        ])
-        .args(["-d", body, url])
-        .output()
-        .expect("run curl");
-    assert!(
-        out.status.success(),
-        "curl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8(out.stdout).expect("UTF-8 stream"))
-}
-
-/// The `data:` payloads of a server-sent-event stream; every event is one `data:` line
-/// and a blank line.
-fn sse_data(stream: &str) -> Vec<String> {
-    assert!(
-        stream.ends_with("\n\n"),
-        "events end with a blank line: {stream:?}"
-    );
-    stream
-        .split("\n\n")
-        .filter(|e| !e.is_empty() && !e.starts_with(':'))
-        .map(|e| {
-            e.strip_prefix("data: ")
-                .unwrap_or_else(|| panic!("not a data event: {e:?}"))
-                .to_string()
-        })
-        .collect()
 }
 
 #[test]

@@ -8,6 +8,8 @@ use std::process::{Command, Stdio};
 
 use hydra_fault::process::Server;
 
+mod support;
+
 const N_CTX: usize = 1024;
 
 /// Whether `python3` can import `module` (found with importlib, not imported).
@@ -53,7 +55,7 @@ fn the_openai_client_and_curl_against_smollm2() {
     let Some(model) = hydra_fault::require::smollm2_gguf(test) else {
         return;
     };
-    let (Some(()), Some(curl)) = (
+    let (Some(()), Some(_curl)) = (
         python_module(test, "openai"),
         hydra_fault::require::tool(test, "curl", "apt-get install curl"),
     ) else {
@@ -97,27 +99,10 @@ fn the_openai_client_and_curl_against_smollm2() {
     // The raw stream, as curl -N sees it: one event per token, then [DONE].
     let body = r#"{"messages":[{"role":"user","content":"What is the capital of France?"}],
         "temperature":0,"max_tokens":32,"stream":true}"#;
-    let out = Command::new(curl)
-        .args([
-            "-sS",
-            "-N",
-            "--max-time",
-            "120",
-            "-H",
-            "Content-Type: application/json",
-        ])
-        .args(["-d", body])
-        .arg(format!("{}/v1/chat/completions", engine.base))
-        .output()
-        .expect("run curl");
-    assert!(out.status.success());
-    let raw = String::from_utf8(out.stdout).unwrap();
-    let events: Vec<&str> = raw
-        .split("\n\n")
-        .filter(|e| !e.is_empty())
-        .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("{e:?}")))
-        .collect();
-    assert_eq!(events.last(), Some(&"[DONE]"), "{raw}");
+    let url = format!("{}/v1/chat/completions", engine.base);
+    let raw = support::curl_stream(test, &url, body).expect("curl is installed (checked above)");
+    let events = support::sse_data(&raw);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{raw}");
     let text: String = events[..events.len() - 1]
         .iter()
         .map(|e| serde_json::from_str::<serde_json::Value>(e).unwrap())

@@ -18,27 +18,22 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn probe_meta(dir: &std::path::Path, id: &str, slot: usize) -> serde_json::Value {
-    let out = Command::new(probe_bin())
-        .arg("--dir")
-        .arg(dir)
-        .args(["meta", id, &slot.to_string()])
-        .output()
-        .expect("run hydra-probe");
-    assert!(
-        out.status.success(),
-        "hydra-probe meta failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("meta JSON")
+    let out =
+        hydra_fault::process::stdout_of(Command::new(probe_bin()).arg("--dir").arg(dir).args([
+            "meta",
+            id,
+            &slot.to_string(),
+        ]));
+    serde_json::from_slice(&out).expect("meta JSON")
 }
 
-/// Starts a decode of `n` tokens on `slot` in a background thread (after a short prefill);
-/// the thread returns the answer and the instant it arrived.
-fn start_decode(
-    e: &Engine,
-    slot: usize,
-    n: usize,
-) -> std::thread::JoinHandle<(u16, serde_json::Value, Instant)> {
+/// The answer to a decode run in a background thread, and the instant it arrived.
+type DecodeAnswer = std::thread::JoinHandle<(u16, serde_json::Value, Instant)>;
+
+/// Starts a decode of 3,500 tokens on `slot` in a background thread (after a short
+/// prefill) and waits until the segment shows it decoding; returns the thread and the
+/// reader that saw it.
+fn long_decode(e: &Engine, slot: usize) -> (DecodeAnswer, SegmentReader) {
     let (status, body) = post(
         e,
         &format!("/slots/{slot}/prefill"),
@@ -46,24 +41,21 @@ fn start_decode(
     );
     assert_eq!(status, 200, "prefill: {body}");
     let url = e.url(&format!("/slots/{slot}/decode"));
-    let body = format!(r#"{{"n_predict":{n},"ignore_eos":true}}"#);
-    std::thread::spawn(move || {
-        let (status, json) = call(agent().post(&url), Some(&body));
+    let body = r#"{"n_predict":3500,"ignore_eos":true}"#;
+    let decode = std::thread::spawn(move || {
+        let (status, json) = call(agent().post(&url), Some(body));
         (status, json, Instant::now())
-    })
-}
-
-fn wait_phase(e: &Engine, slot: usize, phase: Phase) -> SegmentReader {
+    });
     let reader = SegmentReader::open(e.segment()).expect("open segment");
     wait_for(
         Duration::from_secs(30),
         "the slot to enter its phase",
         || {
             let s = reader.slot(slot).ok()?;
-            (s.state.phase == phase && s.state.work_done > 0).then_some(())
+            (s.state.phase == Phase::Decode && s.state.work_done > 0).then_some(())
         },
     );
-    reader
+    (decode, reader)
 }
 
 #[test]
@@ -71,8 +63,7 @@ fn progress_is_readable_from_other_processes_while_decoding() {
     let tmp = scratch();
     let e = Engine::start(tmp.path(), "busy", &["--slots", "2", "--ctx", "4096"]);
     probe_bin(); // build before the clock starts
-    let decode = start_decode(&e, 0, 3500);
-    wait_phase(&e, 0, Phase::Decode);
+    let (decode, _) = long_decode(&e, 0);
 
     // The old way waits behind the decode; started now, it must not answer before the
     // decode has finished.
@@ -168,8 +159,7 @@ fn prefill_progress_moves_chunk_by_chunk() {
 fn killed_engine_is_dead_with_the_slot_orphaned_and_its_id_can_be_reused() {
     let tmp = scratch();
     let mut e = Engine::start(tmp.path(), "crashy", &["--slots", "2", "--ctx", "4096"]);
-    let decode = start_decode(&e, 1, 3500);
-    let reader = wait_phase(&e, 1, Phase::Decode);
+    let (decode, reader) = long_decode(&e, 1);
     let before = reader.slot(1).expect("slot").state.work_done;
     e.kill();
     let _ = decode.join();
@@ -416,8 +406,7 @@ fn state_saved_from_one_slot_restores_into_another_and_continues_identically() {
 fn sigterm_cancels_the_running_task_and_removes_the_segment() {
     let tmp = scratch();
     let mut e = Engine::start(tmp.path(), "polite", &["--slots", "1", "--ctx", "4096"]);
-    let decode = start_decode(&e, 0, 3500);
-    let reader = wait_phase(&e, 0, Phase::Decode);
+    let (decode, reader) = long_decode(&e, 0);
     let status = e.terminate();
     assert!(status.success(), "exit status {status:?}");
     let (code, body, _) = decode.join().expect("decode thread");

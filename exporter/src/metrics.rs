@@ -252,6 +252,24 @@ fn unix_secs(e: &EngineView, mono_ns: u64) -> Seconds {
     secs(e.identity.to_realtime_ns(mono_ns))
 }
 
+/// One series per label set in `samples` whose value is `Some`.
+#[inline(always)]
+fn series<'l, V: Value>(
+    x: &mut Exposition,
+    name: &str,
+    help: &str,
+    kind: Kind,
+    samples: impl Iterator<Item = (Labels<'l>, Option<V>)>,
+) {
+    x.family(name, help, kind, |f| {
+        for (labels, v) in samples {
+            if let Some(v) = v {
+                f.sample(labels, v);
+            }
+        }
+    });
+}
+
 /// One series per engine with `value`'s `Some`s.
 #[inline(always)]
 fn per_engine<V: Value>(
@@ -262,13 +280,8 @@ fn per_engine<V: Value>(
     kind: Kind,
     value: impl Fn(&EngineView) -> Option<V>,
 ) {
-    x.family(name, help, kind, |f| {
-        for (e, labels) in &rows.engines {
-            if let Some(v) = value(e) {
-                f.sample(*labels, v);
-            }
-        }
-    });
+    let samples = rows.engines.iter().map(|(e, labels)| (*labels, value(e)));
+    series(x, name, help, kind, samples);
 }
 
 /// One gauge series per slot with `value`'s `Some`s.
@@ -280,13 +293,11 @@ fn per_slot<V: Value>(
     help: &str,
     value: impl Fn(&EngineView, &SlotView) -> Option<V>,
 ) {
-    x.family(name, help, Kind::Gauge, |f| {
-        for (e, s, labels) in &rows.slots {
-            if let Some(v) = value(e, s) {
-                f.sample(*labels, v);
-            }
-        }
-    });
+    let samples = rows
+        .slots
+        .iter()
+        .map(|(e, s, labels)| (*labels, value(e, s)));
+    series(x, name, help, Kind::Gauge, samples);
 }
 
 /// [`per_slot`] over the active slots only.
@@ -299,11 +310,7 @@ fn per_active_slot<V: Value>(
     value: impl Fn(&EngineView, &SlotView) -> Option<V>,
 ) {
     per_slot(x, rows, name, help, |e, s| {
-        if s.is_active() {
-            value(e, s)
-        } else {
-            None
-        }
+        s.is_active().then(|| value(e, s)).flatten()
     });
 }
 

@@ -329,12 +329,19 @@ fn every_phase(s: &Scratch, id: &str) -> hydra_layout::SegmentWriter {
     w
 }
 
+/// A directory with an engine in every state ([`every_state`]) and one with a slot in
+/// every phase ([`every_phase`]), their writers, and a collector over it.
+fn every_state_and_phase() -> (Scratch, Vec<hydra_layout::SegmentWriter>, Collector) {
+    let s = Scratch::new();
+    let mut writers = every_state(&s);
+    writers.push(every_phase(&s, "phases"));
+    let collector = Collector::new(&s.dir, Thresholds::default());
+    (s, writers, collector)
+}
+
 #[test]
 fn same_as_prometheus_client_for_every_engine_state_and_phase() {
-    let s = Scratch::new();
-    let _writers = every_state(&s);
-    let _phases = every_phase(&s, "phases");
-    let collector = Collector::new(&s.dir, Thresholds::default());
+    let (s, _writers, collector) = every_state_and_phase();
     let c = collector.collect();
     assert_eq!(c.views().count(), 5, "{}", s.describe());
     let text = assert_same_as_oracle(c, collector.stats());
@@ -343,10 +350,7 @@ fn same_as_prometheus_client_for_every_engine_state_and_phase() {
 
 #[test]
 fn same_as_prometheus_client_with_hostile_labels_and_non_finite_values() {
-    let s = Scratch::new();
-    let _writers = every_state(&s);
-    let _phases = every_phase(&s, "phases");
-    let collector = Collector::new(&s.dir, Thresholds::default());
+    let (s, _writers, collector) = every_state_and_phase();
     let mut c = collector.collect();
     let hostile = [
         "quo\"te\"",

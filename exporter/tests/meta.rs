@@ -28,13 +28,8 @@ fn probe_meta(dir: &std::path::Path, engine: &str, slot: usize) -> Value {
     cmd.arg("--dir")
         .arg(dir)
         .args(["meta", engine, &slot.to_string()]);
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{cmd:?} printed no JSON ({e})"))
+    let out = hydra_fault::process::stdout_of(&mut cmd);
+    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{cmd:?} printed no JSON ({e})"))
 }
 
 fn assert_same_meta(exporter: Value, probe: Value, tolerance_ms: u64, what: &str) {

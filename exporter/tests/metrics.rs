@@ -34,51 +34,83 @@ fn scrape_with_every_engine_state_passes_promtool() {
     let expect = |series: &str, value: f64| {
         assert_eq!(sample(body, series), Some(value), "{series}\n{}", ctx());
     };
-    // Live engine, progressing decode with the published counts.
-    expect(
-        r#"hydra_engine_liveness{engine="live",liveness="live"}"#,
-        1.0,
-    );
-    expect(
-        r#"hydra_engine_liveness{engine="live",liveness="dead"}"#,
-        0.0,
-    );
-    expect(
-        r#"hydra_slot_phase{engine="live",slot="0",phase="decode"}"#,
-        1.0,
-    );
-    expect(
-        r#"hydra_slot_phase{engine="live",slot="0",phase="idle"}"#,
-        0.0,
-    );
-    expect(
-        r#"hydra_slot_class{engine="live",slot="0",class="progressing"}"#,
-        1.0,
-    );
-    expect(
-        r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#,
-        123.0,
-    );
-    expect(
-        r#"hydra_slot_work_target_tokens{engine="live",slot="0"}"#,
-        456.0,
-    );
-    expect(
-        r#"hydra_slot_work_done_bytes{engine="live",slot="2"}"#,
-        (1u64 << 20) as f64,
-    );
-    expect(
-        r#"hydra_slot_class{engine="live",slot="3",class="queued"}"#,
-        1.0,
-    );
-    expect(r#"hydra_slot_pending_tasks{engine="live",slot="3"}"#, 1.0);
-    expect(r#"hydra_engine_prompt_tokens_total{engine="live"}"#, 1000.0);
-    expect(
-        r#"hydra_engine_generated_tokens_total{engine="live"}"#,
-        123.0,
-    );
-    expect(r#"hydra_engine_kv_usage_ratio{engine="live"}"#, 0.25);
-    expect(r#"hydra_engine_busy_slots{engine="live"}"#, 2.0);
+    for (series, value) in [
+        // Live engine, progressing decode with the published counts.
+        (
+            r#"hydra_engine_liveness{engine="live",liveness="live"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="live",liveness="dead"}"#,
+            0.0,
+        ),
+        (
+            r#"hydra_slot_phase{engine="live",slot="0",phase="decode"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_phase{engine="live",slot="0",phase="idle"}"#,
+            0.0,
+        ),
+        (
+            r#"hydra_slot_class{engine="live",slot="0",class="progressing"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#,
+            123.0,
+        ),
+        (
+            r#"hydra_slot_work_target_tokens{engine="live",slot="0"}"#,
+            456.0,
+        ),
+        (
+            r#"hydra_slot_work_done_bytes{engine="live",slot="2"}"#,
+            (1u64 << 20) as f64,
+        ),
+        (
+            r#"hydra_slot_class{engine="live",slot="3",class="queued"}"#,
+            1.0,
+        ),
+        (r#"hydra_slot_pending_tasks{engine="live",slot="3"}"#, 1.0),
+        (r#"hydra_engine_prompt_tokens_total{engine="live"}"#, 1000.0),
+        (
+            r#"hydra_engine_generated_tokens_total{engine="live"}"#,
+            123.0,
+        ),
+        (r#"hydra_engine_kv_usage_ratio{engine="live"}"#, 0.25),
+        (r#"hydra_engine_busy_slots{engine="live"}"#, 2.0),
+        // The layer position inside slot 0's step.
+        (r#"hydra_slot_layers_done{engine="live",slot="0"}"#, 7.0),
+        (r#"hydra_slot_step_layers{engine="live",slot="0"}"#, 30.0),
+        // Stalled, dead (orphaned, torn) and closed engines.
+        (
+            r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="stalled",liveness="live"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="dead",liveness="dead"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_class{engine="dead",slot="0",class="orphaned"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_slot_class{engine="dead",slot="1",class="torn"}"#,
+            1.0,
+        ),
+        (
+            r#"hydra_engine_liveness{engine="closed",liveness="closed"}"#,
+            1.0,
+        ),
+    ] {
+        expect(series, value);
+    }
     assert!(
         body.lines().any(|l| l.starts_with(
             r#"hydra_engine_info{engine="live",model="tiny-llama",quant="Q8_0",device="cpu",pid=""#
@@ -113,35 +145,6 @@ fn scrape_with_every_engine_state_passes_promtool() {
         "last progress {lp} vs now {now_unix}"
     );
 
-    // The layer position inside slot 0's step.
-    expect(r#"hydra_slot_layers_done{engine="live",slot="0"}"#, 7.0);
-    expect(r#"hydra_slot_step_layers{engine="live",slot="0"}"#, 30.0);
-
-    // Stalled, dead (orphaned, torn) and closed engines.
-    expect(
-        r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#,
-        1.0,
-    );
-    expect(
-        r#"hydra_engine_liveness{engine="stalled",liveness="live"}"#,
-        1.0,
-    );
-    expect(
-        r#"hydra_engine_liveness{engine="dead",liveness="dead"}"#,
-        1.0,
-    );
-    expect(
-        r#"hydra_slot_class{engine="dead",slot="0",class="orphaned"}"#,
-        1.0,
-    );
-    expect(
-        r#"hydra_slot_class{engine="dead",slot="1",class="torn"}"#,
-        1.0,
-    );
-    expect(
-        r#"hydra_engine_liveness{engine="closed",liveness="closed"}"#,
-        1.0,
-    );
     assert!(sample(body, "hydra_exporter_torn_reads_total").unwrap() >= 1.0);
     expect("hydra_exporter_engines", 4.0);
 

@@ -142,18 +142,43 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// The cases of a corpus being built in `dir`.
+struct Cases<'d> {
+    dir: &'d Path,
+    cases: Vec<Case>,
+}
+
+impl Cases<'_> {
+    /// The entry `<id>.hps`, already made, is a case: `name` says what was done to it.
+    fn case(&mut self, id: &str, name: impl Into<String>, expect: Expect) {
+        self.cases.push(Case {
+            name: name.into(),
+            engine_id: id.into(),
+            expect,
+        });
+    }
+
+    /// Writes `<id>.hps` from `bytes` (see [`write`]) and makes it a case.
+    fn file(&mut self, id: &str, bytes: &[u8], name: impl Into<String>, expect: Expect) {
+        write(self.dir, id, bytes);
+        self.case(id, name, expect);
+    }
+
+    /// Writes `<id>.hps` with exactly `bytes` (see [`write_raw`]) and makes it a case.
+    fn raw_file(&mut self, id: &str, bytes: &[u8], name: impl Into<String>, expect: Expect) {
+        write_raw(self.dir, id, bytes);
+        self.case(id, name, expect);
+    }
+}
+
 /// Builds the corpus in `dir` (which must be empty and owned by this user) and returns its
 /// cases. `outside` is a second directory for the targets of symbolic links.
 pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     let t = template();
     let total = t.len();
-    let mut cases = Vec::new();
-    let add = |cases: &mut Vec<Case>, id: String, name: String, expect: Expect| {
-        cases.push(Case {
-            name,
-            engine_id: id,
-            expect,
-        })
+    let mut c = Cases {
+        dir,
+        cases: Vec::new(),
     };
 
     // 1. Truncated at every header field boundary and inside the slot table.
@@ -179,10 +204,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     cuts.sort_unstable();
     cuts.dedup();
     for cut in cuts {
-        write(dir, &format!("cut-{cut:05}"), &t[..cut]);
-        add(
-            &mut cases,
-            format!("cut-{cut:05}"),
+        c.file(
+            &format!("cut-{cut:05}"),
+            &t[..cut],
             format!("truncated to {cut} of {total} bytes"),
             Expect::Refused(TRUNCATED),
         );
@@ -218,10 +242,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             let mut b = t.clone();
             set_word(&mut b, offset, value);
             let id = format!("len-{field}-{what}");
-            write(dir, &id, &b);
-            add(
-                &mut cases,
-                id,
+            c.file(
+                &id,
+                &b,
                 format!("{field} = {value:#x} (valid {valid:#x})"),
                 expect,
             );
@@ -238,10 +261,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         set_word(&mut b, h::SLOT_COUNT_OFFSET, count);
         set_word(&mut b, h::SLOT_STRIDE_OFFSET, stride);
         let id = format!("overflow-{what}");
-        write(dir, &id, &b);
-        add(
-            &mut cases,
-            id,
+        c.file(
+            &id,
+            &b,
             format!("slot count {count:#x} x stride {stride:#x} overflows"),
             Expect::Refused(GEOMETRY),
         );
@@ -252,10 +274,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         let mut b = t.clone();
         set_word(&mut b, h::VERSION_MAJOR_OFFSET, major);
         let id = format!("major-{major:x}");
-        write(dir, &id, &b);
-        add(
-            &mut cases,
-            id,
+        c.file(
+            &id,
+            &b,
             format!("format major version {major}"),
             Expect::Refused(VERSION),
         );
@@ -263,11 +284,10 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     {
         let mut b = t.clone();
         set_word(&mut b, h::VERSION_MINOR_OFFSET, 999);
-        write(dir, "minor-999", &b);
-        add(
-            &mut cases,
-            "minor-999".into(),
-            "format version 1.999 (a newer minor: readable)".into(),
+        c.file(
+            "minor-999",
+            &b,
+            "format version 1.999 (a newer minor: readable)",
             Expect::Readable,
         );
     }
@@ -280,20 +300,18 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         }
         // The magic is a byte string, not a word: keep it as written.
         b[..8].copy_from_slice(&h::MAGIC);
-        write(dir, "byte-order-swapped", &b);
-        add(
-            &mut cases,
-            "byte-order-swapped".into(),
-            "written with the other byte order".into(),
+        c.file(
+            "byte-order-swapped",
+            &b,
+            "written with the other byte order",
             Expect::Refused(BYTE_ORDER),
         );
         let mut b = t.clone();
         set_word(&mut b, h::BYTE_ORDER_OFFSET, 0x0807_0605_0403_0201 ^ 0xff);
-        write(dir, "byte-order-corrupt", &b);
-        add(
-            &mut cases,
-            "byte-order-corrupt".into(),
-            "corrupt byte-order marker".into(),
+        c.file(
+            "byte-order-corrupt",
+            &b,
+            "corrupt byte-order marker",
             Expect::Refused(BYTE_ORDER),
         );
     }
@@ -302,19 +320,12 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     {
         let mut b = t.clone();
         b[..8].copy_from_slice(b"NOTHYDRA");
-        write(dir, "magic-wrong", &b);
-        add(
-            &mut cases,
-            "magic-wrong".into(),
-            "wrong magic".into(),
-            Expect::Refused(MAGIC),
-        );
+        c.file("magic-wrong", &b, "wrong magic", Expect::Refused(MAGIC));
         let text = "#!/bin/sh\necho this is a shell script, not a segment\n".repeat(64);
-        write(dir, "magic-text", text.as_bytes());
-        add(
-            &mut cases,
-            "magic-text".into(),
-            "a text file".into(),
+        c.file(
+            "magic-text",
+            text.as_bytes(),
+            "a text file",
             Expect::Refused(MAGIC),
         );
         // Deterministic noise (xorshift), segment-sized.
@@ -327,11 +338,10 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
                 x as u8
             })
             .collect();
-        write(dir, "magic-noise", &noise);
-        add(
-            &mut cases,
-            "magic-noise".into(),
-            "random bytes".into(),
+        c.file(
+            "magic-noise",
+            &noise,
+            "random bytes",
             Expect::Refused(MAGIC),
         );
     }
@@ -344,10 +354,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     ] {
         let mut b = t.clone();
         set_word(&mut b, h::STATE_OFFSET, state);
-        write(dir, id, &b);
-        add(
-            &mut cases,
-            id.into(),
+        c.file(
+            id,
+            &b,
             format!("lifecycle state {state}"),
             Expect::Refused(expect),
         );
@@ -364,9 +373,8 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             ("link-dangling", outside.join("nothing-here.hps")),
         ] {
             std::os::unix::fs::symlink(&to, dir.join(format!("{id}.hps"))).expect("symlink");
-            add(
-                &mut cases,
-                id.into(),
+            c.case(
+                id,
                 format!("symbolic link to {}", to.display()),
                 Expect::Refused(SYMLINK),
             );
@@ -377,28 +385,17 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             rustix::fs::Mode::from_raw_mode(0o640),
         )
         .expect("mkfifo");
-        add(
-            &mut cases,
-            "fifo".into(),
-            "a FIFO (opening it for reading must not hang)".into(),
+        c.case(
+            "fifo",
+            "a FIFO (opening it for reading must not hang)",
             Expect::Refused(NOT_REGULAR),
         );
         std::fs::create_dir(dir.join("directory.hps")).expect("mkdir");
-        add(
-            &mut cases,
-            "directory".into(),
-            "a directory".into(),
-            Expect::Refused(NOT_REGULAR),
-        );
+        c.case("directory", "a directory", Expect::Refused(NOT_REGULAR));
         let sock = std::os::unix::net::UnixListener::bind(dir.join("socket.hps")).expect("bind");
         // The socket file stays after the listener is dropped.
         drop(sock);
-        add(
-            &mut cases,
-            "socket".into(),
-            "a Unix socket".into(),
-            Expect::Refused(NOT_REGULAR),
-        );
+        c.case("socket", "a Unix socket", Expect::Refused(NOT_REGULAR));
     }
 
     // 9. Owned by another user (only root can make one).
@@ -406,10 +403,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         write(dir, "other-owner", &t);
         let nobody = rustix::process::Uid::from_raw(65534);
         rustix::fs::chown(dir.join("other-owner.hps"), Some(nobody), None).expect("chown");
-        add(
-            &mut cases,
-            "other-owner".into(),
-            "owned by uid 65534, not the directory's owner".into(),
+        c.case(
+            "other-owner",
+            "owned by uid 65534, not the directory's owner",
             Expect::Refused(OWNER),
         );
     }
@@ -423,30 +419,27 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         name[0..4].copy_from_slice(&[0xff, 0xfe, b'\n', b'\\']);
         let dev = &mut b[h::DEVICE_OFFSET..h::DEVICE_OFFSET + h::DEVICE_LEN];
         dev.fill(0x1b);
-        write(dir, "content-strings", &b);
-        add(
-            &mut cases,
-            "content-strings".into(),
-            "description strings unterminated, invalid UTF-8, escapes".into(),
+        c.file(
+            "content-strings",
+            &b,
+            "description strings unterminated, invalid UTF-8, escapes",
             Expect::Readable,
         );
 
         // The header names another engine than the file (FORMAT §2.2): a copy made by hand,
         // and an id field unterminated and not UTF-8.
-        write_raw(dir, "id-mismatch", &t);
-        add(
-            &mut cases,
-            "id-mismatch".into(),
-            "header ENGINE_ID names another engine than the file".into(),
+        c.raw_file(
+            "id-mismatch",
+            &t,
+            "header ENGINE_ID names another engine than the file",
             Expect::Refused(ID_MISMATCH),
         );
         let mut b = t.clone();
         b[h::ENGINE_ID_OFFSET..h::ENGINE_ID_OFFSET + h::ENGINE_ID_LEN].fill(0xc3);
-        write_raw(dir, "id-hostile", &b);
-        add(
-            &mut cases,
-            "id-hostile".into(),
-            "header ENGINE_ID unterminated, invalid UTF-8".into(),
+        c.raw_file(
+            "id-hostile",
+            &b,
+            "header ENGINE_ID unterminated, invalid UTF-8",
             Expect::Refused(ID_MISMATCH),
         );
 
@@ -472,11 +465,10 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         for off in (h::HEARTBEAT_NS_OFFSET..h::CLOSED_NS_OFFSET).step_by(8) {
             set_word(&mut b, off, u64::MAX);
         }
-        write(dir, "content-slots", &b);
-        add(
-            &mut cases,
-            "content-slots".into(),
-            "slot words out of range, far-future times, a torn record".into(),
+        c.file(
+            "content-slots",
+            &b,
+            "slot words out of range, far-future times, a torn record",
             Expect::Readable,
         );
 
@@ -500,11 +492,10 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         for off in (s::SUBSTEP_DONE_OFFSET..s::SUBSTEP_END).step_by(8) {
             set_word(&mut b, slot(3, off), u64::MAX);
         }
-        write(dir, "content-layers", &b);
-        add(
-            &mut cases,
-            "content-layers".into(),
-            "layer positions past their total, of u64::MAX layers, from the far future".into(),
+        c.file(
+            "content-layers",
+            &b,
+            "layer positions past their total, of u64::MAX layers, from the far future",
             Expect::Readable,
         );
 
@@ -538,15 +529,14 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         for off in (s::EXPECTED_STEP_OFFSET..s::PREDICTION_END).step_by(8) {
             set_word(&mut b, slot(3, off), u64::MAX);
         }
-        write(dir, "content-predictions", &b);
-        add(
-            &mut cases,
-            "content-predictions".into(),
-            "predictions of u64::MAX ns, ends in the past, naming other steps, all ones".into(),
+        c.file(
+            "content-predictions",
+            &b,
+            "predictions of u64::MAX ns, ends in the past, naming other steps, all ones",
             Expect::Readable,
         );
     }
-    cases
+    c.cases
 }
 
 /// The C ABI's return code for a refusal of `kind`: the reader ABI's own mapping.

@@ -191,3 +191,18 @@ pub fn start_exporter(dir: &Path, extra: &[&str]) -> Server {
         .stderr(Stdio::inherit());
     Server::spawn(cmd)
 }
+
+/// Runs `cmd` to its end and returns its stdout; panics, showing the command and its
+/// stderr, when it cannot be started or does not exit successfully.
+pub fn stdout_of(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

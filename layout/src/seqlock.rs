@@ -273,24 +273,38 @@ impl WordSource for MappedRecord {
     }
 }
 
+/// A record of `SEQ` and `n` data words in ordinary memory (loom's atomics under the loom
+/// model), for the unit tests and the loom model.
+#[cfg(test)]
+struct Heap(Vec<crate::primitive::AtomicU64>);
+
+#[cfg(test)]
+impl Heap {
+    fn new(n: usize) -> Heap {
+        Heap(
+            (0..n + 1)
+                .map(|_| crate::primitive::AtomicU64::new(0))
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+impl WordSource for Heap {
+    fn load_relaxed(&self, offset: usize) -> u64 {
+        self.0[offset / 8].load(Ordering::Relaxed)
+    }
+    fn store(&self, offset: usize, value: u64, order: Ordering) {
+        self.0[offset / 8].store(value, order)
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use core::sync::atomic::AtomicU64;
-
-    struct Heap(Vec<AtomicU64>);
-
-    impl WordSource for Heap {
-        fn load_relaxed(&self, offset: usize) -> u64 {
-            self.0[offset / 8].load(Ordering::Relaxed)
-        }
-        fn store(&self, offset: usize, value: u64, order: Ordering) {
-            self.0[offset / 8].store(value, order)
-        }
-    }
 
     fn heap() -> Heap {
-        Heap((0..DATA_WORDS + 1).map(|_| AtomicU64::new(0)).collect())
+        Heap::new(DATA_WORDS)
     }
 
     #[test]
@@ -332,19 +346,7 @@ mod tests {
 mod loom_model {
     //! Run with: `RUSTFLAGS="--cfg loom" cargo test -p hydra-layout --release --lib loom_model`
     use super::*;
-    use crate::primitive::AtomicU64;
     use loom::sync::Arc;
-
-    struct Heap(Vec<AtomicU64>);
-
-    impl WordSource for Heap {
-        fn load_relaxed(&self, offset: usize) -> u64 {
-            self.0[offset / 8].load(Ordering::Relaxed)
-        }
-        fn store(&self, offset: usize, value: u64, order: Ordering) {
-            self.0[offset / 8].store(value, order)
-        }
-    }
 
     /// Words of update `k`: every data word derives from `k`, so a mix of two updates is
     /// detectable.
@@ -384,7 +386,7 @@ mod loom_model {
         let mut builder = loom::model::Builder::new();
         builder.preemption_bound = Some(3);
         builder.check(|| {
-            let h = Arc::new(Heap((0..N + 1).map(|_| AtomicU64::new(0)).collect()));
+            let h = Arc::new(Heap::new(N));
             let writer = {
                 let h = h.clone();
                 loom::thread::spawn(move || {
@@ -441,7 +443,7 @@ mod loom_model {
         let mut builder = loom::model::Builder::new();
         builder.preemption_bound = Some(3);
         builder.check(|| {
-            let h = Arc::new(Heap((0..W + 1).map(|_| AtomicU64::new(0)).collect()));
+            let h = Arc::new(Heap::new(W));
             let guard = Arc::new(WriterGuard::default());
             let spawn = |first: usize| {
                 let (h, guard) = (h.clone(), guard.clone());
@@ -482,7 +484,7 @@ mod loom_model {
         let mut builder = loom::model::Builder::new();
         builder.preemption_bound = Some(3);
         builder.check(|| {
-            let h = Arc::new(Heap((0..W + 1).map(|_| AtomicU64::new(0)).collect()));
+            let h = Arc::new(Heap::new(W));
             let guard = Arc::new(WriterGuard::default());
             let a = {
                 let (h, guard) = (h.clone(), guard.clone());

@@ -165,33 +165,26 @@ pub struct PendingCounter {
 impl PendingCounter {
     /// A task for `slot` was queued. Out-of-range slots are ignored (returns false).
     pub fn queued(&self, slot: usize) -> bool {
-        if slot >= self.mapping.slot_count {
-            return false;
-        }
-        let base = h::HEADER_LEN + slot * slot::SLOT_STRIDE;
-        // Relaxed: these are counters for display; nothing is published through them.
-        self.mapping
-            .words
-            .fetch_add(base + slot::PENDING_OFFSET, 1, Ordering::Relaxed);
-        self.mapping
-            .words
-            .fetch_add(h::REQUESTS_WAITING_OFFSET, 1, Ordering::Relaxed);
-        true
+        self.adjust(slot, MappedWords::fetch_add)
     }
 
     /// A task for `slot` left the queue (taken by the compute thread, or dropped).
     /// Never goes below zero. Out-of-range slots are ignored (returns false).
     pub fn dequeued(&self, slot: usize) -> bool {
+        self.adjust(slot, MappedWords::saturating_sub)
+    }
+
+    /// Applies `op` (add or saturating subtract) by one to `slot`'s pending count and to
+    /// the waiting-requests gauge; false for an out-of-range slot.
+    fn adjust(&self, slot: usize, op: fn(&MappedWords, usize, u64, Ordering) -> u64) -> bool {
         if slot >= self.mapping.slot_count {
             return false;
         }
         let base = h::HEADER_LEN + slot * slot::SLOT_STRIDE;
-        self.mapping
-            .words
-            .saturating_sub(base + slot::PENDING_OFFSET, 1, Ordering::Relaxed);
-        self.mapping
-            .words
-            .saturating_sub(h::REQUESTS_WAITING_OFFSET, 1, Ordering::Relaxed);
+        let words = &self.mapping.words;
+        // Relaxed: these are counters for display; nothing is published through them.
+        op(words, base + slot::PENDING_OFFSET, 1, Ordering::Relaxed);
+        op(words, h::REQUESTS_WAITING_OFFSET, 1, Ordering::Relaxed);
         true
     }
 }

@@ -93,6 +93,19 @@ fn newer_minor_with_longer_header_and_stride_reads_the_same() {
     }
 }
 
+/// Publishes on slot 0 that layer `done` of 30 of `state`'s step in flight finished 5 ns
+/// into the step; returns the position.
+fn publish_layer(w: &mut SegmentWriter, state: &s::SlotState, done: u64) -> s::Substep {
+    let layer = s::Substep {
+        done,
+        total: 30,
+        at_ns: state.step_start_ns + 5,
+        step_start_ns: state.step_start_ns,
+    };
+    w.publish_substep(0, &layer).unwrap();
+    layer
+}
+
 fn create_with(dir: &std::path::Path, description: EngineDescription) -> SegmentWriter {
     SegmentWriter::create(&SegmentConfig {
         dir: dir.to_path_buf(),
@@ -236,13 +249,7 @@ fn v1_0_and_v1_1_writers_and_readers_agree_on_the_v1_0_words() {
     let mut state = sample_state(0);
     state.start_step(64, state.last_progress_ns + 10);
     w.publish(0, &state).unwrap();
-    let layer = s::Substep {
-        done: 17,
-        total: 30,
-        at_ns: state.step_start_ns + 5,
-        step_start_ns: state.step_start_ns,
-    };
-    w.publish_substep(0, &layer).unwrap();
+    let layer = publish_layer(&mut w, &state, 17);
     let mut v11 = std::fs::read(w.path()).unwrap();
     assert_eq!(
         word(&v11, h::VERSION_MINOR_OFFSET),
@@ -329,13 +336,7 @@ fn v1_1_and_v1_2_writers_and_readers_agree() {
     };
     w.publish_with_prediction(0, &state, &prediction).unwrap();
     w.pending_counter().queued(0);
-    let layer = s::Substep {
-        done: 3,
-        total: 30,
-        at_ns: state.step_start_ns + 5,
-        step_start_ns: state.step_start_ns,
-    };
-    w.publish_substep(0, &layer).unwrap();
+    let layer = publish_layer(&mut w, &state, 3);
     let v12 = std::fs::read(w.path()).unwrap();
     assert_eq!(word(&v12, h::VERSION_MINOR_OFFSET), 2);
 

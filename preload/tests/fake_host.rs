@@ -6,44 +6,14 @@
 mod common;
 
 use hydra_layout::{FinishReason, Phase, SegmentReader, WorkUnit};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 const FAKE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake");
 
 /// Compiles the stand-in libllama and the host into `dir`; `None` without a C compiler.
 fn compile(dir: &Path) -> Option<PathBuf> {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let run = |args: &[&str]| -> Option<()> {
-        let out = Command::new(&cc).args(args).output().ok()?;
-        assert!(
-            out.status.success(),
-            "{cc} {args:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(())
-    };
-    let d = dir.to_str().expect("utf-8 temp dir");
-    run(&[
-        "-shared",
-        "-fPIC",
-        "-O1",
-        "-o",
-        &format!("{d}/libllama.so"),
-        &format!("{FAKE}/libllama.c"),
-    ])?;
-    run(&[
-        "-O1",
-        "-o",
-        &format!("{d}/host"),
-        &format!("{FAKE}/host.c"),
-        &format!("-L{d}"),
-        "-lllama",
-        &format!("-Wl,-rpath,{d}"),
-    ])?;
-    Some(dir.join("host"))
+    common::compile_host(dir, FAKE, &[("llama", "libllama.c", &[])])
 }
 
 /// Runs the host (optionally preloaded), calling `at_checkpoint` with each checkpoint's
@@ -51,41 +21,16 @@ fn compile(dir: &Path) -> Option<PathBuf> {
 fn run_host(
     host: &Path,
     preload: Option<(&Path, &Path)>,
-    mut at_checkpoint: impl FnMut(&str),
+    at_checkpoint: impl FnMut(&str),
 ) -> Vec<String> {
     let mut cmd = Command::new(host);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     if let Some((so, dir)) = preload {
         cmd.env("LD_PRELOAD", so)
             .env("HYDRA_PROGRESS_DIR", dir)
             .env("HYDRA_ENGINE_ID", "fake")
             .env("HYDRA_PRELOAD_IDLE_MS", "600000");
     }
-    let mut child = cmd.spawn().expect("spawn host");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut lines = vec![];
-    for line in stdout.lines() {
-        let line = line.expect("host stdout");
-        if let Some(name) = line.strip_prefix("checkpoint ") {
-            at_checkpoint(name);
-            stdin.write_all(b"go\n").expect("resume host");
-        }
-        lines.push(line);
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait host") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "host did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).unwrap();
-    assert!(status.success(), "host failed: {status}\n{err}");
+    let (lines, err) = common::run_host(cmd, at_checkpoint);
     if preload.is_some() {
         assert!(
             err.lines().all(|l| l.starts_with("hydra-preload: ")) && err.lines().count() <= 2,
@@ -101,23 +46,20 @@ fn run_host(
 
 #[test]
 fn preloaded_host_publishes_each_context_and_behaves_the_same() {
-    let tmp = tempfile::tempdir().unwrap();
-    let Some(host) = hydra_fault::require::or_skip(
+    let Some(fake) = common::fake_host(
         "preloaded_host_publishes_each_context_and_behaves_the_same",
-        compile(tmp.path()),
-        "no C compiler (cc, or $CC) to build the stand-in libllama",
-        "apt-get install gcc",
+        compile,
+        "the stand-in libllama",
     ) else {
         return;
     };
-    let so = common::preload_so();
-    let seg = tmp.path().join("segments");
-    let plain = run_host(&host, None, |_| {});
+    let (host, so, seg) = (&fake.host, &fake.so, &fake.seg);
+    let plain = run_host(host, None, |_| {});
 
     let mut seen = vec![];
-    let preloaded = run_host(&host, Some((&so, &seg)), |name| {
+    let preloaded = run_host(host, Some((so, seg)), |name| {
         seen.push(name.to_owned());
-        let a = SegmentReader::open_engine(&seg, "fake").expect("first context's segment");
+        let a = SegmentReader::open_engine(seg, "fake").expect("first context's segment");
         match name {
             "one" => {
                 assert_eq!(a.slot_count(), 2);
@@ -162,7 +104,7 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
                     a.identity().description.model_name.is_empty(),
                     "no llama_get_model: no model strings"
                 );
-                let b = SegmentReader::open_engine(&seg, "fake-ctx1")
+                let b = SegmentReader::open_engine(seg, "fake-ctx1")
                     .expect("second context's own segment");
                 let s = b.slot(0).unwrap().state;
                 assert_eq!(
@@ -197,7 +139,7 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
                     "a save of a busy slot returns to its phase"
                 );
                 assert!(
-                    SegmentReader::open_engine(&seg, "fake-ctx1").is_err(),
+                    SegmentReader::open_engine(seg, "fake-ctx1").is_err(),
                     "llama_free removes the segment"
                 );
             }
@@ -210,7 +152,7 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
         "the host's output is the same with the preload"
     );
     assert!(plain.contains(&"decoded 13 3".to_owned()), "{plain:?}");
-    let left: Vec<_> = std::fs::read_dir(&seg)
+    let left: Vec<_> = std::fs::read_dir(seg)
         .unwrap()
         .flatten()
         .map(|e| e.file_name())

@@ -55,6 +55,37 @@ impl Gen {
     }
 }
 
+/// A test of each scenario against each llama.cpp generation: `$current` for the current
+/// one, `$legacy` for the legacy one, each passing its own name to the scenario.
+macro_rules! on_both_builds {
+    ($($scenario:ident: $current:ident, $legacy:ident;)*) => {$(
+        #[test]
+        fn $current() {
+            $scenario(stringify!($current), Gen::Current);
+        }
+
+        #[test]
+        fn $legacy() {
+            $scenario(stringify!($legacy), Gen::Legacy);
+        }
+    )*};
+}
+
+on_both_builds! {
+    publishes_progress:
+        llama_server_publishes_progress_through_the_preload,
+        legacy_llama_server_publishes_progress_through_the_preload;
+    identical_text:
+        completion_text_is_identical_with_and_without_the_preload,
+        legacy_completion_text_is_identical_with_and_without_the_preload;
+    layers_move:
+        layer_positions_move_inside_a_long_prompt,
+        legacy_layer_positions_move_inside_a_long_prompt;
+    stalled_at_layer:
+        a_compute_stopped_inside_a_layer_is_stalled_at_that_layer,
+        legacy_a_compute_stopped_inside_a_layer_is_stalled_at_that_layer;
+}
+
 /// The install prefix of `gen` from `scripts/llama-cpp.sh` (returns at once when cached);
 /// `None` if it cannot be had.
 fn llama_prefix(gen: Gen) -> Option<PathBuf> {
@@ -346,22 +377,6 @@ fn long_prompt() -> String {
     prose(165)
 }
 
-#[test]
-fn llama_server_publishes_progress_through_the_preload() {
-    publishes_progress(
-        "llama_server_publishes_progress_through_the_preload",
-        Gen::Current,
-    );
-}
-
-#[test]
-fn legacy_llama_server_publishes_progress_through_the_preload() {
-    publishes_progress(
-        "legacy_llama_server_publishes_progress_through_the_preload",
-        Gen::Legacy,
-    );
-}
-
 fn publishes_progress(test: &str, gen: Gen) {
     let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
         return;
@@ -474,22 +489,6 @@ fn publishes_progress(test: &str, gen: Gen) {
     drop(exporter);
 }
 
-#[test]
-fn completion_text_is_identical_with_and_without_the_preload() {
-    identical_text(
-        "completion_text_is_identical_with_and_without_the_preload",
-        Gen::Current,
-    );
-}
-
-#[test]
-fn legacy_completion_text_is_identical_with_and_without_the_preload() {
-    identical_text(
-        "legacy_completion_text_is_identical_with_and_without_the_preload",
-        Gen::Legacy,
-    );
-}
-
 /// The same greedy completions with and without the preload; a prompt of several
 /// 512-token calls among them, so armed ubatches (the layer callback) are compared too.
 fn identical_text(test: &str, gen: Gen) {
@@ -549,19 +548,6 @@ fn position(dir: &Path) -> Option<Position> {
         layer,
         m,
     ))
-}
-
-#[test]
-fn layer_positions_move_inside_a_long_prompt() {
-    layers_move("layer_positions_move_inside_a_long_prompt", Gen::Current);
-}
-
-#[test]
-fn legacy_layer_positions_move_inside_a_long_prompt() {
-    layers_move(
-        "legacy_layer_positions_move_inside_a_long_prompt",
-        Gen::Legacy,
-    );
 }
 
 /// With the server's default batch sizes (2,048-token calls of 512-token ubatches), a
@@ -657,22 +643,6 @@ fn layers_move(test: &str, gen: Gen) {
         complete(&base, request("Once upon a time", 48, 1))
     });
     assert_eq!(res.expect("generation")["tokens_predicted"], 48);
-}
-
-#[test]
-fn a_compute_stopped_inside_a_layer_is_stalled_at_that_layer() {
-    stalled_at_layer(
-        "a_compute_stopped_inside_a_layer_is_stalled_at_that_layer",
-        Gen::Current,
-    );
-}
-
-#[test]
-fn legacy_a_compute_stopped_inside_a_layer_is_stalled_at_that_layer() {
-    stalled_at_layer(
-        "legacy_a_compute_stopped_inside_a_layer_is_stalled_at_that_layer",
-        Gen::Legacy,
-    );
 }
 
 /// The test-hooks library (its log of every graph of a tracked call, and its stall fault

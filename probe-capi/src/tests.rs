@@ -17,11 +17,21 @@ fn last_error() -> String {
 }
 
 fn writer(dir: &std::path::Path) -> SegmentWriter {
+    writer_with(dir, "e1", 2, Default::default())
+}
+
+/// The writer of engine `id` in `dir`, with `slot_count` slots and `description`.
+fn writer_with(
+    dir: &std::path::Path,
+    id: &str,
+    slot_count: usize,
+    description: hydra_layout::EngineDescription,
+) -> SegmentWriter {
     SegmentWriter::create(&SegmentConfig {
         dir: dir.to_path_buf(),
-        engine_id: "e1".into(),
-        slot_count: 2,
-        description: Default::default(),
+        engine_id: id.into(),
+        slot_count,
+        description,
     })
     .unwrap()
 }
@@ -302,21 +312,16 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
 #[test]
 fn meta_numbers_and_description_give_the_meta_json() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut w = SegmentWriter::create(&SegmentConfig {
-        dir: tmp.path().to_path_buf(),
-        engine_id: "e2".into(),
-        slot_count: 4,
-        description: hydra_layout::EngineDescription {
-            model_name: "tiny \u{e9}".into(),
-            model_quant: "q8_0".into(),
-            model_path: "/m/tiny.gguf".into(),
-            tokenizer: "gpt2".into(),
-            model_alias: "t".into(),
-            device: "cpu".into(),
-            capabilities: 5,
-        },
-    })
-    .unwrap();
+    let description = hydra_layout::EngineDescription {
+        model_name: "tiny \u{e9}".into(),
+        model_quant: "q8_0".into(),
+        model_path: "/m/tiny.gguf".into(),
+        tokenizer: "gpt2".into(),
+        model_alias: "t".into(),
+        device: "cpu".into(),
+        capabilities: 5,
+    };
+    let mut w = writer_with(tmp.path(), "e2", 4, description);
     // A step in flight, and the cache of a running task.
     let now = clock::monotonic_ns();
     let base = SlotState {
@@ -474,16 +479,11 @@ fn list_fails_on_a_missing_directory_and_counts_an_empty_one() {
 #[test]
 fn read_layer_gives_the_position_inside_the_step_and_the_stalled_layer() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut w = SegmentWriter::create(&SegmentConfig {
-        dir: tmp.path().to_path_buf(),
-        engine_id: "e1".into(),
-        slot_count: 2,
-        description: hydra_layout::EngineDescription {
-            capabilities: hydra_layout::header::capabilities::LAYER_PROGRESS,
-            ..Default::default()
-        },
-    })
-    .unwrap();
+    let description = hydra_layout::EngineDescription {
+        capabilities: hydra_layout::header::capabilities::LAYER_PROGRESS,
+        ..Default::default()
+    };
+    let mut w = writer_with(tmp.path(), "e1", 2, description);
     let now = hydra_layout::clock::monotonic_ns();
     let mut s = decoding(now);
     // 10 tokens in 100 s (a 100 s stall threshold: 10 x 10 s per token), the last 300 s

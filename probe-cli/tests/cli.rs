@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{decode, ProbeRun, Scratch, S};
+use common::{add_dir_and_fifo, decode, ProbeRun, Scratch, S};
 use hydra_layout::{clock, Phase, SlotState};
 use std::time::{Duration, SystemTime};
 
@@ -32,15 +32,7 @@ fn list_shows_engines_and_every_unreadable_file() {
     live.publish(1, &decode(10, 100, 2 * S, 0)).unwrap();
     s.writer("dead", 2).simulate_crash();
     std::fs::write(s.dir.join("garbage.hps"), b"definitely not a segment").unwrap();
-    std::fs::create_dir(s.dir.join("adir.hps")).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        s.dir.join("fifo.hps").as_path(),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    add_dir_and_fifo(&s.dir);
     let run = s.probe(&["list"]);
     run.code_is(0)
         .stdout_has("alpha")
@@ -235,15 +227,7 @@ fn unreadable_files_are_clear_errors() {
     let s = Scratch::new();
     std::fs::write(s.dir.join("garbage.hps"), vec![0xAB; 4096]).unwrap();
     std::fs::write(s.dir.join("short.hps"), b"HYDR").unwrap();
-    std::fs::create_dir(s.dir.join("adir.hps")).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        s.dir.join("fifo.hps").as_path(),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    add_dir_and_fifo(&s.dir);
     s.probe(&["show", "garbage"])
         .code_is(3)
         .error_is("is not a hydra-progress segment");

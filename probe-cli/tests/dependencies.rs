@@ -10,18 +10,13 @@ use std::process::Command;
 fn tree(package: &str) -> Vec<String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(&cargo)
-        .current_dir(&root)
-        .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
-        .args(["--format", "{p} [{f}]", "-p", package])
-        .output()
-        .expect("run cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree -p {package} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = hydra_fault::process::stdout_of(
+        Command::new(&cargo)
+            .current_dir(&root)
+            .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
+            .args(["--format", "{p} [{f}]", "-p", package]),
     );
-    String::from_utf8(out.stdout)
+    String::from_utf8(out)
         .expect("UTF-8")
         .lines()
         .map(str::to_owned)

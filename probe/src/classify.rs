@@ -115,12 +115,6 @@ impl SlotClass {
     }
 }
 
-impl fmt::Display for SlotClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Health of an engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -153,12 +147,6 @@ impl EngineHealth {
             Self::Live | Self::Closed => Severity::Ok,
             Self::Hung | Self::Dead => Severity::Critical,
         }
-    }
-}
-
-impl fmt::Display for EngineHealth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -238,11 +226,18 @@ impl EtaSource {
     }
 }
 
-impl fmt::Display for EtaSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// `Display` as the value's [`as_str`](SlotClass::as_str) name.
+macro_rules! display_as_str {
+    ($($t:ty),*) => {$(
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
 }
+
+display_as_str!(SlotClass, EngineHealth, EtaSource);
 
 /// Figures derived from one slot record at `now`. All `Option`s are `None` when unknown;
 /// floats are always finite.

@@ -36,25 +36,24 @@ pub struct Scan {
     pub strays: Vec<Stray>,
 }
 
+/// Whether a file type is of one kind.
+type IsKind = fn(&FileType) -> bool;
+
 fn kind_name(t: FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
-    if t.is_file() {
-        "regular file"
-    } else if t.is_dir() {
-        "directory"
-    } else if t.is_symlink() {
-        "symbolic link"
-    } else if t.is_fifo() {
-        "FIFO"
-    } else if t.is_socket() {
-        "socket"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_block_device() {
-        "block device"
-    } else {
-        "file of unknown type"
-    }
+    let kinds: [(IsKind, &'static str); 7] = [
+        (FileType::is_file, "regular file"),
+        (FileType::is_dir, "directory"),
+        (FileType::is_symlink, "symbolic link"),
+        (FileType::is_fifo, "FIFO"),
+        (FileType::is_socket, "socket"),
+        (FileType::is_char_device, "character device"),
+        (FileType::is_block_device, "block device"),
+    ];
+    kinds
+        .iter()
+        .find(|(is, _)| is(&t))
+        .map_or("file of unknown type", |&(_, name)| name)
 }
 
 /// Lists `dir`: segments (regular files named `<valid id>.hps`) and strays. File types come

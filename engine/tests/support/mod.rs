@@ -74,3 +74,33 @@ pub fn post(e: &Engine, path: &str, body: &str) -> (u16, serde_json::Value) {
 pub fn get(e: &Engine, path: &str) -> (u16, serde_json::Value) {
     call(agent().get(&e.url(path)), None)
 }
+
+/// `curl -N` POSTing `body` to `url`: the raw stream.
+pub fn curl_stream(test: &str, url: &str, body: &str) -> Option<String> {
+    let curl = hydra_fault::require::tool(test, "curl", "apt-get install curl")?;
+    let out = hydra_fault::process::stdout_of(
+        Command::new(curl)
+            .args(["-sS", "-N", "--max-time", "120"])
+            .args(["-H", "Content-Type: application/json"])
+            .args(["-d", body, url]),
+    );
+    Some(String::from_utf8(out).expect("UTF-8 stream"))
+}
+
+/// The `data:` payloads of a server-sent-event stream; every event is one `data:` line
+/// and a blank line.
+pub fn sse_data(stream: &str) -> Vec<String> {
+    assert!(
+        stream.ends_with("\n\n"),
+        "events end with a blank line: {stream:?}"
+    );
+    stream
+        .split("\n\n")
+        .filter(|e| !e.is_empty() && !e.starts_with(':'))
+        .map(|e| {
+            e.strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("not a data event: {e:?}"))
+                .to_string()
+        })
+        .collect()
+}

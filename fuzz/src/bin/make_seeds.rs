@@ -245,37 +245,6 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/segment_open"));
     let scratch = std::env::temp_dir().join(format!("hydra-fuzz-seeds-{}", std::process::id()));
-    // Predictions (format v1.2): a decode step on time, one far past its prediction
-    // (slow), and a prediction left over from an earlier step and phase (none).
-    let predictions = segment(&scratch, 3, End::Open, |w| {
-        let predicted = |step: &SlotState, step_ns, end_ns| Prediction {
-            step_expected_ns: step_ns,
-            step_start_ns: step.step_start_ns,
-            task_expected_end_ns: end_ns,
-            phase_start_ns: step.phase_start_ns,
-            error_ppm: 150_000,
-        };
-        let mut on_time = decode(20, 10, 100);
-        on_time.step_start_ns = BASE - 10_000_000;
-        on_time.step_size = 1;
-        w.publish_with_prediction(0, &on_time, &predicted(&on_time, 30_000_000, BASE + 3 * S))
-            .unwrap();
-        let mut late = decode(21, 10, 100);
-        late.step_start_ns = BASE - 2 * S;
-        late.step_size = 1;
-        w.publish_with_prediction(1, &late, &predicted(&late, 30_000_000, BASE + 3 * S))
-            .unwrap();
-        let mut stale = decode(22, 10, 100);
-        stale.step_start_ns = BASE - S;
-        stale.step_size = 1;
-        let old = Prediction {
-            step_start_ns: BASE - 3 * S,
-            phase_start_ns: 1,
-            ..predicted(&stale, 30_000_000, BASE + 3 * S)
-        };
-        w.publish_with_prediction(2, &stale, &old).unwrap();
-    });
-    let _ = fs::remove_dir_all(&scratch);
 
     let mut seeds: Vec<(String, [u8; 3], Vec<u8>)> = Vec::new();
     let plain = control(Action::None, 0, 0, false, CliCmd::None, false, 0, false);

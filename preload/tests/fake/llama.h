@@ -7,16 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct llama_batch {
-    int32_t n_tokens;
-    int32_t *token;
-    float *embd;
-    int32_t *pos;
-    int32_t *n_seq_id;
-    int32_t **seq_id;
-    int8_t *logits;
-} llama_batch;
-struct llama_context;
+#include "../common/llama_batch.h"
+
 struct llama_memory_i;
 
 /* The stand-in's helpers: a context with n_seq sequences; tokens it decoded. */

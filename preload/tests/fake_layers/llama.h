@@ -4,16 +4,7 @@
 
 #include "ggml.h"
 
-typedef struct llama_batch {
-    int32_t n_tokens;
-    int32_t *token;
-    float *embd;
-    int32_t *pos;
-    int32_t *n_seq_id;
-    int32_t **seq_id;
-    int8_t *logits;
-} llama_batch;
-struct llama_context;
+#include "../common/llama_batch.h"
 
 /* A context of one sequence whose graphs the host's `cb` watches (llama.cpp's
  * cparams.cb_eval), on a scheduler with `n_copies` pipeline copies. */

@@ -48,6 +48,20 @@ impl ProbeRun for Scratch {
     }
 }
 
+/// Puts two `.hps` names in `dir` that are no file at all: the directory `adir.hps` and
+/// the FIFO `fifo.hps`.
+pub fn add_dir_and_fifo(dir: &Path) {
+    std::fs::create_dir(dir.join("adir.hps")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        dir.join("fifo.hps").as_path(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+}
+
 /// Runs `cmd` (never against the real directory: `HYDRA_PROGRESS_DIR` defaults to
 /// `<tmp>/absent`) and keeps its output with a listing of `dir`.
 fn run(mut cmd: Command, dir: &Path, tmp: &Path) -> Run {

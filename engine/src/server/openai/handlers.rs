@@ -12,17 +12,18 @@ use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use serde::Serialize;
 
 use super::error::OpenAiError;
 use super::request::{ChatRequest, CompletionRequest, GenerationParams, PromptInput};
 use super::response::{
-    new_id, system_fingerprint, AssistantMessage, ChatChoice, ChatChunk, ChatCompletion,
-    ChatLogprobs, ChunkChoice, Completion, CompletionChoice, CompletionLogprobs, Delta, ModelCard,
-    ModelList, PromptProgress, Usage,
+    new_id, system_fingerprint, Answer, AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs,
+    ChunkChoice, Completion, CompletionChoice, CompletionLogprobs, Delta, ModelCard, ModelList,
+    PromptProgress, Usage,
 };
 use super::sse;
 use crate::server::api_error::ApiError;
-use crate::server::serving::{chat_logprob, collect, stream, Serving, StreamFormat};
+use crate::server::serving::{chat_logprob, collect, stream, Running, Serving, StreamFormat};
 use crate::server::task::generate::{GenSummary, GenerateSpec, TokenOut};
 use crate::server::task::DecodeSpec;
 use crate::server::task_error::TaskError;
@@ -156,19 +157,8 @@ async fn chat_answer(
     let id = new_id("chatcmpl");
     let created = super::response::unix_now();
     if req.params.stream {
-        let format = ChatStream {
-            serving: s.clone(),
-            id,
-            created,
-            include_usage: req.params.include_usage,
-            n_prompt: running.n_prompt(),
-        };
-        return Ok(stream(
-            s.shared.clone(),
-            running,
-            req.params.return_progress,
-            format,
-        ));
+        let head = StreamHead::new(&s, id, created, &req.params, &running);
+        return Ok(head.stream(running, &req.params, |head| ChatStream { head }));
     }
     let n_prompt = running.n_prompt();
     let c = collect(running).await.map_err(task_error)?;
@@ -204,13 +194,90 @@ fn usage(n_prompt: usize, s: &GenSummary) -> Usage {
     Usage::new(n_prompt, s.n_cached, s.tokens.len())
 }
 
-/// `chat.completion.chunk` events.
-struct ChatStream {
+/// What every event of a streamed answer carries (its id, creation time and model), and
+/// how the stream ends.
+struct StreamHead {
     serving: Arc<Serving>,
     id: String,
     created: u64,
     include_usage: bool,
     n_prompt: usize,
+}
+
+impl StreamHead {
+    fn new(
+        serving: &Arc<Serving>,
+        id: String,
+        created: u64,
+        params: &GenerationParams,
+        running: &Running,
+    ) -> StreamHead {
+        StreamHead {
+            serving: serving.clone(),
+            id,
+            created,
+            include_usage: params.include_usage,
+            n_prompt: running.n_prompt(),
+        }
+    }
+
+    /// The response streaming `running` in the format `format` builds on this head.
+    fn stream<F: StreamFormat>(
+        self,
+        running: Running,
+        params: &GenerationParams,
+        format: impl FnOnce(StreamHead) -> F,
+    ) -> Response {
+        let shared = self.serving.shared.clone();
+        stream(shared, running, params.return_progress, format(self))
+    }
+
+    /// One event of object type `object` with `choices`; its `usage` is there only with
+    /// `include_usage`, and then null but in the usage chunk.
+    fn event<C: Serialize>(
+        &self,
+        object: &'static str,
+        choices: Vec<C>,
+        usage: Option<Usage>,
+        progress: Option<PromptProgress>,
+    ) -> Event {
+        sse::json(&Answer {
+            id: self.id.clone(),
+            object,
+            created: self.created,
+            model: self.serving.model_id.clone(),
+            system_fingerprint: system_fingerprint(),
+            choices,
+            usage: self.include_usage.then_some(usage),
+            prompt_progress: progress,
+        })
+    }
+
+    /// The stream's end: `last` (the finish reason), the usage chunk that `usage_event`
+    /// makes when it was asked for, `data: [DONE]`.
+    fn end(
+        &self,
+        last: Event,
+        s: &GenSummary,
+        usage_event: impl FnOnce(Usage) -> Event,
+    ) -> Vec<Event> {
+        let mut out = vec![last];
+        if self.include_usage {
+            out.push(usage_event(usage(self.n_prompt, s)));
+        }
+        out.push(sse::done());
+        out
+    }
+
+    /// A failure after the stream began: the error, then `data: [DONE]`.
+    fn failed(e: &TaskError) -> Vec<Event> {
+        vec![sse::json(&task_error(e.clone()).body()), sse::done()]
+    }
+}
+
+/// `chat.completion.chunk` events.
+struct ChatStream {
+    head: StreamHead,
 }
 
 impl ChatStream {
@@ -220,16 +287,8 @@ impl ChatStream {
         usage: Option<Usage>,
         progress: Option<PromptProgress>,
     ) -> Event {
-        sse::json(&ChatChunk {
-            id: self.id.clone(),
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: self.serving.model_id.clone(),
-            system_fingerprint: system_fingerprint(),
-            choices,
-            usage: self.include_usage.then_some(usage),
-            prompt_progress: progress,
-        })
+        self.head
+            .event("chat.completion.chunk", choices, usage, progress)
     }
 
     fn delta(
@@ -269,7 +328,7 @@ impl StreamFormat for ChatStream {
             return Vec::new();
         }
         let logprobs = t.logprob.as_ref().map(|lp| ChatLogprobs {
-            content: vec![chat_logprob(&self.serving.shared.tokenizer, lp)],
+            content: vec![chat_logprob(&self.head.serving.shared.tokenizer, lp)],
         });
         let delta = Delta {
             role: None,
@@ -279,16 +338,13 @@ impl StreamFormat for ChatStream {
     }
 
     fn done(&mut self, s: &GenSummary) -> Vec<Event> {
-        let mut out = vec![self.delta(Delta::default(), None, Some(s.finish.openai()))];
-        if self.include_usage {
-            out.push(self.chunk(Vec::new(), Some(usage(self.n_prompt, s)), None));
-        }
-        out.push(sse::done());
-        out
+        let last = self.delta(Delta::default(), None, Some(s.finish.openai()));
+        self.head
+            .end(last, s, |u| self.chunk(Vec::new(), Some(u), None))
     }
 
     fn failed(&mut self, e: &TaskError) -> Vec<Event> {
-        vec![sse::json(&task_error(e.clone()).body()), sse::done()]
+        StreamHead::failed(e)
     }
 }
 
@@ -325,20 +381,8 @@ async fn completion_answer(
     let id = new_id("cmpl");
     let created = super::response::unix_now();
     if req.params.stream {
-        let format = CompletionStream {
-            serving: s.clone(),
-            id,
-            created,
-            include_usage: req.params.include_usage,
-            n_prompt: running.n_prompt(),
-            echo,
-        };
-        return Ok(stream(
-            s.shared.clone(),
-            running,
-            req.params.return_progress,
-            format,
-        ));
+        let head = StreamHead::new(&s, id, created, &req.params, &running);
+        return Ok(head.stream(running, &req.params, |head| CompletionStream { head, echo }));
     }
     let n_prompt = running.n_prompt();
     let c = collect(running).await.map_err(task_error)?;
@@ -369,11 +413,7 @@ async fn completion_answer(
 
 /// `text_completion` events.
 struct CompletionStream {
-    serving: Arc<Serving>,
-    id: String,
-    created: u64,
-    include_usage: bool,
-    n_prompt: usize,
+    head: StreamHead,
     echo: String,
 }
 
@@ -384,16 +424,7 @@ impl CompletionStream {
         usage: Option<Usage>,
         progress: Option<PromptProgress>,
     ) -> Event {
-        sse::json(&Completion {
-            id: self.id.clone(),
-            object: "text_completion",
-            created: self.created,
-            model: self.serving.model_id.clone(),
-            system_fingerprint: system_fingerprint(),
-            choices,
-            usage: self.include_usage.then_some(usage),
-            prompt_progress: progress,
-        })
+        self.head.event("text_completion", choices, usage, progress)
     }
 
     fn text(
@@ -434,22 +465,19 @@ impl StreamFormat for CompletionStream {
         }
         let logprobs = t.logprob.as_ref().map(|lp| {
             let mut l = CompletionLogprobs::default();
-            l.push(&chat_logprob(&self.serving.shared.tokenizer, lp), 0);
+            l.push(&chat_logprob(&self.head.serving.shared.tokenizer, lp), 0);
             l
         });
         vec![self.text(t.text.clone(), logprobs, None)]
     }
 
     fn done(&mut self, s: &GenSummary) -> Vec<Event> {
-        let mut out = vec![self.text(String::new(), None, Some(s.finish.openai()))];
-        if self.include_usage {
-            out.push(self.event(Vec::new(), Some(usage(self.n_prompt, s)), None));
-        }
-        out.push(sse::done());
-        out
+        let last = self.text(String::new(), None, Some(s.finish.openai()));
+        self.head
+            .end(last, s, |u| self.event(Vec::new(), Some(u), None))
     }
 
     fn failed(&mut self, e: &TaskError) -> Vec<Event> {
-        vec![sse::json(&task_error(e.clone()).body()), sse::done()]
+        StreamHead::failed(e)
     }
 }

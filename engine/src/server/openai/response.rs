@@ -191,27 +191,7 @@ pub struct ChunkChoice {
 }
 
 /// One event of a streamed chat answer.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChatChunk {
-    /// The same id in every chunk of an answer.
-    pub id: String,
-    /// `chat.completion.chunk`.
-    pub object: &'static str,
-    /// Unix seconds.
-    pub created: u64,
-    /// The model's id.
-    pub model: String,
-    /// The engine build.
-    pub system_fingerprint: String,
-    /// Zero choices (the usage chunk) or one.
-    pub choices: Vec<ChunkChoice>,
-    /// With `include_usage`: null in every chunk but the last, which has no choices.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Option<Usage>>,
-    /// With `return_progress`, while the prompt is evaluated.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_progress: Option<PromptProgress>,
-}
+pub type ChatChunk = Answer<ChunkChoice>;
 
 /// One choice of a legacy completion (whole or chunk).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -227,11 +207,15 @@ pub struct CompletionChoice {
 }
 
 /// `POST /v1/completions`, whole or one streamed event.
+pub type Completion = Answer<CompletionChoice>;
+
+/// A legacy completion (whole or one streamed event) or a chat chunk: the same envelope
+/// around the endpoint's kind of choice.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Completion {
-    /// `cmpl-...`.
+pub struct Answer<C> {
+    /// `cmpl-...` or `chatcmpl-...`; the same id in every chunk of an answer.
     pub id: String,
-    /// `text_completion`.
+    /// `text_completion` or `chat.completion.chunk`.
     pub object: &'static str,
     /// Unix seconds.
     pub created: u64,
@@ -240,8 +224,9 @@ pub struct Completion {
     /// The engine build.
     pub system_fingerprint: String,
     /// Zero choices (the usage chunk) or one.
-    pub choices: Vec<CompletionChoice>,
-    /// Token counts (whole answers; streamed: with `include_usage`, null but in the last).
+    pub choices: Vec<C>,
+    /// Token counts (whole completions; streamed: with `include_usage`, null in every
+    /// chunk but the last, which has no choices).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<Usage>>,
     /// With `return_progress`, while the prompt is evaluated.
