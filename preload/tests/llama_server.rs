@@ -11,6 +11,7 @@
 mod common;
 
 use hydra_fault::{process, process::Server, require};
+use hydra_layout::Phase;
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
@@ -334,6 +335,32 @@ fn exporter_meta(exporter: &Server, slot: usize) -> hydra_probe::HydraMeta {
         .expect("Hydra meta JSON")
 }
 
+/// While `gen` decodes on `slot` (after at least 20 tokens), a separate reader sees a
+/// decode step in flight with the preload's step prediction (format v1.2), and no task end.
+fn decode_steps_are_predicted<T>(dir: &Path, slot: usize, gen: &std::thread::JoinHandle<T>) {
+    let r = hydra_layout::SegmentReader::open_engine(dir, ENGINE).expect("segment");
+    assert!(r.identity().publishes_predictions(), "STEP_PREDICTION");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (state, expected) = loop {
+        let snap = r.slot(slot).expect("slot");
+        if let (Phase::Decode, Some(e)) = (snap.state.phase, snap.step_expected_ns()) {
+            let p = snap.prediction.expect("prediction words");
+            assert_eq!(p.task_expected_end_ns, 0, "the task end stays unknown");
+            break (snap.state, e);
+        }
+        assert!(
+            Instant::now() < deadline && !gen.is_finished(),
+            "no predicted decode step seen on slot {slot}: {snap:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    // A decode step of SmolLM2-135M on 2 threads takes milliseconds, not seconds.
+    assert!(
+        (10_000..5_000_000_000).contains(&expected),
+        "{expected} ns predicted for a decode step: {state:?}"
+    );
+}
+
 /// About 18 tokens of prose, `n` times.
 fn prose(n: usize) -> String {
     let s =
@@ -443,6 +470,7 @@ fn publishes_progress(test: &str, gen: Gen) {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
+    decode_steps_are_predicted(&dir, 1, &gen);
     let live = exporter_meta(&exporter, 1);
     assert_eq!(
         (
