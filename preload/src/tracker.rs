@@ -802,6 +802,14 @@ mod tests {
         (a as f64 - b as f64).abs() / b as f64
     }
 
+    /// A tracker of `slots` slots in a temporary directory, and a reader of its segment.
+    fn watched(slots: usize) -> (tempfile::TempDir, Tracker, SegmentReader) {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tracker(tmp.path(), slots);
+        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        (tmp, t, r)
+    }
+
     /// One call of `tokens` from `*now` that takes what [`truth`] says of its shape and
     /// returns `ret`; 1 ms of host work after it. Returns (the step prediction a reader saw
     /// for each of the call's slots while it ran, the call's real duration).
@@ -882,9 +890,7 @@ mod tests {
 
     #[test]
     fn predictions_appear_after_the_first_steps_and_match_the_real_durations() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut t = tracker(tmp.path(), 1);
-        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        let (_tmp, mut t, r) = watched(1);
         let mut now = 1_000;
         // A 4,096-token prompt in 256-token calls: nothing predicted before the first one,
         // then every chunk within 5% of its real duration (later ones are slower).
@@ -924,9 +930,7 @@ mod tests {
 
     #[test]
     fn failed_calls_are_not_learnt_and_a_stall_is_left_out() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut t = tracker(tmp.path(), 1);
-        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        let (_tmp, mut t, r) = watched(1);
         let mut now = 1_000;
         for (p, ret) in [(0, 1), (0, 2), (0, -3)] {
             timed(&mut t, &r, &run(0, p, 8), ret, &mut now);
@@ -954,9 +958,7 @@ mod tests {
 
     #[test]
     fn a_forward_of_four_slots_is_learnt_once_and_each_slot_gets_its_prediction() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut t = tracker(tmp.path(), 4);
-        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        let (_tmp, mut t, r) = watched(4);
         let mut now = 1_000;
         for k in 0..12 {
             let batch: Vec<_> = (0..4).map(|s| (100 * s + k, s)).collect();
@@ -987,11 +989,9 @@ mod tests {
 
     #[test]
     fn each_ubatch_is_a_step_learnt_and_predicted_on_its_own() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut t = tracker(tmp.path(), 1);
+        let (_tmp, mut t, r) = watched(1);
         t.set_shape(4, 30);
         t.set_ubatch_steps(true);
-        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
         let mut now = 1_000;
         // 10-token calls in ubatches of 4, 4 and 2, each timed as its own forward.
         for c in 0..6 {

@@ -10,7 +10,6 @@ use hydra_probe::{EngineView, HydraMeta, Thresholds};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_prediction");
 /// The stand-in llama.h (shared with the plain fake host).
@@ -25,35 +24,23 @@ fn nominal(tokens: u64, first: u64) -> u64 {
 /// Builds the timed stand-in and its host in `dir`; `None` without a C compiler.
 fn build(dir: &Path) -> Option<PathBuf> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let lib = dir.join("libllama.so");
-    let host = dir.join("host");
-    let cc_ok = |args: Vec<String>| -> Option<()> {
-        let out = Command::new(&cc).args(&args).output().ok()?;
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{cc} {args:?}:\n{err}");
-        Some(())
-    };
     let d = dir.display();
-    cc_ok(vec![
-        format!("-I{INCLUDE}"),
-        "-shared".into(),
-        "-fPIC".into(),
-        "-O1".into(),
-        "-o".into(),
-        lib.display().to_string(),
-        format!("{SRC}/libllama.c"),
-    ])?;
-    cc_ok(vec![
-        format!("-I{INCLUDE}"),
-        "-O1".into(),
-        "-o".into(),
-        host.display().to_string(),
-        format!("{SRC}/host.c"),
-        format!("-L{d}"),
-        "-lllama".into(),
-        format!("-Wl,-rpath,{d}"),
-    ])?;
-    Some(host)
+    let steps = [
+        // The plain stand-in, its llama_decode renamed for the timed one to call.
+        format!("-c -fPIC -Dllama_decode=fake_plain_decode -o {d}/plain.o {INCLUDE}/libllama.c"),
+        format!("-shared -fPIC -o {d}/libllama.so {SRC}/libllama.c {d}/plain.o"),
+        format!("-o {d}/host {SRC}/host.c -L{d} -lllama -Wl,-rpath,{d}"),
+    ];
+    for step in steps {
+        let out = Command::new(&cc)
+            .args(["-O1", &format!("-I{INCLUDE}")])
+            .args(step.split(' '))
+            .output()
+            .ok()?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cc} {step}:\n{err}");
+    }
+    Some(dir.join("host"))
 }
 
 /// The reader's view of `slot` at a checkpoint: the step in flight's size and start, the
@@ -87,28 +74,30 @@ fn plausible(got: Option<u64>, want: u64) -> u64 {
     got
 }
 
+const TEST: &str = "a_reader_sees_the_step_prediction_during_later_decode_calls";
+
 #[test]
 fn a_reader_sees_the_step_prediction_during_later_decode_calls() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(host) = hydra_fault::require::or_skip(
-        "a_reader_sees_the_step_prediction_during_later_decode_calls",
-        build(tmp.path()),
-        "no C compiler (cc, or $CC) to build the stand-in libllama",
-        "apt-get install gcc",
-    ) else {
+    let why = "no C compiler (cc, or $CC) to build the timed stand-in libllama";
+    let Some(host) =
+        hydra_fault::require::or_skip(TEST, build(tmp.path()), why, "apt-get install gcc")
+    else {
         return;
     };
     let dir = tmp.path().join("segments");
-    let mut child = Command::new(&host)
-        .env("LD_PRELOAD", hydra_fault::bins::preload_library())
-        .env("HYDRA_PROGRESS_DIR", &dir)
-        .env("HYDRA_ENGINE_ID", "pred")
-        .env("HYDRA_PRELOAD_IDLE_MS", "600000")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn host");
+    let env = [
+        (
+            "LD_PRELOAD",
+            hydra_fault::bins::preload_library().into_os_string(),
+        ),
+        ("HYDRA_PROGRESS_DIR", dir.clone().into_os_string()),
+        ("HYDRA_ENGINE_ID", "pred".into()),
+        ("HYDRA_PRELOAD_IDLE_MS", "600000".into()),
+    ];
+    let mut cmd = Command::new(&host);
+    cmd.envs(env).stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn host");
     let mut to_host = child.stdin.take().expect("stdin");
     let mut checkpoints = vec![];
     let mut printed = vec![];
@@ -148,17 +137,14 @@ fn a_reader_sees_the_step_prediction_during_later_decode_calls() {
         }
         to_host.write_all(b"go\n").expect("resume host");
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait host") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "host did not exit");
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).unwrap();
-    assert!(status.success() && err.is_empty(), "host: {status}\n{err}");
+    // Its stdout closed: the host is exiting.
+    let out = child.wait_with_output().expect("host exit");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.is_empty(),
+        "host: {}\n{err}",
+        out.status
+    );
     assert_eq!(checkpoints, ["decode", "batch"]);
     assert_eq!(
         printed,
