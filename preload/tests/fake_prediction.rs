@@ -43,8 +43,8 @@ fn build(dir: &Path) -> Option<PathBuf> {
     Some(dir.join("host"))
 }
 
-/// The reader's view of `slot` at a checkpoint: the step in flight's size and start, the
-/// prediction for it, and hydra-probe's meta of the slot.
+/// The reader's view of `slot` at a checkpoint, inside a call: the tokens its cache held
+/// before the call, the prediction for the step in flight, and hydra-probe's meta of it.
 fn look(dir: &Path, slot: usize) -> (u64, Option<u64>, HydraMeta) {
     let r = SegmentReader::open_engine(dir, "pred").expect("segment");
     assert!(
@@ -138,6 +138,7 @@ fn a_reader_sees_the_step_prediction_during_later_decode_calls() {
         to_host.write_all(b"go\n").expect("resume host");
     }
     // Its stdout closed: the host is exiting.
+    drop(to_host);
     let out = child.wait_with_output().expect("host exit");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
