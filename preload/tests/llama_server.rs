@@ -265,7 +265,10 @@ fn watch<T: Send + 'static>(
         if let Some((task, ph, done, class, m)) = sample(dir, slot) {
             if ph == phase {
                 samples += 1;
-                assert_eq!(class, "progressing", "slot {slot} in {phase}: {m}");
+                assert!(
+                    class == "progressing" || slow_by_its_prediction(&m),
+                    "slot {slot} in {phase}: {m}"
+                );
                 assert_eq!(m["work_total"], 0, "totals are unknown: {m}");
                 assert_eq!(m["tokens_total"], 0, "{m}");
                 if ph == "decode" {
@@ -304,6 +307,18 @@ fn watch<T: Send + 'static>(
         "slot {slot}: {rises} rises in {samples} samples of {phase} (want >= {min_rises})"
     );
     (out, last.map_or(0, |l| l.1))
+}
+
+/// Whether a sample classified *slow* is so by the preload's own step prediction: the step
+/// in flight has run past 4 times its prediction and past 500 ms (the probe's rule,
+/// `docs/DESIGN.md` §10.4). On a machine loaded by other work a decode step of a few tens
+/// of ms is now and then descheduled for longer than that: a true verdict, not a false one.
+fn slow_by_its_prediction(m: &serde_json::Value) -> bool {
+    let (Some(age), Some(expected)) = (m["step_age_ms"].as_u64(), m["step_expected_ms"].as_u64())
+    else {
+        return false;
+    };
+    m["classification"] == "slow" && age >= 500 && age >= 4 * expected
 }
 
 /// Waits until `slot` is idle (the server stopped decoding it).
