@@ -69,6 +69,8 @@ pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
     if crate::layers::available() {
         description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS;
     }
+    // Every step start is published with the cost model's prediction (format v1.2).
+    description.capabilities |= hydra_layout::header::capabilities::STEP_PREDICTION;
     ContextFacts {
         n_seqs,
         n_ctx_seq,
@@ -126,5 +128,23 @@ unsafe fn model_description(sym: &Symbols, model: *const LlamaModel) -> EngineDe
         tokenizer: meta_str(c"tokenizer.ggml.model").unwrap_or_default(),
         device: env(DEVICE_ENV).unwrap_or_default(),
         capabilities: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hydra_layout::header::capabilities::STEP_PREDICTION;
+
+    #[test]
+    fn the_description_says_predictions_are_published() {
+        // SAFETY: no symbol resolved, so `describe` calls nothing with the (null) context.
+        let facts = unsafe { describe(&Symbols::default(), std::ptr::null_mut()) };
+        assert_ne!(facts.description.capabilities & STEP_PREDICTION, 0);
+        assert_eq!(
+            (facts.n_seqs, facts.n_ubatch),
+            (1, 0),
+            "nothing else is known"
+        );
     }
 }

@@ -111,6 +111,7 @@ pub fn attach(ctx: *mut LlamaContext, facts: ContextFacts) {
             };
             let mut t = Tracker::new(w, facts.n_ctx_seq, kv_total);
             t.set_shape(facts.n_ubatch, facts.n_layer);
+            t.set_ubatch_steps(crate::symbols::get().ubatches_countable());
             Some(Box::new(Mutex::new(t)))
         }
         Err(e) => {

@@ -157,6 +157,16 @@ impl Symbols {
             && self.graph_node.is_some()
             && self.get_name.is_some()
     }
+
+    /// Whether the compute wrapper can tell a call's forward graphs apart (the scheduler's
+    /// compute and the graph/tensor readers resolved), so that a call is credited ubatch by
+    /// ubatch and each ubatch is a step of its own.
+    pub fn ubatches_countable(&self) -> bool {
+        self.sched_compute.is_some()
+            && self.graph_n_nodes.is_some()
+            && self.graph_node.is_some()
+            && self.get_name.is_some()
+    }
 }
 
 /// The symbols of this process, resolved on first use.

@@ -13,12 +13,30 @@
 //! - removing a whole sequence (or clearing the memory) makes the slot idle, and so does a
 //!   sequence that has had no step for the idle delay (llama.cpp has no "request done"
 //!   call: a server just stops decoding a finished sequence);
-//! - a state save or restore of a sequence is a **save**/**restore** phase in bytes.
+//! - a state save or restore of a sequence is a **save**/**restore** phase in bytes;
+//! - each step start is published with the cost model's prediction of the step's duration
+//!   (format v1.2), in the same seqlock update: see [Predictions](#predictions).
+//!
+//! # Predictions
+//! One [`CostModel`] per llama context learns how long a forward takes from the forwards
+//! that finished. The step in flight is a **ubatch** when the ubatch hook credits the call
+//! ubatch by ubatch ([`Tracker::set_ubatch_steps`]; llama.cpp cuts a call into ubatches of
+//! `n_ubatch` tokens in batch order), else the **whole call**. Its shape follows from the
+//! batch ([`Tracker::shape_between`]): tokens whose sequences each carry one token in it
+//! are a decode batch (`StepShape::decode(rows, Σ cached tokens)`), anything else a prefill
+//! chunk (`StepShape::prefill(tokens, context)`, the context chosen so that the attended
+//! pairs are those of every sequence's share). Every slot of the call gets the same
+//! prediction. The model learns once per forward, from each ubatch that finished and from
+//! the call's last ubatch (or the whole call) when it returned 0; a call that failed is
+//! not learnt, and a stalled forward is left out by the model's own outlier rule. The end
+//! of a phase is never predicted (`TASK_EXPECTED_END_NS` stays 0): llama-server does not
+//! say how many tokens a request will take.
 
 use crate::batch::{BatchScan, OddBatch};
 use crate::ffi::LlamaBatch;
 use hydra_layout::{
-    ErrorCode, FinishReason, Phase, SegmentWriter, SlotState, WorkUnit, WriterCounters,
+    CostModel, ErrorCode, FinishReason, Observed, Phase, Prediction, SegmentWriter, SlotState,
+    StepShape, WorkUnit, WriterCounters,
 };
 
 /// The publisher of one llama context's segment.
@@ -36,6 +54,17 @@ pub struct Tracker {
     /// Tokens per ubatch and layers of the model (0 = unknown).
     n_ubatch: u64,
     n_layer: u64,
+    /// Whether the ubatch hook credits calls ubatch by ubatch (the step in flight is then
+    /// a ubatch).
+    ubatch_steps: bool,
+    /// The cost model of this context's forwards.
+    model: CostModel,
+    /// Tokens of the call in flight, and those of its ubatches already finished (the step
+    /// in flight starts there).
+    call_tokens: u32,
+    step_from: u32,
+    /// When the step in flight (the call, or its ubatch in flight) started; 0 = none.
+    step_start_ns: u64,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -77,6 +106,11 @@ impl Tracker {
             call_base: vec![0; n],
             n_ubatch: 0,
             n_layer: 0,
+            ubatch_steps: false,
+            model: CostModel::default(),
+            call_tokens: 0,
+            step_from: 0,
+            step_start_ns: 0,
         };
         for s in 0..n {
             t.publish(s);
@@ -92,16 +126,116 @@ impl Tracker {
         self.n_layer = n_layer;
     }
 
+    /// Whether the ubatch hook will credit each call ubatch by ubatch (its symbols
+    /// resolved): the step in flight, and the step a prediction is for, is then each
+    /// ubatch of `n_ubatch` tokens rather than the whole call.
+    pub fn set_ubatch_steps(&mut self, on: bool) {
+        self.ubatch_steps = on;
+    }
+
+    /// The cost model of this context's forwards.
+    pub fn model(&self) -> &CostModel {
+        &self.model
+    }
+
+    /// The tokens of the call in flight's first step from `from`: a ubatch of `n_ubatch`
+    /// tokens when the ubatch hook credits ubatches, else the rest of the call. Returns
+    /// the end of that step in batch order.
+    fn step_end(&self, from: u32) -> u32 {
+        let ubatch = u32::try_from(self.n_ubatch).unwrap_or(u32::MAX);
+        if self.ubatch_steps && ubatch > 0 {
+            from.saturating_add(ubatch).min(self.call_tokens)
+        } else {
+            self.call_tokens
+        }
+    }
+
+    /// Tokens cached for `slot` before the call in flight: the lowest position the batch
+    /// gives it, else what the record says.
+    fn cached_before(&self, slot: usize, min_pos: Option<i32>) -> u64 {
+        min_pos.map_or(self.slots[slot].n_past, |p| p.max(0) as u64)
+    }
+
+    /// The forward that computes tokens `[from, to)` of the call in flight (batch order,
+    /// the way llama.cpp cuts a call into ubatches). Sequences that each carry one token
+    /// in it make a decode batch of that many rows over their cached tokens; anything else
+    /// is a prefill chunk of its tokens, after the context `C` at which one row's chunk
+    /// reads as many (query, key) pairs as every sequence's share does (`n·C + n(n+1)/2 =
+    /// Σ nᵢ·ctxᵢ + nᵢ(nᵢ+1)/2`; exact for one sequence, and 0 when the shares are too short
+    /// to need any). `None` when no token of a slot is in it.
+    pub fn shape_between(&self, from: u32, to: u32) -> Option<StepShape> {
+        let (mut at, mut n, mut rows, mut ctx_sum, mut pairs) = (0u32, 0u64, 0u64, 0u64, 0u128);
+        let mut one_each = true;
+        for (slot, share) in self.scan.shares() {
+            let start = at;
+            at = at.saturating_add(share.count);
+            let (lo, hi) = (start.max(from), at.min(to));
+            if lo < hi {
+                let k = u64::from(hi - lo);
+                let ctx = self.cached_before(slot, share.min_pos) + u64::from(lo - start);
+                n += k;
+                rows += 1;
+                one_each &= k == 1;
+                ctx_sum = ctx_sum.saturating_add(ctx);
+                pairs += u128::from(k) * u128::from(ctx) + u128::from(k) * u128::from(k + 1) / 2;
+            }
+            if at >= to {
+                break;
+            }
+        }
+        if n == 0 {
+            return None;
+        }
+        if one_each {
+            return Some(StepShape::decode(rows, ctx_sum));
+        }
+        let own = u128::from(n) * u128::from(n + 1) / 2;
+        let context = (pairs.saturating_sub(own) + u128::from(n / 2)) / u128::from(n);
+        Some(StepShape::prefill(
+            n,
+            u64::try_from(context).unwrap_or(u64::MAX),
+        ))
+    }
+
+    /// The prediction for the step `[from, to)` of the call in flight starting at `now`
+    /// (its phase start is each slot's own, filled in by [`publish_step`]).
+    ///
+    /// [`publish_step`]: Self::publish_step
+    fn predict_step(&self, from: u32, to: u32, now: u64) -> Option<Prediction> {
+        let shape = self.shape_between(from, to)?;
+        Some(self.model.prediction(&shape, now, 0, None))
+    }
+
+    /// Publishes `slot` at a step start, with the step's prediction (one seqlock update).
+    fn publish_step(&mut self, slot: usize, prediction: Option<&Prediction>) {
+        let s = &self.slots[slot];
+        // Every caller passes an index below the slot count, so this cannot fail.
+        let _ = match prediction {
+            Some(p) => self.writer.publish_with_prediction(
+                slot,
+                s,
+                &Prediction {
+                    phase_start_ns: s.phase_start_ns,
+                    ..*p
+                },
+            ),
+            None => self.writer.publish(slot, s),
+        };
+    }
+
+    /// The step `[from, to)` of the call in flight finished at `now` after starting at
+    /// `start`: the model learns it (once for the forward, whatever its slots).
+    fn learn(&mut self, from: u32, to: u32, start: u64, now: u64) -> Option<Observed> {
+        let shape = self.shape_between(from, to)?;
+        (start != 0).then(|| self.model.observe(&shape, now.saturating_sub(start)))
+    }
+
     /// What the layer hook needs of the call just started (see
     /// [`decode_started_with`](Self::decode_started_with)): its size, the context's
     /// shape, the step's start, and a publisher when `arm(n_tokens)` says to arm it.
     pub fn call_start(&self, arm: impl FnOnce(u32) -> bool) -> crate::layers::CallStart {
-        let n_tokens: u32 = self.scan.shares().map(|(_, x)| x.count).sum();
-        let step_start_ns = self
-            .scan
-            .shares()
-            .next()
-            .map_or(0, |(slot, _)| self.slots[slot].step_start_ns);
+        let n_tokens = self.call_tokens;
+        let step_start_ns = self.step_start_ns;
         crate::layers::CallStart {
             n_tokens,
             n_ubatch: u32::try_from(self.n_ubatch).unwrap_or(u32::MAX),
@@ -123,6 +257,12 @@ impl Tracker {
     /// update that credits its tokens, so a reader never sees the tokens rise and the
     /// layer fall back. Returns the new step start.
     pub fn ubatch_done(&mut self, covered: u32, now: u64) -> u64 {
+        // The finished ubatch is learnt; the next one is predicted.
+        let covered = covered.min(self.call_tokens);
+        self.learn(self.step_from, covered, self.step_start_ns, now);
+        self.step_from = covered;
+        self.step_start_ns = now;
+        let prediction = self.predict_step(covered, self.step_end(covered), now);
         let mut before = 0u32;
         let scan = std::mem::take(&mut self.scan);
         for (slot, share) in scan.shares() {
@@ -136,7 +276,7 @@ impl Tracker {
             }
             s.step_start_ns = now;
             self.last_activity_ns[slot] = now;
-            self.publish(slot);
+            self.publish_step(slot, prediction.as_ref());
         }
         self.scan = scan;
         self.writer.heartbeat(now);
@@ -200,6 +340,13 @@ impl Tracker {
             self.scan.clear();
             return Err(e);
         }
+        self.call_tokens = self
+            .scan
+            .shares()
+            .fold(0u32, |n, (_, x)| n.saturating_add(x.count));
+        self.step_from = 0;
+        self.step_start_ns = now;
+        let prediction = self.predict_step(0, self.step_end(0), now);
         // Taken out for the loop (three pointer moves) so the slots can be updated in it.
         let scan = std::mem::take(&mut self.scan);
         let mut any = false;
@@ -223,7 +370,7 @@ impl Tracker {
             self.slots[slot].start_step(u64::from(share.count), now);
             self.call_base[slot] = self.slots[slot].work_done;
             self.last_activity_ns[slot] = now;
-            self.publish(slot);
+            self.publish_step(slot, prediction.as_ref());
         }
         self.scan = scan;
         self.writer.heartbeat(now);
@@ -236,9 +383,16 @@ impl Tracker {
     /// The `llama_decode` begun by [`decode_started`](Self::decode_started) returned `ret`
     /// at `now`: 0 credits every sequence with its tokens; 1 (no room in the KV cache, the
     /// host retries) and 2 (aborted) end the step without progress; a negative value is an
-    /// error that ends the task.
+    /// error that ends the task. The call's last step (its last ubatch, or the whole call)
+    /// is learnt only when it returned 0.
     pub fn decode_finished(&mut self, ret: i32, now: u64) {
         self.writer.heartbeat(now);
+        if ret == 0 {
+            self.learn(self.step_from, self.call_tokens, self.step_start_ns, now);
+        }
+        self.step_start_ns = 0;
+        self.step_from = 0;
+        self.call_tokens = 0;
         let mut scan = std::mem::take(&mut self.scan);
         let mut any = false;
         for (slot, share) in scan.shares() {
@@ -404,17 +558,23 @@ impl Tracker {
 mod tests {
     use super::*;
     use crate::batch::OwnedBatch;
-    use hydra_layout::{SegmentConfig, SegmentReader};
+    use hydra_layout::header::capabilities::STEP_PREDICTION;
+    use hydra_layout::{EngineDescription, SegmentConfig, SegmentReader, StepKind};
 
     fn tracker(dir: &std::path::Path, slots: usize) -> Tracker {
         let w = SegmentWriter::create(&SegmentConfig {
             dir: dir.into(),
             engine_id: "t".into(),
             slot_count: slots,
-            description: Default::default(),
+            // As the preload's own description says (describe.rs): readers then take the
+            // prediction words.
+            description: EngineDescription {
+                capabilities: STEP_PREDICTION,
+                ..Default::default()
+            },
         })
         .unwrap();
-        Tracker::new(w, 512, 1024)
+        Tracker::new(w, 8192, 16384)
     }
 
     fn step(t: &mut Tracker, tokens: &[(i32, i32)], ret: i32, now: u64) {
@@ -629,5 +789,252 @@ mod tests {
             (Phase::Decode, 50),
             "a busy slot returns to its phase"
         );
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// A synthetic engine: 1 ms per forward, 20 us per token, 50 ns per attended pair.
+    fn truth(shape: &StepShape) -> u64 {
+        MS + 20_000 * shape.tokens + (50.0 * shape.attended()) as u64
+    }
+
+    fn rel(a: u64, b: u64) -> f64 {
+        (a as f64 - b as f64).abs() / b as f64
+    }
+
+    /// A tracker of `slots` slots in a temporary directory, and a reader of its segment.
+    fn watched(slots: usize) -> (tempfile::TempDir, Tracker, SegmentReader) {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tracker(tmp.path(), slots);
+        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        (tmp, t, r)
+    }
+
+    /// One call of `tokens` from `*now` that takes what [`truth`] says of its shape and
+    /// returns `ret`; 1 ms of host work after it. Returns (the step prediction a reader saw
+    /// for each of the call's slots while it ran, the call's real duration).
+    fn timed(
+        t: &mut Tracker,
+        r: &SegmentReader,
+        tokens: &[(i32, i32)],
+        ret: i32,
+        now: &mut u64,
+    ) -> (Vec<Option<u64>>, u64) {
+        let mut b = OwnedBatch::single(tokens);
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), *now) }.unwrap();
+        let real = truth(&t.shape_between(0, u32::MAX).unwrap());
+        let seen = t
+            .call_slots()
+            .map(|s| {
+                let snap = r.slot(s).unwrap();
+                let p = snap
+                    .prediction
+                    .expect("the capability is set: words are read");
+                assert_eq!(p.task_expected_end_ns, 0, "the task end stays unknown");
+                assert_eq!(snap.phase_end_ns(), None);
+                snap.step_expected_ns()
+            })
+            .collect();
+        *now += real;
+        t.decode_finished(ret, *now);
+        *now += MS;
+        (seen, real)
+    }
+
+    /// `n` tokens of `seq` from position `p0`.
+    fn run(seq: i32, p0: i32, n: i32) -> Vec<(i32, i32)> {
+        (p0..p0 + n).map(|p| (p, seq)).collect()
+    }
+
+    #[test]
+    fn shapes_follow_the_batch_and_its_ubatches() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 4);
+        // A 6-token chunk of sequence 1 after 100 cached, then one decode token of
+        // sequences 0 (at 40) and 2 (at 7).
+        let mut toks = run(1, 100, 6);
+        toks.extend([(40, 0), (7, 2)]);
+        let mut b = OwnedBatch::single(&toks);
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), 10) }.unwrap();
+        // The chunk alone: exact.
+        assert_eq!(t.shape_between(0, 6), Some(StepShape::prefill(6, 100)));
+        // Its last 2 tokens: 4 more cached.
+        assert_eq!(t.shape_between(4, 6), Some(StepShape::prefill(2, 104)));
+        // Its last token and the two decode rows: one token each, a decode batch.
+        assert_eq!(
+            t.shape_between(5, 8),
+            Some(StepShape::decode(3, 105 + 40 + 7))
+        );
+        assert_eq!(t.shape_between(6, 8), Some(StepShape::decode(2, 47)));
+        // The whole call: a prefill of 8 whose attended pairs are the shares' own.
+        let whole = t.shape_between(0, 8).unwrap();
+        assert_eq!((whole.kind, whole.tokens), (StepKind::Prefill, 8));
+        let pairs = StepShape::prefill(6, 100).attended() + 41.0 + 8.0;
+        assert!(
+            (whole.attended() - pairs).abs() <= 8.0,
+            "{} vs {pairs}",
+            whole.attended()
+        );
+        assert_eq!(t.shape_between(8, 12), None, "no token there");
+        t.decode_finished(0, 20);
+        // Without positions, the record's cache size is the context.
+        let mut b = OwnedBatch::single(&[(0, 1)]);
+        let mut raw = b.raw();
+        raw.pos = std::ptr::null_mut();
+        // SAFETY: `b` owns every array the batch points to (`pos` is null).
+        unsafe { t.decode_started(&raw, 30) }.unwrap();
+        assert_eq!(t.shape_between(0, 1), Some(StepShape::decode(1, 106)));
+    }
+
+    #[test]
+    fn predictions_appear_after_the_first_steps_and_match_the_real_durations() {
+        let (_tmp, mut t, r) = watched(1);
+        let mut now = 1_000;
+        // A 4,096-token prompt in 256-token calls: nothing predicted before the first one,
+        // then every chunk within 5% of its real duration (later ones are slower).
+        let (first, _) = timed(&mut t, &r, &run(0, 0, 256), 0, &mut now);
+        assert_eq!(first, [None], "nothing learnt yet");
+        let mut durations = vec![];
+        for c in 1..16 {
+            let (seen, real) = timed(&mut t, &r, &run(0, 256 * c, 256), 0, &mut now);
+            durations.push(real);
+            let seen = seen[0].expect("predicted after the first chunk");
+            if c >= 3 {
+                assert!(rel(seen, real) < 0.05, "chunk {c}: {seen} vs {real}");
+            }
+        }
+        assert!(durations[14] > durations[0] * 3 / 2, "{durations:?}");
+        assert_eq!(t.model().samples(StepKind::Prefill), 16);
+        // Decode steps after it: the first is a kind of its own, the next ones predicted.
+        let (first, _) = timed(&mut t, &r, &[(4096, 0)], 0, &mut now);
+        assert_eq!(first, [None], "no decode step learnt yet");
+        for k in 1..40 {
+            let (seen, real) = timed(&mut t, &r, &[(4096 + k, 0)], 0, &mut now);
+            let seen = seen[0].expect("decode predicted");
+            assert!(rel(seen, real) < 0.05, "step {k}: {seen} vs {real}");
+        }
+        let snap = r.slot(0).unwrap();
+        assert_eq!(
+            snap.step_expected_ns(),
+            None,
+            "between steps: none in flight"
+        );
+        assert_ne!(
+            snap.prediction.unwrap().error_ppm,
+            0,
+            "a bound once confident"
+        );
+    }
+
+    #[test]
+    fn failed_calls_are_not_learnt_and_a_stall_is_left_out() {
+        let (_tmp, mut t, r) = watched(1);
+        let mut now = 1_000;
+        for (p, ret) in [(0, 1), (0, 2), (0, -3)] {
+            timed(&mut t, &r, &run(0, p, 8), ret, &mut now);
+        }
+        assert_eq!(
+            t.model().samples(StepKind::Prefill),
+            0,
+            "no KV room, aborted, error"
+        );
+        for k in 0..20 {
+            timed(&mut t, &r, &[(k, 0)], 0, &mut now);
+        }
+        assert_eq!(t.model().samples(StepKind::Decode), 20);
+        // A decode step 50 times its prediction: a stall, not learnt.
+        let shape = StepShape::decode(1, 20);
+        let before = t.model().predict(&shape).unwrap().ns;
+        let mut b = OwnedBatch::single(&[(20, 0)]);
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), now) }.unwrap();
+        now += 50 * truth(&shape);
+        t.decode_finished(0, now);
+        assert_eq!(t.model().samples(StepKind::Decode), 20, "left out");
+        assert_eq!(t.model().predict(&shape).unwrap().ns, before);
+    }
+
+    #[test]
+    fn a_forward_of_four_slots_is_learnt_once_and_each_slot_gets_its_prediction() {
+        let (_tmp, mut t, r) = watched(4);
+        let mut now = 1_000;
+        for k in 0..12 {
+            let batch: Vec<_> = (0..4).map(|s| (100 * s + k, s)).collect();
+            let (seen, real) = timed(&mut t, &r, &batch, 0, &mut now);
+            assert_eq!(t.model().samples(StepKind::Decode), k as u64 + 1);
+            assert!(
+                seen.iter().all(|s| *s == seen[0]),
+                "one prediction: {seen:?}"
+            );
+            if k >= 2 {
+                let p = seen[0].unwrap();
+                assert!(rel(p, real) < 0.05, "step {k}: {p} vs {real}");
+            }
+        }
+        // Each slot's prediction names its own step and phase.
+        let mut b = OwnedBatch::single(&[(12, 0), (112, 1), (212, 2), (312, 3)]);
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), now) }.unwrap();
+        for s in 0..4 {
+            let snap = r.slot(s).unwrap();
+            let p = snap.prediction.unwrap();
+            assert_eq!(
+                (p.step_start_ns, p.phase_start_ns),
+                (snap.state.step_start_ns, snap.state.phase_start_ns)
+            );
+        }
+    }
+
+    #[test]
+    fn each_ubatch_is_a_step_learnt_and_predicted_on_its_own() {
+        let (_tmp, mut t, r) = watched(1);
+        t.set_shape(4, 30);
+        t.set_ubatch_steps(true);
+        let mut now = 1_000;
+        // 10-token calls in ubatches of 4, 4 and 2, each timed as its own forward.
+        for c in 0..6 {
+            let p0 = 10 * c;
+            let mut b = OwnedBatch::single(&run(0, p0, 10));
+            // SAFETY: `b` owns every array of the batch.
+            unsafe { t.decode_started(&b.raw(), now) }.unwrap();
+            let mut from = 0;
+            for to in [4u32, 8, 10] {
+                let shape = t.shape_between(from, to).unwrap();
+                assert_eq!(
+                    shape,
+                    StepShape::prefill(u64::from(to - from), (p0 as u32 + from).into())
+                );
+                let snap = r.slot(0).unwrap();
+                assert_eq!(snap.state.step_start_ns, now, "the ubatch's own start");
+                if c >= 3 {
+                    let p = snap.step_expected_ns().expect("the ubatch is predicted");
+                    assert!(rel(p, truth(&shape)) < 0.05, "{p} vs {}", truth(&shape));
+                }
+                now += truth(&shape);
+                if to < 10 {
+                    assert_eq!(t.ubatch_done(to, now), now);
+                } else {
+                    t.decode_finished(0, now);
+                }
+                from = to;
+            }
+            now += MS;
+        }
+        assert_eq!(
+            t.model().samples(StepKind::Prefill),
+            18,
+            "three forwards a call"
+        );
+        // Without the ubatch hook, the whole call is the step.
+        t.set_ubatch_steps(false);
+        let mut b = OwnedBatch::single(&run(0, 60, 10));
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), now) }.unwrap();
+        let whole = t.model().predict(&StepShape::prefill(10, 60)).unwrap().ns;
+        assert_eq!(r.slot(0).unwrap().step_expected_ns(), Some(whole));
+        t.decode_finished(0, now + truth(&StepShape::prefill(10, 60)));
+        assert_eq!(t.model().samples(StepKind::Prefill), 19);
     }
 }

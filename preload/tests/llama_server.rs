@@ -11,6 +11,7 @@
 mod common;
 
 use hydra_fault::{process, process::Server, require};
+use hydra_layout::Phase;
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
@@ -295,7 +296,10 @@ fn watch<T: Send + 'static>(
         if let Some((task, ph, done, class, m)) = sample(dir, slot) {
             if ph == phase {
                 samples += 1;
-                assert_eq!(class, "progressing", "slot {slot} in {phase}: {m}");
+                assert!(
+                    class == "progressing" || slow_by_its_prediction(&m),
+                    "slot {slot} in {phase}: {m}"
+                );
                 assert_eq!(m["work_total"], 0, "totals are unknown: {m}");
                 assert_eq!(m["tokens_total"], 0, "{m}");
                 if ph == "decode" {
@@ -336,6 +340,18 @@ fn watch<T: Send + 'static>(
     (out, last.map_or(0, |l| l.1))
 }
 
+/// Whether a sample classified *slow* is so by the preload's own step prediction: the step
+/// in flight has run past 4 times its prediction and past 500 ms (the probe's rule,
+/// `docs/DESIGN.md` §10.4). On a machine loaded by other work a decode step of a few tens
+/// of ms is now and then descheduled for longer than that: a true verdict, not a false one.
+fn slow_by_its_prediction(m: &serde_json::Value) -> bool {
+    let (Some(age), Some(expected)) = (m["step_age_ms"].as_u64(), m["step_expected_ms"].as_u64())
+    else {
+        return false;
+    };
+    m["classification"] == "slow" && age >= 500 && age >= 4 * expected
+}
+
 /// Waits until `slot` is idle (the server stopped decoding it).
 fn wait_idle(dir: &Path, slot: usize) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -363,6 +379,32 @@ fn exporter_meta(exporter: &Server, slot: usize) -> hydra_probe::HydraMeta {
         .expect("exporter meta")
         .into_json()
         .expect("Hydra meta JSON")
+}
+
+/// While `gen` decodes on `slot` (after at least 20 tokens), a separate reader sees a
+/// decode step in flight with the preload's step prediction (format v1.2), and no task end.
+fn decode_steps_are_predicted<T>(dir: &Path, slot: usize, gen: &std::thread::JoinHandle<T>) {
+    let r = hydra_layout::SegmentReader::open_engine(dir, ENGINE).expect("segment");
+    assert!(r.identity().publishes_predictions(), "STEP_PREDICTION");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (state, expected) = loop {
+        let snap = r.slot(slot).expect("slot");
+        if let (Phase::Decode, Some(e)) = (snap.state.phase, snap.step_expected_ns()) {
+            let p = snap.prediction.expect("prediction words");
+            assert_eq!(p.task_expected_end_ns, 0, "the task end stays unknown");
+            break (snap.state, e);
+        }
+        assert!(
+            Instant::now() < deadline && !gen.is_finished(),
+            "no predicted decode step seen on slot {slot}: {snap:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    // A decode step of SmolLM2-135M on 2 threads takes milliseconds, not seconds.
+    assert!(
+        (10_000..5_000_000_000).contains(&expected),
+        "{expected} ns predicted for a decode step: {state:?}"
+    );
 }
 
 /// About 18 tokens of prose, `n` times.
@@ -458,6 +500,7 @@ fn publishes_progress(test: &str, gen: Gen) {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
+    decode_steps_are_predicted(&dir, 1, &gen);
     let live = exporter_meta(&exporter, 1);
     assert_eq!(
         (
