@@ -555,6 +555,50 @@ mod x86 {
     ///
     /// # Safety
     /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
+    /// One tile block's exact integer products with `M` activation rows, added to `d`
+    /// (per row, the two halves' lanes): the block's vectors `c` and `c + 4` (for 4 bits,
+    /// the two halves of load `c`) against each row's block `b`. Shared by the plain and
+    /// the K-quant VNNI kernels.
+    ///
+    /// # Safety
+    /// `q` points at a whole tile block (4-bit when `Q4`, else 8-bit) and every row of
+    /// `acts` holds more than `b` blocks.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+    unsafe fn vnni_block<const M: usize, const Q4: bool>(
+        q: *const u8,
+        b: usize,
+        acts: &[QuantizedRow<'_>; M],
+        d: &mut [[__m256i; 2]; M],
+    ) {
+        let mut u = [_mm256_setzero_si256(); 8];
+        for c in 0..4 {
+            (u[c], u[c + 4]) = if Q4 {
+                // SAFETY: `q` is a whole 4-bit tile block (this function's contract).
+                unsafe { nibbles(q, c) }
+            } else {
+                // SAFETY: `q` is a whole 8-bit tile block (this function's contract).
+                unsafe { (bytes(q, c), bytes(q, c + 4)) }
+            };
+        }
+        for (a, d) in acts.iter().zip(d) {
+            if M == 1 {
+                // One row: the broadcasts as values; the compiler keeps them in registers
+                // here, and `block_dots` measured 1.0-1.1x the time.
+                for c in 0..4 {
+                    // SAFETY: `a` holds more than `b` blocks (this function's contract).
+                    let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
+                    d[0] = _mm256_dpbusd_epi32(d[0], u[c], x0);
+                    d[1] = _mm256_dpbusd_epi32(d[1], u[c + 4], x1);
+                }
+            } else {
+                // SAFETY: `a` holds more than `b` blocks (this function's contract), so
+                // block `b`'s 32 quants.
+                *d = unsafe { block_dots(*d, &u, a.quants.as_ptr().add(b * BLOCK)) };
+            }
+        }
+    }
+
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
     pub(super) unsafe fn vnni<const M: usize, const Q4: bool>(
         kind: Kind,
@@ -567,33 +611,9 @@ mod x86 {
             for (d, start) in d.iter_mut().zip(starts) {
                 d[0] = start;
             }
-            // Vectors `c` and `c + 4` (for 4 bits, the two halves of load `c`).
-            let mut u = [_mm256_setzero_si256(); 8];
-            for c in 0..4 {
-                (u[c], u[c + 4]) = if Q4 {
-                    // SAFETY: `q` is a whole 4-bit tile block.
-                    unsafe { nibbles(q, c) }
-                } else {
-                    // SAFETY: `q` is a whole 8-bit tile block.
-                    unsafe { (bytes(q, c), bytes(q, c + 4)) }
-                };
-            }
-            for (a, d) in acts.iter().zip(&mut d) {
-                if M == 1 {
-                    // One row: the broadcasts as values; the compiler keeps them in
-                    // registers here, and `block_dots` measured 1.0-1.1x the time.
-                    for c in 0..4 {
-                        // SAFETY: `a` holds `blocks` blocks (the caller's contract).
-                        let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
-                        d[0] = _mm256_dpbusd_epi32(d[0], u[c], x0);
-                        d[1] = _mm256_dpbusd_epi32(d[1], u[c + 4], x1);
-                    }
-                } else {
-                    // SAFETY: `a` holds `blocks` blocks (the caller's contract), so block
-                    // `b`'s 32 quants.
-                    *d = unsafe { block_dots(*d, &u, a.quants.as_ptr().add(b * BLOCK)) };
-                }
-            }
+            // SAFETY: `q` is a whole tile block of this width and each activation row holds
+            // `blocks` blocks (the caller's contract).
+            unsafe { vnni_block::<M, Q4>(q, b, acts, &mut d) };
             d.map(|[d0, d1]| _mm256_add_epi32(d0, d1))
         })
     }
@@ -769,30 +789,9 @@ mod x86 {
                     _mm256_set1_epi32(-offset * (sum - first)),
                 ]
             });
-            let mut u = [_mm256_setzero_si256(); 8];
-            for c in 0..4 {
-                (u[c], u[c + 4]) = if Q4 {
-                    // SAFETY: `q` is a whole 4-bit tile block.
-                    unsafe { nibbles(q, c) }
-                } else {
-                    // SAFETY: `q` is a whole 8-bit tile block.
-                    unsafe { (bytes(q, c), bytes(q, c + 4)) }
-                };
-            }
-            for (a, d) in acts.iter().zip(&mut d) {
-                if M == 1 {
-                    for c in 0..4 {
-                        // SAFETY: `a` holds `blocks` blocks (the caller's contract).
-                        let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
-                        d[0] = _mm256_dpbusd_epi32(d[0], u[c], x0);
-                        d[1] = _mm256_dpbusd_epi32(d[1], u[c + 4], x1);
-                    }
-                } else {
-                    // SAFETY: `a` holds `blocks` blocks (the caller's contract), so block
-                    // `b`'s 32 quants.
-                    *d = unsafe { block_dots(*d, &u, a.quants.as_ptr().add(b * BLOCK)) };
-                }
-            }
+            // SAFETY: `q` is a whole tile block of this width and each activation row holds
+            // `blocks` blocks (the caller's contract).
+            unsafe { vnni_block::<M, Q4>(q, b, acts, &mut d) };
             d
         })
     }
