@@ -456,9 +456,14 @@ pub fn classify_derived(
     if !active {
         return SlotClass::Idle;
     }
-    // An active slot always has a phase start; if a writer left both stamps 0, fall back
-    // to the step in flight, else there is no evidence of silence.
-    let silence = d.last_progress_age_ns.or(d.step_age_ns).unwrap_or_default();
+    // Silence is the time since the slot last moved: progress, or the start of its step in
+    // flight (a slot of a batched engine that waited behind another slot's long chunk
+    // has moved again once its own step starts). An active slot always has a phase
+    // start; if a writer left both stamps 0, there is no evidence of silence.
+    let silence = match (d.last_progress_age_ns, d.step_age_ns) {
+        (Some(progress), Some(step)) => progress.min(step),
+        (progress, step) => progress.or(step).unwrap_or_default(),
+    };
     match d.layer_age_ns {
         // A finished layer of the step in flight is movement too; a layer is judged
         // against the layer's expected time.
@@ -954,6 +959,24 @@ mod tests {
         let t = Thresholds::default();
         let d = derive_predicted(s, layer, Some(p), NOW, &t);
         (classify_derived(s, 0, Liveness::Live, &d, &t), d)
+    }
+
+    /// A batched engine's decode slot that waited 3 s behind another slot's prefill chunk
+    /// moves again when its own step starts: neither slow nor stalled (it was called slow
+    /// once in the mixed run of `scripts/bench-eta.py verdicts`).
+    #[test]
+    fn a_step_that_just_started_after_a_wait_is_movement() {
+        let (s, p) = predicted_decode(10 * MS, 3 * S, 18 * MS, 100_000);
+        assert_eq!(class_predicted(&s, p, None).0, SlotClass::Progressing);
+        let moving = at_layer(&s, 3, 5 * MS);
+        assert_eq!(
+            class_predicted(&s, p, Some(moving)).0,
+            SlotClass::Progressing
+        );
+        // The same step 2 s old, its layers silent for as long: stalled.
+        let (s, p) = predicted_decode(2 * S, 3 * S, 18 * MS, 100_000);
+        let silent = at_layer(&s, 3, 2 * S);
+        assert_eq!(class_predicted(&s, p, Some(silent)).0, SlotClass::Stalled);
     }
 
     #[test]

@@ -338,29 +338,47 @@ mod fault {
     /// and then sleeps instead of computing the next, as a hung kernel or a peer that
     /// never answers would leave it. Test builds only (the `fault-injection` feature).
     pub const STALL_AT_LAYER_ENV: &str = "HYDRA_ENGINE_STALL_AT_LAYER";
+    /// Which forward reaching that layer stops (1-based, counting every forward of the
+    /// engine: prefill chunks and decode steps alike); default 1, the first. A later one
+    /// lets the cost model learn first, so that a stall is judged by a confident
+    /// prediction.
+    pub const STALL_IN_FORWARD_ENV: &str = "HYDRA_ENGINE_STALL_IN_FORWARD";
     /// How long the stop lasts at most (the tests kill the engine long before).
     const STALL_LIMIT: Duration = Duration::from_secs(600);
 
     #[derive(Debug, Default)]
-    pub struct StallAtLayer(Option<u64>);
+    pub struct StallAtLayer {
+        layer: Option<u64>,
+        /// Forwards still to let pass that reach `layer`.
+        skip: u64,
+    }
 
     impl StallAtLayer {
         pub fn from_env() -> Self {
-            let layer = std::env::var(STALL_AT_LAYER_ENV)
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok());
+            let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+            let layer = var(STALL_AT_LAYER_ENV);
+            let forward = var(STALL_IN_FORWARD_ENV).unwrap_or(1).max(1);
             if let Some(k) = layer {
-                tracing::warn!("fault injection: the compute thread will stop at layer {k}");
+                tracing::warn!(
+                    "fault injection: the compute thread will stop at layer {k} of forward {forward}"
+                );
             }
-            Self(layer)
+            Self {
+                layer,
+                skip: forward - 1,
+            }
         }
 
-        /// Stops here (once) if `done` is the layer to stop at.
+        /// Stops here (once) if `done` is the layer to stop at, in the forward to stop in.
         pub fn reached(&mut self, done: u64) {
-            if self.0 != Some(done) {
+            if self.layer != Some(done) {
                 return;
             }
-            self.0 = None;
+            if self.skip > 0 {
+                self.skip -= 1;
+                return;
+            }
+            self.layer = None;
             tracing::warn!("fault injection: compute thread stopped at layer {done}");
             let until = Instant::now() + STALL_LIMIT;
             while Instant::now() < until {
