@@ -257,8 +257,11 @@ def step_table(label, samples, slot, phase_of, total):
     for a, b in zip(order, order[1:]):
         done, pred, n_a = steps[a]
         n_b = steps[b][2]
-        if pred and n_b > n_a:
-            actual = (b - a) / (n_b - n_a)  # mean over the steps between two sampled starts
+        if pred:
+            # The mean over the steps between two sampled starts. A writer may count its
+            # steps per call (the preload's ubatches share one): then the next start is
+            # the next step.
+            actual = (b - a) / max(1, n_b - n_a)
             rows.append((done / total, pred / actual - 1, pred / 1e6, actual / 1e6))
     for p in FRACTIONS:
         hit = next((r for r in rows if r[0] >= p), None)
