@@ -14,7 +14,7 @@
 //! columns are the native kernel's time over the candle ops' and over the portable
 //! kernel's (below 1: the native kernel is faster).
 
-use std::time::Instant;
+mod support;
 
 use candle_core::{Device, Tensor};
 use hydra_engine::kernels::attention::{attend, attend_cpu_with, CachedSequence, Heads};
@@ -22,26 +22,8 @@ use hydra_engine::kernels::Isa;
 
 const CAPACITY: usize = 4096;
 
-fn time_ms(f: &mut dyn FnMut()) -> f64 {
-    let t = Instant::now();
-    f();
-    t.elapsed().as_secs_f64() * 1e3
-}
-
 fn main() -> candle_core::Result<()> {
-    let mut threads = 2;
-    let mut repeat = 50;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--threads" => threads = it.next().and_then(|v| v.parse().ok()).unwrap_or(2),
-            "--repeat" => repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(50),
-            _ => {}
-        }
-    }
-    // As the engine binary does (`hydra_engine::memory`).
-    hydra_engine::memory::keep_freed_memory();
-    hydra_engine::threads::set_cpu_threads(threads).map_err(candle_core::Error::wrap)?;
+    let (threads, repeat) = support::start(50)?;
     let dev = Device::Cpu;
     println!("# decode attention of one layer, {threads} threads, best of {repeat}; ms per call");
     println!(
@@ -77,7 +59,7 @@ fn main() -> candle_core::Result<()> {
                         queries: 1,
                     })
                     .collect();
-                let mut ops = || {
+                let ops = || {
                     let ys: Vec<Tensor> = buffers
                         .iter()
                         .enumerate()
@@ -94,10 +76,10 @@ fn main() -> candle_core::Result<()> {
                         .expect("candle-op attention");
                     Tensor::cat(&ys, 1).expect("cat");
                 };
-                let mut portable = || {
+                let portable = || {
                     attend_cpu_with(&q, &seqs, heads, Isa::PORTABLE).expect("portable");
                 };
-                let mut native = || {
+                let native = || {
                     attend_cpu_with(&q, &seqs, heads, Isa::best()).expect("native");
                 };
                 ops();
@@ -105,9 +87,9 @@ fn main() -> candle_core::Result<()> {
                 native();
                 let (mut a, mut b, mut c) = (f64::MAX, f64::MAX, f64::MAX);
                 for _ in 0..repeat {
-                    a = a.min(time_ms(&mut ops));
-                    b = b.min(time_ms(&mut portable));
-                    c = c.min(time_ms(&mut native));
+                    a = a.min(support::ms(ops));
+                    b = b.min(support::ms(portable));
+                    c = c.min(support::ms(native));
                 }
                 println!(
                     "| {name} | {batch} | {len} | {a:.4} | {b:.4} | {c:.4} | {:.2} | {:.2} |",

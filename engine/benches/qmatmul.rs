@@ -21,8 +21,9 @@
 //! - `f32 only`: the GEMM alone on weights kept in f32 (an upper bound that would cost 4x
 //!   the weight memory).
 
+mod support;
+
 use std::sync::Arc;
-use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -39,27 +40,8 @@ const SHAPES: [(usize, usize); 7] = [
     (576, 1536),
 ];
 
-/// Milliseconds one call of `f` takes.
-fn ms(f: impl FnOnce()) -> f64 {
-    let t = Instant::now();
-    f();
-    t.elapsed().as_secs_f64() * 1e3
-}
-
 fn main() -> candle_core::Result<()> {
-    let mut threads = 2;
-    let mut repeat = 5;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--threads" => threads = it.next().and_then(|v| v.parse().ok()).unwrap_or(2),
-            "--repeat" => repeat = it.next().and_then(|v| v.parse().ok()).unwrap_or(5),
-            _ => {}
-        }
-    }
-    // As the engine binary does (`hydra_engine::memory`).
-    hydra_engine::memory::keep_freed_memory();
-    hydra_engine::threads::set_cpu_threads(threads).map_err(candle_core::Error::wrap)?;
+    let (threads, repeat) = support::start(5)?;
     let dev = Device::Cpu;
     println!("# one SmolLM2-135M layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per call (and per row)");
     println!("| weights | rows | candle | packed ({:?}) | packed avx2 | dequant+f32 | f32 only | packed / candle | dequant+f32 / candle |", Isa::best().level());
@@ -120,15 +102,15 @@ fn main() -> candle_core::Result<()> {
             hydra_engine::threads::run_in_pool(|| {
                 for round in 0..=repeat {
                     let times = [
-                        ms(candle),
-                        ms(|| run_packed(&packed)),
+                        support::ms(candle),
+                        support::ms(|| run_packed(&packed)),
                         if packed_avx2.is_empty() {
                             f64::NAN
                         } else {
-                            ms(|| run_packed(&packed_avx2))
+                            support::ms(|| run_packed(&packed_avx2))
                         },
-                        ms(dequant),
-                        ms(f32_only),
+                        support::ms(dequant),
+                        support::ms(f32_only),
                     ];
                     // Round 0 warms caches and pools.
                     if round > 0 {

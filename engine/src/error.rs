@@ -204,3 +204,61 @@ pub enum StateError {
         computed: u64,
     },
 }
+
+/// `FromStr` and `Display` for an option whose values are fixed names (the variants of a
+/// fieldless enum): parsing trims the text and ignores case, an unknown name is an
+/// [`EngineError::InvalidOption`] of option `$option` that lists the names, and a value
+/// displays as its name.
+macro_rules! named_values {
+    ($ty:ty, $option:literal, { $($name:literal => $variant:ident),+ $(,)? }) => {
+        impl std::str::FromStr for $ty {
+            type Err = $crate::error::EngineError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($name => Ok(Self::$variant),)+
+                    _ => Err($crate::error::EngineError::InvalidOption {
+                        name: $option,
+                        message: format!(
+                            "{s:?}: expected {}",
+                            $crate::error::one_of(&[$($name),+])
+                        ),
+                    }),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self {
+                    $(Self::$variant => $name,)+
+                })
+            }
+        }
+    };
+}
+pub(crate) use named_values;
+
+/// `names` as a sentence's alternatives: "a", "a or b", "a, b or c".
+pub(crate) fn one_of(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [only] => (*only).to_string(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_of;
+
+    #[test]
+    fn one_of_lists_the_alternatives() {
+        assert_eq!(one_of(&["cpu"]), "cpu");
+        assert_eq!(one_of(&["batched", "serial"]), "batched or serial");
+        assert_eq!(
+            one_of(&["adaptive", "always", "never"]),
+            "adaptive, always or never"
+        );
+    }
+}

@@ -14,26 +14,19 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
-fn demo_runs_and_reports_queue_wait_and_compute_apart() {
+/// Runs `hydra-engine demo` with the arguments `args` adds, as engine `engine_id` with its
+/// segment in a fresh temporary folder, to its end (at most five minutes); asserts that it
+/// succeeded and returns its standard output, and whether it left its segment behind.
+fn run_demo(engine_id: &str, args: impl FnOnce(&mut Command)) -> (String, bool) {
     let tmp = tempfile::Builder::new()
         .prefix("hydra-demo")
         .tempdir()
         .expect("tempdir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-engine"));
+    cmd.arg("demo");
+    args(&mut cmd);
     let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
-            .args(["demo", "--slots", "3", "--prompt-tokens", "96"])
-            .args([
-                "--decode-tokens",
-                "24",
-                "--ubatch",
-                "16",
-                "--interval-ms",
-                "20",
-                "--rounds",
-                "2",
-            ])
-            .args(["--engine-id", "demo-test", "--progress-dir"])
+        cmd.args(["--engine-id", engine_id, "--progress-dir"])
             .arg(tmp.path())
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::piped())
@@ -47,7 +40,17 @@ fn demo_runs_and_reports_queue_wait_and_compute_apart() {
     });
     let out = reader.join().expect("reader thread").expect("demo output");
     assert!(status.success(), "demo failed: {status}\n{out}");
+    let segment_left = tmp.path().join(format!("{engine_id}.hps")).exists();
+    (out, segment_left)
+}
 
+#[test]
+fn demo_runs_and_reports_queue_wait_and_compute_apart() {
+    let (out, segment_left) = run_demo("demo-test", |cmd| {
+        cmd.args(["--slots", "3", "--prompt-tokens", "96"]);
+        cmd.args(["--decode-tokens", "24", "--ubatch", "16"]);
+        cmd.args(["--interval-ms", "20", "--rounds", "2"]);
+    });
     let summary = out
         .split_once("summary")
         .map(|(_, s)| s)
@@ -96,10 +99,7 @@ fn demo_runs_and_reports_queue_wait_and_compute_apart() {
         assert!(line.contains("idle") && line.contains("last: "), "{line}");
         assert!(!line.contains("/s") && !line.contains("eta"), "{line}");
     }
-    assert!(
-        !tmp.path().join("demo-test.hps").exists(),
-        "the demo left its segment behind"
-    );
+    assert!(!segment_left, "the demo left its segment behind");
 }
 
 #[test]
@@ -107,38 +107,12 @@ fn demo_runs_on_a_gguf_model() {
     let Some(model) = hydra_fault::require::smollm2_gguf("demo_runs_on_a_gguf_model") else {
         return;
     };
-    let tmp = tempfile::Builder::new()
-        .prefix("hydra-demo-gguf")
-        .tempdir()
-        .expect("tempdir");
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
-            .arg("demo")
-            .arg("--model")
-            .arg(&model)
-            .args([
-                "--slots",
-                "3",
-                "--prompt-tokens",
-                "40",
-                "--decode-tokens",
-                "6",
-            ])
-            .args(["--ubatch", "16", "--interval-ms", "20", "--rounds", "1"])
-            .args(["--engine-id", "demo-gguf", "--progress-dir"])
-            .arg(tmp.path())
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the demo"),
-    );
-    let stdout = child.0.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || std::io::read_to_string(stdout));
-    let status = hydra_fault::wait_for(Duration::from_secs(300), "the demo to finish", || {
-        child.0.try_wait().expect("wait for the demo")
+    let (out, _) = run_demo("demo-gguf", |cmd| {
+        cmd.arg("--model").arg(&model);
+        cmd.args(["--slots", "3", "--prompt-tokens", "40"]);
+        cmd.args(["--decode-tokens", "6", "--ubatch", "16"]);
+        cmd.args(["--interval-ms", "20", "--rounds", "1"]);
     });
-    let out = reader.join().expect("reader thread").expect("demo output");
-    assert!(status.success(), "demo failed: {status}\n{out}");
     assert!(
         out.contains(&model.display().to_string()),
         "names the model:\n{out}"

@@ -3,17 +3,27 @@
 mod common;
 
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
 use hydra_engine::threads::PoolUse;
 use hydra_engine::{
-    generate, EngineError, FinishReason, FnObserver, LoadOptions, Logits, Model, Sampler,
-    SamplerConfig, Slots, StateError, StepDone, StepStart,
+    generate, Conversion, EngineError, FinishReason, FnObserver, LoadOptions, Logits, Model,
+    Sampler, SamplerConfig, Slots, StateError, StepDone, StepStart,
 };
 
 fn builtin() -> Arc<Model> {
     Arc::new(Model::builtin().expect("builtin model"))
+}
+
+/// `common::write_test_gguf`'s model of type `dtype` (seed 7), written as `name` in a fresh
+/// folder: the folder (removed on drop) and the file.
+fn test_gguf(name: &str, dtype: GgmlDType) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    common::write_test_gguf(&path, dtype, 7);
+    (dir, path)
 }
 
 fn greedy(slots: &mut Slots, slot: usize, prompt: &[u32], n: usize) -> Vec<u32> {
@@ -68,9 +78,7 @@ fn builtin_model_generates_deterministically() {
 
 #[test]
 fn written_gguf_loads_generates_and_matches_reference() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    common::write_test_gguf(&path, GgmlDType::Q8_0, 7);
+    let (_dir, path) = test_gguf("tiny.gguf", GgmlDType::Q8_0);
     let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
     let info = model.info();
     assert_eq!(info.name, "hydra-test");
@@ -96,41 +104,27 @@ fn written_gguf_loads_generates_and_matches_reference() {
 
 #[test]
 fn q5_0_is_converted_by_default_and_can_be_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q50.gguf");
-    common::write_test_gguf(&path, GgmlDType::Q5_0, 7);
-    let conv = Model::load_gguf(&path, &LoadOptions::default()).unwrap();
-    assert_eq!(conv.info().quantization, "Q5_0->Q8_0");
-    let kept = Model::load_gguf(
-        &path,
-        &LoadOptions {
-            conversion: hydra_engine::Conversion::Never,
+    let (_dir, path) = test_gguf("q50.gguf", GgmlDType::Q5_0);
+    let load = |conversion| {
+        let options = LoadOptions {
+            conversion,
             ..Default::default()
-        },
-    )
-    .unwrap();
+        };
+        Model::load_gguf(&path, &options).unwrap()
+    };
+    let conv = load(Conversion::default());
+    assert_eq!(conv.info().quantization, "Q5_0->Q8_0");
+    let kept = load(Conversion::Never);
     assert_eq!(kept.info().quantization, "Q5_0");
     assert_ne!(conv.info().fingerprint, kept.info().fingerprint);
-    let q40 = Model::load_gguf(
-        &path,
-        &LoadOptions {
-            conversion: "auto:q4_0".parse().unwrap(),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let q40 = load("auto:q4_0".parse().unwrap());
     assert_eq!(q40.info().quantization, "Q5_0->Q4_0");
-    let model = Arc::new(conv);
-    let mut slots = Slots::new(model.clone(), 1, 256).unwrap();
-    let prompt = model.tokenizer().encode("hello", false);
-    assert_eq!(greedy(&mut slots, 0, &prompt, 8).len(), 8);
+    generates_from_hello(Arc::new(conv));
 }
 
 #[test]
 fn q4_1_runs_as_stored_on_a_cpu_with_avx2() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q41.gguf");
-    common::write_test_gguf(&path, GgmlDType::Q4_1, 7);
+    let (_dir, path) = test_gguf("q41.gguf", GgmlDType::Q4_1);
     let model = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
     // The engine's own Q4_1 kernel needs AVX2; elsewhere Q4_1 is converted as before.
     let expected = if hydra_engine::kernels::packed::PackedMatrix::is_fast_here() {
@@ -139,6 +133,11 @@ fn q4_1_runs_as_stored_on_a_cpu_with_avx2() {
         "Q4_1->Q8_0"
     };
     assert_eq!(model.info().quantization, expected);
+    generates_from_hello(model);
+}
+
+/// `model` generates 8 tokens greedily after the prompt "hello".
+fn generates_from_hello(model: Arc<Model>) {
     let mut slots = Slots::new(model.clone(), 1, 256).unwrap();
     let prompt = model.tokenizer().encode("hello", false);
     assert_eq!(greedy(&mut slots, 0, &prompt, 8).len(), 8);
@@ -472,14 +471,11 @@ fn unsupported_files_are_clear_errors() {
     std::fs::write(&junk, b"not a gguf at all").unwrap();
     let e = Model::load_gguf(&junk, &LoadOptions::default()).unwrap_err();
     assert!(matches!(e, EngineError::InvalidModel { .. }), "{e}");
-    let e = Model::load_gguf(
-        &junk,
-        &LoadOptions {
-            device: "cuda:0".parse().unwrap(),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let on_cuda = LoadOptions {
+        device: "cuda:0".parse().unwrap(),
+        ..Default::default()
+    };
+    let e = Model::load_gguf(&junk, &on_cuda).unwrap_err();
     // The file is unreadable before the device matters; either error is clear.
     assert!(!e.to_string().is_empty());
 }
@@ -601,9 +597,7 @@ fn batched_decode_gives_the_serial_greedy_tokens() {
     let model = builtin();
     let prompts = four_prompts(&model);
     batched_matches_serial(model.clone(), &prompts, 24);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tiny.gguf");
-    common::write_test_gguf(&path, GgmlDType::Q8_0, 7);
+    let (_dir, path) = test_gguf("tiny.gguf", GgmlDType::Q8_0);
     let gguf = Arc::new(Model::load_gguf(&path, &LoadOptions::default()).unwrap());
     let tok = gguf.tokenizer();
     let prompts: Vec<Vec<u32>> = ["hello the world", "the model", "hello"]

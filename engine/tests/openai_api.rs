@@ -10,11 +10,10 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use hydra_layout::{Phase, SegmentReader};
-use support::{agent, call, curl_stream, get, post, sse_data, wait_for, Engine};
+use support::{agent, call, curl_stream, get, post, serve_refused, sse_data, wait_for, Engine};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -35,19 +34,14 @@ fn template_file(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn models_list_names_the_alias_or_the_model() {
-    let tmp = scratch();
-    let e = Engine::start(
-        tmp.path(),
-        "models-a",
-        &["--slots", "1", "--alias", "my-model"],
-    );
+    let e = Engine::in_scratch("models-a", &["--slots", "1", "--alias", "my-model"]);
     let (status, body) = get(&e, "/v1/models");
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["object"], "list");
     assert_eq!(body["data"][0]["id"], "my-model");
     assert_eq!(body["data"][0]["object"], "model");
     assert_eq!(body["data"].as_array().map(Vec::len), Some(1));
-    let e = Engine::start(tmp.path(), "models-b", &["--slots", "1"]);
+    let e = Engine::start(&e.dir, "models-b", &["--slots", "1"]);
     let (_, health) = get(&e, "/health");
     let (_, body) = get(&e, "/v1/models");
     assert_eq!(body["data"][0]["id"], health["model"], "{body}");
@@ -59,8 +53,7 @@ fn models_list_names_the_alias_or_the_model() {
 
 #[test]
 fn chat_needs_a_template_and_takes_one_from_a_file() {
-    let tmp = scratch();
-    let e = Engine::start(tmp.path(), "no-template", &["--slots", "1"]);
+    let e = Engine::in_scratch("no-template", &["--slots", "1"]);
     let chat = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}"#;
     let (status, body) = post(&e, "/v1/chat/completions", chat);
     assert_eq!(status, 400, "{body}");
@@ -74,9 +67,9 @@ fn chat_needs_a_template_and_takes_one_from_a_file() {
     let (status, body) = post(&e, "/v1/completions", r#"{"prompt":"hi","max_tokens":3}"#);
     assert_eq!(status, 200, "{body}");
 
-    let file = template_file(tmp.path());
+    let file = template_file(&e.dir);
     let e = Engine::start(
-        tmp.path(),
+        &e.dir,
         "template",
         &["--slots", "1", "--chat-template", file.to_str().unwrap()],
     );
@@ -90,21 +83,13 @@ fn chat_needs_a_template_and_takes_one_from_a_file() {
 
     // A broken template file stops the engine at start, naming the file.
     std::fs::write(&file, "{% for m in messages %}").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
-        .args([
-            "serve",
-            "--builtin",
-            "--listen",
-            "127.0.0.1:0",
-            "--chat-template",
-        ])
-        .arg(&file)
-        .arg("--progress-dir")
-        .arg(tmp.path())
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--chat-template",
+        file.to_str().unwrap(),
+    ];
+    let (_, err) = serve_refused(&e.dir, &args);
     assert!(
         err.contains("chat.jinja") && err.contains("does not compile"),
         "{err}"
@@ -114,8 +99,7 @@ fn chat_needs_a_template_and_takes_one_from_a_file() {
 #[test]
 fn completion_streams_each_token_and_prompt_progress_from_the_segment() {
     let test = "completion_streams_each_token_and_prompt_progress_from_the_segment";
-    let tmp = scratch();
-    let e = Engine::start(tmp.path(), "stream", &["--slots", "1", "--ubatch", "16"]);
+    let e = Engine::in_scratch("stream", &["--slots", "1", "--ubatch", "16"]);
     let prompt = "The compute loop publishes a record for every slot on every step. ".repeat(3);
     let n_prompt = prompt.len() as u64;
     let body = serde_json::json!({
@@ -278,9 +262,7 @@ fn long_generation(e: &Engine, stream: bool) -> std::thread::JoinHandle<(u16, se
 
 #[test]
 fn a_full_queue_answers_503_and_cancel_frees_the_slot() {
-    let tmp = scratch();
-    let e = Engine::start(
-        tmp.path(),
+    let e = Engine::in_scratch(
         "queue",
         &["--slots", "1", "--ctx", "4096", "--max-waiting", "1"],
     );
@@ -363,8 +345,7 @@ fn raw_post(e: &Engine, path: &str, body: &str) -> TcpStream {
 
 #[test]
 fn a_client_that_goes_away_cancels_its_generation() {
-    let tmp = scratch();
-    let e = Engine::start(tmp.path(), "leave", &["--slots", "1", "--ctx", "4096"]);
+    let e = Engine::in_scratch("leave", &["--slots", "1", "--ctx", "4096"]);
     for stream in [true, false] {
         let body = serde_json::json!({
             "prompt": "Slot zero says: ", "max_tokens": 3500, "ignore_eos": true,

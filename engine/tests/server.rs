@@ -60,8 +60,7 @@ fn long_decode(e: &Engine, slot: usize) -> (DecodeAnswer, SegmentReader) {
 
 #[test]
 fn progress_is_readable_from_other_processes_while_decoding() {
-    let tmp = scratch();
-    let e = Engine::start(tmp.path(), "busy", &["--slots", "2", "--ctx", "4096"]);
+    let e = Engine::in_scratch("busy", &["--slots", "2", "--ctx", "4096"]);
     probe_bin(); // build before the clock starts
     let (decode, _) = long_decode(&e, 0);
 
@@ -78,7 +77,7 @@ fn progress_is_readable_from_other_processes_while_decoding() {
     let mut seen = Vec::new();
     let mut http_answers = 0;
     for i in 0..60 {
-        let meta = probe_meta(tmp.path(), "busy", 0);
+        let meta = probe_meta(&e.dir, "busy", 0);
         let done = meta["tokens_processed"].as_u64().expect("tokens_processed");
         if meta["operation"] == "decode" {
             seen.push(done);
@@ -120,9 +119,7 @@ fn progress_is_readable_from_other_processes_while_decoding() {
 
 #[test]
 fn prefill_progress_moves_chunk_by_chunk() {
-    let tmp = scratch();
-    let e = Engine::start(
-        tmp.path(),
+    let e = Engine::in_scratch(
         "chunks",
         &["--slots", "1", "--ctx", "4096", "--ubatch", "16"],
     );
@@ -157,8 +154,7 @@ fn prefill_progress_moves_chunk_by_chunk() {
 
 #[test]
 fn killed_engine_is_dead_with_the_slot_orphaned_and_its_id_can_be_reused() {
-    let tmp = scratch();
-    let mut e = Engine::start(tmp.path(), "crashy", &["--slots", "2", "--ctx", "4096"]);
+    let mut e = Engine::in_scratch("crashy", &["--slots", "2", "--ctx", "4096"]);
     let (decode, reader) = long_decode(&e, 1);
     let before = reader.slot(1).expect("slot").state.work_done;
     e.kill();
@@ -173,12 +169,12 @@ fn killed_engine_is_dead_with_the_slot_orphaned_and_its_id_can_be_reused() {
         view.slots[1].state.work_done >= before,
         "last progress kept"
     );
-    let meta = probe_meta(tmp.path(), "crashy", 1);
+    let meta = probe_meta(&e.dir, "crashy", 1);
     assert_eq!(meta["engine_liveness"], "dead");
     assert_eq!(meta["classification"], "orphaned");
     assert!(meta["tokens_processed"].as_u64().unwrap() >= before);
 
-    let e2 = Engine::start(tmp.path(), "crashy", &["--slots", "2"]);
+    let e2 = Engine::start(&e.dir, "crashy", &["--slots", "2"]);
     let (status, _) = get(&e2, "/health");
     assert_eq!(status, 200);
     let fresh = SegmentReader::open(e2.segment()).expect("new segment");
@@ -192,14 +188,8 @@ fn killed_engine_is_dead_with_the_slot_orphaned_and_its_id_can_be_reused() {
 #[test]
 fn pool_use_is_an_option_with_a_clear_error() {
     let tmp = scratch();
-    let out = Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
-        .args(["serve", "--builtin", "--pool-use", "sometimes"])
-        .arg("--progress-dir")
-        .arg(tmp.path())
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (code, err) = serve_refused(tmp.path(), &["--pool-use", "sometimes"]);
+    assert_eq!(code, Some(2));
     assert!(err.contains("expected adaptive, always or never"), "{err}");
     // Each policy serves; `never` keeps decode on the compute thread.
     for policy in ["never", "always"] {
@@ -211,31 +201,15 @@ fn pool_use_is_an_option_with_a_clear_error() {
 
 #[test]
 fn a_second_engine_with_a_live_id_is_refused() {
-    let tmp = scratch();
-    let _e = Engine::start(tmp.path(), "twin", &["--slots", "1"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
-        .args([
-            "serve",
-            "--builtin",
-            "--engine-id",
-            "twin",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--progress-dir")
-        .arg(tmp.path())
-        .output()
-        .expect("run");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let e = Engine::in_scratch("twin", &["--slots", "1"]);
+    let args = ["--engine-id", "twin", "--listen", "127.0.0.1:0"];
+    let (_, err) = serve_refused(&e.dir, &args);
     assert!(err.contains("in use by a live engine"), "{err}");
 }
 
 #[test]
 fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
-    let tmp = scratch();
-    let e = Engine::start(
-        tmp.path(),
+    let e = Engine::in_scratch(
         "strict",
         &["--slots", "2", "--ctx", "256", "--max-body", "65536"],
     );
@@ -373,8 +347,7 @@ fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
 
 #[test]
 fn state_saved_from_one_slot_restores_into_another_and_continues_identically() {
-    let tmp = scratch();
-    let e = Engine::start(tmp.path(), "saver", &["--slots", "2", "--ctx", "1024"]);
+    let e = Engine::in_scratch("saver", &["--slots", "2", "--ctx", "1024"]);
     let (status, _) = post(
         &e,
         "/slots/0/prefill",
@@ -404,8 +377,7 @@ fn state_saved_from_one_slot_restores_into_another_and_continues_identically() {
 
 #[test]
 fn sigterm_cancels_the_running_task_and_removes_the_segment() {
-    let tmp = scratch();
-    let mut e = Engine::start(tmp.path(), "polite", &["--slots", "1", "--ctx", "4096"]);
+    let mut e = Engine::in_scratch("polite", &["--slots", "1", "--ctx", "4096"]);
     let (decode, reader) = long_decode(&e, 0);
     let status = e.terminate();
     assert!(status.success(), "exit status {status:?}");
@@ -420,8 +392,7 @@ fn sigterm_cancels_the_running_task_and_removes_the_segment() {
 
 #[test]
 fn slots_endpoint_and_health_answer_from_the_segment() {
-    let tmp = scratch();
-    let e = Engine::start(tmp.path(), "lister", &["--slots", "3"]);
+    let e = Engine::in_scratch("lister", &["--slots", "3"]);
     let (status, body) = get(&e, "/slots");
     assert_eq!(status, 200);
     assert_eq!(body["slots"].as_array().map(Vec::len), Some(3), "{body}");
@@ -436,7 +407,7 @@ fn slots_endpoint_and_health_answer_from_the_segment() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["id_slot"], 2);
     assert_eq!(body["tokens_predicted"], 8);
-    let meta = probe_meta(tmp.path(), "lister", 2);
+    let meta = probe_meta(&e.dir, "lister", 2);
     assert_eq!(meta["n_past"].as_u64(), body["n_past"].as_u64());
     assert_eq!(meta["is_processing"], false);
 }

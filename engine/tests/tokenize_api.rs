@@ -26,8 +26,7 @@ fn scratch() -> tempfile::TempDir {
 
 #[test]
 fn tokenize_and_detokenize_roundtrip_with_llama_cpp_shapes() {
-    let tmp = scratch();
-    let e = Engine::start(tmp.path(), "tok", &["--slots", "1"]);
+    let e = Engine::in_scratch("tok", &["--slots", "1"]);
     let (status, body) = post(&e, "/tokenize", r#"{"content":"hé<|eos|>x"}"#);
     assert_eq!(status, 200, "{body}");
     let ids: Vec<u32> = serde_json::from_value(body["tokens"].clone()).unwrap();
@@ -64,8 +63,7 @@ fn tokenize_and_detokenize_roundtrip_with_llama_cpp_shapes() {
 
 #[test]
 fn bad_tokenize_requests_get_4xx_with_the_error_json() {
-    let tmp = scratch();
-    let e = Engine::start(tmp.path(), "tokbad", &["--slots", "1"]);
+    let e = Engine::in_scratch("tokbad", &["--slots", "1"]);
     for (path, body) in [
         ("/tokenize", "not json"),
         ("/tokenize", r#"{"text":"wrong field"}"#),
@@ -93,8 +91,7 @@ fn bad_tokenize_requests_get_4xx_with_the_error_json() {
 #[test]
 fn tokenize_does_not_wait_for_the_compute_queue() {
     const N_PREDICT: u64 = 3500;
-    let tmp = scratch();
-    let mut e = Engine::start(tmp.path(), "tokbusy", &["--slots", "1", "--ctx", "4096"]);
+    let mut e = Engine::in_scratch("tokbusy", &["--slots", "1", "--ctx", "4096"]);
     let (status, body) = post(&e, "/slots/0/prefill", r#"{"prompt":"Once upon a time"}"#);
     assert_eq!(status, 200, "{body}");
     let url = e.url("/slots/0/decode");

@@ -100,25 +100,12 @@ impl From<TaskError> for ApiError {
     }
 }
 
-#[derive(serde::Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
-}
-
-#[derive(serde::Serialize)]
-struct Inner<'a> {
-    code: &'a str,
-    message: String,
-}
-
+/// `{"error": {"code": ..., "message": ...}}`.
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body {
-            error: Inner {
-                code: self.code(),
-                message: self.to_string(),
-            },
-        };
+        let body = serde_json::json!({
+            "error": { "code": self.code(), "message": self.to_string() },
+        });
         (self.status(), Json(body)).into_response()
     }
 }

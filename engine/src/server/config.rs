@@ -1,12 +1,9 @@
 //! What the engine serves and how.
 
-use crate::error::EngineError;
 use crate::model::LoadOptions;
 use crate::threads::PoolUse;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 
 /// How the compute thread orders its work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -21,29 +18,10 @@ pub enum Schedule {
     Serial,
 }
 
-impl FromStr for Schedule {
-    type Err = EngineError;
-
-    fn from_str(s: &str) -> Result<Self, EngineError> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "batched" => Ok(Self::Batched),
-            "serial" => Ok(Self::Serial),
-            _ => Err(EngineError::InvalidOption {
-                name: "schedule",
-                message: format!("{s:?}: expected batched or serial"),
-            }),
-        }
-    }
-}
-
-impl fmt::Display for Schedule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Batched => "batched",
-            Self::Serial => "serial",
-        })
-    }
-}
+crate::error::named_values!(Schedule, "schedule", {
+    "batched" => Batched,
+    "serial" => Serial,
+});
 
 /// Default prefill chunk size, tokens (progress moves per layer inside a chunk, so a large
 /// chunk keeps it fine-grained while the weight matmuls run on many rows at once).

@@ -33,11 +33,7 @@
 //! the time a step takes.
 
 use std::collections::VecDeque;
-use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
-
-use crate::error::EngineError;
 
 /// How decode steps use the thread pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,31 +49,11 @@ pub enum PoolUse {
     Never,
 }
 
-impl FromStr for PoolUse {
-    type Err = EngineError;
-
-    fn from_str(s: &str) -> Result<Self, EngineError> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "adaptive" => Ok(Self::Adaptive),
-            "always" => Ok(Self::Always),
-            "never" => Ok(Self::Never),
-            _ => Err(EngineError::InvalidOption {
-                name: "pool-use",
-                message: format!("{s:?}: expected adaptive, always or never"),
-            }),
-        }
-    }
-}
-
-impl fmt::Display for PoolUse {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Adaptive => "adaptive",
-            Self::Always => "always",
-            Self::Never => "never",
-        })
-    }
-}
+crate::error::named_values!(PoolUse, "pool-use", {
+    "adaptive" => Adaptive,
+    "always" => Always,
+    "never" => Never,
+});
 
 /// Steps of more rows than this always use the pool: prefill chunks, whose pieces are long
 /// enough that a late worker costs a small part of the step.

@@ -21,6 +21,9 @@ pub struct Engine {
     pub base: String,
     pub dir: PathBuf,
     pub id: String,
+    /// The folder [`Engine::in_scratch`] made for it (`dir`), removed after the engine is
+    /// gone (the fields drop in order).
+    scratch: Option<tempfile::TempDir>,
 }
 
 impl Engine {
@@ -41,6 +44,17 @@ impl Engine {
             server,
             dir: dir.to_path_buf(),
             id: id.to_string(),
+            scratch: None,
+        }
+    }
+
+    /// [`Engine::start`] in a scratch folder of its own (`dir`), removed with the engine.
+    pub fn in_scratch(id: &str, extra: &[&str]) -> Engine {
+        let scratch = hydra_fault::scratch("hydra-engine-test");
+        let engine = Engine::start(scratch.path(), id, extra);
+        Engine {
+            scratch: Some(scratch),
+            ..engine
         }
     }
 
@@ -65,6 +79,21 @@ impl Engine {
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         self.server.terminate()
     }
+}
+
+/// `hydra-engine serve --builtin ARGS --progress-dir DIR` run to its end, for an engine
+/// that must not start: it failed; its exit code and standard error.
+pub fn serve_refused(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
+        .args(["serve", "--builtin"])
+        .args(args)
+        .arg("--progress-dir")
+        .arg(dir)
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "the engine started: {args:?}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), err)
 }
 
 pub fn post(e: &Engine, path: &str, body: &str) -> (u16, serde_json::Value) {

@@ -50,9 +50,27 @@ fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
     }
 }
 
+/// Every available instruction set's product of `packed` with the `rows` rows of `x` is
+/// `want` bit for bit (the same integer dot products and the same float steps in every
+/// kernel), and each row's is the same computed alone (a row's products do not depend on
+/// the rows computed with it).
+fn assert_every_isa_gives(want: &[f32], packed: &PackedMatrix, x: &[f32], rows: usize, what: &str) {
+    let (n, k) = packed.dims();
+    for isa in Isa::available() {
+        let got = packed.clone().with_isa(isa).matmul(x, rows);
+        assert_eq!(got, want, "{what} {isa:?}, {rows} rows: bit for bit");
+        for r in 0..rows {
+            let alone = packed
+                .clone()
+                .with_isa(isa)
+                .matmul(&x[r * k..(r + 1) * k], 1);
+            assert_eq!(alone, got[r * n..(r + 1) * n], "{what} {isa:?} row {r}");
+        }
+    }
+}
+
 #[test]
 fn every_isa_agrees_with_candle_for_each_type_and_any_row_count() {
-    let isas: Vec<Isa> = Isa::available().collect();
     for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
         // 37 rows: four whole tiles and one of 5 rows and 3 of padding.
         let (n, k) = (37, 162 * 32);
@@ -72,19 +90,7 @@ fn every_isa_agrees_with_candle_for_each_type_and_any_row_count() {
                 tol,
                 &format!("{dtype:?} scalar, {rows} rows"),
             );
-            for &isa in &isas {
-                let got = packed.clone().with_isa(isa).matmul(&x, rows);
-                // The same integer dot products and the same float steps in every kernel.
-                assert_eq!(got, scalar, "{dtype:?} {isa:?}, {rows} rows: bit for bit");
-                // A row's products do not depend on the rows computed with it.
-                for r in 0..rows {
-                    let alone = packed
-                        .clone()
-                        .with_isa(isa)
-                        .matmul(&x[r * k..(r + 1) * k], 1);
-                    assert_eq!(alone, got[r * n..(r + 1) * n], "{dtype:?} {isa:?} row {r}");
-                }
-            }
+            assert_every_isa_gives(&scalar, &packed, &x, rows, &format!("{dtype:?}"));
         }
     }
 }
@@ -303,7 +309,6 @@ fn k_quants_dequantize_as_candle_does() {
 /// activations, to the rounding of f32 sums.
 #[test]
 fn k_quant_kernels_match_the_reference_and_candles_weights() {
-    let isas: Vec<Isa> = Isa::available().collect();
     for dtype in K_TYPES {
         // 37 rows: four whole tiles and one of 5 rows and 3 of padding; 3 super-blocks.
         let (n, k) = (37, 768);
@@ -344,17 +349,7 @@ fn k_quant_kernels_match_the_reference_and_candles_weights() {
                     );
                 }
             }
-            for &isa in &isas {
-                let got = packed.clone().with_isa(isa).matmul(&x, rows);
-                assert_eq!(got, scalar, "{dtype:?} {isa:?}, {rows} rows: bit for bit");
-                for r in 0..rows {
-                    let alone = packed
-                        .clone()
-                        .with_isa(isa)
-                        .matmul(&x[r * k..(r + 1) * k], 1);
-                    assert_eq!(alone, got[r * n..(r + 1) * n], "{dtype:?} {isa:?} row {r}");
-                }
-            }
+            assert_every_isa_gives(&scalar, &packed, &x, rows, &format!("{dtype:?}"));
         }
     }
 }

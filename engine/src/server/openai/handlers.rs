@@ -17,13 +17,13 @@ use serde::Serialize;
 use super::error::OpenAiError;
 use super::request::{ChatRequest, CompletionRequest, GenerationParams, PromptInput};
 use super::response::{
-    new_id, system_fingerprint, Answer, AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobs,
-    ChunkChoice, Completion, CompletionChoice, CompletionLogprobs, Delta, ModelCard, ModelList,
-    PromptProgress, Usage,
+    new_id, system_fingerprint, Answer, AssistantMessage, ChatChoice, ChatLogprobs,
+    ChatTokenLogprob, ChunkChoice, CompletionChoice, CompletionLogprobs, Delta, ModelCard,
+    ModelList, PromptProgress, Usage,
 };
 use super::sse;
 use crate::server::api_error::ApiError;
-use crate::server::serving::{chat_logprob, collect, stream, Running, Serving, StreamFormat};
+use crate::server::serving::{chat_logprob, collect, stream, Collected, Serving, StreamFormat};
 use crate::server::task::generate::{GenSummary, GenerateSpec, TokenOut};
 use crate::server::task::DecodeSpec;
 use crate::server::task_error::TaskError;
@@ -128,18 +128,11 @@ fn chat_tokens(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, OpenAiError> {
     Ok(tokens)
 }
 
-async fn chat(State(s): State<Arc<Serving>>, b: Result<Bytes, BytesRejection>) -> Response {
-    chat_answer(s, b)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn chat_answer(
-    s: Arc<Serving>,
+async fn chat(
+    State(s): State<Arc<Serving>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
-    let b = body(b)?;
-    let req = ChatRequest::parse(&b)?;
+    let req = ChatRequest::parse(&body(b)?)?;
     let template = s.template.as_ref().ok_or_else(|| {
         OpenAiError::invalid(
             Some("messages"),
@@ -152,16 +145,10 @@ async fn chat_answer(
         .render(&req.messages, true)
         .map_err(|e| OpenAiError::invalid(Some("messages"), e.to_string()))?;
     let tokens = chat_tokens(&s.shared.tokenizer, &text)?;
-    let spec = generation_spec(&s, tokens, &req.params)?;
-    let running = s.start(spec, req.params.id_slot).await?;
-    let id = new_id("chatcmpl");
-    let created = super::response::unix_now();
-    if req.params.stream {
-        let head = StreamHead::new(&s, id, created, &req.params, &running);
-        return Ok(head.stream(running, &req.params, |head| ChatStream { head }));
-    }
-    let n_prompt = running.n_prompt();
-    let c = collect(running).await.map_err(task_error)?;
+    let (head, c) = match generate(&s, tokens, &req.params, "chatcmpl", ChatChunks).await? {
+        Generated::Whole(head, c) => (head, c),
+        Generated::Streamed(response) => return Ok(response),
+    };
     let tok = &s.shared.tokenizer;
     let logprobs = req.params.logprobs.map(|_| ChatLogprobs {
         content: c
@@ -170,33 +157,60 @@ async fn chat_answer(
             .map(|(lp, _)| chat_logprob(tok, lp))
             .collect(),
     });
-    Ok(Json(ChatCompletion {
-        id,
-        object: "chat.completion",
-        created,
-        model: s.model_id.clone(),
-        system_fingerprint: system_fingerprint(),
-        choices: vec![ChatChoice {
-            index: 0,
-            message: AssistantMessage {
-                role: "assistant",
-                content: c.text,
-            },
-            logprobs,
-            finish_reason: c.summary.finish.openai(),
-        }],
-        usage: usage(n_prompt, &c.summary),
-    })
-    .into_response())
+    let choice = ChatChoice {
+        index: 0,
+        message: AssistantMessage {
+            role: "assistant",
+            content: c.text,
+        },
+        logprobs,
+        finish_reason: c.summary.finish.openai(),
+    };
+    Ok(head.whole("chat.completion", choice, &c.summary))
+}
+
+/// What [`generate`] gives: the streamed response, or the whole generation with the
+/// answer's head.
+enum Generated {
+    Streamed(Response),
+    Whole(AnswerHead, Collected),
+}
+
+/// Starts generating `tokens` as `params` asks, for an answer whose id begins with
+/// `id_prefix`; streamed as events of `kind`, or collected whole.
+async fn generate<K: StreamKind>(
+    s: &Arc<Serving>,
+    tokens: Vec<u32>,
+    params: &GenerationParams,
+    id_prefix: &str,
+    kind: K,
+) -> Result<Generated, OpenAiError> {
+    let spec = generation_spec(s, tokens, params)?;
+    let running = s.start(spec, params.id_slot).await?;
+    let head = AnswerHead {
+        serving: s.clone(),
+        id: new_id(id_prefix),
+        created: super::response::unix_now(),
+        include_usage: params.include_usage,
+        n_prompt: running.n_prompt(),
+    };
+    if params.stream {
+        let shared = s.shared.clone();
+        let format = EventStream { head, kind };
+        let response = stream(shared, running, params.return_progress, format);
+        return Ok(Generated::Streamed(response));
+    }
+    let c = collect(running).await.map_err(task_error)?;
+    Ok(Generated::Whole(head, c))
 }
 
 fn usage(n_prompt: usize, s: &GenSummary) -> Usage {
     Usage::new(n_prompt, s.n_cached, s.tokens.len())
 }
 
-/// What every event of a streamed answer carries (its id, creation time and model), and
-/// how the stream ends.
-struct StreamHead {
+/// What an answer and every event of a streamed one carry (its id, creation time and
+/// model), and how a stream ends.
+struct AnswerHead {
     serving: Arc<Serving>,
     id: String,
     created: u64,
@@ -204,32 +218,32 @@ struct StreamHead {
     n_prompt: usize,
 }
 
-impl StreamHead {
-    fn new(
-        serving: &Arc<Serving>,
-        id: String,
-        created: u64,
-        params: &GenerationParams,
-        running: &Running,
-    ) -> StreamHead {
-        StreamHead {
-            serving: serving.clone(),
-            id,
-            created,
-            include_usage: params.include_usage,
-            n_prompt: running.n_prompt(),
+impl AnswerHead {
+    /// The answer of object type `object` with `choices`, `usage` and `progress`.
+    fn answer<C>(
+        &self,
+        object: &'static str,
+        choices: Vec<C>,
+        usage: Option<Option<Usage>>,
+        progress: Option<PromptProgress>,
+    ) -> Answer<C> {
+        Answer {
+            id: self.id.clone(),
+            object,
+            created: self.created,
+            model: self.serving.model_id.clone(),
+            system_fingerprint: system_fingerprint(),
+            choices,
+            usage,
+            prompt_progress: progress,
         }
     }
 
-    /// The response streaming `running` in the format `format` builds on this head.
-    fn stream<F: StreamFormat>(
-        self,
-        running: Running,
-        params: &GenerationParams,
-        format: impl FnOnce(StreamHead) -> F,
-    ) -> Response {
-        let shared = self.serving.shared.clone();
-        stream(shared, running, params.return_progress, format(self))
+    /// The whole (not streamed) answer of object type `object`: its one choice and the
+    /// usage of the generation `s` summarises.
+    fn whole<C: Serialize>(&self, object: &'static str, choice: C, s: &GenSummary) -> Response {
+        let usage = Some(Some(usage(self.n_prompt, s)));
+        Json(self.answer(object, vec![choice], usage, None)).into_response()
     }
 
     /// One event of object type `object` with `choices`; its `usage` is there only with
@@ -241,16 +255,12 @@ impl StreamHead {
         usage: Option<Usage>,
         progress: Option<PromptProgress>,
     ) -> Event {
-        sse::json(&Answer {
-            id: self.id.clone(),
+        sse::json(&self.answer(
             object,
-            created: self.created,
-            model: self.serving.model_id.clone(),
-            system_fingerprint: system_fingerprint(),
             choices,
-            usage: self.include_usage.then_some(usage),
-            prompt_progress: progress,
-        })
+            self.include_usage.then_some(usage),
+            progress,
+        ))
     }
 
     /// The stream's end: `last` (the finish reason), the usage chunk that `usage_event`
@@ -275,91 +285,112 @@ impl StreamHead {
     }
 }
 
-/// `chat.completion.chunk` events.
-struct ChatStream {
-    head: StreamHead,
+/// A streamed answer's events, in the format of the endpoint's kind `K`.
+struct EventStream<K> {
+    head: AnswerHead,
+    kind: K,
 }
 
-impl ChatStream {
-    fn chunk(
+/// What one endpoint's streamed events are: their object type and kind of choice, the
+/// choice that starts a stream, if any, and those that carry text.
+trait StreamKind: Send + 'static {
+    /// The events' object type.
+    const OBJECT: &'static str;
+    /// The endpoint's kind of choice.
+    type Choice: Serialize;
+    /// The choice of the first event, when there is one.
+    fn first(&mut self) -> Option<Self::Choice>;
+    /// The choice of new text, with its token's log-probability; the last one (empty) has
+    /// the finish reason.
+    fn choice(
+        text: String,
+        logprob: Option<ChatTokenLogprob>,
+        finish: Option<&'static str>,
+    ) -> Self::Choice;
+}
+
+impl<K: StreamKind> EventStream<K> {
+    fn event(
         &self,
-        choices: Vec<ChunkChoice>,
+        choices: Vec<K::Choice>,
         usage: Option<Usage>,
         progress: Option<PromptProgress>,
     ) -> Event {
-        self.head
-            .event("chat.completion.chunk", choices, usage, progress)
-    }
-
-    fn delta(
-        &self,
-        delta: Delta,
-        logprobs: Option<ChatLogprobs>,
-        finish: Option<&'static str>,
-    ) -> Event {
-        self.chunk(
-            vec![ChunkChoice {
-                index: 0,
-                delta,
-                logprobs,
-                finish_reason: finish,
-            }],
-            None,
-            None,
-        )
+        self.head.event(K::OBJECT, choices, usage, progress)
     }
 }
 
-impl StreamFormat for ChatStream {
+impl<K: StreamKind> StreamFormat for EventStream<K> {
     fn started(&mut self, _task_id: u64, _n_cached: usize) -> Vec<Event> {
-        let role = Delta {
-            role: Some("assistant"),
-            content: Some(String::new()),
-        };
-        vec![self.delta(role, None, None)]
+        let first = self.kind.first();
+        first
+            .map(|c| self.event(vec![c], None, None))
+            .into_iter()
+            .collect()
     }
 
     fn progress(&mut self, p: &PromptProgress) -> Vec<Event> {
-        vec![self.chunk(Vec::new(), None, Some(*p))]
+        vec![self.event(Vec::new(), None, Some(*p))]
     }
 
     fn token(&mut self, t: &TokenOut) -> Vec<Event> {
         if t.text.is_empty() && t.logprob.is_none() {
             return Vec::new();
         }
-        let logprobs = t.logprob.as_ref().map(|lp| ChatLogprobs {
-            content: vec![chat_logprob(&self.head.serving.shared.tokenizer, lp)],
-        });
-        let delta = Delta {
-            role: None,
-            content: Some(t.text.clone()),
-        };
-        vec![self.delta(delta, logprobs, None)]
+        let tok = &self.head.serving.shared.tokenizer;
+        let logprob = t.logprob.as_ref().map(|lp| chat_logprob(tok, lp));
+        vec![self.event(vec![K::choice(t.text.clone(), logprob, None)], None, None)]
     }
 
     fn done(&mut self, s: &GenSummary) -> Vec<Event> {
-        let last = self.delta(Delta::default(), None, Some(s.finish.openai()));
+        let last = K::choice(String::new(), None, Some(s.finish.openai()));
+        let last = self.event(vec![last], None, None);
         self.head
-            .end(last, s, |u| self.chunk(Vec::new(), Some(u), None))
+            .end(last, s, |u| self.event(Vec::new(), Some(u), None))
     }
 
     fn failed(&mut self, e: &TaskError) -> Vec<Event> {
-        StreamHead::failed(e)
+        AnswerHead::failed(e)
     }
 }
 
-async fn completions(State(s): State<Arc<Serving>>, b: Result<Bytes, BytesRejection>) -> Response {
-    completion_answer(s, b)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+/// `chat.completion.chunk` events: the first gives the role, each token's the new text.
+struct ChatChunks;
+
+impl StreamKind for ChatChunks {
+    const OBJECT: &'static str = "chat.completion.chunk";
+    type Choice = ChunkChoice;
+
+    fn first(&mut self) -> Option<ChunkChoice> {
+        let mut first = Self::choice(String::new(), None, None);
+        first.delta.role = Some("assistant");
+        Some(first)
+    }
+
+    fn choice(
+        text: String,
+        logprob: Option<ChatTokenLogprob>,
+        finish: Option<&'static str>,
+    ) -> ChunkChoice {
+        let delta = Delta {
+            role: None,
+            // The last chunk changes nothing but the finish reason.
+            content: finish.is_none().then_some(text),
+        };
+        ChunkChoice {
+            index: 0,
+            delta,
+            logprobs: logprob.map(|lp| ChatLogprobs { content: vec![lp] }),
+            finish_reason: finish,
+        }
+    }
 }
 
-async fn completion_answer(
-    s: Arc<Serving>,
+async fn completions(
+    State(s): State<Arc<Serving>>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
-    let b = body(b)?;
-    let req = CompletionRequest::parse(&b)?;
+    let req = CompletionRequest::parse(&body(b)?)?;
     let tok = &s.shared.tokenizer;
     let (tokens, echo) = match &req.prompt {
         PromptInput::Text(text) => {
@@ -376,16 +407,12 @@ async fn completion_answer(
         }
     };
     let echo = if req.echo { echo } else { String::new() };
-    let spec = generation_spec(&s, tokens, &req.params)?;
-    let running = s.start(spec, req.params.id_slot).await?;
-    let id = new_id("cmpl");
-    let created = super::response::unix_now();
-    if req.params.stream {
-        let head = StreamHead::new(&s, id, created, &req.params, &running);
-        return Ok(head.stream(running, &req.params, |head| CompletionStream { head, echo }));
-    }
-    let n_prompt = running.n_prompt();
-    let c = collect(running).await.map_err(task_error)?;
+    // A stream's first event is the echo; a whole answer's text starts with it.
+    let kind = CompletionChunks { echo: echo.clone() };
+    let (head, c) = match generate(&s, tokens, &req.params, "cmpl", kind).await? {
+        Generated::Whole(head, c) => (head, c),
+        Generated::Streamed(response) => return Ok(response),
+    };
     let logprobs = req.params.logprobs.map(|_| {
         let mut l = CompletionLogprobs::default();
         for (lp, offset) in &c.logprobs {
@@ -393,91 +420,46 @@ async fn completion_answer(
         }
         l
     });
-    Ok(Json(Completion {
-        id,
-        object: "text_completion",
-        created,
-        model: s.model_id.clone(),
-        system_fingerprint: system_fingerprint(),
-        choices: vec![CompletionChoice {
-            text: echo + &c.text,
-            index: 0,
-            logprobs,
-            finish_reason: Some(c.summary.finish.openai()),
-        }],
-        usage: Some(Some(usage(n_prompt, &c.summary))),
-        prompt_progress: None,
-    })
-    .into_response())
+    let choice = CompletionChoice {
+        text: echo + &c.text,
+        index: 0,
+        logprobs,
+        finish_reason: Some(c.summary.finish.openai()),
+    };
+    Ok(head.whole("text_completion", choice, &c.summary))
 }
 
-/// `text_completion` events.
-struct CompletionStream {
-    head: StreamHead,
+/// `text_completion` events: the first is the echo of the prompt, when asked for.
+struct CompletionChunks {
     echo: String,
 }
 
-impl CompletionStream {
-    fn event(
-        &self,
-        choices: Vec<CompletionChoice>,
-        usage: Option<Usage>,
-        progress: Option<PromptProgress>,
-    ) -> Event {
-        self.head.event("text_completion", choices, usage, progress)
-    }
+impl StreamKind for CompletionChunks {
+    const OBJECT: &'static str = "text_completion";
+    type Choice = CompletionChoice;
 
-    fn text(
-        &self,
-        text: String,
-        logprobs: Option<CompletionLogprobs>,
-        finish: Option<&'static str>,
-    ) -> Event {
-        self.event(
-            vec![CompletionChoice {
-                text,
-                index: 0,
-                logprobs,
-                finish_reason: finish,
-            }],
-            None,
-            None,
-        )
-    }
-}
-
-impl StreamFormat for CompletionStream {
-    fn started(&mut self, _task_id: u64, _n_cached: usize) -> Vec<Event> {
+    fn first(&mut self) -> Option<CompletionChoice> {
         if self.echo.is_empty() {
-            return Vec::new();
+            return None;
         }
-        let echo = std::mem::take(&mut self.echo);
-        vec![self.text(echo, None, None)]
+        Some(Self::choice(std::mem::take(&mut self.echo), None, None))
     }
 
-    fn progress(&mut self, p: &PromptProgress) -> Vec<Event> {
-        vec![self.event(Vec::new(), None, Some(*p))]
-    }
-
-    fn token(&mut self, t: &TokenOut) -> Vec<Event> {
-        if t.text.is_empty() && t.logprob.is_none() {
-            return Vec::new();
-        }
-        let logprobs = t.logprob.as_ref().map(|lp| {
+    fn choice(
+        text: String,
+        logprob: Option<ChatTokenLogprob>,
+        finish: Option<&'static str>,
+    ) -> CompletionChoice {
+        let logprobs = logprob.map(|lp| {
             let mut l = CompletionLogprobs::default();
-            l.push(&chat_logprob(&self.head.serving.shared.tokenizer, lp), 0);
+            l.push(&lp, 0);
             l
         });
-        vec![self.text(t.text.clone(), logprobs, None)]
-    }
-
-    fn done(&mut self, s: &GenSummary) -> Vec<Event> {
-        let last = self.text(String::new(), None, Some(s.finish.openai()));
-        self.head
-            .end(last, s, |u| self.event(Vec::new(), Some(u), None))
-    }
-
-    fn failed(&mut self, e: &TaskError) -> Vec<Event> {
-        StreamHead::failed(e)
+        CompletionChoice {
+            text,
+            index: 0,
+            logprobs,
+            finish_reason: finish,
+        }
     }
 }

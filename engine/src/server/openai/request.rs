@@ -499,6 +499,27 @@ mod tests {
 
     #[test]
     fn bad_chat_requests_are_400_naming_the_field() {
+        // Each a valid one-message request with one field added or changed.
+        let with_field: &[(&str, &str, &str)] = &[
+            (r#""n":2"#, "n", "n must be 1"),
+            (r#""max_tokens":-1"#, "max_tokens", "at least 1"),
+            (r#""max_tokens":"ten""#, "max_tokens", "invalid type"),
+            (r#""temperature":3"#, "temperature", "between 0 and 2"),
+            (r#""top_p":0"#, "top_p", "(0, 1]"),
+            (r#""top_logprobs":2"#, "top_logprobs", "logprobs"),
+            (r#""logprobs":true,"top_logprobs":21"#, "top_logprobs", "20"),
+            (r#""stop":[1]"#, "stop", "strings"),
+            (r#""stream":"yes""#, "stream", "invalid type"),
+            (
+                r#""presence_penalty":1"#,
+                "presence_penalty",
+                "not supported",
+            ),
+        ];
+        let with_field = with_field.iter().map(|&(field, param, needle)| {
+            let body = format!(r#"{{"messages":[{{"role":"user","content":"x"}}],{field}}}"#);
+            (body, Some(param), needle)
+        });
         let cases: &[(&str, Option<&str>, &str)] = &[
             (r#"{"messages":[]}"#, Some("messages"), "at least one"),
             (
@@ -513,56 +534,6 @@ mod tests {
                 "a number",
             ),
             (
-                r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#,
-                Some("n"),
-                "n must be 1",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#,
-                Some("max_tokens"),
-                "at least 1",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":"ten"}"#,
-                Some("max_tokens"),
-                "invalid type",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"temperature":3}"#,
-                Some("temperature"),
-                "between 0 and 2",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"top_p":0}"#,
-                Some("top_p"),
-                "(0, 1]",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}"#,
-                Some("top_logprobs"),
-                "logprobs",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}"#,
-                Some("top_logprobs"),
-                "20",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"stop":[1]}"#,
-                Some("stop"),
-                "strings",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#,
-                Some("stream"),
-                "invalid type",
-            ),
-            (
-                r#"{"messages":[{"role":"user","content":"x"}],"presence_penalty":1}"#,
-                Some("presence_penalty"),
-                "not supported",
-            ),
-            (
                 r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
                 Some("messages[0].content"),
                 "image_url",
@@ -571,9 +542,13 @@ mod tests {
             (r#"[1,2]"#, None, "object"),
             (r#"{"messages":"#, None, "not valid JSON"),
         ];
+        let cases = cases
+            .iter()
+            .map(|&(body, param, needle)| (body.to_string(), param, needle))
+            .chain(with_field);
         for (body, param, needle) in cases {
-            let e = refused(body);
-            assert_eq!(e.param.as_deref(), *param, "{body}: {e}");
+            let e = refused(&body);
+            assert_eq!(e.param.as_deref(), param, "{body}: {e}");
             assert!(e.message.contains(needle), "{body}: {e}");
             assert_eq!(e.body()["error"]["type"], "invalid_request_error");
         }

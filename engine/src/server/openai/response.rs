@@ -148,23 +148,7 @@ pub struct ChatChoice {
 }
 
 /// `POST /v1/chat/completions` without streaming.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChatCompletion {
-    /// `chatcmpl-...`.
-    pub id: String,
-    /// `chat.completion`.
-    pub object: &'static str,
-    /// Unix seconds.
-    pub created: u64,
-    /// The model's id.
-    pub model: String,
-    /// The engine build.
-    pub system_fingerprint: String,
-    /// One choice.
-    pub choices: Vec<ChatChoice>,
-    /// Token counts.
-    pub usage: Usage,
-}
+pub type ChatCompletion = Answer<ChatChoice>;
 
 /// The change a chat chunk carries.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -209,13 +193,13 @@ pub struct CompletionChoice {
 /// `POST /v1/completions`, whole or one streamed event.
 pub type Completion = Answer<CompletionChoice>;
 
-/// A legacy completion (whole or one streamed event) or a chat chunk: the same envelope
-/// around the endpoint's kind of choice.
+/// A legacy completion (whole or one streamed event), a whole chat answer or a chat chunk:
+/// the same envelope around the endpoint's kind of choice.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Answer<C> {
     /// `cmpl-...` or `chatcmpl-...`; the same id in every chunk of an answer.
     pub id: String,
-    /// `text_completion` or `chat.completion.chunk`.
+    /// `text_completion`, `chat.completion` or `chat.completion.chunk`.
     pub object: &'static str,
     /// Unix seconds.
     pub created: u64,
@@ -225,8 +209,8 @@ pub struct Answer<C> {
     pub system_fingerprint: String,
     /// Zero choices (the usage chunk) or one.
     pub choices: Vec<C>,
-    /// Token counts (whole completions; streamed: with `include_usage`, null in every
-    /// chunk but the last, which has no choices).
+    /// Token counts (whole answers; streamed: with `include_usage`, null in every chunk
+    /// but the last, which has no choices).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<Usage>>,
     /// With `return_progress`, while the prompt is evaluated.

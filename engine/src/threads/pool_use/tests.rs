@@ -27,6 +27,12 @@ fn run(
         .collect()
 }
 
+/// Step times that depend on the mode only: `pool` on the pool, `alone` on the compute
+/// thread alone.
+fn steady(pool: Duration, alone: Duration) -> impl Fn(usize, bool) -> Duration + Copy {
+    move |_, on_pool| if on_pool { pool } else { alone }
+}
+
 fn alone_steps(modes: &[bool]) -> usize {
     modes.iter().filter(|&&p| !p).count()
 }
@@ -34,12 +40,7 @@ fn alone_steps(modes: &[bool]) -> usize {
 #[test]
 fn a_quiet_machine_keeps_the_pool_and_backs_off_its_trials() {
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, idle_machine);
-    let modes = run(
-        &mut c,
-        1000,
-        1,
-        |_, pool| if pool { 10 * MS } else { 16 * MS },
-    );
+    let modes = run(&mut c, 1000, 1, steady(10 * MS, 16 * MS));
     assert!(c.using_pool());
     // Trials of 3 steps after 64, 128, 256, 256, 256 steps in the pool.
     assert_eq!(alone_steps(&modes), 3 * 5, "{modes:?}");
@@ -121,12 +122,7 @@ fn a_lone_thread_tries_the_pool_again_when_a_cpu_is_spare() {
 #[test]
 fn a_lone_thread_under_a_lasting_hog_tries_the_pool_only_on_the_schedule() {
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
-    let modes = run(
-        &mut c,
-        600,
-        2,
-        |_, pool| if pool { 40 * MS } else { 16 * MS },
-    );
+    let modes = run(&mut c, 600, 2, steady(40 * MS, 16 * MS));
     assert!(!c.using_pool());
     // After the switch (step 70): trials of 3 pool steps, after 64, 128 and 256 steps.
     let pool_steps = modes[70..].iter().filter(|&&p| p).count();
@@ -171,13 +167,12 @@ fn each_batch_size_is_compared_with_its_own_steps() {
 fn noise_within_the_margin_never_switches() {
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     // Alone is 5% faster: under the 10% margin.
-    let modes = run(&mut c, 2000, 1, |_, pool| {
-        if pool {
-            Duration::from_micros(1000)
-        } else {
-            Duration::from_micros(950)
-        }
-    });
+    let modes = run(
+        &mut c,
+        2000,
+        1,
+        steady(Duration::from_micros(1000), Duration::from_micros(950)),
+    );
     assert!(c.using_pool());
     // Only the scheduled trials: after 64, 128, then every 256 steps.
     assert_eq!(alone_steps(&modes), 3 * 8);
@@ -185,7 +180,7 @@ fn noise_within_the_margin_never_switches() {
 
 #[test]
 fn prefill_chunks_one_thread_and_the_fixed_policies_are_not_steered() {
-    let slow_pool = |_, pool: bool| if pool { 40 * MS } else { 10 * MS };
+    let slow_pool = steady(40 * MS, 10 * MS);
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     assert!(run(&mut c, 500, MAX_ROWS + 1, slow_pool).iter().all(|&p| p));
     let mut c = PoolChooser::with_run_queue(PoolUse::Always, 2, 2, busy_machine);
@@ -194,7 +189,7 @@ fn prefill_chunks_one_thread_and_the_fixed_policies_are_not_steered() {
     assert!(run(&mut c, 500, 1, slow_pool).iter().all(|&p| p));
     // `never` keeps decode steps off the pool, whatever they take, but not prefill chunks.
     let mut c = PoolChooser::with_run_queue(PoolUse::Never, 2, 2, idle_machine);
-    let fast_pool = |_, pool: bool| if pool { MS } else { 10 * MS };
+    let fast_pool = steady(MS, 10 * MS);
     assert!(run(&mut c, 500, MAX_ROWS, fast_pool).iter().all(|&p| !p));
     assert!(run(&mut c, 5, MAX_ROWS + 1, fast_pool).iter().all(|&p| p));
     // A record without a plan, or for a step that was not steered, changes nothing.
@@ -226,7 +221,7 @@ fn a_spare_cpu_is_counted_against_the_cpus_the_process_may_use() {
     fn five_others() -> Option<usize> {
         Some(5)
     }
-    let slow_pool = |_, pool: bool| if pool { 40 * MS } else { 16 * MS };
+    let slow_pool = steady(40 * MS, 16 * MS);
     // 16 CPUs: five other runnable tasks leave room for both pool threads, so right after
     // going alone (trial at 64-66, confirmed at 67-69) two reads, 4 steps apart, start a
     // 3-step trial of the pool, which loses.
@@ -250,12 +245,7 @@ fn a_spare_cpu_is_counted_against_the_cpus_the_process_may_use() {
 fn a_slow_first_step_of_a_pool_trial_does_not_lose_it() {
     let mut c = PoolChooser::with_run_queue(PoolUse::Adaptive, 2, 2, busy_machine);
     // Contention first: the pool is slow, and the chooser goes alone.
-    let modes = run(
-        &mut c,
-        80,
-        4,
-        |_, pool| if pool { 40 * MS } else { 10 * MS },
-    );
+    let modes = run(&mut c, 80, 4, steady(40 * MS, 10 * MS));
     assert!(!c.using_pool(), "{modes:?}");
     // Then the pool is twice as fast as alone, but the first step after a stretch alone
     // takes 2.5 times an alone step (a mean of the trial's ratios would lose: 1.17).
