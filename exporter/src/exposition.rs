@@ -168,6 +168,14 @@ pub(crate) struct Family<'o> {
 }
 
 impl Family<'_> {
+    /// Ends the sample whose name and label set are written: its value, then the newline.
+    #[inline(always)]
+    fn end_sample(&mut self, value: impl Value) {
+        value.write(self.out);
+        self.out.push('\n');
+        self.samples += 1;
+    }
+
     /// `name{labels} value`, or `name value` for [`Labels::NONE`].
     #[inline(always)]
     pub(crate) fn sample(&mut self, labels: Labels<'_>, value: impl Value) {
@@ -178,9 +186,7 @@ impl Family<'_> {
         } else {
             out.push_str(labels.0);
         }
-        value.write(out);
-        out.push('\n');
-        self.samples += 1;
+        self.end_sample(value);
     }
 
     /// `name{labels,extra} value`: a sample with one more label pair after the label set
@@ -203,9 +209,7 @@ impl Family<'_> {
         }
         out.push_str(&extra.pair);
         out.push_str("} ");
-        value.write(out);
-        out.push('\n');
-        self.samples += 1;
+        self.end_sample(value);
     }
 
     /// The series of one state set for one label set: `name{labels,state="…"} 1` for

@@ -96,6 +96,20 @@ pub const PHASES: [&str; 7] = [
     "idle", "queued", "prefill", "decode", "save", "restore", "unknown",
 ];
 
+/// The work series of each unit: `(unit, work done, work target)` metric names.
+pub const WORK_METRICS: [(WorkUnit, &str, &str); 2] = [
+    (
+        WorkUnit::Tokens,
+        "hydra_slot_work_done_tokens",
+        "hydra_slot_work_target_tokens",
+    ),
+    (
+        WorkUnit::Bytes,
+        "hydra_slot_work_done_bytes",
+        "hydra_slot_work_target_bytes",
+    ),
+];
+
 /// Values of `hydra_engine_liveness{liveness}`.
 pub const LIVENESS: [EngineHealth; 4] = [
     EngineHealth::Live,
@@ -159,21 +173,25 @@ pub fn register_stats(registry: &mut Registry, stats: &ExporterStats) {
         "Segments (or the directory) that could not be read, by kind of error",
         stats.read_errors.clone(),
     );
-    registry.register(
-        "hydra_exporter_torn_reads",
-        "Slot records read as torn (writer stopped mid-update) or always changing",
-        stats.torn_reads.clone(),
-    );
-    registry.register(
-        "hydra_exporter_seqlock_retries",
-        "Failed seqlock read attempts before a consistent slot copy",
-        stats.seqlock_retries.clone(),
-    );
-    registry.register(
-        "hydra_exporter_scrapes",
-        "Collections of the segment directory",
-        stats.scrapes.clone(),
-    );
+    for (name, help, counter) in [
+        (
+            "hydra_exporter_torn_reads",
+            "Slot records read as torn (writer stopped mid-update) or always changing",
+            &stats.torn_reads,
+        ),
+        (
+            "hydra_exporter_seqlock_retries",
+            "Failed seqlock read attempts before a consistent slot copy",
+            &stats.seqlock_retries,
+        ),
+        (
+            "hydra_exporter_scrapes",
+            "Collections of the segment directory",
+            &stats.scrapes,
+        ),
+    ] {
+        registry.register(name, help, counter.clone());
+    }
 }
 
 /// The readable engines and their slots, in output order (engine by engine, slot by
@@ -300,18 +318,12 @@ fn per_slot<V: Value>(
     series(x, name, help, Kind::Gauge, samples);
 }
 
-/// [`per_slot`] over the active slots only.
+/// `value` for the active slots only (none for the others), for [`per_slot`].
 #[inline(always)]
-fn per_active_slot<V: Value>(
-    x: &mut Exposition,
-    rows: &Rows,
-    name: &str,
-    help: &str,
+fn if_active<V>(
     value: impl Fn(&EngineView, &SlotView) -> Option<V>,
-) {
-    per_slot(x, rows, name, help, |e, s| {
-        s.is_active().then(|| value(e, s)).flatten()
-    });
+) -> impl Fn(&EngineView, &SlotView) -> Option<V> {
+    move |e, s| s.is_active().then(|| value(e, s)).flatten()
 }
 
 fn engine_families(x: &mut Exposition, rows: &Rows) {
@@ -458,50 +470,39 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
             }
         },
     );
-    for (unit, done, target) in [
-        (
-            WorkUnit::Tokens,
-            "hydra_slot_work_done_tokens",
-            "hydra_slot_work_target_tokens",
-        ),
-        (
-            WorkUnit::Bytes,
-            "hydra_slot_work_done_bytes",
-            "hydra_slot_work_target_bytes",
-        ),
-    ] {
-        per_active_slot(
+    for (unit, done, target) in WORK_METRICS {
+        per_slot(
             x,
             rows,
             done,
             "Work done in the current phase of an active slot",
-            |_, s| (s.state.work_unit == unit).then(|| int(s.state.work_done)),
+            if_active(|_, s| (s.state.work_unit == unit).then(|| int(s.state.work_done))),
         );
-        per_active_slot(
+        per_slot(
             x,
             rows,
             target,
             "Work the current phase of an active slot will do (0 = unknown)",
-            |_, s| (s.state.work_unit == unit).then(|| int(s.state.work_total)),
+            if_active(|_, s| (s.state.work_unit == unit).then(|| int(s.state.work_total))),
         );
     }
-    per_active_slot(
+    per_slot(
         x,
         rows,
         "hydra_slot_progress_ratio",
         "Work done over work target in the current phase, 0-1 (absent when the target is unknown)",
-        |_, s| s.progress,
+        if_active(|_, s| s.progress),
     );
     for (unit, name) in [
         (WorkUnit::Tokens, "hydra_slot_rate_tokens_per_second"),
         (WorkUnit::Bytes, "hydra_slot_rate_bytes_per_second"),
     ] {
-        per_active_slot(
+        per_slot(
             x,
             rows,
             name,
             "Observed rate of the current phase (work done over the time it took)",
-            |_, s| s.rate_per_s.filter(|_| s.state.work_unit == unit),
+            if_active(|_, s| s.rate_per_s.filter(|_| s.state.work_unit == unit)),
         );
     }
     let sources =
@@ -522,20 +523,8 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
             }
         },
     );
-    per_active_slot(
-        x,
-        rows,
-        "hydra_slot_step_expected_seconds",
-        "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)",
-        |_, s| s.predicted_step_ns.map(secs),
-    );
-    per_active_slot(
-        x,
-        rows,
-        "hydra_slot_prediction_error_ratio",
-        "The error bound the writer states for its predictions, 0.2 = 20% (format v1.2; absent without one)",
-        |_, s| s.prediction_error,
-    );
+    per_slot(x, rows, "hydra_slot_step_expected_seconds", "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)", if_active(|_, s| s.predicted_step_ns.map(secs)));
+    per_slot(x, rows, "hydra_slot_prediction_error_ratio", "The error bound the writer states for its predictions, 0.2 = 20% (format v1.2; absent without one)", if_active(|_, s| s.prediction_error));
     per_slot(
         x,
         rows,
@@ -543,41 +532,11 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
         "When the slot's work last advanced, Unix time",
         |e, s| (s.state.last_progress_ns != 0).then(|| unix_secs(e, s.state.last_progress_ns)),
     );
-    per_active_slot(
-        x,
-        rows,
-        "hydra_slot_last_progress_age_seconds",
-        "Silence of an active slot: time since its work last advanced or its phase started (CLOCK_MONOTONIC, at scrape)",
-        |_, s| s.last_progress_age_ns.map(secs),
-    );
-    per_active_slot(
-        x,
-        rows,
-        "hydra_slot_stall_threshold_seconds",
-        "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step, or layer while the layer is known)",
-        |_, s| Some(secs(s.stall_threshold_ns)),
-    );
-    per_active_slot(
-        x,
-        rows,
-        "hydra_slot_layers_done",
-        "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)",
-        |_, s| s.substep_done.map(int),
-    );
-    per_active_slot(
-        x,
-        rows,
-        "hydra_slot_step_layers",
-        "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)",
-        |_, s| s.substep_total.map(int),
-    );
-    per_active_slot(
-        x,
-        rows,
-        "hydra_slot_layer_age_seconds",
-        "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)",
-        |_, s| s.substep_age_ns.map(secs),
-    );
+    per_slot(x, rows, "hydra_slot_last_progress_age_seconds", "Silence of an active slot: time since its work last advanced or its phase started (CLOCK_MONOTONIC, at scrape)", if_active(|_, s| s.last_progress_age_ns.map(secs)));
+    per_slot(x, rows, "hydra_slot_stall_threshold_seconds", "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step, or layer while the layer is known)", if_active(|_, s| Some(secs(s.stall_threshold_ns))));
+    per_slot(x, rows, "hydra_slot_layers_done", "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_done.map(int)));
+    per_slot(x, rows, "hydra_slot_step_layers", "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_total.map(int)));
+    per_slot(x, rows, "hydra_slot_layer_age_seconds", "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_age_ns.map(secs)));
     per_slot(
         x,
         rows,

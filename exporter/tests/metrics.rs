@@ -10,6 +10,35 @@ use hydra_exporter::METRIC_NAMES;
 const OPENMETRICS: &str =
     "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
 
+/// Samples the scrape of [`every_state`]'s engines must hold, with their values.
+const EXPECTED_SAMPLES: &str = r#"
+# Live engine, progressing decode with the published counts.
+hydra_engine_liveness{engine="live",liveness="live"} 1
+hydra_engine_liveness{engine="live",liveness="dead"} 0
+hydra_slot_phase{engine="live",slot="0",phase="decode"} 1
+hydra_slot_phase{engine="live",slot="0",phase="idle"} 0
+hydra_slot_class{engine="live",slot="0",class="progressing"} 1
+hydra_slot_work_done_tokens{engine="live",slot="0"} 123
+hydra_slot_work_target_tokens{engine="live",slot="0"} 456
+hydra_slot_work_done_bytes{engine="live",slot="2"} 1048576
+hydra_slot_class{engine="live",slot="3",class="queued"} 1
+hydra_slot_pending_tasks{engine="live",slot="3"} 1
+hydra_engine_prompt_tokens_total{engine="live"} 1000
+hydra_engine_generated_tokens_total{engine="live"} 123
+hydra_engine_kv_usage_ratio{engine="live"} 0.25
+hydra_engine_busy_slots{engine="live"} 2
+# The layer position inside slot 0's step.
+hydra_slot_layers_done{engine="live",slot="0"} 7
+hydra_slot_step_layers{engine="live",slot="0"} 30
+# Stalled, dead (orphaned, torn) and closed engines.
+hydra_slot_class{engine="stalled",slot="0",class="stalled"} 1
+hydra_engine_liveness{engine="stalled",liveness="live"} 1
+hydra_engine_liveness{engine="dead",liveness="dead"} 1
+hydra_slot_class{engine="dead",slot="0",class="orphaned"} 1
+hydra_slot_class{engine="dead",slot="1",class="torn"} 1
+hydra_engine_liveness{engine="closed",liveness="closed"} 1
+"#;
+
 #[test]
 fn scrape_with_every_engine_state_passes_promtool() {
     let s = Scratch::new();
@@ -34,82 +63,14 @@ fn scrape_with_every_engine_state_passes_promtool() {
     let expect = |series: &str, value: f64| {
         assert_eq!(sample(body, series), Some(value), "{series}\n{}", ctx());
     };
-    for (series, value) in [
-        // Live engine, progressing decode with the published counts.
-        (
-            r#"hydra_engine_liveness{engine="live",liveness="live"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_engine_liveness{engine="live",liveness="dead"}"#,
-            0.0,
-        ),
-        (
-            r#"hydra_slot_phase{engine="live",slot="0",phase="decode"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_slot_phase{engine="live",slot="0",phase="idle"}"#,
-            0.0,
-        ),
-        (
-            r#"hydra_slot_class{engine="live",slot="0",class="progressing"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#,
-            123.0,
-        ),
-        (
-            r#"hydra_slot_work_target_tokens{engine="live",slot="0"}"#,
-            456.0,
-        ),
-        (
-            r#"hydra_slot_work_done_bytes{engine="live",slot="2"}"#,
-            (1u64 << 20) as f64,
-        ),
-        (
-            r#"hydra_slot_class{engine="live",slot="3",class="queued"}"#,
-            1.0,
-        ),
-        (r#"hydra_slot_pending_tasks{engine="live",slot="3"}"#, 1.0),
-        (r#"hydra_engine_prompt_tokens_total{engine="live"}"#, 1000.0),
-        (
-            r#"hydra_engine_generated_tokens_total{engine="live"}"#,
-            123.0,
-        ),
-        (r#"hydra_engine_kv_usage_ratio{engine="live"}"#, 0.25),
-        (r#"hydra_engine_busy_slots{engine="live"}"#, 2.0),
-        // The layer position inside slot 0's step.
-        (r#"hydra_slot_layers_done{engine="live",slot="0"}"#, 7.0),
-        (r#"hydra_slot_step_layers{engine="live",slot="0"}"#, 30.0),
-        // Stalled, dead (orphaned, torn) and closed engines.
-        (
-            r#"hydra_slot_class{engine="stalled",slot="0",class="stalled"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_engine_liveness{engine="stalled",liveness="live"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_engine_liveness{engine="dead",liveness="dead"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_slot_class{engine="dead",slot="0",class="orphaned"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_slot_class{engine="dead",slot="1",class="torn"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_engine_liveness{engine="closed",liveness="closed"}"#,
-            1.0,
-        ),
-    ] {
-        expect(series, value);
+    // Each line: a series and its value, as the exposition writes them ("#" lines say
+    // what follows).
+    for line in EXPECTED_SAMPLES
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (series, value) = line.rsplit_once(' ').expect("series and value");
+        expect(series, value.parse().expect("a number"));
     }
     assert!(
         body.lines().any(|l| l.starts_with(

@@ -118,6 +118,30 @@ fn word(bytes: &[u8], offset: usize) -> u64 {
     u64::from_ne_bytes(bytes[offset..offset + 8].try_into().expect("8 bytes"))
 }
 
+/// The offset in the template of word `off` of slot `i`'s record.
+fn slot(i: usize, off: usize) -> usize {
+    h::HEADER_LEN + i * s::SLOT_STRIDE + off
+}
+
+/// Sets every word of slot `i`'s record in `words` (offsets in the record) to `value`.
+fn fill_slot_words(bytes: &mut [u8], i: usize, words: std::ops::Range<usize>, value: u64) {
+    for off in words.step_by(8) {
+        set_word(bytes, slot(i, off), value);
+    }
+}
+
+/// Puts a step of one token in flight on every slot (slot `i`'s started at `1000 + i` ns)
+/// and names it in each slot's word `step_word` (the step a layer position or a
+/// prediction belongs to).
+fn steps_in_flight(bytes: &mut [u8], step_word: usize) {
+    for i in 0..SLOTS {
+        let step = 1_000 + i as u64;
+        set_word(bytes, slot(i, s::STEP_START_NS_OFFSET), step);
+        set_word(bytes, slot(i, s::STEP_SIZE_OFFSET), 1);
+        set_word(bytes, slot(i, step_word), step);
+    }
+}
+
 /// Writes `<id>.hps`: `bytes` with the header's engine id set to `id` (where the bytes
 /// reach that field), as a writer names its file and header from one value.
 fn write(dir: &Path, id: &str, bytes: &[u8]) {
@@ -142,9 +166,10 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// The cases of a corpus being built in `dir`.
+/// The cases of a corpus being built in `dir` from the bytes of `template`.
 struct Cases<'d> {
     dir: &'d Path,
+    template: &'d [u8],
     cases: Vec<Case>,
 }
 
@@ -164,6 +189,22 @@ impl Cases<'_> {
         self.case(id, name, expect);
     }
 
+    /// Writes `<id>.hps` from the template with the header words `(offset, value)` of
+    /// `words` set (see [`write`]) and makes it a case.
+    fn patched(
+        &mut self,
+        id: &str,
+        words: &[(usize, u64)],
+        name: impl Into<String>,
+        expect: Expect,
+    ) {
+        let mut b = self.template.to_vec();
+        for &(offset, value) in words {
+            set_word(&mut b, offset, value);
+        }
+        self.file(id, &b, name, expect);
+    }
+
     /// Writes `<id>.hps` with exactly `bytes` (see [`write_raw`]) and makes it a case.
     fn raw_file(&mut self, id: &str, bytes: &[u8], name: impl Into<String>, expect: Expect) {
         write_raw(self.dir, id, bytes);
@@ -178,6 +219,7 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     let total = t.len();
     let mut c = Cases {
         dir,
+        template: &t,
         cases: Vec::new(),
     };
 
@@ -239,12 +281,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             } else {
                 Expect::Refused(GEOMETRY)
             };
-            let mut b = t.clone();
-            set_word(&mut b, offset, value);
-            let id = format!("len-{field}-{what}");
-            c.file(
-                &id,
-                &b,
+            c.patched(
+                &format!("len-{field}-{what}"),
+                &[(offset, value)],
                 format!("{field} = {value:#x} (valid {valid:#x})"),
                 expect,
             );
@@ -257,13 +296,12 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         ("wrap-small", (u64::MAX / 256) + 2, 256),
         ("stride-max", 4, u64::MAX - 127),
     ] {
-        let mut b = t.clone();
-        set_word(&mut b, h::SLOT_COUNT_OFFSET, count);
-        set_word(&mut b, h::SLOT_STRIDE_OFFSET, stride);
-        let id = format!("overflow-{what}");
-        c.file(
-            &id,
-            &b,
+        c.patched(
+            &format!("overflow-{what}"),
+            &[
+                (h::SLOT_COUNT_OFFSET, count),
+                (h::SLOT_STRIDE_OFFSET, stride),
+            ],
             format!("slot count {count:#x} x stride {stride:#x} overflows"),
             Expect::Refused(GEOMETRY),
         );
@@ -271,26 +309,19 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
 
     // 4. Other format major versions are refused; a newer minor is read.
     for major in [0u64, 2, 255, u64::MAX] {
-        let mut b = t.clone();
-        set_word(&mut b, h::VERSION_MAJOR_OFFSET, major);
-        let id = format!("major-{major:x}");
-        c.file(
-            &id,
-            &b,
+        c.patched(
+            &format!("major-{major:x}"),
+            &[(h::VERSION_MAJOR_OFFSET, major)],
             format!("format major version {major}"),
             Expect::Refused(VERSION),
         );
     }
-    {
-        let mut b = t.clone();
-        set_word(&mut b, h::VERSION_MINOR_OFFSET, 999);
-        c.file(
-            "minor-999",
-            &b,
-            "format version 1.999 (a newer minor: readable)",
-            Expect::Readable,
-        );
-    }
+    c.patched(
+        "minor-999",
+        &[(h::VERSION_MINOR_OFFSET, 999)],
+        "format version 1.999 (a newer minor: readable)",
+        Expect::Readable,
+    );
 
     // 5. Other byte order: every word swapped, or a corrupt marker.
     {
@@ -306,11 +337,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             "written with the other byte order",
             Expect::Refused(BYTE_ORDER),
         );
-        let mut b = t.clone();
-        set_word(&mut b, h::BYTE_ORDER_OFFSET, 0x0807_0605_0403_0201 ^ 0xff);
-        c.file(
+        c.patched(
             "byte-order-corrupt",
-            &b,
+            &[(h::BYTE_ORDER_OFFSET, 0x0807_0605_0403_0201 ^ 0xff)],
             "corrupt byte-order marker",
             Expect::Refused(BYTE_ORDER),
         );
@@ -352,11 +381,9 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         ("state-zero", 0, BAD_STATE),
         ("state-unknown", 77, BAD_STATE),
     ] {
-        let mut b = t.clone();
-        set_word(&mut b, h::STATE_OFFSET, state);
-        c.file(
+        c.patched(
             id,
-            &b,
+            &[(h::STATE_OFFSET, state)],
             format!("lifecycle state {state}"),
             Expect::Refused(expect),
         );
@@ -428,115 +455,120 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
 
         // The header names another engine than the file (FORMAT §2.2): a copy made by hand,
         // and an id field unterminated and not UTF-8.
-        c.raw_file(
-            "id-mismatch",
-            &t,
-            "header ENGINE_ID names another engine than the file",
-            Expect::Refused(ID_MISMATCH),
-        );
-        let mut b = t.clone();
-        b[h::ENGINE_ID_OFFSET..h::ENGINE_ID_OFFSET + h::ENGINE_ID_LEN].fill(0xc3);
-        c.raw_file(
-            "id-hostile",
-            &b,
-            "header ENGINE_ID unterminated, invalid UTF-8",
-            Expect::Refused(ID_MISMATCH),
-        );
+        let mut hostile_id = t.clone();
+        hostile_id[h::ENGINE_ID_OFFSET..h::ENGINE_ID_OFFSET + h::ENGINE_ID_LEN].fill(0xc3);
+        for (id, bytes, name) in [
+            (
+                "id-mismatch",
+                &t,
+                "header ENGINE_ID names another engine than the file",
+            ),
+            (
+                "id-hostile",
+                &hostile_id,
+                "header ENGINE_ID unterminated, invalid UTF-8",
+            ),
+        ] {
+            c.raw_file(id, bytes, name, Expect::Refused(ID_MISMATCH));
+        }
 
-        let mut b = t.clone();
-        let slot = |i: usize, off: usize| h::HEADER_LEN + i * s::SLOT_STRIDE + off;
-        // Slot 0: unknown phase, unit and reasons; slot 1: work beyond its total and
-        // timestamps in the far future; slot 2: all ones; slot 3: torn (odd sequence).
-        set_word(&mut b, slot(0, s::PHASE_OFFSET), 999);
-        set_word(&mut b, slot(0, s::WORK_UNIT_OFFSET), 77);
-        set_word(&mut b, slot(0, s::FINISH_REASON_OFFSET), 55);
-        set_word(&mut b, slot(0, s::ERROR_CODE_OFFSET), u64::MAX);
-        set_word(&mut b, slot(1, s::WORK_DONE_OFFSET), u64::MAX);
-        set_word(&mut b, slot(1, s::WORK_TOTAL_OFFSET), 3);
-        set_word(&mut b, slot(1, s::LAST_PROGRESS_NS_OFFSET), u64::MAX);
-        set_word(&mut b, slot(1, s::PHASE_START_NS_OFFSET), u64::MAX - 1);
-        set_word(&mut b, slot(1, s::N_PAST_OFFSET), u64::MAX);
-        for off in (s::TASK_ID_OFFSET..s::GUARDED_END).step_by(8) {
-            set_word(&mut b, slot(2, off), u64::MAX);
+        for (id, bytes, name) in [
+            (
+                "content-slots",
+                hostile_slots(&t),
+                "slot words out of range, far-future times, a torn record",
+            ),
+            (
+                "content-layers",
+                hostile_layers(&t),
+                "layer positions past their total, of u64::MAX layers, from the far future",
+            ),
+            (
+                "content-predictions",
+                hostile_predictions(&t),
+                "predictions of u64::MAX ns, ends in the past, naming other steps, all ones",
+            ),
+        ] {
+            c.file(id, &bytes, name, Expect::Readable);
         }
-        let seq = word(&b, slot(3, s::SEQ_OFFSET));
-        set_word(&mut b, slot(3, s::SEQ_OFFSET), seq | 1);
-        // Engine counters at their limits.
-        for off in (h::HEARTBEAT_NS_OFFSET..h::CLOSED_NS_OFFSET).step_by(8) {
-            set_word(&mut b, off, u64::MAX);
-        }
-        c.file(
-            "content-slots",
-            &b,
-            "slot words out of range, far-future times, a torn record",
-            Expect::Readable,
-        );
-
-        // Layer positions (format v1.1) that no conforming writer leaves: more layers done
-        // than the forward has, a total of u64::MAX, a stamp in the far future, a position
-        // naming the step in flight of a slot with no step, and all ones.
-        let mut b = t.clone();
-        for i in 0..SLOTS {
-            let step = 1_000 + i as u64;
-            set_word(&mut b, slot(i, s::STEP_START_NS_OFFSET), step);
-            set_word(&mut b, slot(i, s::STEP_SIZE_OFFSET), 1);
-            set_word(&mut b, slot(i, s::SUBSTEP_STEP_OFFSET), step);
-        }
-        set_word(&mut b, slot(0, s::SUBSTEP_DONE_OFFSET), 99);
-        set_word(&mut b, slot(0, s::SUBSTEP_TOTAL_OFFSET), 3);
-        set_word(&mut b, slot(1, s::SUBSTEP_TOTAL_OFFSET), u64::MAX);
-        set_word(&mut b, slot(1, s::SUBSTEP_NS_OFFSET), u64::MAX);
-        set_word(&mut b, slot(2, s::STEP_START_NS_OFFSET), 0);
-        set_word(&mut b, slot(2, s::SUBSTEP_STEP_OFFSET), 0);
-        set_word(&mut b, slot(2, s::SUBSTEP_TOTAL_OFFSET), 30);
-        for off in (s::SUBSTEP_DONE_OFFSET..s::SUBSTEP_END).step_by(8) {
-            set_word(&mut b, slot(3, off), u64::MAX);
-        }
-        c.file(
-            "content-layers",
-            &b,
-            "layer positions past their total, of u64::MAX layers, from the far future",
-            Expect::Readable,
-        );
-
-        // Predictions (format v1.2) that no conforming writer leaves: a step and a phase
-        // end of u64::MAX with an error bound of u64::MAX ppm, a step of 1 ns whose phase
-        // end lies in the past, predictions naming another step and phase, and all ones.
-        let mut b = t.clone();
-        for i in 0..SLOTS {
-            let step = 1_000 + i as u64;
-            set_word(&mut b, slot(i, s::STEP_START_NS_OFFSET), step);
-            set_word(&mut b, slot(i, s::STEP_SIZE_OFFSET), 1);
-            set_word(&mut b, slot(i, s::EXPECTED_STEP_OFFSET), step);
-            let phase = word(&b, slot(i, s::PHASE_START_NS_OFFSET));
-            set_word(&mut b, slot(i, s::EXPECTED_PHASE_OFFSET), phase);
-        }
-        set_word(&mut b, slot(0, s::STEP_EXPECTED_NS_OFFSET), u64::MAX);
-        set_word(&mut b, slot(0, s::TASK_EXPECTED_END_NS_OFFSET), u64::MAX);
-        set_word(&mut b, slot(0, s::EXPECTED_ERROR_PPM_OFFSET), u64::MAX);
-        set_word(&mut b, slot(1, s::STEP_EXPECTED_NS_OFFSET), 1);
-        set_word(&mut b, slot(1, s::TASK_EXPECTED_END_NS_OFFSET), 1);
-        set_word(&mut b, slot(1, s::EXPECTED_ERROR_PPM_OFFSET), 1);
-        set_word(&mut b, slot(2, s::STEP_EXPECTED_NS_OFFSET), 5_000_000);
-        set_word(&mut b, slot(2, s::EXPECTED_STEP_OFFSET), 7);
-        set_word(&mut b, slot(2, s::EXPECTED_PHASE_OFFSET), 7);
-        set_word(
-            &mut b,
-            slot(2, s::TASK_EXPECTED_END_NS_OFFSET),
-            u64::MAX / 2,
-        );
-        set_word(&mut b, slot(3, s::STEP_EXPECTED_NS_OFFSET), u64::MAX);
-        for off in (s::EXPECTED_STEP_OFFSET..s::PREDICTION_END).step_by(8) {
-            set_word(&mut b, slot(3, off), u64::MAX);
-        }
-        c.file(
-            "content-predictions",
-            &b,
-            "predictions of u64::MAX ns, ends in the past, naming other steps, all ones",
-            Expect::Readable,
-        );
     }
     c.cases
+}
+
+/// Slot words and engine counters that no conforming writer leaves, in `template`'s
+/// well-formed segment.
+fn hostile_slots(template: &[u8]) -> Vec<u8> {
+    let mut b = template.to_vec();
+    // Slot 0: unknown phase, unit and reasons; slot 1: work beyond its total and
+    // timestamps in the far future; slot 2: all ones; slot 3: torn (odd sequence).
+    set_word(&mut b, slot(0, s::PHASE_OFFSET), 999);
+    set_word(&mut b, slot(0, s::WORK_UNIT_OFFSET), 77);
+    set_word(&mut b, slot(0, s::FINISH_REASON_OFFSET), 55);
+    set_word(&mut b, slot(0, s::ERROR_CODE_OFFSET), u64::MAX);
+    set_word(&mut b, slot(1, s::WORK_DONE_OFFSET), u64::MAX);
+    set_word(&mut b, slot(1, s::WORK_TOTAL_OFFSET), 3);
+    set_word(&mut b, slot(1, s::LAST_PROGRESS_NS_OFFSET), u64::MAX);
+    set_word(&mut b, slot(1, s::PHASE_START_NS_OFFSET), u64::MAX - 1);
+    set_word(&mut b, slot(1, s::N_PAST_OFFSET), u64::MAX);
+    fill_slot_words(&mut b, 2, s::TASK_ID_OFFSET..s::GUARDED_END, u64::MAX);
+    let seq = word(&b, slot(3, s::SEQ_OFFSET));
+    set_word(&mut b, slot(3, s::SEQ_OFFSET), seq | 1);
+    // Engine counters at their limits.
+    for off in (h::HEARTBEAT_NS_OFFSET..h::CLOSED_NS_OFFSET).step_by(8) {
+        set_word(&mut b, off, u64::MAX);
+    }
+    b
+}
+
+/// Layer positions (format v1.1) that no conforming writer leaves: more layers done
+/// than the forward has, a total of u64::MAX, a stamp in the far future, a position
+/// naming the step in flight of a slot with no step, and all ones.
+fn hostile_layers(template: &[u8]) -> Vec<u8> {
+    let mut b = template.to_vec();
+    steps_in_flight(&mut b, s::SUBSTEP_STEP_OFFSET);
+    set_word(&mut b, slot(0, s::SUBSTEP_DONE_OFFSET), 99);
+    set_word(&mut b, slot(0, s::SUBSTEP_TOTAL_OFFSET), 3);
+    set_word(&mut b, slot(1, s::SUBSTEP_TOTAL_OFFSET), u64::MAX);
+    set_word(&mut b, slot(1, s::SUBSTEP_NS_OFFSET), u64::MAX);
+    set_word(&mut b, slot(2, s::STEP_START_NS_OFFSET), 0);
+    set_word(&mut b, slot(2, s::SUBSTEP_STEP_OFFSET), 0);
+    set_word(&mut b, slot(2, s::SUBSTEP_TOTAL_OFFSET), 30);
+    fill_slot_words(&mut b, 3, s::SUBSTEP_DONE_OFFSET..s::SUBSTEP_END, u64::MAX);
+    b
+}
+
+/// Predictions (format v1.2) that no conforming writer leaves: a step and a phase
+/// end of u64::MAX with an error bound of u64::MAX ppm, a step of 1 ns whose phase
+/// end lies in the past, predictions naming another step and phase, and all ones.
+fn hostile_predictions(template: &[u8]) -> Vec<u8> {
+    let mut b = template.to_vec();
+    steps_in_flight(&mut b, s::EXPECTED_STEP_OFFSET);
+    for i in 0..SLOTS {
+        let phase = word(&b, slot(i, s::PHASE_START_NS_OFFSET));
+        set_word(&mut b, slot(i, s::EXPECTED_PHASE_OFFSET), phase);
+    }
+    set_word(&mut b, slot(0, s::STEP_EXPECTED_NS_OFFSET), u64::MAX);
+    set_word(&mut b, slot(0, s::TASK_EXPECTED_END_NS_OFFSET), u64::MAX);
+    set_word(&mut b, slot(0, s::EXPECTED_ERROR_PPM_OFFSET), u64::MAX);
+    set_word(&mut b, slot(1, s::STEP_EXPECTED_NS_OFFSET), 1);
+    set_word(&mut b, slot(1, s::TASK_EXPECTED_END_NS_OFFSET), 1);
+    set_word(&mut b, slot(1, s::EXPECTED_ERROR_PPM_OFFSET), 1);
+    set_word(&mut b, slot(2, s::STEP_EXPECTED_NS_OFFSET), 5_000_000);
+    set_word(&mut b, slot(2, s::EXPECTED_STEP_OFFSET), 7);
+    set_word(&mut b, slot(2, s::EXPECTED_PHASE_OFFSET), 7);
+    set_word(
+        &mut b,
+        slot(2, s::TASK_EXPECTED_END_NS_OFFSET),
+        u64::MAX / 2,
+    );
+    set_word(&mut b, slot(3, s::STEP_EXPECTED_NS_OFFSET), u64::MAX);
+    fill_slot_words(
+        &mut b,
+        3,
+        s::EXPECTED_STEP_OFFSET..s::PREDICTION_END,
+        u64::MAX,
+    );
+    b
 }
 
 /// The C ABI's return code for a refusal of `kind`: the reader ABI's own mapping.

@@ -44,6 +44,17 @@ pub fn scratch(prefix: &str) -> tempfile::TempDir {
         .expect("create scratch directory")
 }
 
+/// The number in environment variable `name` (a test's size or seed), or `default` when
+/// it is unset; panics when it is set but not a number.
+pub fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
 /// Polls `f` every 5 ms until it returns `Some`, or panics after `limit`.
 pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;

@@ -40,33 +40,28 @@ fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
     let is_4xx = |(code, body): (u16, serde_json::Value)| {
         (400..500).contains(&code) && body["error"]["message"].is_string()
     };
+    // `body` POSTed to `path` is refused with a 4xx and an error message.
+    let post_refused = |path: &str, body: &str| is_4xx(http::call(a.post(&url(path)), Some(body)));
+    // Raw bytes are answered with a 4xx or the connection closed.
+    let raw_refused = |req: &[u8]| raw(addr, req).is_none_or(|c| (400..500).contains(&c));
     match i % 16 {
         0 => (
             "malformed json",
-            is_4xx(http::call(
-                a.post(&url("/slots/0/prefill")),
-                Some("{\"prompt\":"),
-            )),
+            post_refused("/slots/0/prefill", "{\"prompt\":"),
         ),
         1 => (
             "unknown slot",
-            is_4xx(http::call(
-                a.post(&url("/slots/4294967296/prefill")),
-                Some(r#"{"prompt":"a"}"#),
-            )),
+            post_refused("/slots/4294967296/prefill", r#"{"prompt":"a"}"#),
         ),
         2 => (
             "slot not a number",
-            is_4xx(http::call(
-                a.post(&url("/slots/-1/decode")),
-                Some(r#"{"n_predict":1}"#),
-            )),
+            post_refused("/slots/-1/decode", r#"{"n_predict":1}"#),
         ),
         3 => {
             let long = serde_json::json!({"prompt": "x".repeat(5000)}).to_string();
             (
                 "prompt longer than the context",
-                is_4xx(http::call(a.post(&url("/slots/1/prefill")), Some(&long))),
+                post_refused("/slots/1/prefill", &long),
             )
         }
         4 if i % 32 == 4 => {
@@ -79,35 +74,23 @@ fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
             };
             ("oversized body sent", ok)
         }
-        4 => {
-            // A body declared oversized, then the connection half-closed: a 4xx (the body
-            // never arrives) or a closed connection.
-            let code = raw(addr, b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 3145728\r\n\r\n");
-            (
-                "oversized body declared",
-                code.is_none_or(|c| (400..500).contains(&c)),
-            )
-        }
+        // A body declared oversized, then the connection half-closed: a 4xx (the body never
+        // arrives) or a closed connection.
+        4 => (
+            "oversized body declared",
+            raw_refused(b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 3145728\r\n\r\n"),
+        ),
         5 => (
             "decode on an empty slot",
-            is_4xx(http::call(
-                a.post(&url("/slots/1/decode")),
-                Some(r#"{"n_predict":3}"#),
-            )),
+            post_refused("/slots/1/decode", r#"{"n_predict":3}"#),
         ),
         6 => (
             "wrong types",
-            is_4xx(http::call(
-                a.post(&url("/completion")),
-                Some(r#"{"prompt":7,"n_predict":"many","temperature":"hot"}"#),
-            )),
+            post_refused("/completion", r#"{"prompt":7,"n_predict":"many","temperature":"hot"}"#),
         ),
         7 => (
             "negative and absurd numbers",
-            is_4xx(http::call(
-                a.post(&url("/slots/1/decode")),
-                Some(r#"{"n_predict":-5,"top_k":-1,"top_p":7.5}"#),
-            )),
+            post_refused("/slots/1/decode", r#"{"n_predict":-5,"top_k":-1,"top_p":7.5}"#),
         ),
         8 => {
             let junk: Vec<u8> = (0..4096u32)
@@ -122,10 +105,7 @@ fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
         }
         9 => (
             "token ids out of range",
-            is_4xx(http::call(
-                a.post(&url("/slots/1/prefill")),
-                Some(r#"{"tokens":[0,4294967295,-3]}"#),
-            )),
+            post_refused("/slots/1/prefill", r#"{"tokens":[0,4294967295,-3]}"#),
         ),
         10 => (
             "unknown route",
@@ -138,28 +118,21 @@ fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
             "unknown action",
             is_4xx(http::call(a.post(&url("/slots/1?action=%00%ff")), None)),
         ),
-        12 => {
-            let code = raw(addr, b"\x00\x01GARBAGE /\xff HTTP/9.9\r\n\r\n");
-            (
-                "garbage request line",
-                code.is_none_or(|c| (400..500).contains(&c)),
-            )
-        }
+        12 => (
+            "garbage request line",
+            raw_refused(b"\x00\x01GARBAGE /\xff HTTP/9.9\r\n\r\n"),
+        ),
         13 => {
             let mut req = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Junk: ".to_vec();
             req.extend(std::iter::repeat_n(b'a', 1 << 20));
             req.extend(b"\r\n\r\n");
-            let code = raw(addr, &req);
             // Past hyper's header buffer: a 431 or the connection closed.
-            ("1 MB header", code.is_none_or(|c| (400..500).contains(&c)))
+            ("1 MB header", raw_refused(&req))
         }
-        14 => {
-            let code = raw(addr, b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\":\"cut");
-            (
-                "body shorter than Content-Length",
-                code.is_none_or(|c| (400..500).contains(&c)),
-            )
-        }
+        14 => (
+            "body shorter than Content-Length",
+            raw_refused(b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\":\"cut"),
+        ),
         _ => {
             let code = raw(addr, b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"prompt\":\"\xff\xfe\"}");
             (

@@ -5,20 +5,11 @@
 //! kill moments.
 
 use hydra_fault::process::{start_engine, EngineOpts, Server};
-use hydra_fault::{bins, http, scratch, wait_for};
+use hydra_fault::{bins, env_num, http, scratch, wait_for};
 use hydra_layout::{clock, Phase, SegmentReader};
 use hydra_probe::{EngineHealth, EngineView, SlotClass, Thresholds};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-        Err(_) => default,
-    }
-}
 
 /// xorshift64*: the kill moments, reproducible from the printed seed.
 struct Rng(u64);
@@ -50,8 +41,8 @@ fn start_decode(e: &Server, n: usize) -> std::thread::JoinHandle<()> {
 
 #[test]
 fn killed_mid_decode_then_restarted_round_after_round() {
-    let rounds = env_u64("HYDRA_CRASH_ROUNDS", 10);
-    let seed = env_u64("HYDRA_CRASH_SEED", clock::monotonic_ns() | 1);
+    let rounds = env_num::<u64>("HYDRA_CRASH_ROUNDS", 10);
+    let seed = env_num("HYDRA_CRASH_SEED", clock::monotonic_ns() | 1);
     eprintln!("crash loop: {rounds} rounds, HYDRA_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
     let tmp = scratch("hydra-crash.");

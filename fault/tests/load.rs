@@ -15,21 +15,12 @@
 
 use hydra_fault::process::{pinned, start_engine, start_exporter, EngineOpts};
 use hydra_fault::workload::decode_rate;
-use hydra_fault::{bins, http, scratch, stats};
+use hydra_fault::{bins, env_num, http, scratch, stats};
 use rustix::process::{kill_process, Pid, Signal};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-        Err(_) => default,
-    }
-}
 
 fn signal_all(children: &[Child], sig: Signal) {
     for c in children {

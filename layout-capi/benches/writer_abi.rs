@@ -10,8 +10,12 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hydra_writer::*;
-use std::ffi::CString;
 use std::hint::black_box;
+
+// The tests use all of it; the benchmark, what sets up a step.
+#[allow(dead_code)]
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 fn benches(c: &mut Criterion) {
     let shm = std::path::Path::new("/dev/shm");
@@ -24,8 +28,6 @@ fn benches(c: &mut Criterion) {
         .prefix("hydra-bench")
         .tempdir_in(base)
         .unwrap();
-    let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
-    let mut w: *mut HydraWriter = std::ptr::null_mut();
     let d = HydraWriterDescription {
         model_name: std::ptr::null(),
         model_quant: std::ptr::null(),
@@ -35,25 +37,12 @@ fn benches(c: &mut Criterion) {
         device: std::ptr::null(),
         capabilities: 0,
     };
+    // SAFETY: the description's strings are NULL.
+    let w = unsafe { support::create(tmp.path(), c"bench", 2, &d) };
     // SAFETY: every pointer is valid for the call; the handle is closed at the end and not
     // used after.
     unsafe {
-        assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"bench".as_ptr(), 2, &d, &mut w),
-            HYDRA_WRITER_OK
-        );
-        assert_eq!(
-            hydra_writer_begin_task(
-                w,
-                0,
-                1,
-                HYDRA_WRITER_PHASE_PREFILL,
-                HYDRA_WRITER_UNIT_TOKENS,
-                512
-            ),
-            HYDRA_WRITER_OK
-        );
-        assert_eq!(hydra_writer_step_start(w, 0, 512), HYDRA_WRITER_OK);
+        support::start_prefill_step(w, 512);
         let mut step = 0u64;
         assert_eq!(hydra_writer_step_id(w, 0, &mut step), HYDRA_WRITER_OK);
         let mut k = 0u64;

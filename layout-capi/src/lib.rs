@@ -409,7 +409,7 @@ impl HydraWriter {
 ///
 /// # Safety
 /// `writer` is NULL or an open handle.
-unsafe fn update_slot<A>(
+unsafe fn update_slot_with<A>(
     writer: *const HydraWriter,
     slot: u32,
     event: Event,
@@ -422,6 +422,50 @@ unsafe fn update_slot<A>(
         let args = args()?;
         w.update(slot, event, |s, now| f(s, now, args))
     })
+}
+
+impl Event {
+    /// [`update_slot_with`] for an update with no argument to check, which is this event
+    /// for the step in flight: `f` gets the record and the current time.
+    ///
+    /// # Safety
+    /// `writer` is NULL or an open handle.
+    unsafe fn update(
+        self,
+        writer: *const HydraWriter,
+        slot: u32,
+        f: impl FnOnce(&mut SlotState, u64),
+    ) -> i32 {
+        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+        unsafe { update_slot_with(writer, slot, self, || Ok(()), |s, now, ()| f(s, now)) }
+    }
+}
+
+/// The body of the updates that enter a phase (a task's first, or the next one): checks
+/// the wire values `phase` and `work_unit`, then publishes slot `slot`'s record changed by
+/// `enter` (given them decoded and the current time). The step in flight, if any, ends
+/// without being learnt.
+///
+/// # Safety
+/// `writer` is NULL or an open handle.
+unsafe fn enter_phase(
+    writer: *const HydraWriter,
+    slot: u32,
+    phase: u64,
+    work_unit: u64,
+    enter: impl FnOnce(&mut SlotState, Phase, WorkUnit, u64),
+) -> i32 {
+    let args = || Ok((self::phase(phase)?, unit(work_unit)?));
+    // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+    unsafe {
+        update_slot_with(
+            writer,
+            slot,
+            Event::StepEnded,
+            args,
+            |s, now, (phase, unit)| enter(s, phase, unit, now),
+        )
+    }
 }
 
 // ---- exported functions -----------------------------------------------------------------
@@ -609,16 +653,10 @@ pub unsafe extern "C" fn hydra_writer_begin_task(
     work_unit: u64,
     work_total: u64,
 ) -> i32 {
+    let begin =
+        |s: &mut SlotState, phase, unit, now| s.begin_task(task_id, phase, unit, work_total, now);
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-    unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::StepEnded,
-            || Ok((self::phase(phase)?, self::unit(work_unit)?)),
-            |s, now, (phase, unit)| s.begin_task(task_id, phase, unit, work_total, now),
-        )
-    }
+    unsafe { enter_phase(writer, slot, phase, work_unit, begin) }
 }
 
 /// The running task on `slot` moves to another phase (queued -> prefill -> decode): resets
@@ -634,16 +672,9 @@ pub unsafe extern "C" fn hydra_writer_begin_phase(
     work_unit: u64,
     work_total: u64,
 ) -> i32 {
+    let enter = |s: &mut SlotState, phase, unit, now| s.enter_phase(phase, unit, work_total, now);
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-    unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::StepEnded,
-            || Ok((self::phase(phase)?, self::unit(work_unit)?)),
-            |s, now, (phase, unit)| s.enter_phase(phase, unit, work_total, now),
-        )
-    }
+    unsafe { enter_phase(writer, slot, phase, work_unit, enter) }
 }
 
 /// A step (one forward pass, one prefill chunk, one block of bytes) carrying `step_size`
@@ -659,15 +690,7 @@ pub unsafe extern "C" fn hydra_writer_step_start(
     step_size: u64,
 ) -> i32 {
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-    unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::StepStarted,
-            || Ok(()),
-            |s, now, ()| s.start_step(step_size, now),
-        )
-    }
+    unsafe { Event::StepStarted.update(writer, slot, |s, now| s.start_step(step_size, now)) }
 }
 
 /// The step in flight on `slot` finished now, and `work_done` units of the phase are done
@@ -684,15 +707,7 @@ pub unsafe extern "C" fn hydra_writer_step_finish(
     work_done: u64,
 ) -> i32 {
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-    unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::StepFinished,
-            || Ok(()),
-            |s, now, ()| s.finish_step(work_done, now),
-        )
-    }
+    unsafe { Event::StepFinished.update(writer, slot, |s, now| s.finish_step(work_done, now)) }
 }
 
 /// `work_done` units of `slot`'s phase are done in all (absolute), for work that is not
@@ -709,15 +724,7 @@ pub unsafe extern "C" fn hydra_writer_set_work_done(
     work_done: u64,
 ) -> i32 {
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-    unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::Plain,
-            || Ok(()),
-            |s, now, ()| s.advance(work_done, now),
-        )
-    }
+    unsafe { Event::Plain.update(writer, slot, |s, now| s.advance(work_done, now)) }
 }
 
 /// Changes the work total of `slot`'s phase (0 = unknown). Publishes the record.
@@ -731,15 +738,7 @@ pub unsafe extern "C" fn hydra_writer_set_work_total(
     work_total: u64,
 ) -> i32 {
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-    unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::Plain,
-            || Ok(()),
-            |s, _, ()| s.work_total = work_total,
-        )
-    }
+    unsafe { Event::Plain.update(writer, slot, |s, _| s.work_total = work_total) }
 }
 
 /// `slot`'s KV cache now holds `n_past` tokens. Publishes the record.
@@ -753,15 +752,7 @@ pub unsafe extern "C" fn hydra_writer_set_n_past(
     n_past: u64,
 ) -> i32 {
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
-    unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::Plain,
-            || Ok(()),
-            |s, _, ()| s.n_past = n_past,
-        )
-    }
+    unsafe { Event::Plain.update(writer, slot, |s, _| s.n_past = n_past) }
 }
 
 /// Sets `slot`'s context size (tokens), the prompt tokens its current task reused from
@@ -779,17 +770,11 @@ pub unsafe extern "C" fn hydra_writer_set_slot_info(
 ) -> i32 {
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
     unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::Plain,
-            || Ok(()),
-            |s, _, ()| {
-                s.n_ctx = n_ctx;
-                s.tokens_cached = tokens_cached;
-                s.state_size = state_size;
-            },
-        )
+        Event::Plain.update(writer, slot, |s, _| {
+            s.n_ctx = n_ctx;
+            s.tokens_cached = tokens_cached;
+            s.state_size = state_size;
+        })
     }
 }
 
@@ -807,15 +792,12 @@ pub unsafe extern "C" fn hydra_writer_finish(
     reason: u64,
     error_code: u64,
 ) -> i32 {
+    let args = || Ok((finish_reason(reason)?, self::error_code(error_code)?));
     // SAFETY: the caller guarantees `writer` is NULL or an open handle.
     unsafe {
-        update_slot(
-            writer,
-            slot,
-            Event::Plain,
-            || Ok((finish_reason(reason)?, self::error_code(error_code)?)),
-            |s, _, (reason, code)| s.finish(reason, code),
-        )
+        update_slot_with(writer, slot, Event::Plain, args, |s, _, (reason, code)| {
+            s.finish(reason, code)
+        })
     }
 }
 

@@ -6,6 +6,8 @@ use hydra_writer::*;
 use std::ffi::{c_char, CStr, CString};
 use std::ptr;
 
+mod support;
+
 fn last_error() -> String {
     let mut buf = [0 as c_char; 512];
     // SAFETY: `buf` is writable for its length; `needed` may be NULL.
@@ -147,24 +149,15 @@ fn misuse_gives_error_codes() {
 #[test]
 fn calls_publish_the_records_the_reader_expects() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
-    let d = description();
-    let mut w: *mut HydraWriter = ptr::null_mut();
-    let mut path = [0 as c_char; 4096];
     let mut count = 0u32;
-    // SAFETY: every pointer passed is valid for what the call reads or writes.
+    // SAFETY: the description's strings are NUL-terminated; every pointer passed is valid
+    // for what the call reads or writes.
+    let w = unsafe { support::create(tmp.path(), c"e1", 3, &description()) };
+    // SAFETY: as above.
     let reader = unsafe {
-        assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"e1".as_ptr(), 3, &d, &mut w),
-            HYDRA_WRITER_OK
-        );
         assert_eq!(hydra_writer_slot_count(w, &mut count), HYDRA_WRITER_OK);
         assert_eq!(count, 3);
-        assert_eq!(
-            hydra_writer_path(w, path.as_mut_ptr(), path.len(), ptr::null_mut()),
-            HYDRA_WRITER_OK
-        );
-        let path = CStr::from_ptr(path.as_ptr()).to_str().unwrap().to_owned();
+        let path = support::path(w);
         assert_eq!(
             hydra_writer_begin_task(
                 w,
@@ -254,40 +247,16 @@ fn calls_publish_the_records_the_reader_expects() {
 #[test]
 fn layer_positions_from_the_compute_thread_and_a_callback_thread() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
-    let d = description();
-    let mut w: *mut HydraWriter = ptr::null_mut();
+    // SAFETY: the description's strings are NUL-terminated.
+    let w = unsafe { support::create(tmp.path(), c"layers", 2, &description()) };
     // SAFETY: every pointer is valid for the call; the handle is closed at the end, after
     // the other thread has finished with it.
     unsafe {
-        assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"layers".as_ptr(), 2, &d, &mut w),
-            HYDRA_WRITER_OK
-        );
-        let path = {
-            let mut buf = [0 as c_char; 512];
-            assert_eq!(
-                hydra_writer_path(w, buf.as_mut_ptr(), buf.len(), ptr::null_mut()),
-                HYDRA_WRITER_OK
-            );
-            CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned()
-        };
-        let r = SegmentReader::open(&path).unwrap();
+        let r = SegmentReader::open(support::path(w)).unwrap();
         let mut step = 7u64;
         assert_eq!(hydra_writer_step_id(w, 0, &mut step), HYDRA_WRITER_OK);
         assert_eq!(step, 0, "no step in flight");
-        assert_eq!(
-            hydra_writer_begin_task(
-                w,
-                0,
-                1,
-                HYDRA_WRITER_PHASE_PREFILL,
-                HYDRA_WRITER_UNIT_TOKENS,
-                512
-            ),
-            HYDRA_WRITER_OK
-        );
-        assert_eq!(hydra_writer_step_start(w, 0, 512), HYDRA_WRITER_OK);
+        support::start_prefill_step(w, 512);
         assert_eq!(hydra_writer_layer_done(w, 0, 3, 30), HYDRA_WRITER_OK);
         let layer = r.slot(0).unwrap().layer().expect("a position in the step");
         assert_eq!((layer.done, layer.total), (3, 30));

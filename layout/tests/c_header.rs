@@ -12,6 +12,9 @@
 //! The C compiler is `$CC` (split on whitespace) or `cc`. If none runs, the test FAILS:
 //! CI installs one, and a silently skipped header check would let the header rot.
 
+#[path = "../../probe-capi/tests/ffi_support/mod.rs"]
+mod ffi_support;
+
 use hydra_layout::header::{self as h, capabilities, Lifecycle};
 use hydra_layout::slot::{
     self as s, ErrorCode, FinishReason, Phase, Prediction, Substep, WorkUnit,
@@ -24,9 +27,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Flags every C source here must compile cleanly with.
-const CFLAGS: &[&str] = &["-std=c11", "-Wall", "-Wextra", "-Werror"];
-
 /// The directory mode `fsutil::open_writer_dir` creates (not exported by the crate).
 const DIR_MODE: u64 = 0o750;
 
@@ -35,34 +35,7 @@ const DIR_MODE: u64 = 0o750;
 fn compile(name: &str, out_dir: &Path) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let source = manifest.join("tests").join("c").join(format!("{name}.c"));
-    let include = manifest.join("../include");
-    let binary = out_dir.join(name);
-    let cc = std::env::var("CC").unwrap_or_default();
-    let mut words = cc.split_whitespace();
-    let program = words.next().unwrap_or("cc").to_owned();
-    let mut cmd = Command::new(&program);
-    cmd.args(words)
-        .args(CFLAGS)
-        .arg("-I")
-        .arg(&include)
-        .arg(&source)
-        .arg("-o")
-        .arg(&binary);
-    let output = cmd.output().unwrap_or_else(|e| {
-        panic!(
-            "no working C compiler: could not run {program:?} ({e}). This test needs one to \
-             check include/hydra_progress.h; install cc/gcc/clang or point $CC at one."
-        )
-    });
-    assert!(
-        output.status.success(),
-        "compiling {} failed ({:?}):\n{}{}",
-        source.display(),
-        cmd,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    binary
+    ffi_support::compile_c(&source, out_dir, &[])
 }
 
 /// Runs `binary args...` and parses its `name value` lines.

@@ -34,6 +34,16 @@ fn refused(
     expect_open_err(&path, &default_opts(), what, expected)
 }
 
+/// Makes the FIFO `path` (mode 0640).
+fn mkfifo(path: &Path) {
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::Mode::from_raw_mode(0o640),
+    )
+    .expect("mkfifo");
+}
+
 #[test]
 fn unpatched_copy_is_accepted() {
     let scratch = Scratch::new();
@@ -87,14 +97,13 @@ fn truncated_files_name_what_is_missing() {
         (23, 24, "major version"),
         (h::HEADER_LEN - 1, h::HEADER_LEN as u64, "v1 header"),
     ];
+    // The file cut to `len` bytes is refused with the error `expected` names `what`.
+    let cut = |len: usize, what: &str, expected: fn(&Error) -> bool| {
+        let what = format!("{what} at {len} bytes");
+        refused(scratch.path(), "cut.hps", &bytes[..len], &what, expected)
+    };
     for (len, want_needed, want_what) in cases {
-        let e = refused(
-            scratch.path(),
-            "cut.hps",
-            &bytes[..len],
-            &format!("Truncated at {len} bytes"),
-            |e| matches!(e, Error::Truncated { .. }),
-        );
+        let e = cut(len, "Truncated", |e| matches!(e, Error::Truncated { .. }));
         match e {
             Error::Truncated {
                 len: got_len,
@@ -117,13 +126,9 @@ fn truncated_files_name_what_is_missing() {
         h::HEADER_LEN + 2 * s::SLOT_STRIDE,
         bytes.len() - 8,
     ] {
-        let e = refused(
-            scratch.path(),
-            "cut.hps",
-            &bytes[..len],
-            &format!("SlotTableOutOfBounds at {len} bytes"),
-            |e| matches!(e, Error::SlotTableOutOfBounds { .. }),
-        );
+        let e = cut(len, "SlotTableOutOfBounds", |e| {
+            matches!(e, Error::SlotTableOutOfBounds { .. })
+        });
         if let Error::SlotTableOutOfBounds { end, len: got, .. } = e {
             assert_eq!(end, bytes.len() as u128);
             assert_eq!(got, len as u64);
@@ -293,47 +298,34 @@ fn bad_geometry_is_refused() {
     let bytes = valid_segment(SLOTS);
     let stride = s::SLOT_STRIDE as u64;
     let hl = h::HEADER_LEN as u64;
-    let cases: Vec<(&str, Patch)> = vec![
-        (
-            "stride not a multiple of 128",
-            vec![(h::SLOT_STRIDE_OFFSET, 300)],
-        ),
-        ("stride 8 over", vec![(h::SLOT_STRIDE_OFFSET, stride + 8)]),
-        ("stride too small (128)", vec![(h::SLOT_STRIDE_OFFSET, 128)]),
-        ("stride zero", vec![(h::SLOT_STRIDE_OFFSET, 0)]),
-        (
-            "misaligned slot offset",
-            vec![(h::SLOT_OFFSET_OFFSET, hl + 64)],
-        ),
-        (
-            "slot offset 8 past header",
-            vec![(h::SLOT_OFFSET_OFFSET, hl + 8)],
-        ),
-        (
-            "slot offset inside header",
-            vec![(h::SLOT_OFFSET_OFFSET, hl - 128)],
-        ),
-        ("slot count zero", vec![(h::SLOT_COUNT_OFFSET, 0)]),
+    let cases = [
+        ("stride not a multiple of 128", h::SLOT_STRIDE_OFFSET, 300),
+        ("stride 8 over", h::SLOT_STRIDE_OFFSET, stride + 8),
+        ("stride too small (128)", h::SLOT_STRIDE_OFFSET, 128),
+        ("stride zero", h::SLOT_STRIDE_OFFSET, 0),
+        ("misaligned slot offset", h::SLOT_OFFSET_OFFSET, hl + 64),
+        ("slot offset 8 past header", h::SLOT_OFFSET_OFFSET, hl + 8),
+        ("slot offset inside header", h::SLOT_OFFSET_OFFSET, hl - 128),
+        ("slot count zero", h::SLOT_COUNT_OFFSET, 0),
         (
             "slot count above max",
-            vec![(h::SLOT_COUNT_OFFSET, MAX_SLOTS as u64 + 1)],
+            h::SLOT_COUNT_OFFSET,
+            MAX_SLOTS as u64 + 1,
         ),
-        ("slot count huge", vec![(h::SLOT_COUNT_OFFSET, u64::MAX)]),
-        (
-            "header shorter than v1",
-            vec![(h::HEADER_LEN_OFFSET, hl - 8)],
-        ),
-        ("header length zero", vec![(h::HEADER_LEN_OFFSET, 0)]),
+        ("slot count huge", h::SLOT_COUNT_OFFSET, u64::MAX),
+        ("header shorter than v1", h::HEADER_LEN_OFFSET, hl - 8),
+        ("header length zero", h::HEADER_LEN_OFFSET, 0),
         (
             "header length not a multiple of 8",
-            vec![(h::HEADER_LEN_OFFSET, hl + 4)],
+            h::HEADER_LEN_OFFSET,
+            hl + 4,
         ),
     ];
-    for (what, words) in cases {
+    for (what, offset, value) in cases {
         let e = refused(
             scratch.path(),
             "g.hps",
-            &patched(&bytes, &words),
+            &patched(&bytes, &[(offset, value)]),
             what,
             |e| matches!(e, Error::BadGeometry { .. }),
         );
@@ -474,12 +466,7 @@ fn symlinked_file_and_directory_are_refused() {
 fn fifo_and_directory_in_place_of_the_file() {
     let scratch = Scratch::new();
     let fifo = scratch.join("fifo.hps");
-    rustix::fs::mkfifoat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::Mode::from_raw_mode(0o640),
-    )
-    .expect("mkfifo");
+    mkfifo(&fifo);
     // Open in a thread so that a hang (a blocking open of a FIFO) fails the test instead of
     // hanging it.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -521,12 +508,7 @@ fn writer_refuses_misplaced_files_and_unsafe_directories() {
     let scratch = Scratch::new();
     // A FIFO where the segment goes: refused, without hanging.
     let dir = scratch.subdir("w1");
-    rustix::fs::mkfifoat(
-        rustix::fs::CWD,
-        dir.join("e1.hps"),
-        rustix::fs::Mode::from_raw_mode(0o640),
-    )
-    .unwrap();
+    mkfifo(&dir.join("e1.hps"));
     let e = SegmentWriter::create(&config(&dir, "e1", 1)).expect_err("fifo in place");
     assert!(
         matches!(e, Error::NotRegularFile { kind: "FIFO", .. }),

@@ -16,22 +16,25 @@ pub type LlamaSeqId = i32;
 /// `llama_state_seq_flags`.
 pub type LlamaStateSeqFlags = u32;
 
-/// Opaque `struct llama_context`.
-#[repr(C)]
-pub struct LlamaContext {
-    _opaque: [u8; 0],
+/// Declares opaque C structs (with their docs): types only ever handled behind pointers,
+/// never built or read on this side.
+macro_rules! opaque {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        #[repr(C)]
+        pub struct $name {
+            _opaque: [u8; 0],
+        }
+    )*};
 }
 
-/// Opaque `struct llama_model`.
-#[repr(C)]
-pub struct LlamaModel {
-    _opaque: [u8; 0],
-}
-
-/// Opaque `struct llama_memory_i` (`llama_memory_t` is a pointer to it).
-#[repr(C)]
-pub struct LlamaMemory {
-    _opaque: [u8; 0],
+opaque! {
+    /// Opaque `struct llama_context`.
+    LlamaContext;
+    /// Opaque `struct llama_model`.
+    LlamaModel;
+    /// Opaque `struct llama_memory_i` (`llama_memory_t` is a pointer to it).
+    LlamaMemory;
 }
 
 /// `struct llama_batch`, passed by value to `llama_decode`.
@@ -153,10 +156,9 @@ pub type ModelDescFn = unsafe extern "C-unwind" fn(*const LlamaModel, *mut c_cha
 pub type ModelMetaValStrFn =
     unsafe extern "C-unwind" fn(*const LlamaModel, *const c_char, *mut c_char, usize) -> i32;
 
-/// Opaque `struct llama_batch_ext` (the extended batch API `llama_process` takes).
-#[repr(C)]
-pub struct LlamaBatchExt {
-    _opaque: [u8; 0],
+opaque! {
+    /// Opaque `struct llama_batch_ext` (the extended batch API `llama_process` takes).
+    LlamaBatchExt;
 }
 
 /// `struct llama_embd`, passed by value to `llama_batch_ext_add_embd`.
@@ -193,22 +195,13 @@ pub type BatchExtAddSeqFn =
 pub type BatchExtSetPosFn =
     unsafe extern "C-unwind" fn(*mut LlamaBatchExt, i32, *const LlamaPos) -> bool;
 
-/// Opaque `struct ggml_backend_sched` (`ggml_backend_sched_t` is a pointer to it).
-#[repr(C)]
-pub struct GgmlSched {
-    _opaque: [u8; 0],
-}
-
-/// Opaque `struct ggml_cgraph`.
-#[repr(C)]
-pub struct GgmlGraph {
-    _opaque: [u8; 0],
-}
-
-/// Opaque `struct ggml_tensor` (only its name is read, through `ggml_get_name`).
-#[repr(C)]
-pub struct GgmlTensor {
-    _opaque: [u8; 0],
+opaque! {
+    /// Opaque `struct ggml_backend_sched` (`ggml_backend_sched_t` is a pointer to it).
+    GgmlSched;
+    /// Opaque `struct ggml_cgraph`.
+    GgmlGraph;
+    /// Opaque `struct ggml_tensor` (only its name is read, through `ggml_get_name`).
+    GgmlTensor;
 }
 
 /// `typedef bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask,

@@ -6,81 +6,6 @@ use crate::ffi::*;
 use std::ffi::{c_void, CStr};
 use std::sync::OnceLock;
 
-/// Every function this library calls or wraps, as resolved in this process.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Symbols {
-    /// `llama_decode`.
-    pub decode: Option<DecodeFn>,
-    /// `llama_process`.
-    pub process: Option<ProcessFn>,
-    /// `llama_batch_ext_clear`.
-    pub batch_ext_clear: Option<BatchExtFn>,
-    /// `llama_batch_ext_free`.
-    pub batch_ext_free: Option<BatchExtFn>,
-    /// `llama_batch_ext_add`.
-    pub batch_ext_add: Option<BatchExtAddFn>,
-    /// `llama_batch_ext_add_token`.
-    pub batch_ext_add_token: Option<BatchExtAddTokenFn>,
-    /// `llama_batch_ext_add_embd`.
-    pub batch_ext_add_embd: Option<BatchExtAddEmbdFn>,
-    /// `llama_batch_ext_add_seq`.
-    pub batch_ext_add_seq: Option<BatchExtAddSeqFn>,
-    /// `llama_batch_ext_set_pos`.
-    pub batch_ext_set_pos: Option<BatchExtSetPosFn>,
-    /// `llama_memory_seq_rm`.
-    pub memory_seq_rm: Option<MemorySeqRmFn>,
-    /// `llama_kv_self_seq_rm` (older llama.cpp).
-    pub kv_self_seq_rm: Option<KvSelfSeqRmFn>,
-    /// `llama_memory_clear`.
-    pub memory_clear: Option<MemoryClearFn>,
-    /// `llama_free`.
-    pub free: Option<FreeFn>,
-    /// `llama_state_seq_get_data`.
-    pub state_seq_get_data: Option<StateSeqGetDataFn>,
-    /// `llama_state_seq_set_data`.
-    pub state_seq_set_data: Option<StateSeqSetDataFn>,
-    /// `llama_state_seq_get_data_ext`.
-    pub state_seq_get_data_ext: Option<StateSeqGetDataExtFn>,
-    /// `llama_state_seq_set_data_ext`.
-    pub state_seq_set_data_ext: Option<StateSeqSetDataExtFn>,
-    /// `llama_state_seq_save_file`.
-    pub state_seq_save_file: Option<StateSeqSaveFileFn>,
-    /// `llama_state_seq_load_file`.
-    pub state_seq_load_file: Option<StateSeqLoadFileFn>,
-    /// `llama_n_seq_max`.
-    pub n_seq_max: Option<ContextU32Fn>,
-    /// `llama_n_ctx`.
-    pub n_ctx: Option<ContextU32Fn>,
-    /// `llama_n_ctx_seq`.
-    pub n_ctx_seq: Option<ContextU32Fn>,
-    /// `llama_get_model`.
-    pub get_model: Option<GetModelFn>,
-    /// `llama_get_memory`.
-    pub get_memory: Option<GetMemoryFn>,
-    /// `llama_model_desc`.
-    pub model_desc: Option<ModelDescFn>,
-    /// `llama_model_meta_val_str`.
-    pub model_meta_val_str: Option<ModelMetaValStrFn>,
-    /// `llama_model_n_layer`.
-    pub model_n_layer: Option<ModelNLayerFn>,
-    /// `llama_n_ubatch`.
-    pub n_ubatch: Option<ContextU32Fn>,
-    /// `ggml_backend_sched_graph_compute_async` (libggml-base).
-    pub sched_compute: Option<SchedComputeFn>,
-    /// `ggml_backend_sched_set_eval_callback` (libggml-base).
-    pub sched_set_eval_callback: Option<SchedSetEvalCallbackFn>,
-    /// `ggml_backend_sched_free` (libggml-base).
-    pub sched_free: Option<SchedFreeFn>,
-    /// `ggml_backend_sched_get_n_copies` (libggml-base).
-    pub sched_n_copies: Option<SchedNCopiesFn>,
-    /// `ggml_graph_n_nodes` (libggml-base).
-    pub graph_n_nodes: Option<GraphNNodesFn>,
-    /// `ggml_graph_node` (libggml-base).
-    pub graph_node: Option<GraphNodeFn>,
-    /// `ggml_get_name` (libggml-base).
-    pub get_name: Option<GetNameFn>,
-}
-
 /// Looks `name` up after this library; null when absent.
 fn next(name: &CStr) -> *mut c_void {
     // SAFETY: `name` is a NUL-terminated string; RTLD_NEXT is valid from code in a shared
@@ -101,53 +26,100 @@ macro_rules! resolve {
     }};
 }
 
-impl Symbols {
-    fn resolve() -> Self {
-        Self {
-            decode: resolve!(c"llama_decode" as DecodeFn),
-            process: resolve!(c"llama_process" as ProcessFn),
-            batch_ext_clear: resolve!(c"llama_batch_ext_clear" as BatchExtFn),
-            batch_ext_free: resolve!(c"llama_batch_ext_free" as BatchExtFn),
-            batch_ext_add: resolve!(c"llama_batch_ext_add" as BatchExtAddFn),
-            batch_ext_add_token: resolve!(c"llama_batch_ext_add_token" as BatchExtAddTokenFn),
-            batch_ext_add_embd: resolve!(c"llama_batch_ext_add_embd" as BatchExtAddEmbdFn),
-            batch_ext_add_seq: resolve!(c"llama_batch_ext_add_seq" as BatchExtAddSeqFn),
-            batch_ext_set_pos: resolve!(c"llama_batch_ext_set_pos" as BatchExtSetPosFn),
-            memory_seq_rm: resolve!(c"llama_memory_seq_rm" as MemorySeqRmFn),
-            kv_self_seq_rm: resolve!(c"llama_kv_self_seq_rm" as KvSelfSeqRmFn),
-            memory_clear: resolve!(c"llama_memory_clear" as MemoryClearFn),
-            free: resolve!(c"llama_free" as FreeFn),
-            state_seq_get_data: resolve!(c"llama_state_seq_get_data" as StateSeqGetDataFn),
-            state_seq_set_data: resolve!(c"llama_state_seq_set_data" as StateSeqSetDataFn),
-            state_seq_get_data_ext: resolve!(
-                c"llama_state_seq_get_data_ext" as StateSeqGetDataExtFn
-            ),
-            state_seq_set_data_ext: resolve!(
-                c"llama_state_seq_set_data_ext" as StateSeqSetDataExtFn
-            ),
-            state_seq_save_file: resolve!(c"llama_state_seq_save_file" as StateSeqSaveFileFn),
-            state_seq_load_file: resolve!(c"llama_state_seq_load_file" as StateSeqLoadFileFn),
-            n_seq_max: resolve!(c"llama_n_seq_max" as ContextU32Fn),
-            n_ctx: resolve!(c"llama_n_ctx" as ContextU32Fn),
-            n_ctx_seq: resolve!(c"llama_n_ctx_seq" as ContextU32Fn),
-            get_model: resolve!(c"llama_get_model" as GetModelFn),
-            get_memory: resolve!(c"llama_get_memory" as GetMemoryFn),
-            model_desc: resolve!(c"llama_model_desc" as ModelDescFn),
-            model_meta_val_str: resolve!(c"llama_model_meta_val_str" as ModelMetaValStrFn),
-            model_n_layer: resolve!(c"llama_model_n_layer" as ModelNLayerFn),
-            n_ubatch: resolve!(c"llama_n_ubatch" as ContextU32Fn),
-            sched_compute: resolve!(c"ggml_backend_sched_graph_compute_async" as SchedComputeFn),
-            sched_set_eval_callback: resolve!(
-                c"ggml_backend_sched_set_eval_callback" as SchedSetEvalCallbackFn
-            ),
-            sched_free: resolve!(c"ggml_backend_sched_free" as SchedFreeFn),
-            sched_n_copies: resolve!(c"ggml_backend_sched_get_n_copies" as SchedNCopiesFn),
-            graph_n_nodes: resolve!(c"ggml_graph_n_nodes" as GraphNNodesFn),
-            graph_node: resolve!(c"ggml_graph_node" as GraphNodeFn),
-            get_name: resolve!(c"ggml_get_name" as GetNameFn),
+/// Declares [`Symbols`], a field for each function (its type and C name listed once), and
+/// `Symbols::resolve`, which looks every one of them up.
+macro_rules! symbols {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty = $name:literal;)*) => {
+        /// Every function this library calls or wraps, as resolved in this process.
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct Symbols {
+            $($(#[$doc])* pub $field: Option<$ty>,)*
         }
-    }
 
+        impl Symbols {
+            fn resolve() -> Self {
+                Self {
+                    $($field: resolve!($name as $ty),)*
+                }
+            }
+        }
+    };
+}
+
+symbols! {
+    /// `llama_decode`.
+    decode: DecodeFn = c"llama_decode";
+    /// `llama_process`.
+    process: ProcessFn = c"llama_process";
+    /// `llama_batch_ext_clear`.
+    batch_ext_clear: BatchExtFn = c"llama_batch_ext_clear";
+    /// `llama_batch_ext_free`.
+    batch_ext_free: BatchExtFn = c"llama_batch_ext_free";
+    /// `llama_batch_ext_add`.
+    batch_ext_add: BatchExtAddFn = c"llama_batch_ext_add";
+    /// `llama_batch_ext_add_token`.
+    batch_ext_add_token: BatchExtAddTokenFn = c"llama_batch_ext_add_token";
+    /// `llama_batch_ext_add_embd`.
+    batch_ext_add_embd: BatchExtAddEmbdFn = c"llama_batch_ext_add_embd";
+    /// `llama_batch_ext_add_seq`.
+    batch_ext_add_seq: BatchExtAddSeqFn = c"llama_batch_ext_add_seq";
+    /// `llama_batch_ext_set_pos`.
+    batch_ext_set_pos: BatchExtSetPosFn = c"llama_batch_ext_set_pos";
+    /// `llama_memory_seq_rm`.
+    memory_seq_rm: MemorySeqRmFn = c"llama_memory_seq_rm";
+    /// `llama_kv_self_seq_rm` (older llama.cpp).
+    kv_self_seq_rm: KvSelfSeqRmFn = c"llama_kv_self_seq_rm";
+    /// `llama_memory_clear`.
+    memory_clear: MemoryClearFn = c"llama_memory_clear";
+    /// `llama_free`.
+    free: FreeFn = c"llama_free";
+    /// `llama_state_seq_get_data`.
+    state_seq_get_data: StateSeqGetDataFn = c"llama_state_seq_get_data";
+    /// `llama_state_seq_set_data`.
+    state_seq_set_data: StateSeqSetDataFn = c"llama_state_seq_set_data";
+    /// `llama_state_seq_get_data_ext`.
+    state_seq_get_data_ext: StateSeqGetDataExtFn = c"llama_state_seq_get_data_ext";
+    /// `llama_state_seq_set_data_ext`.
+    state_seq_set_data_ext: StateSeqSetDataExtFn = c"llama_state_seq_set_data_ext";
+    /// `llama_state_seq_save_file`.
+    state_seq_save_file: StateSeqSaveFileFn = c"llama_state_seq_save_file";
+    /// `llama_state_seq_load_file`.
+    state_seq_load_file: StateSeqLoadFileFn = c"llama_state_seq_load_file";
+    /// `llama_n_seq_max`.
+    n_seq_max: ContextU32Fn = c"llama_n_seq_max";
+    /// `llama_n_ctx`.
+    n_ctx: ContextU32Fn = c"llama_n_ctx";
+    /// `llama_n_ctx_seq`.
+    n_ctx_seq: ContextU32Fn = c"llama_n_ctx_seq";
+    /// `llama_get_model`.
+    get_model: GetModelFn = c"llama_get_model";
+    /// `llama_get_memory`.
+    get_memory: GetMemoryFn = c"llama_get_memory";
+    /// `llama_model_desc`.
+    model_desc: ModelDescFn = c"llama_model_desc";
+    /// `llama_model_meta_val_str`.
+    model_meta_val_str: ModelMetaValStrFn = c"llama_model_meta_val_str";
+    /// `llama_model_n_layer`.
+    model_n_layer: ModelNLayerFn = c"llama_model_n_layer";
+    /// `llama_n_ubatch`.
+    n_ubatch: ContextU32Fn = c"llama_n_ubatch";
+    /// `ggml_backend_sched_graph_compute_async` (libggml-base).
+    sched_compute: SchedComputeFn = c"ggml_backend_sched_graph_compute_async";
+    /// `ggml_backend_sched_set_eval_callback` (libggml-base).
+    sched_set_eval_callback: SchedSetEvalCallbackFn = c"ggml_backend_sched_set_eval_callback";
+    /// `ggml_backend_sched_free` (libggml-base).
+    sched_free: SchedFreeFn = c"ggml_backend_sched_free";
+    /// `ggml_backend_sched_get_n_copies` (libggml-base).
+    sched_n_copies: SchedNCopiesFn = c"ggml_backend_sched_get_n_copies";
+    /// `ggml_graph_n_nodes` (libggml-base).
+    graph_n_nodes: GraphNNodesFn = c"ggml_graph_n_nodes";
+    /// `ggml_graph_node` (libggml-base).
+    graph_node: GraphNodeFn = c"ggml_graph_node";
+    /// `ggml_get_name` (libggml-base).
+    get_name: GetNameFn = c"ggml_get_name";
+}
+
+impl Symbols {
     /// Whether every function the layer position needs resolved: the scheduler's compute
     /// and callback setter (to interpose) and the graph/tensor readers (to find layers).
     pub fn layers_available(&self) -> bool {

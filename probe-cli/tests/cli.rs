@@ -3,7 +3,7 @@
 mod common;
 
 use common::{add_dir_and_fifo, decode, ProbeRun, Scratch, S};
-use hydra_layout::{clock, Phase, SlotState};
+use hydra_layout::{clock, Phase, SegmentWriter, SlotState};
 use std::time::{Duration, SystemTime};
 
 #[test]
@@ -14,15 +14,11 @@ fn help_version_and_usage_errors() {
         .code_is(0)
         .stdout_has("--budget");
     s.probe(&["--version"]).code_is(0).stdout_has("hydra-probe");
-    s.probe(&["frobnicate"]).code_is(3).error_is("frobnicate");
-    s.probe(&["meta", "e1"]).code_is(3).error_is("<SLOT>");
-    s.probe(&["meta", "e1", "minus-one"])
-        .code_is(3)
-        .error_is("minus-one");
-    s.probe(&["watch", "--interval", "soon"])
-        .code_is(3)
-        .error_is("invalid duration");
-    s.probe(&[]).code_is(3).error_is("missing command");
+    s.probe_error(&["frobnicate"], "frobnicate");
+    s.probe_error(&["meta", "e1"], "<SLOT>");
+    s.probe_error(&["meta", "e1", "minus-one"], "minus-one");
+    s.probe_error(&["watch", "--interval", "soon"], "invalid duration");
+    s.probe_error(&[], "missing command");
 }
 
 #[test]
@@ -71,9 +67,7 @@ fn list_of_wrong_owner_file() {
     s.probe(&["list"])
         .code_is(0)
         .stdout_has("owned by uid 12345");
-    s.probe(&["show", "theirs"])
-        .code_is(3)
-        .error_is("owned by uid 12345");
+    s.probe_error(&["show", "theirs"], "owned by uid 12345");
 }
 
 #[test]
@@ -81,15 +75,9 @@ fn no_engines() {
     let s = Scratch::new();
     s.probe(&["list"]).code_is(0).stdout_has("no engines found");
     assert_eq!(s.probe(&["--json", "list"]).json(), serde_json::json!([]));
-    s.probe(&["show"])
-        .code_is(3)
-        .error_is("no engines found in");
-    s.probe(&["watch", "--count", "1"])
-        .code_is(3)
-        .error_is("no engines found in");
-    s.probe(&["check"])
-        .code_is(3)
-        .error_is("no engines found in");
+    s.probe_error(&["show"], "no engines found in");
+    s.probe_error(&["watch", "--count", "1"], "no engines found in");
+    s.probe_error(&["check"], "no engines found in");
     s.probe(&["gc"]).code_is(0);
 }
 
@@ -161,11 +149,17 @@ fn dir_comes_from_the_environment() {
         .stdout_has("no engines found");
 }
 
+/// A scratch directory with the engine `e1` of `slots` slots, its heartbeat fresh.
+fn live_engine(slots: usize) -> (Scratch, SegmentWriter) {
+    let s = Scratch::new();
+    let mut w = s.writer("e1", slots);
+    w.heartbeat(clock::monotonic_ns());
+    (s, w)
+}
+
 #[test]
 fn show_table_json_and_slot_filter() {
-    let s = Scratch::new();
-    let mut w = s.writer("e1", 3);
-    w.heartbeat(clock::monotonic_ns());
+    let (s, mut w) = live_engine(3);
     w.publish(1, &decode(25, 100, 10 * S, S / 10)).unwrap();
     w.pending_counter().queued(2);
     let run = s.probe(&["show"]);
@@ -189,9 +183,10 @@ fn show_table_json_and_slot_filter() {
     assert_eq!(json["slots"][1]["state"]["work_done"], 25);
     assert!(json["slots"][1]["rate_per_s"].is_f64());
     assert!(json["slots"][0]["eta_s"].is_null());
-    s.probe(&["show", "e1", "--slot", "3"])
-        .code_is(3)
-        .error_is("slot 3 out of range: engine \"e1\" has 3 slots");
+    s.probe_error(
+        &["show", "e1", "--slot", "3"],
+        "slot 3 out of range: engine \"e1\" has 3 slots",
+    );
     // By path.
     let path = w.path().to_str().unwrap().to_owned();
     s.probe(&["show", &path]).code_is(0).stdout_has("engine e1");
@@ -202,24 +197,14 @@ fn engine_resolution_errors() {
     let s = Scratch::new();
     let _a = s.writer("a", 1);
     let _b = s.writer("b", 1);
-    s.probe(&["show"]).code_is(3).error_is("several engines in");
+    s.probe_error(&["show"], "several engines in");
     s.probe(&["show"]).error_is("name one of: a, b");
-    s.probe(&["show", "zz"])
-        .code_is(3)
-        .error_is("no engine \"zz\"");
+    s.probe_error(&["show", "zz"], "no engine \"zz\"");
     s.probe(&["show", "zz"]).error_is("found: a, b");
-    s.probe(&["meta", "zz", "0"])
-        .code_is(3)
-        .error_is("no engine \"zz\"");
-    s.probe(&["meta", "a", "1"])
-        .code_is(3)
-        .error_is("slot 1 out of range");
-    s.probe(&["check", "zz"])
-        .code_is(3)
-        .error_is("no engine \"zz\"");
-    s.probe(&["show", "/nonexistent/x.hps"])
-        .code_is(3)
-        .error_is("/nonexistent");
+    s.probe_error(&["meta", "zz", "0"], "no engine \"zz\"");
+    s.probe_error(&["meta", "a", "1"], "slot 1 out of range");
+    s.probe_error(&["check", "zz"], "no engine \"zz\"");
+    s.probe_error(&["show", "/nonexistent/x.hps"], "/nonexistent");
 }
 
 #[test]
@@ -228,19 +213,11 @@ fn unreadable_files_are_clear_errors() {
     std::fs::write(s.dir.join("garbage.hps"), vec![0xAB; 4096]).unwrap();
     std::fs::write(s.dir.join("short.hps"), b"HYDR").unwrap();
     add_dir_and_fifo(&s.dir);
-    s.probe(&["show", "garbage"])
-        .code_is(3)
-        .error_is("is not a hydra-progress segment");
-    s.probe(&["meta", "garbage", "0"])
-        .code_is(3)
-        .error_is("is not a hydra-progress segment");
-    s.probe(&["show", "short"]).code_is(3).error_is("truncated");
-    s.probe(&["show", "adir"])
-        .code_is(3)
-        .error_is("it is a directory");
-    s.probe(&["show", "fifo"])
-        .code_is(3)
-        .error_is("it is a FIFO");
+    s.probe_error(&["show", "garbage"], "is not a hydra-progress segment");
+    s.probe_error(&["meta", "garbage", "0"], "is not a hydra-progress segment");
+    s.probe_error(&["show", "short"], "truncated");
+    s.probe_error(&["show", "adir"], "it is a directory");
+    s.probe_error(&["show", "fifo"], "it is a FIFO");
     // Only garbage here: `check` cannot tell, exit 3 with one line per file.
     let run = s.probe(&["check"]);
     run.code_is(3)
@@ -393,9 +370,7 @@ fn watch_plain_and_json() {
 
 #[test]
 fn check_healthy_slow_stalled() {
-    let s = Scratch::new();
-    let mut w = s.writer("e1", 2);
-    w.heartbeat(clock::monotonic_ns());
+    let (s, mut w) = live_engine(2);
     // 10 tok/s with 900 tokens left: ETA 90 s.
     w.publish(0, &decode(100, 1000, 10 * S, 0)).unwrap();
     s.probe(&["check"])

@@ -557,7 +557,12 @@ mod tests {
     }
 
     fn class(s: &SlotState, t: &Thresholds) -> SlotClass {
-        classify_slot(s, 0, Liveness::Live, NOW, t)
+        class_of(s, 0, Liveness::Live, t)
+    }
+
+    /// The class of `s` at [`NOW`] with `pending` tasks queued, on an engine of `liveness`.
+    fn class_of(s: &SlotState, pending: u64, liveness: Liveness, t: &Thresholds) -> SlotClass {
+        classify_slot(s, pending, liveness, NOW, t)
     }
 
     fn class_at(s: &SlotState, layer: Substep, t: &Thresholds) -> (SlotClass, Derived) {
@@ -643,10 +648,7 @@ mod tests {
         let t = Thresholds::default();
         let idle = SlotState::default();
         assert_eq!(class(&idle, &t), SlotClass::Idle);
-        assert_eq!(
-            classify_slot(&idle, 2, Liveness::Live, NOW, &t),
-            SlotClass::Queued
-        );
+        assert_eq!(class_of(&idle, 2, Liveness::Live, &t), SlotClass::Queued);
         let q = SlotState {
             phase: Phase::Queued,
             ..Default::default()
@@ -660,16 +662,10 @@ mod tests {
         };
         assert_eq!(class(&old, &t), SlotClass::Idle);
         // Dead engine: idle stays idle, queued is orphaned.
+        assert_eq!(class_of(&idle, 0, Liveness::Dead, &t), SlotClass::Idle);
+        assert_eq!(class_of(&q, 0, Liveness::Dead, &t), SlotClass::Orphaned);
         assert_eq!(
-            classify_slot(&idle, 0, Liveness::Dead, NOW, &t),
-            SlotClass::Idle
-        );
-        assert_eq!(
-            classify_slot(&q, 0, Liveness::Dead, NOW, &t),
-            SlotClass::Orphaned
-        );
-        assert_eq!(
-            classify_slot(&idle, 1, Liveness::Closed, NOW, &t),
+            class_of(&idle, 1, Liveness::Closed, &t),
             SlotClass::Orphaned
         );
     }
@@ -803,19 +799,10 @@ mod tests {
     fn orphaned_when_engine_dead_or_closed() {
         let t = Thresholds::default();
         let s = decode(10, 100, S, 0);
-        assert_eq!(
-            classify_slot(&s, 0, Liveness::Dead, NOW, &t),
-            SlotClass::Orphaned
-        );
-        assert_eq!(
-            classify_slot(&s, 0, Liveness::Closed, NOW, &t),
-            SlotClass::Orphaned
-        );
+        assert_eq!(class_of(&s, 0, Liveness::Dead, &t), SlotClass::Orphaned);
+        assert_eq!(class_of(&s, 0, Liveness::Closed, &t), SlotClass::Orphaned);
         let stuck = decode(10, 100, 100 * S, 90 * S);
-        assert_eq!(
-            classify_slot(&stuck, 0, Liveness::Dead, NOW, &t),
-            SlotClass::Orphaned
-        );
+        assert_eq!(class_of(&stuck, 0, Liveness::Dead, &t), SlotClass::Orphaned);
     }
 
     #[test]

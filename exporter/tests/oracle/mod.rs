@@ -8,7 +8,7 @@
 //! Keep it as it was: it is the reference, not code to improve.
 
 use hydra_exporter::collect::Collection;
-use hydra_exporter::metrics::{Format, LIVENESS, PHASES};
+use hydra_exporter::metrics::{Format, LIVENESS, PHASES, WORK_METRICS};
 use hydra_exporter::stats::ExporterStats;
 use hydra_layout::WorkUnit;
 use hydra_probe::{EngineView, SlotClass, SlotView};
@@ -353,18 +353,7 @@ impl EngineMetrics {
                 })
             }),
         )?;
-        for (unit, done, target) in [
-            (
-                WorkUnit::Tokens,
-                "hydra_slot_work_done_tokens",
-                "hydra_slot_work_target_tokens",
-            ),
-            (
-                WorkUnit::Bytes,
-                "hydra_slot_work_done_bytes",
-                "hydra_slot_work_target_bytes",
-            ),
-        ] {
+        for (unit, done, target) in WORK_METRICS {
             let of_unit = self
                 .active()
                 .filter(move |(_, s)| s.state.work_unit == unit);

@@ -1,5 +1,6 @@
-//! Shared harness of the C ABI tests (probe-capi and layout-capi): finds the C libraries that
-//! this test build made, and compiles C programs against them with the system C compiler.
+//! Shared harness of the C tests (the C ABI tests of probe-capi and layout-capi, and the
+//! header check of the layout crate): finds the C libraries that this test build made, and
+//! compiles C programs against them with the system C compiler.
 //!
 //! - The libraries are found next to this test binary (`<target>/<profile>/deps/`), so the
 //!   target directory and profile are right whether or not `CARGO_TARGET_DIR` is set, and
@@ -28,7 +29,8 @@ pub const STATIC_LIBS: &[&str] = &[
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
-    // Both crates that use this harness (probe-capi, layout-capi) sit at the workspace root.
+    // Every crate that uses this harness (probe-capi, layout-capi, layout) sits at the
+    // workspace root.
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root")

@@ -23,6 +23,9 @@ pub trait ProbeRun {
     /// Runs `hydra-probe ARGS` without `--dir`, with `HYDRA_PROGRESS_DIR` set to `env_dir`
     /// (or to a path that does not exist).
     fn probe_bare(&self, args: &[&str], env_dir: Option<&Path>) -> Run;
+    /// Runs `hydra-probe --dir <segs> ARGS` and asserts that it fails with exit status 3
+    /// and the one error line `hydra-probe: ...needle...`.
+    fn probe_error(&self, args: &[&str], needle: &str) -> Run;
 }
 
 impl ProbeRun for Scratch {
@@ -31,6 +34,13 @@ impl ProbeRun for Scratch {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-probe"));
         cmd.arg("--dir").arg(&self.dir).args(args);
         run(cmd, &self.dir, self.tmp.path())
+    }
+
+    #[track_caller]
+    fn probe_error(&self, args: &[&str], needle: &str) -> Run {
+        let run = self.probe(args);
+        run.code_is(3).error_is(needle);
+        run
     }
 
     /// Runs `hydra-probe ARGS` without `--dir`.
