@@ -47,18 +47,7 @@ fn fire(engine: &Server, path: &str, body: String) {
 
 /// `hydra-probe meta ID 0` (default thresholds), parsed.
 fn meta(dir: &Path, id: &str) -> Value {
-    let out = Command::new(probe_bin())
-        .args(["meta", id, "0", "--dir"])
-        .arg(dir)
-        .output()
-        .expect("run hydra-probe");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "hydra-probe meta: {e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    probe_json(dir, &["meta", id, "0"])
 }
 
 /// The probe's view once the compute thread stands at `layer`: that layer published and

@@ -19,23 +19,6 @@ fn scratch() -> tempfile::TempDir {
     hydra_fault::scratch("hydra-layers")
 }
 
-/// `hydra-probe ARGS --dir DIR`, its stdout parsed as one JSON value.
-fn probe_json(dir: &Path, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(probe_bin())
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .expect("run hydra-probe");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "hydra-probe {args:?}: {e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
 /// SmolLM2-135M (30 layers), one 1024-token chunk of a ~900-token prompt on one compute
 /// thread: the chunk takes seconds, and a `hydra-probe watch --json` process polling every
 /// 10 ms sees the layer counter move through it. Only the count of distinct positions seen

@@ -15,6 +15,23 @@ pub fn probe_bin() -> PathBuf {
     hydra_fault::bins::probe()
 }
 
+/// `hydra-probe ARGS --dir DIR`, its stdout parsed as one JSON value.
+pub fn probe_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(probe_bin())
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .expect("run hydra-probe");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "hydra-probe {args:?}: {e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
 /// A running `hydra-engine serve`, killed and reaped on drop.
 pub struct Engine {
     server: Server,
