@@ -10,7 +10,6 @@ mod support;
 use hydra_fault::process::Server;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
