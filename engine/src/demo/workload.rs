@@ -186,18 +186,45 @@ pub fn start(plan: Plan) -> Running {
     }
     // Slots 1..: completions with long decodes; slot 1 is then saved and restored into the
     // last slot, which continues decoding from the restored state.
+    // Slot 1 says when its first completion is done and then waits, before it erases for
+    // its next round, until the last slot has saved its state.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let (saved_tx, saved_rx) = std::sync::mpsc::channel::<()>();
+    let (mut done_tx, mut saved_rx) = (Some(done_tx), Some(saved_rx));
+    let mut hand_over = Some(HandOver {
+        done: done_rx,
+        saved: saved_tx,
+    });
     for slot in 1..plan.slots {
         let (plan, outcome) = (plan.clone(), outcome.clone());
         let finished = FinishedOnDrop(finished.clone());
+        let last = plan.slots - 1;
+        let saver = (slot == 1 && last != 1).then(|| (done_tx.take(), saved_rx.take()));
+        let restorer = (slot == last && last != 1)
+            .then(|| hand_over.take())
+            .flatten();
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let _finished = finished;
             let agent = agent();
-            let last = plan.slots - 1;
             for round in 0..plan.rounds {
-                if round == 0 && slot == last && last != 1 {
-                    // Wait for slot 1's first completion to be done, then restore it here.
-                    restore_into(&agent, &plan, last, &outcome)?;
-                    continue;
+                if round == 0 {
+                    if let Some(hand_over) = &restorer {
+                        // Wait for slot 1's first completion to be done, then restore it
+                        // here.
+                        restore_into(&agent, &plan, last, &outcome, hand_over)?;
+                        continue;
+                    }
+                }
+                if round == 1 {
+                    if let Some((done, saved)) = &saver {
+                        if let Some(done) = done {
+                            let _ = done.send(());
+                        }
+                        if let Some(saved) = saved {
+                            // Bounded: the last slot saves within seconds (or has failed).
+                            let _ = saved.recv_timeout(Duration::from_secs(120));
+                        }
+                    }
                 }
                 erase(&agent, &plan, slot)?;
                 let t = Instant::now();
@@ -285,14 +312,24 @@ fn erase(agent: &ureq::Agent, plan: &Plan, slot: usize) -> anyhow::Result<()> {
     .map(drop)
 }
 
+/// The channels between slot 1 and the slot its state is restored into.
+struct HandOver {
+    /// Slot 1's first completion is done.
+    done: std::sync::mpsc::Receiver<()>,
+    /// Its state is saved: slot 1 may go on.
+    saved: std::sync::mpsc::Sender<()>,
+}
+
 fn restore_into(
     agent: &ureq::Agent,
     plan: &Plan,
     slot: usize,
     outcome: &Mutex<Outcome>,
+    hand_over: &HandOver,
 ) -> anyhow::Result<()> {
-    // Give slot 1's completion time to be queued first: its task runs before ours.
-    std::thread::sleep(Duration::from_millis(200));
+    // Slot 1 holds its first completion's cache from when that is done until it is saved
+    // (slot 1 sends nothing if it has one round only: its cache then stays as it is).
+    let _ = hand_over.done.recv_timeout(Duration::from_secs(600));
     let t = Instant::now();
     let resp = agent
         .get(&format!("{}/slots/1/state", plan.base))
@@ -300,6 +337,7 @@ fn restore_into(
         .context("save slot 1")?;
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut resp.into_reader(), &mut bytes)?;
+    let _ = hand_over.saved.send(());
     let save_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     agent
