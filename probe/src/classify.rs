@@ -482,7 +482,11 @@ pub fn classify_derived(
         // The step outlived its threshold, but its layers still move.
         return SlotClass::Slow;
     }
-    if let (Some(step_age), Some(predicted)) = (d.step_age_ns, d.predicted_step_ns) {
+    // Only a confident prediction judges a step slow: the first steps of a kind (a model
+    // that has learnt nothing but a warm-up, or one shape) are no yardstick.
+    if let (Some(step_age), Some(predicted), true) =
+        (d.step_age_ns, d.predicted_step_ns, d.confident)
+    {
         if t.slow_factor.is_finite()
             && step_age > SLOW_STEP_FLOOR_NS
             && step_age as f64 > t.slow_factor * predicted as f64
@@ -951,6 +955,17 @@ mod tests {
     /// A batched engine's decode slot that waited 3 s behind another slot's prefill chunk
     /// moves again when its own step starts: neither slow nor stalled (it was called slow
     /// once in the mixed run of `scripts/bench-eta.py verdicts`).
+    /// llama-server's first prompt ubatch through the preload was predicted at 20 ms from
+    /// its warm-up alone and took 1.8 s: without a bound the prediction is no yardstick.
+    #[test]
+    fn an_unconfident_prediction_does_not_make_a_step_slow() {
+        let (s, p) = predicted_decode(1800 * MS, 1800 * MS, 20 * MS, 0);
+        assert_eq!(class_predicted(&s, p, None).0, SlotClass::Progressing);
+        // A confident one does (1.8 s against 200 ms, within its 2 s stall threshold).
+        let (s, p) = predicted_decode(1800 * MS, 1800 * MS, 200 * MS, 100_000);
+        assert_eq!(class_predicted(&s, p, None).0, SlotClass::Slow);
+    }
+
     #[test]
     fn a_step_that_just_started_after_a_wait_is_movement() {
         let (s, p) = predicted_decode(10 * MS, 3 * S, 18 * MS, 100_000);
@@ -1039,7 +1054,11 @@ mod tests {
             let (c, d) = class_predicted(&s, p, None);
             assert!(!d.confident, "{ppm}");
             assert_eq!(d.stall_threshold_ns, 30 * S, "{ppm}");
-            assert_eq!(c, SlotClass::Slow, "{ppm}: slow (past 4x), not stalled");
+            assert_eq!(
+                c,
+                SlotClass::Progressing,
+                "{ppm}: past 4x an unconfident prediction is not slow, nor stalled"
+            );
         }
         let (s, p) = predicted_decode(5 * S, 5 * S, 30 * MS, 500_000);
         assert!(class_predicted(&s, p, None).1.confident, "50% is confident");
