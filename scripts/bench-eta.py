@@ -75,6 +75,14 @@ def http(url, body=None, method=None, timeout=600, raw=False):
     return out if raw else json.loads(out)
 
 
+def tokens_of(url, n):
+    """`n` token ids of English text (this README, repeated), tokenized by the server at
+    `url` itself (`POST /tokenize`, the same in hydra-engine and llama-server)."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    ids = http(f"{url}/tokenize", {"content": text})["tokens"]
+    return (ids * (n // len(ids) + 1))[:n]
+
+
 class Sampler(threading.Thread):
     """`hydra-probe show --json` every `period` s; keeps (monotonic s, slots by index)."""
 
@@ -121,10 +129,7 @@ class Engine:
         self.proc.stdout.readline()  # "progress segment ..."
 
     def tokens(self, n):
-        """`n` token ids of English text, tokenized by the engine itself."""
-        text = open(os.path.join(ROOT, "README.md")).read()
-        ids = http(f"{self.url}/tokenize", {"content": text})["tokens"]
-        return (ids * (n // len(ids) + 1))[:n]
+        return tokens_of(self.url, n)
 
     def prefill(self, slot, tokens):
         return http(f"{self.url}/slots/{slot}/prefill", {"tokens": tokens})
@@ -167,9 +172,7 @@ class LlamaServer:
         sys.exit(f"llama-server did not start (log {self.log.name})")
 
     def tokens(self, n):
-        text = open(os.path.join(ROOT, "README.md")).read()
-        ids = http(f"{self.url}/tokenize", {"content": text})["tokens"]
-        return (ids * (n // len(ids) + 1))[:n]
+        return tokens_of(self.url, n)
 
     def completion(self, tokens, n_predict):
         return http(f"{self.url}/completion", {"prompt": tokens, "n_predict": n_predict,
