@@ -213,95 +213,29 @@ fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
         "strict",
         &["--slots", "2", "--ctx", "256", "--max-body", "65536"],
     );
-    let cases: Vec<(&str, &str, Option<String>, u16, &str)> = vec![
-        (
-            "POST",
-            "/slots/9/prefill",
-            Some(r#"{"prompt":"a"}"#.into()),
-            404,
-            "unknown_slot",
-        ),
-        (
-            "POST",
-            "/slots/abc/prefill",
-            Some(r#"{"prompt":"a"}"#.into()),
-            400,
-            "bad_request",
-        ),
-        (
-            "POST",
-            "/slots/0/prefill",
-            Some("{not json".into()),
-            400,
-            "invalid_json",
-        ),
-        (
-            "POST",
-            "/slots/0/prefill",
-            Some(r#"{"prompt":"a","bogus":1}"#.into()),
-            400,
-            "invalid_json",
-        ),
-        (
-            "POST",
-            "/slots/0/prefill",
-            Some(r#"{}"#.into()),
-            400,
-            "bad_request",
-        ),
-        (
-            "POST",
-            "/slots/0/prefill",
-            Some(r#"{"tokens":[1,99999]}"#.into()),
-            400,
-            "bad_request",
-        ),
-        (
-            "POST",
-            "/slots/0/prefill",
-            Some(serde_json::json!({"prompt": "y".repeat(300)}).to_string()),
-            422,
-            "context_overflow",
-        ),
-        (
-            "POST",
-            "/slots/0/prefill",
-            Some(serde_json::json!({"prompt": "z".repeat(100_000)}).to_string()),
-            413,
-            "payload_too_large",
-        ),
-        (
-            "POST",
-            "/slots/1/decode",
-            Some(r#"{"n_predict":4}"#.into()),
-            409,
-            "empty_slot",
-        ),
-        (
-            "POST",
-            "/slots/0/decode",
-            Some(r#"{"n_predict":4,"temperature":-1}"#.into()),
-            400,
-            "bad_request",
-        ),
-        (
-            "PUT",
-            "/slots/0/state",
-            Some("garbage state bytes".into()),
-            422,
-            "state_rejected",
-        ),
-        ("POST", "/slots/0?action=explode", None, 400, "bad_request"),
-        (
-            "GET",
-            "/slots/0/state/meta?via=carrier-pigeon",
-            None,
-            400,
-            "bad_request",
-        ),
-        ("GET", "/no/such/route", None, 404, "not_found"),
+    let body = |b: &str| Some(b.to_string());
+    let prompt_of =
+        |c: &str, n: usize| body(&serde_json::json!({"prompt": c.repeat(n)}).to_string());
+    // One refused request a row: "METHOD path", body, status, error code.
+    #[rustfmt::skip]
+    let cases: [(&str, Option<String>, u16, &str); 14] = [
+        ("POST /slots/9/prefill",                       body(r#"{"prompt":"a"}"#),           404, "unknown_slot"),
+        ("POST /slots/abc/prefill",                     body(r#"{"prompt":"a"}"#),           400, "bad_request"),
+        ("POST /slots/0/prefill",                       body("{not json"),                   400, "invalid_json"),
+        ("POST /slots/0/prefill",                       body(r#"{"prompt":"a","bogus":1}"#), 400, "invalid_json"),
+        ("POST /slots/0/prefill",                       body(r#"{}"#),                       400, "bad_request"),
+        ("POST /slots/0/prefill",                       body(r#"{"tokens":[1,99999]}"#),     400, "bad_request"),
+        ("POST /slots/0/prefill",                       prompt_of("y", 300),                 422, "context_overflow"),
+        ("POST /slots/0/prefill",                       prompt_of("z", 100_000),             413, "payload_too_large"),
+        ("POST /slots/1/decode",                        body(r#"{"n_predict":4}"#),          409, "empty_slot"),
+        ("POST /slots/0/decode",                        body(r#"{"n_predict":4,"temperature":-1}"#), 400, "bad_request"),
+        ("PUT /slots/0/state",                          body("garbage state bytes"),         422, "state_rejected"),
+        ("POST /slots/0?action=explode",                None,                                400, "bad_request"),
+        ("GET /slots/0/state/meta?via=carrier-pigeon",  None,                                400, "bad_request"),
+        ("GET /no/such/route",                          None,                                404, "not_found"),
     ];
-    for (method, path, body, want_status, want_code) in cases {
+    for (route, body, want_status, want_code) in cases {
+        let (method, path) = route.split_once(' ').expect("METHOD path");
         let req = agent().request(method, &e.url(path));
         match hydra_fault::http::try_call(req, body.as_deref()) {
             Ok((status, json)) => {

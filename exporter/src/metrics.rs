@@ -491,7 +491,7 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
         rows,
         "hydra_slot_progress_ratio",
         "Work done over work target in the current phase, 0-1 (absent when the target is unknown)",
-        if_active(|_, s| s.progress),
+        if_active(|_, s| s.derived.progress),
     );
     for (unit, name) in [
         (WorkUnit::Tokens, "hydra_slot_rate_tokens_per_second"),
@@ -502,7 +502,7 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
             rows,
             name,
             "Observed rate of the current phase (work done over the time it took)",
-            if_active(|_, s| s.rate_per_s.filter(|_| s.state.work_unit == unit)),
+            if_active(|_, s| s.derived.rate_per_s.filter(|_| s.state.work_unit == unit)),
         );
     }
     let sources =
@@ -513,7 +513,7 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
         Kind::Gauge,
         |f| {
             for (_, s, labels) in &rows.slots {
-                let (Some(eta), Some(source)) = (s.eta_s.filter(|_| s.is_active()), s.eta_source)
+                let (Some(eta), Some(source)) = (s.derived.eta_s.filter(|_| s.is_active()), s.derived.eta_source)
                 else {
                     continue;
                 };
@@ -523,8 +523,8 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
             }
         },
     );
-    per_slot(x, rows, "hydra_slot_step_expected_seconds", "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)", if_active(|_, s| s.predicted_step_ns.map(secs)));
-    per_slot(x, rows, "hydra_slot_prediction_error_ratio", "The error bound the writer states for its predictions, 0.2 = 20% (format v1.2; absent without one)", if_active(|_, s| s.prediction_error));
+    per_slot(x, rows, "hydra_slot_step_expected_seconds", "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)", if_active(|_, s| s.derived.predicted_step_ns.map(secs)));
+    per_slot(x, rows, "hydra_slot_prediction_error_ratio", "The error bound the writer states for its predictions, 0.2 = 20% (format v1.2; absent without one)", if_active(|_, s| s.derived.prediction_error));
     per_slot(
         x,
         rows,
@@ -532,11 +532,11 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
         "When the slot's work last advanced, Unix time",
         |e, s| (s.state.last_progress_ns != 0).then(|| unix_secs(e, s.state.last_progress_ns)),
     );
-    per_slot(x, rows, "hydra_slot_last_progress_age_seconds", "Silence of an active slot: time since its work last advanced or its phase started (CLOCK_MONOTONIC, at scrape)", if_active(|_, s| s.last_progress_age_ns.map(secs)));
-    per_slot(x, rows, "hydra_slot_stall_threshold_seconds", "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step, or layer while the layer is known)", if_active(|_, s| Some(secs(s.stall_threshold_ns))));
-    per_slot(x, rows, "hydra_slot_layers_done", "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_done.map(int)));
-    per_slot(x, rows, "hydra_slot_step_layers", "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_total.map(int)));
-    per_slot(x, rows, "hydra_slot_layer_age_seconds", "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_age_ns.map(secs)));
+    per_slot(x, rows, "hydra_slot_last_progress_age_seconds", "Silence of an active slot: time since its work last advanced or its phase started (CLOCK_MONOTONIC, at scrape)", if_active(|_, s| s.derived.last_progress_age_ns.map(secs)));
+    per_slot(x, rows, "hydra_slot_stall_threshold_seconds", "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step, or layer while the layer is known)", if_active(|_, s| Some(secs(s.stall_threshold_ns()))));
+    per_slot(x, rows, "hydra_slot_layers_done", "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_done().map(int)));
+    per_slot(x, rows, "hydra_slot_step_layers", "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_total().map(int)));
+    per_slot(x, rows, "hydra_slot_layer_age_seconds", "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_age_ns().map(secs)));
     per_slot(
         x,
         rows,

@@ -379,9 +379,9 @@ fn same_as_prometheus_client_with_hostile_labels_and_non_finite_values() {
         .find(|v| v.slots.iter().any(|s| s.is_active()))
         .expect("an engine with an active slot");
     let slot = live.slots.iter_mut().find(|s| s.is_active()).unwrap();
-    slot.eta_s = Some(f64::INFINITY);
-    slot.rate_per_s = Some(f64::NEG_INFINITY);
-    slot.progress = Some(f64::NAN);
+    slot.derived.eta_s = Some(f64::INFINITY);
+    slot.derived.rate_per_s = Some(f64::NEG_INFINITY);
+    slot.derived.progress = Some(f64::NAN);
     let text = assert_same_as_oracle(c, collector.stats());
     for want in [
         r#"engine="quo\"te\"""#,

@@ -533,17 +533,21 @@ fn render_view(view: &EngineView, n: usize, t: &Thresholds) {
             s.class.as_str(),
             s.class.severity(),
         );
-        for f in [s.progress, s.rate_per_s, s.eta_s].into_iter().flatten() {
+        for f in [s.derived.progress, s.derived.rate_per_s, s.derived.eta_s]
+            .into_iter()
+            .flatten()
+        {
             assert!(f.is_finite() && f >= 0.0, "derived figure {f} of {s:?}");
         }
-        if let Some(p) = s.progress {
+        if let Some(p) = s.derived.progress {
             assert!(p <= 1.0);
         }
-        let _ = hydra_probe::human::progress(s.state.work_done, s.state.work_total, s.progress);
-        let _ = hydra_probe::human::rate(s.rate_per_s, s.unit());
-        let _ = hydra_probe::human::age(s.last_progress_age_ns);
-        let _ = hydra_probe::human::duration_ns(s.stall_threshold_ns);
-        if let Some(e) = s.eta_s {
+        let _ =
+            hydra_probe::human::progress(s.state.work_done, s.state.work_total, s.derived.progress);
+        let _ = hydra_probe::human::rate(s.derived.rate_per_s, s.unit());
+        let _ = hydra_probe::human::age(s.derived.last_progress_age_ns);
+        let _ = hydra_probe::human::duration_ns(s.stall_threshold_ns());
+        if let Some(e) = s.derived.eta_s {
             let _ = hydra_probe::human::seconds(e);
         }
     }

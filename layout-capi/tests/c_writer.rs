@@ -140,7 +140,7 @@ fn c_writer_is_read_and_classified_by_the_rust_probe() {
         let v = capture(&reader, &t);
         match v.slots[0].class {
             SlotClass::Stalled => {
-                let age = v.slots[0].last_progress_age_ns.unwrap();
+                let age = v.slots[0].derived.last_progress_age_ns.unwrap();
                 assert!(
                     age > STALL_FLOOR.as_nanos() as u64,
                     "stalled at age {age} ns"

@@ -207,6 +207,7 @@ struct Geometry {
 }
 
 /// A read-only view of one segment.
+#[derive(Debug)]
 pub struct SegmentReader {
     map: MmapRaw,
     words: MappedWords,
@@ -215,16 +216,6 @@ pub struct SegmentReader {
     geometry: Geometry,
     identity: Identity,
     policy: ReadPolicy,
-}
-
-impl std::fmt::Debug for SegmentReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SegmentReader")
-            .field("path", &self.path)
-            .field("geometry", &self.geometry)
-            .field("engine_id", &self.identity.engine_id)
-            .finish()
-    }
 }
 
 impl SegmentReader {

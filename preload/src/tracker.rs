@@ -67,14 +67,6 @@ pub struct Tracker {
     step_start_ns: u64,
 }
 
-impl std::fmt::Debug for Tracker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tracker")
-            .field("writer", &self.writer)
-            .finish_non_exhaustive()
-    }
-}
-
 /// What a state transfer was about to do, kept between its two halves.
 #[derive(Debug, Clone, Copy)]
 pub struct Transfer {

@@ -363,14 +363,14 @@ impl HydraProbeSlot {
             last_step_ns: s.last_step_ns,
             steps_done: s.steps_done,
             pending: v.pending,
-            progress: figure(v.progress),
-            rate_per_s: figure(v.rate_per_s),
-            eta_s: figure(v.eta_s),
-            last_progress_age_ns: age(v.last_progress_age_ns),
-            phase_age_ns: age(v.phase_age_ns),
-            step_age_ns: age(v.step_age_ns),
-            expected_step_ns: age(v.expected_step_ns),
-            stall_threshold_ns: v.stall_threshold_ns,
+            progress: figure(v.derived.progress),
+            rate_per_s: figure(v.derived.rate_per_s),
+            eta_s: figure(v.derived.eta_s),
+            last_progress_age_ns: age(v.derived.last_progress_age_ns),
+            phase_age_ns: age(v.derived.phase_age_ns),
+            step_age_ns: age(v.derived.step_age_ns),
+            expected_step_ns: age(v.derived.expected_step_ns),
+            stall_threshold_ns: v.stall_threshold_ns(),
             heartbeat_age_ns: engine.heartbeat_age_ns,
         }
     }
@@ -404,11 +404,11 @@ impl HydraProbeLayer {
     fn from_view(v: &SlotView) -> Self {
         Self {
             published: u32::from(v.substeps_published),
-            in_step: u32::from(v.substep_done.is_some()),
-            layers_done: v.substep_done.unwrap_or(0),
-            n_layers: v.substep_total.unwrap_or(0),
-            layer_age_ns: age(v.substep_age_ns),
-            stalled_at_layer: age(v.stalled_at_layer),
+            in_step: u32::from(v.substep_done().is_some()),
+            layers_done: v.substep_done().unwrap_or(0),
+            n_layers: v.substep_total().unwrap_or(0),
+            layer_age_ns: age(v.substep_age_ns()),
+            stalled_at_layer: age(v.stalled_at_layer()),
         }
     }
 }
@@ -439,14 +439,14 @@ impl HydraProbePrediction {
     fn from_view(v: &SlotView) -> Self {
         Self {
             published: u32::from(v.predictions_published),
-            eta_source: match v.eta_s.and(v.eta_source) {
+            eta_source: match v.derived.eta_s.and(v.derived.eta_source) {
                 None => HYDRA_PROBE_ETA_NONE,
                 Some(hydra_probe::EtaSource::Model) => HYDRA_PROBE_ETA_MODEL,
                 Some(hydra_probe::EtaSource::Rate) => HYDRA_PROBE_ETA_RATE,
             },
-            step_expected_ns: age(v.predicted_step_ns),
-            prediction_error: figure(v.prediction_error),
-            confident: u32::from(v.confident),
+            step_expected_ns: age(v.derived.predicted_step_ns),
+            prediction_error: figure(v.derived.prediction_error),
+            confident: u32::from(v.derived.confident),
             reserved: 0,
         }
     }

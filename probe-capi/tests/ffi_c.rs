@@ -194,13 +194,16 @@ fn c_reader_prints_the_same_meta_as_the_cli() {
     assert_eq!(f["phase"], ffi::HYDRA_PROBE_PHASE_DECODE.to_string());
     assert_eq!(f["work_done"], v.state.work_done.to_string());
     assert_eq!(f["n_ctx"], "4096");
-    assert_eq!(f["progress"], format!("{:.6}", v.progress.unwrap()));
-    assert_eq!(f["rate_per_s"], format!("{:.6}", v.rate_per_s.unwrap()));
-    assert_eq!(f["eta_s"], format!("{:.6}", v.eta_s.unwrap()));
-    assert_eq!(f["stall_threshold_ns"], v.stall_threshold_ns.to_string());
+    assert_eq!(f["progress"], format!("{:.6}", v.derived.progress.unwrap()));
+    assert_eq!(
+        f["rate_per_s"],
+        format!("{:.6}", v.derived.rate_per_s.unwrap())
+    );
+    assert_eq!(f["eta_s"], format!("{:.6}", v.derived.eta_s.unwrap()));
+    assert_eq!(f["stall_threshold_ns"], v.stall_threshold_ns().to_string());
     assert_eq!(
         f["expected_step_ns"],
-        v.expected_step_ns.unwrap().to_string()
+        v.derived.expected_step_ns.unwrap().to_string()
     );
     let f = fields("1");
     assert_eq!(

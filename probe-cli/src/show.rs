@@ -59,10 +59,10 @@ pub(super) fn slot_cells(s: &SlotView) -> Vec<String> {
         s.slot.to_string(),
         s.class.as_str().to_owned(),
         st.phase.as_str().to_owned(),
-        human::progress(st.work_done, st.work_total, s.progress),
-        human::rate(s.rate_per_s, s.unit()),
+        human::progress(st.work_done, st.work_total, s.derived.progress),
+        human::rate(s.derived.rate_per_s, s.unit()),
         s.eta_text(),
-        human::age(s.last_progress_age_ns),
+        human::age(s.derived.last_progress_age_ns),
         s.step_text(),
         if st.task_id == 0 {
             "-".into()

@@ -83,10 +83,10 @@ fn slot_line(v: &EngineView, s: &SlotView) -> String {
         v.engine_id,
         s.slot,
         st.phase.as_str(),
-        human::progress(st.work_done, st.work_total, s.progress),
-        human::rate(s.rate_per_s, s.unit()),
+        human::progress(st.work_done, st.work_total, s.derived.progress),
+        human::rate(s.derived.rate_per_s, s.unit()),
         s.eta_text(),
-        human::age(s.last_progress_age_ns),
+        human::age(s.derived.last_progress_age_ns),
         s.class.as_str(),
     )
 }
@@ -162,9 +162,9 @@ impl Bars {
             bar.set_message(format!(
                 "{}{layer} {} eta {} last {} {}",
                 s.state.phase.as_str(),
-                human::rate(s.rate_per_s, s.unit()),
+                human::rate(s.derived.rate_per_s, s.unit()),
                 s.eta_text(),
-                human::age(s.last_progress_age_ns),
+                human::age(s.derived.last_progress_age_ns),
                 s.class.as_str()
             ));
         }

@@ -72,7 +72,7 @@ fn work(s: &SlotView) -> String {
         "{} task {} at {} {}",
         st.phase.as_str(),
         st.task_id,
-        human::progress(st.work_done, st.work_total, s.progress),
+        human::progress(st.work_done, st.work_total, s.derived.progress),
         s.unit()
     )
 }
@@ -81,34 +81,34 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
     let id = &view.engine_id;
     let n = s.slot;
     match s.class {
-        SlotClass::Slow if s.last_progress_age_ns.unwrap_or(0) > s.stall_threshold_ns => format!(
+        SlotClass::Slow if s.derived.last_progress_age_ns.unwrap_or(0) > s.stall_threshold_ns() => format!(
             "{id} slot {n} slow: {}, step of {} in flight for {}, past its stall threshold {}, \
              but its layers move ({}, the last {} ago)",
             work(s),
             s.state.step_size,
-            human::age(s.step_age_ns),
-            human::duration_ns(s.stall_threshold_ns),
+            human::age(s.derived.step_age_ns),
+            human::duration_ns(s.stall_threshold_ns()),
             s.layer_text().unwrap_or_default(),
-            human::age(s.substep_age_ns),
+            human::age(s.substep_age_ns()),
         ),
-        SlotClass::Stalled if s.stalled_at_layer.is_some() => format!(
+        SlotClass::Stalled if s.stalled_at_layer().is_some() => format!(
             "{id} slot {n} stalled at {}: {}, layer counter frozen for {} (threshold {}), step of {} in flight for {}",
             s.layer_text().unwrap_or_default(),
             work(s),
-            human::age(s.substep_age_ns),
-            human::duration_ns(s.stall_threshold_ns),
+            human::age(s.substep_age_ns()),
+            human::duration_ns(s.stall_threshold_ns()),
             s.state.step_size,
-            human::age(s.step_age_ns),
+            human::age(s.derived.step_age_ns),
         ),
         SlotClass::Slow => format!(
             "{id} slot {n} slow: {}, ETA {} exceeds budget {} at {}",
             work(s),
-            human::seconds(s.eta_s.unwrap_or(0.0)),
+            human::seconds(s.derived.eta_s.unwrap_or(0.0)),
             human::seconds(t.budget.map(|b| b.as_secs_f64()).unwrap_or(0.0)),
-            human::rate(s.rate_per_s, s.unit()),
+            human::rate(s.derived.rate_per_s, s.unit()),
         ),
         SlotClass::Stalled => {
-            let step = match s.step_age_ns {
+            let step = match s.derived.step_age_ns {
                 Some(a) => format!(
                     ", step of {} in flight for {}",
                     s.state.step_size,
@@ -119,8 +119,8 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
             format!(
                 "{id} slot {n} stalled: {}, no progress for {} (threshold {}){step}",
                 work(s),
-                human::age(s.last_progress_age_ns),
-                human::duration_ns(s.stall_threshold_ns),
+                human::age(s.derived.last_progress_age_ns),
+                human::duration_ns(s.stall_threshold_ns()),
             )
         }
         SlotClass::Orphaned => format!(

@@ -226,34 +226,38 @@ impl MetaFigures {
                 || s.phase == Phase::Queued
                 || (s.phase == Phase::Idle && v.pending > 0),
             progress: if active {
-                v.progress.unwrap_or(0.0)
+                v.derived.progress.unwrap_or(0.0)
             } else {
                 0.0
             },
             tokens_processed: if tokens { s.work_done } else { 0 },
             tokens_total: if tokens { s.work_total } else { 0 },
             elapsed_ms: if active {
-                v.phase_age_ns.map(ms).unwrap_or(0)
+                v.derived.phase_age_ns.map(ms).unwrap_or(0)
             } else {
                 0
             },
-            last_progress_age_ms: v.last_progress_age_ns.map(ms),
-            rate_per_s: v.rate_per_s.filter(|r| r.is_finite()),
-            eta_s: v.eta_s.filter(|e| e.is_finite()),
-            eta_source: v.eta_s.filter(|e| e.is_finite()).and(v.eta_source),
+            last_progress_age_ms: v.derived.last_progress_age_ns.map(ms),
+            rate_per_s: v.derived.rate_per_s.filter(|r| r.is_finite()),
+            eta_s: v.derived.eta_s.filter(|e| e.is_finite()),
+            eta_source: v
+                .derived
+                .eta_s
+                .filter(|e| e.is_finite())
+                .and(v.derived.eta_source),
             predictions_published: v.predictions_published,
-            step_expected_ms: v.predicted_step_ns.map(ms),
-            prediction_error: v.prediction_error.filter(|e| e.is_finite()),
+            step_expected_ms: v.derived.predicted_step_ns.map(ms),
+            prediction_error: v.derived.prediction_error.filter(|e| e.is_finite()),
             phase_start_unix_ms: (s.phase_start_ns != 0)
                 .then(|| ms(engine.identity.to_realtime_ns(s.phase_start_ns))),
-            step_age_ms: v.step_age_ns.map(ms),
+            step_age_ms: v.derived.step_age_ns.map(ms),
             step_size: if s.step_start_ns != 0 { s.step_size } else { 0 },
-            stall_threshold_ms: ms(v.stall_threshold_ns),
+            stall_threshold_ms: ms(v.stall_threshold_ns()),
             heartbeat_age_ms: ms(engine.heartbeat_age_ns),
             substeps_published: v.substeps_published,
-            substep_done: v.substep_done,
-            substep_total: v.substep_total,
-            substep_age_ms: v.substep_age_ns.map(ms),
+            substep_done: v.substep_done(),
+            substep_total: v.substep_total(),
+            substep_age_ms: v.substep_age_ns().map(ms),
         }
     }
 }
@@ -312,7 +316,7 @@ impl HydraMeta {
             substep_done: f.substeps_published.then_some(f.substep_done),
             substep_total: f.substeps_published.then_some(f.substep_total),
             substep_age_ms: f.substeps_published.then_some(f.substep_age_ms),
-            stalled_at_layer: v.stalled_at_layer,
+            stalled_at_layer: v.stalled_at_layer(),
         })
     }
 

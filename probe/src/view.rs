@@ -1,7 +1,8 @@
 //! Snapshots of an engine and its slots, with the derived figures and classes.
 
 use crate::classify::{
-    self, classify_derived, derive_predicted, engine_health, EngineHealth, EtaSource, SlotClass,
+    self, classify_derived, derive_predicted, engine_health, Derived, EngineHealth, EtaSource,
+    SlotClass,
 };
 use crate::error::ProbeError;
 use crate::thresholds::Thresholds;
@@ -17,15 +18,15 @@ use std::path::PathBuf;
 const CONTENDED_REREADS: usize = 3;
 
 /// One slot at one moment: the record (or the last values of a torn one), its class and
-/// the figures derived from it. Serialises with the record nested under `state`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// the figures derived from it. Serialises with the record nested under `state` and the
+/// derived figures beside it (`crate::ser`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct SlotView {
     /// Slot index.
     pub slot: usize,
     /// Classification (see [`crate::classify`]).
     pub class: SlotClass,
     /// The record; for a torn slot, the best-effort last values.
-    #[serde(serialize_with = "crate::ser::slot_state")]
     pub state: SlotState,
     /// Tasks queued for the slot (outside the seqlock).
     pub pending: u64,
@@ -33,45 +34,14 @@ pub struct SlotView {
     pub read_error: Option<String>,
     /// Failed seqlock attempts before the consistent copy.
     pub read_retries: u32,
-    /// `work_done / work_total` in 0..=1.
-    pub progress: Option<f64>,
-    /// Work units (see `state.work_unit`) per second.
-    pub rate_per_s: Option<f64>,
-    /// Seconds to finish the phase: from the writer's prediction when it publishes one
-    /// (format v1.2), else at the observed rate.
-    pub eta_s: Option<f64>,
-    /// Where `eta_s` comes from: the writer's model or the observed rate.
-    pub eta_source: Option<EtaSource>,
-    /// Time since the slot last moved (progress, or the start of its phase).
-    pub last_progress_age_ns: Option<u64>,
-    /// Time since the current phase started.
-    pub phase_age_ns: Option<u64>,
-    /// Age of the step in flight, if one is under way.
-    pub step_age_ns: Option<u64>,
-    /// Predicted duration of the step in flight (the writer's, when it publishes one).
-    pub expected_step_ns: Option<u64>,
+    /// The figures derived from the record at the view's `now`: progress, rate, ETA, ages,
+    /// the writer's prediction, the stall thresholds and the layer position.
+    pub derived: Derived,
     /// Whether the writer publishes its cost model's predictions (format v1.2).
     pub predictions_published: bool,
-    /// The writer's own prediction for the step in flight.
-    pub predicted_step_ns: Option<u64>,
-    /// The error bound the writer states for it (1.0 = 100%).
-    pub prediction_error: Option<f64>,
-    /// Whether that prediction is confident (the short stall floor applies).
-    pub confident: bool,
-    /// Silence beyond which this slot counts as stalled (the layer's threshold while the
-    /// layer position is known).
-    pub stall_threshold_ns: u64,
     /// Whether the writer publishes the layer position inside a step (format v1.1); when
-    /// false the `substep_*` fields are unknown, not absent.
+    /// false the layer figures are unknown, not absent.
     pub substeps_published: bool,
-    /// Layers of the step in flight's forward finished (none between steps).
-    pub substep_done: Option<u64>,
-    /// Layers in that forward.
-    pub substep_total: Option<u64>,
-    /// Time since the last layer finished.
-    pub substep_age_ns: Option<u64>,
-    /// For a stalled slot whose layer position is known: the layer counter it stopped at.
-    pub stalled_at_layer: Option<u64>,
 }
 
 impl SlotView {
@@ -100,38 +70,46 @@ impl SlotView {
         now_ns: u64,
         t: &Thresholds,
     ) -> Self {
-        let d = derive_predicted(&state, substep, prediction, now_ns, t);
-        let class = classify_derived(&state, pending, liveness, &d, t);
-        let stalled_at_layer = (class == SlotClass::Stalled)
-            .then_some(d.layer)
-            .flatten()
-            .map(|l| l.done);
+        let derived = derive_predicted(&state, substep, prediction, now_ns, t);
         Self {
-            substeps_published: substep.is_some(),
-            substep_done: d.layer.map(|l| l.done),
-            substep_total: d.layer.map(|l| l.total),
-            substep_age_ns: d.layer_age_ns,
-            stalled_at_layer,
+            class: classify_derived(&state, pending, liveness, &derived, t),
             slot,
-            class,
             state,
             pending,
             read_error: None,
             read_retries: 0,
-            progress: d.progress,
-            rate_per_s: d.rate_per_s,
-            eta_s: d.eta_s,
-            eta_source: d.eta_source,
-            last_progress_age_ns: d.last_progress_age_ns,
-            phase_age_ns: d.phase_age_ns,
-            step_age_ns: d.step_age_ns,
-            expected_step_ns: d.expected_step_ns,
+            derived,
             predictions_published: prediction.is_some(),
-            predicted_step_ns: d.predicted_step_ns,
-            prediction_error: d.prediction_error,
-            confident: d.confident,
-            stall_threshold_ns: d.effective_stall_threshold_ns(),
+            substeps_published: substep.is_some(),
         }
+    }
+
+    /// Silence beyond which this slot counts as stalled (the layer's threshold while the
+    /// layer position is known).
+    pub fn stall_threshold_ns(&self) -> u64 {
+        self.derived.effective_stall_threshold_ns()
+    }
+
+    /// Layers of the step in flight's forward finished (none between steps).
+    pub fn substep_done(&self) -> Option<u64> {
+        self.derived.layer.map(|l| l.done)
+    }
+
+    /// Layers in that forward.
+    pub fn substep_total(&self) -> Option<u64> {
+        self.derived.layer.map(|l| l.total)
+    }
+
+    /// Time since the last layer finished.
+    pub fn substep_age_ns(&self) -> Option<u64> {
+        self.derived.layer_age_ns
+    }
+
+    /// For a stalled slot whose layer position is known: the layer counter it stopped at.
+    pub fn stalled_at_layer(&self) -> Option<u64> {
+        (self.class == SlotClass::Stalled)
+            .then_some(())
+            .and(self.substep_done())
     }
 
     /// Builds the view of a slot that could not be read consistently, keeping `last` (the
@@ -159,7 +137,7 @@ impl SlotView {
     /// "layer 17/30" (17 of the forward's 30 layers finished) inside a step whose layer
     /// position is known; `None` otherwise.
     pub fn layer_text(&self) -> Option<String> {
-        match (self.substep_done, self.substep_total) {
+        match (self.substep_done(), self.substep_total()) {
             (Some(done), Some(total)) => Some(format!("layer {done}/{total}")),
             _ => None,
         }
@@ -168,11 +146,11 @@ impl SlotView {
     /// The ETA for people: `12.3s`, with its source when the writer's model gives it
     /// (`12.3s model ±8%`, or `12.3s model` without a bound); `-` when unknown.
     pub fn eta_text(&self) -> String {
-        let Some(eta) = self.eta_s else {
+        let Some(eta) = self.derived.eta_s else {
             return "-".into();
         };
         let secs = crate::human::seconds(eta);
-        match (self.eta_source, self.prediction_error) {
+        match (self.derived.eta_source, self.derived.prediction_error) {
             (Some(EtaSource::Model), Some(e)) => format!("{secs} model ±{:.0}%", e * 100.0),
             (Some(EtaSource::Model), None) => format!("{secs} model"),
             _ => secs,
@@ -182,11 +160,11 @@ impl SlotView {
     /// The step in flight for people: its age, the writer's prediction when there is one,
     /// its size and the layer position (`1.2s/3.4s x512 layer 3/30`); `-` between steps.
     pub fn step_text(&self) -> String {
-        let Some(age) = self.step_age_ns else {
+        let Some(age) = self.derived.step_age_ns else {
             return "-".into();
         };
         let mut text = crate::human::duration_ns(age);
-        if let Some(p) = self.predicted_step_ns {
+        if let Some(p) = self.derived.predicted_step_ns {
             text.push('/');
             text.push_str(&crate::human::duration_ns(p));
         }
@@ -427,7 +405,7 @@ mod tests {
             classes,
             [SlotClass::Idle, SlotClass::Progressing, SlotClass::Queued]
         );
-        assert_eq!(v.slots[1].rate_per_s, Some(5.0));
+        assert_eq!(v.slots[1].derived.rate_per_s, Some(5.0));
         assert_eq!(v.busy_slots(), 1);
         assert!(matches!(
             v.slot(3),

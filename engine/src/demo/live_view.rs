@@ -49,7 +49,7 @@ pub fn run(segment: &Path, interval: Duration, running: &Running) -> anyhow::Res
         captures.push(t.elapsed().as_secs_f64() * 1e6);
         phases.observe(&view.slots);
         for (bar, slot) in bars.iter().zip(&view.slots) {
-            bar.set_position((slot.progress.unwrap_or(0.0) * 1000.0).round() as u64);
+            bar.set_position((slot.derived.progress.unwrap_or(0.0) * 1000.0).round() as u64);
             bar.set_message(describe(slot, phases.of(slot)));
         }
         if !tty && (last_plain.elapsed() >= Duration::from_secs(1) || finished) {
@@ -119,10 +119,15 @@ fn describe(s: &SlotView, last_phase: Option<Phase>) -> String {
         "tok"
     };
     let rate = s
+        .derived
         .rate_per_s
         .map(|r| format!("{r:.0} {unit}/s"))
         .unwrap_or_else(|| "-".into());
-    let eta = s.eta_s.map(|e| format!("eta {e:.1}s")).unwrap_or_default();
+    let eta = s
+        .derived
+        .eta_s
+        .map(|e| format!("eta {e:.1}s"))
+        .unwrap_or_default();
     format!(
         "{:<8} {:>7}/{:<7} {:>12} {:>10} n_past {:>5} pending {}  [{class}]",
         st.phase.as_str(),

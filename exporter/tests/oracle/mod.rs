@@ -377,7 +377,7 @@ impl EngineMetrics {
             "Work done over work target in the current phase, 0-1 (absent when the target is unknown)",
             Gauge,
             self.active()
-                .filter_map(|(e, s)| s.progress.map(|p| (sl(e, s), p))),
+                .filter_map(|(e, s)| s.derived.progress.map(|p| (sl(e, s), p))),
         )?;
         for (unit, name) in [
             (WorkUnit::Tokens, "hydra_slot_rate_tokens_per_second"),
@@ -389,7 +389,7 @@ impl EngineMetrics {
                 Gauge,
                 self.active()
                     .filter(|(_, s)| s.state.work_unit == unit)
-                    .filter_map(|(e, s)| s.rate_per_s.map(|r| (sl(e, s), r))),
+                    .filter_map(|(e, s)| s.derived.rate_per_s.map(|r| (sl(e, s), r))),
             )?;
         }
         f.family(
@@ -397,12 +397,12 @@ impl EngineMetrics {
             "Time to finish the current phase; source=\"model\": the writer's cost model predicts it (format v1.2), source=\"rate\": at the observed rate",
             Gauge,
             self.active().filter_map(|(e, s)| {
-                let source = s.eta_source?.as_str();
+                let source = s.derived.eta_source?.as_str();
                 let extra: &[(&'static str, &str)] = match source {
                     "model" => &[("source", "model")],
                     _ => &[("source", "rate")],
                 };
-                s.eta_s.map(|t| {
+                s.derived.eta_s.map(|t| {
                     (
                         L {
                             extra,
@@ -418,14 +418,14 @@ impl EngineMetrics {
             "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)",
             Gauge,
             self.active()
-                .filter_map(|(e, s)| s.predicted_step_ns.map(|p| (sl(e, s), secs(p)))),
+                .filter_map(|(e, s)| s.derived.predicted_step_ns.map(|p| (sl(e, s), secs(p)))),
         )?;
         f.family(
             "hydra_slot_prediction_error_ratio",
             "The error bound the writer states for its predictions, 0.2 = 20% (format v1.2; absent without one)",
             Gauge,
             self.active()
-                .filter_map(|(e, s)| s.prediction_error.map(|p| (sl(e, s), p))),
+                .filter_map(|(e, s)| s.derived.prediction_error.map(|p| (sl(e, s), p))),
         )?;
         f.family(
             "hydra_slot_last_progress_timestamp_seconds",
@@ -440,7 +440,7 @@ impl EngineMetrics {
             "Silence of an active slot: time since its work last advanced or its phase started (CLOCK_MONOTONIC, at scrape)",
             Gauge,
             self.active().filter_map(|(e, s)| {
-                s.last_progress_age_ns.map(|a| (sl(e, s), secs(a)))
+                s.derived.last_progress_age_ns.map(|a| (sl(e, s), secs(a)))
             }),
         )?;
         f.family(
@@ -448,28 +448,28 @@ impl EngineMetrics {
             "Silence beyond which an active slot is classified stalled: max(floor, factor x expected step, or layer while the layer is known)",
             Gauge,
             self.active()
-                .map(|(e, s)| (sl(e, s), secs(s.stall_threshold_ns))),
+                .map(|(e, s)| (sl(e, s), secs(s.stall_threshold_ns()))),
         )?;
         f.family(
             "hydra_slot_layers_done",
             "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)",
             Gauge,
             self.active()
-                .filter_map(|(e, s)| s.substep_done.map(|d| (sl(e, s), i(d)))),
+                .filter_map(|(e, s)| s.substep_done().map(|d| (sl(e, s), i(d)))),
         )?;
         f.family(
             "hydra_slot_step_layers",
             "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)",
             Gauge,
             self.active()
-                .filter_map(|(e, s)| s.substep_total.map(|t| (sl(e, s), i(t)))),
+                .filter_map(|(e, s)| s.substep_total().map(|t| (sl(e, s), i(t)))),
         )?;
         f.family(
             "hydra_slot_layer_age_seconds",
             "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)",
             Gauge,
             self.active()
-                .filter_map(|(e, s)| s.substep_age_ns.map(|a| (sl(e, s), secs(a)))),
+                .filter_map(|(e, s)| s.substep_age_ns().map(|a| (sl(e, s), secs(a)))),
         )?;
         f.family(
             "hydra_slot_phase_start_timestamp_seconds",

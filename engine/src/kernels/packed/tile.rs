@@ -532,29 +532,45 @@ mod x86 {
     ) {
         let ones = _mm256_set1_epi16(1);
         tile_loop!(kind, tiles, acts, out, M, |q, b, starts| {
-            let mut pairs = [_mm256_setzero_si256(); M];
-            for c in 0..4 {
-                // SAFETY: `q` is a whole 4-bit tile block.
-                let (low, high) = unsafe { nibbles(q, c) };
-                for (a, pairs) in acts.iter().zip(&mut pairs) {
-                    // SAFETY: `a` holds `blocks` blocks (the caller's contract).
-                    let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
-                    let both = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(low, x0),
-                        _mm256_maddubs_epi16(high, x1),
-                    );
-                    *pairs = _mm256_add_epi16(*pairs, both);
-                }
-            }
+            // SAFETY: `q` is a whole 4-bit tile block and each activation row holds `blocks`
+            // blocks (the caller's contract).
+            let pairs = unsafe { avx2_q4_pairs(q, b, acts) };
             std::array::from_fn(|m| _mm256_add_epi32(starts[m], _mm256_madd_epi16(pairs[m], ones)))
         })
     }
 
-    /// AVX-512 VNNI on 256-bit vectors: eight `vpdpbusd` per block and activation row, in
-    /// two independent chains per row (the integer sums are exact in any order).
+    /// One tile block's 16-bit pair sums of its unsigned nibbles times `M` activation
+    /// rows' signed quants (AVX2 `vpmaddubsw`), per row: the block's four loads against
+    /// each row's block `b`. The sums stay below 32768 (8 * 15 * 127 * 2), so each kernel
+    /// widens them once, with `vpmaddwd`. Shared by the plain and the K-quant AVX2 kernels.
     ///
     /// # Safety
-    /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
+    /// `q` points at a whole 4-bit tile block and every row of `acts` holds more than `b`
+    /// blocks.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2_q4_pairs<const M: usize>(
+        q: *const u8,
+        b: usize,
+        acts: &[QuantizedRow<'_>; M],
+    ) -> [__m256i; M] {
+        let mut pairs = [_mm256_setzero_si256(); M];
+        for c in 0..4 {
+            // SAFETY: `q` is a whole 4-bit tile block (this function's contract).
+            let (low, high) = unsafe { nibbles(q, c) };
+            for (a, pairs) in acts.iter().zip(&mut pairs) {
+                // SAFETY: `a` holds more than `b` blocks (this function's contract).
+                let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
+                let both = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(low, x0),
+                    _mm256_maddubs_epi16(high, x1),
+                );
+                *pairs = _mm256_add_epi16(*pairs, both);
+            }
+        }
+        pairs
+    }
+
     /// One tile block's exact integer products with `M` activation rows, added to `d`
     /// (per row, the two halves' lanes): the block's vectors `c` and `c + 4` (for 4 bits,
     /// the two halves of load `c`) against each row's block `b`. Shared by the plain and
@@ -599,6 +615,11 @@ mod x86 {
         }
     }
 
+    /// AVX-512 VNNI on 256-bit vectors: eight `vpdpbusd` per block and activation row, in
+    /// two independent chains per row (the integer sums are exact in any order).
+    ///
+    /// # Safety
+    /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
     pub(super) unsafe fn vnni<const M: usize, const Q4: bool>(
         kind: Kind,
@@ -718,20 +739,9 @@ mod x86 {
     ) {
         let ones = _mm256_set1_epi16(1);
         tile_loop_k!(Kind::Q4K, tiles, acts, out, M, |q, b| {
-            let mut pairs = [_mm256_setzero_si256(); M];
-            for c in 0..4 {
-                // SAFETY: `q` is a whole 4-bit tile block.
-                let (low, high) = unsafe { nibbles(q, c) };
-                for (a, pairs) in acts.iter().zip(&mut pairs) {
-                    // SAFETY: `a` holds `blocks` blocks (the caller's contract).
-                    let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
-                    let both = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(low, x0),
-                        _mm256_maddubs_epi16(high, x1),
-                    );
-                    *pairs = _mm256_add_epi16(*pairs, both);
-                }
-            }
+            // SAFETY: `q` is a whole 4-bit tile block and each activation row holds `blocks`
+            // blocks (the caller's contract).
+            let pairs = unsafe { avx2_q4_pairs(q, b, acts) };
             std::array::from_fn(|m| [_mm256_madd_epi16(pairs[m], ones), _mm256_setzero_si256()])
         })
     }
