@@ -5,7 +5,8 @@ Usage: scripts/import-cycles.py [SRC_DIR] [--exclude MODULE]... [--dot]
 
 Every `.rs` file is a module (`a/b.rs` and `a/b/mod.rs` are `a::b`; `lib.rs` and
 `main.rs` the root). An edge A -> B is any path `crate::B...` or `super::...` in A's
-text (comments and string literals removed) that resolves to module B: the longest
+text (comments and string literals removed, but for the paths serde's `with` attributes
+name) that resolves to module B: the longest
 prefix of the path that names a module. Edges between a module and its own ancestors
 or descendants are left out: a parent and the children it declares are one unit (the
 parent's facade re-exports them, a child uses the parent's items), so only circles
@@ -31,9 +32,12 @@ def module_of(rel):
 
 
 def strip(text):
-    """Removes comments and string literals (doc comments name paths that are not uses)."""
+    """Removes comments and string literals (doc comments name paths that are not uses),
+    except the paths that serde's `with`, `serialize_with` and `deserialize_with`
+    attributes name in strings: those are uses."""
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
     text = re.sub(r"//[^\n]*", " ", text)
+    text = re.sub(r'\b((?:de)?serialize_with|with)\s*=\s*"([\w:]+)"', r"\1 = \2", text)
     text = re.sub(r'r#*"(?:.|\n)*?"#*', '""', text)
     text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
     return text

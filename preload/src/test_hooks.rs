@@ -29,8 +29,9 @@ fn log(line: std::fmt::Arguments<'_>) {
     }
 }
 
-/// A graph computed inside a tracked call of `n_tokens` tokens was given `plan`.
-pub fn planned(n_tokens: u32, plan: crate::layers::Plan) {
+/// A graph computed inside a tracked call of `n_tokens` tokens was given `plan` (logged by
+/// its `Debug` name, so that this module needs nothing from the hooks it serves).
+pub fn planned(n_tokens: u32, plan: impl std::fmt::Debug) {
     log(format_args!("{plan:?} {n_tokens}"));
 }
 

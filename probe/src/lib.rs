@@ -31,7 +31,7 @@
 //!     let view = EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())?;
 //!     println!("{}: {}", view.engine_id, view.health.as_str());
 //!     for slot in &view.slots {
-//!         println!("  slot {}: {} {:?}", slot.slot, slot.class.as_str(), slot.eta_s);
+//!         println!("  slot {}: {} {:?}", slot.slot, slot.class.as_str(), slot.derived.eta_s);
 //!     }
 //!     let meta = HydraMeta::from_view(&view, 0).expect("every segment has slot 0");
 //!     println!("{}", meta.to_json());

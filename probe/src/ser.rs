@@ -1,8 +1,6 @@
-//! JSON shapes of the layout crate's plain types (which do not depend on serde), and of
-//! the slot view, whose derived figures sit beside its own fields. Enums serialise as
-//! their lower-case names; unknown raw values as "unknown".
+//! JSON shapes of the layout crate's plain types (which do not depend on serde). Enums
+//! serialise as their lower-case names; unknown raw values as "unknown".
 
-use crate::view::SlotView;
 use hydra_layout::{HeaderSnapshot, Identity, SlotState};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
@@ -15,6 +13,7 @@ macro_rules! serialize_struct {
         st.end()
     }};
 }
+pub(crate) use serialize_struct;
 
 pub(crate) fn slot_state<S: Serializer>(s: &SlotState, ser: S) -> Result<S::Ok, S::Error> {
     serialize_struct!(ser, "SlotState" {
@@ -39,44 +38,12 @@ pub(crate) fn slot_state<S: Serializer>(s: &SlotState, ser: S) -> Result<S::Ok, 
     })
 }
 
-/// A slot record as its JSON object.
-struct StateJson<'a>(&'a SlotState);
+/// A slot record as its JSON object (a field of a struct serialised by hand).
+pub(crate) struct StateJson<'a>(pub(crate) &'a SlotState);
 
 impl Serialize for StateJson<'_> {
     fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         slot_state(self.0, ser)
-    }
-}
-
-impl Serialize for SlotView {
-    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        let d = &self.derived;
-        serialize_struct!(ser, "SlotView" {
-            "slot": &self.slot,
-            "class": &self.class,
-            "state": &StateJson(&self.state),
-            "pending": &self.pending,
-            "read_error": &self.read_error,
-            "read_retries": &self.read_retries,
-            "progress": &d.progress,
-            "rate_per_s": &d.rate_per_s,
-            "eta_s": &d.eta_s,
-            "eta_source": &d.eta_source,
-            "last_progress_age_ns": &d.last_progress_age_ns,
-            "phase_age_ns": &d.phase_age_ns,
-            "step_age_ns": &d.step_age_ns,
-            "expected_step_ns": &d.expected_step_ns,
-            "predictions_published": &self.predictions_published,
-            "predicted_step_ns": &d.predicted_step_ns,
-            "prediction_error": &d.prediction_error,
-            "confident": &d.confident,
-            "stall_threshold_ns": &self.stall_threshold_ns(),
-            "substeps_published": &self.substeps_published,
-            "substep_done": &self.substep_done(),
-            "substep_total": &self.substep_total(),
-            "substep_age_ns": &self.substep_age_ns(),
-            "stalled_at_layer": &self.stalled_at_layer(),
-        })
     }
 }
 

@@ -5,11 +5,13 @@ use crate::classify::{
     SlotClass,
 };
 use crate::error::ProbeError;
+use crate::ser::{serialize_struct, StateJson};
 use crate::thresholds::Thresholds;
 use hydra_layout::{
     HeaderSnapshot, Identity, Liveness, Prediction, SegmentReader, SlotSnapshot, SlotState,
     Substep, WorkUnit,
 };
+use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -19,7 +21,7 @@ const CONTENDED_REREADS: usize = 3;
 
 /// One slot at one moment: the record (or the last values of a torn one), its class and
 /// the figures derived from it. Serialises with the record nested under `state` and the
-/// derived figures beside it (`crate::ser`).
+/// derived figures beside the view's own fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlotView {
     /// Slot index.
@@ -182,6 +184,39 @@ impl SlotView {
             WorkUnit::Unknown(_) => "units",
             u => u.as_str(),
         }
+    }
+}
+
+/// The record nested under `state`, the derived figures beside the view's own fields.
+impl Serialize for SlotView {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let d = &self.derived;
+        serialize_struct!(ser, "SlotView" {
+            "slot": &self.slot,
+            "class": &self.class,
+            "state": &StateJson(&self.state),
+            "pending": &self.pending,
+            "read_error": &self.read_error,
+            "read_retries": &self.read_retries,
+            "progress": &d.progress,
+            "rate_per_s": &d.rate_per_s,
+            "eta_s": &d.eta_s,
+            "eta_source": &d.eta_source,
+            "last_progress_age_ns": &d.last_progress_age_ns,
+            "phase_age_ns": &d.phase_age_ns,
+            "step_age_ns": &d.step_age_ns,
+            "expected_step_ns": &d.expected_step_ns,
+            "predictions_published": &self.predictions_published,
+            "predicted_step_ns": &d.predicted_step_ns,
+            "prediction_error": &d.prediction_error,
+            "confident": &d.confident,
+            "stall_threshold_ns": &self.stall_threshold_ns(),
+            "substeps_published": &self.substeps_published,
+            "substep_done": &self.substep_done(),
+            "substep_total": &self.substep_total(),
+            "substep_age_ns": &self.substep_age_ns(),
+            "stalled_at_layer": &self.stalled_at_layer(),
+        })
     }
 }
 
