@@ -213,23 +213,23 @@ fn bad_input_gets_4xx_and_the_engine_keeps_serving() {
         "strict",
         &["--slots", "2", "--ctx", "256", "--max-body", "65536"],
     );
-    let body = |b: &str| Some(b.to_string());
+    let text = |b: &str| Some(b.to_string());
     let prompt_of =
-        |c: &str, n: usize| body(&serde_json::json!({"prompt": c.repeat(n)}).to_string());
+        |c: &str, n: usize| text(&serde_json::json!({"prompt": c.repeat(n)}).to_string());
     // One refused request a row: "METHOD path", body, status, error code.
     #[rustfmt::skip]
     let cases: [(&str, Option<String>, u16, &str); 14] = [
-        ("POST /slots/9/prefill",                       body(r#"{"prompt":"a"}"#),           404, "unknown_slot"),
-        ("POST /slots/abc/prefill",                     body(r#"{"prompt":"a"}"#),           400, "bad_request"),
-        ("POST /slots/0/prefill",                       body("{not json"),                   400, "invalid_json"),
-        ("POST /slots/0/prefill",                       body(r#"{"prompt":"a","bogus":1}"#), 400, "invalid_json"),
-        ("POST /slots/0/prefill",                       body(r#"{}"#),                       400, "bad_request"),
-        ("POST /slots/0/prefill",                       body(r#"{"tokens":[1,99999]}"#),     400, "bad_request"),
+        ("POST /slots/9/prefill",                       text(r#"{"prompt":"a"}"#),           404, "unknown_slot"),
+        ("POST /slots/abc/prefill",                     text(r#"{"prompt":"a"}"#),           400, "bad_request"),
+        ("POST /slots/0/prefill",                       text("{not json"),                   400, "invalid_json"),
+        ("POST /slots/0/prefill",                       text(r#"{"prompt":"a","bogus":1}"#), 400, "invalid_json"),
+        ("POST /slots/0/prefill",                       text(r#"{}"#),                       400, "bad_request"),
+        ("POST /slots/0/prefill",                       text(r#"{"tokens":[1,99999]}"#),     400, "bad_request"),
         ("POST /slots/0/prefill",                       prompt_of("y", 300),                 422, "context_overflow"),
         ("POST /slots/0/prefill",                       prompt_of("z", 100_000),             413, "payload_too_large"),
-        ("POST /slots/1/decode",                        body(r#"{"n_predict":4}"#),          409, "empty_slot"),
-        ("POST /slots/0/decode",                        body(r#"{"n_predict":4,"temperature":-1}"#), 400, "bad_request"),
-        ("PUT /slots/0/state",                          body("garbage state bytes"),         422, "state_rejected"),
+        ("POST /slots/1/decode",                        text(r#"{"n_predict":4}"#),          409, "empty_slot"),
+        ("POST /slots/0/decode",                        text(r#"{"n_predict":4,"temperature":-1}"#), 400, "bad_request"),
+        ("PUT /slots/0/state",                          text("garbage state bytes"),         422, "state_rejected"),
         ("POST /slots/0?action=explode",                None,                                400, "bad_request"),
         ("GET /slots/0/state/meta?via=carrier-pigeon",  None,                                400, "bad_request"),
         ("GET /no/such/route",                          None,                                404, "not_found"),

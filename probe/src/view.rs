@@ -109,9 +109,8 @@ impl SlotView {
 
     /// For a stalled slot whose layer position is known: the layer counter it stopped at.
     pub fn stalled_at_layer(&self) -> Option<u64> {
-        (self.class == SlotClass::Stalled)
-            .then_some(())
-            .and(self.substep_done())
+        self.substep_done()
+            .filter(|_| self.class == SlotClass::Stalled)
     }
 
     /// Builds the view of a slot that could not be read consistently, keeping `last` (the
@@ -455,6 +454,57 @@ mod tests {
         assert_eq!(json["health"], "hung");
         assert_eq!(json["slots"][1]["state"]["phase"], "decode");
         assert_eq!(json["identity"]["model_name"], "tiny");
+    }
+
+    #[test]
+    fn slot_view_json_keys_in_their_published_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = writer(tmp.path(), 1);
+        let now = clock::monotonic_ns() + 1000 * S;
+        w.publish(0, &decode(now, 45)).unwrap();
+        let r = SegmentReader::open(w.path()).unwrap();
+        let v = EngineView::capture(&r, now, &Thresholds::default()).unwrap();
+        let text = serde_json::to_string(&v.slots[0]).unwrap();
+        // The order the view's fields had when it derived Serialize (before it held
+        // `Derived`): readers that print the JSON as it comes see the same lines.
+        let keys = [
+            "slot",
+            "class",
+            "state",
+            "pending",
+            "read_error",
+            "read_retries",
+            "progress",
+            "rate_per_s",
+            "eta_s",
+            "eta_source",
+            "last_progress_age_ns",
+            "phase_age_ns",
+            "step_age_ns",
+            "expected_step_ns",
+            "predictions_published",
+            "predicted_step_ns",
+            "prediction_error",
+            "confident",
+            "stall_threshold_ns",
+            "substeps_published",
+            "substep_done",
+            "substep_total",
+            "substep_age_ns",
+            "stalled_at_layer",
+        ];
+        let at: Vec<usize> = keys
+            .iter()
+            .map(|k| {
+                text.find(&format!("\"{k}\":"))
+                    .unwrap_or_else(|| panic!("{k}: {text}"))
+            })
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value.as_object().unwrap().len(), keys.len(), "{text}");
+        assert_eq!(value["rate_per_s"], 5.0);
+        assert_eq!(value["stall_threshold_ns"], v.slots[0].stall_threshold_ns());
     }
 
     #[test]
