@@ -17,7 +17,7 @@
 #   --embedded-shape
 #                the whole table on a GGUF of the embedded model's shape and weight type
 #                (random weights, a 260-token byte vocabulary llama.cpp also reads),
-#                written once by engine/tests/models/make_gguf.py into the cache;
+#                written once by engine/core/tests/models/make_gguf.py into the cache;
 #                --long defaults to 2000 (its context is 4096)
 #   --pool-use P hydra-engine's --pool-use (adaptive, always, never; default adaptive)
 #   --quant T,.. the whole table once per llama.cpp type T (Q4_K_M, Q5_K_M, Q6_K, Q8_0, ...):
@@ -131,7 +131,7 @@ fi
 
 if [ "$shape" = 1 ]; then
   [ -z "$model" ] || { echo "bench-vs-llamacpp: --embedded-shape and --model exclude each other" >&2; exit 2; }
-  gen="$repo/engine/tests/models/make_gguf.py"
+  gen="$repo/engine/core/tests/models/make_gguf.py"
   dir="${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}/bench-models/v$(python3 "$gen" --version)"
   python3 "$gen" --out "$dir" embedded-shape >&2
   model="$dir/embedded-shape.gguf"

@@ -6,7 +6,7 @@
 #   scripts/build-cuda.sh build       build (incrementally); print the directory holding
 #                                     hydra-engine and hydra-probe
 #   scripts/build-cuda.sh env         build, then print the `export` lines the CUDA binary
-#                                     test (engine/tests/cuda_binary.rs) reads:
+#                                     test (engine/cli/tests/cuda_binary.rs) reads:
 #                                     HYDRA_CUDA_ENGINE, HYDRA_CUDA_LIBRARY_PATH
 #   scripts/build-cuda.sh cargo-env   install the toolkit (once), then print the `export`
 #                                     lines under which `cargo build|check --release
@@ -52,10 +52,8 @@ build() {
   eval "$env"
   say "cargo build --release --features cuda (hydra-engine, hydra-probe) into $CARGO_TARGET_DIR"
   local t0=$SECONDS
-  # Two invocations: `--features hydra-engine/cuda` next to a second `-p` is not applied to
-  # hydra-engine itself (its dev-dependency on itself makes the name ambiguous to cargo).
   (cd "$root" && nice -n 5 cargo build --release --locked --quiet -p hydra-engine \
-    --features cuda && nice -n 5 cargo build --release --locked --quiet -p hydra-probe-cli)
+    -p hydra-probe-cli --features hydra-engine/cuda)
   say "built in $((SECONDS - t0)) s"
   echo "$CARGO_TARGET_DIR/release"
 }
@@ -76,7 +74,7 @@ unit_tests() {
   prefix=$("$toolkit" prefix)
   # The test binary links the CUDA libraries: the toolkit's, and its driver stub.
   (cd "$root" && LD_LIBRARY_PATH="$prefix/lib64:$prefix/lib64/stubs" nice -n 5 \
-    cargo test --release --locked -p hydra-engine --features cuda --lib device)
+    cargo test --release --locked -p hydra-engine-core --features cuda --lib device)
 }
 
 make_bundle() {
@@ -91,7 +89,7 @@ make_bundle() {
   strip -o "$b/bin/hydra-probe" "$out/hydra-probe"
   cp "$root/scripts/cuda-run.sh" "$b/run"
   cp "$root/scripts/device-check.sh" "$root/scripts/device_check.py" "$b/"
-  cp "$root/engine/tests/models/make_gguf.py" "$b/models/make_gguf.py"
+  cp "$root/engine/core/tests/models/make_gguf.py" "$b/models/make_gguf.py"
   cp "$("$root/scripts/llama-cpp.sh" vocab)/ggml-vocab-llama-spm.gguf" "$b/models/"
   python3 -m pip download --quiet --no-deps --only-binary :all: -d "$stage/wheels" \
     "${bundle_wheels[@]}" >&2

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 
 echo "== CUDA build: hydra-engine --features cuda (incremental; cached outside the repository)"
-# Exports HYDRA_CUDA_ENGINE and HYDRA_CUDA_LIBRARY_PATH for engine/tests/cuda_binary.rs
+# Exports HYDRA_CUDA_ENGINE and HYDRA_CUDA_LIBRARY_PATH for engine/cli/tests/cuda_binary.rs
 # (an assignment first, so that a failed build stops the run).
 cuda_env=$(scripts/build-cuda.sh env)
 eval "$cuda_env"

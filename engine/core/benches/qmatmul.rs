@@ -1,0 +1,137 @@
+//! One SmolLM2 layer's weight matmuls by every strategy the engine has or had, side by
+//! side: candle's quantized kernels, the engine's packed kernels (`kernels::packed`),
+//! dequantizing once per chunk for the f32 GEMM, and the GEMM alone.
+//!
+//! ```text
+//! cargo bench -p hydra-engine --bench qmatmul -- [--threads N] [--repeat N]
+//! ```
+//!
+//! One SmolLM2-135M layer's seven matrices (576 x 576 Q and O, 192 x 576 K and V,
+//! 1536 x 576 gate and up, 576 x 1536 down), Q8_0 (what the engine runs after converting
+//! the Q4_1 file) and Q4_0 (the embedded model's type), for 1 to 512 rows. Each strategy
+//! runs the seven matmuls on the same random activations, on a worker of rayon's pool as
+//! the engine's compute loop does; every figure is the best of `--repeat` runs, strategies
+//! interleaved:
+//! - `candle`: `QMatMul::forward` (activations quantized to Q8 rows, integer dot products,
+//!   16-row tiles, candle's spinning pool);
+//! - `packed`: `PackedMatrix::matmul` on the best instruction set of this CPU, and
+//!   `packed avx2` forced to AVX2 (the difference is AVX-512 VNNI);
+//! - `dequant+f32`: dequantize the seven packed matrices, then `x @ W^T` with candle's f32
+//!   GEMM (the cost of dequantizing is paid per chunk, as it is in the engine);
+//! - `f32 only`: the GEMM alone on weights kept in f32 (an upper bound that would cost 4x
+//!   the weight memory).
+
+mod support;
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use hydra_engine_core::kernels::packed::PackedMatrix;
+use hydra_engine_core::kernels::{Isa, Level};
+
+const SHAPES: [(usize, usize); 7] = [
+    (576, 576),
+    (192, 576),
+    (192, 576),
+    (576, 576),
+    (1536, 576),
+    (1536, 576),
+    (576, 1536),
+];
+
+fn main() -> candle_core::Result<()> {
+    let (threads, repeat) = support::start(5)?;
+    let dev = Device::Cpu;
+    println!("# one SmolLM2-135M layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per call (and per row)");
+    println!("| weights | rows | candle | packed ({:?}) | packed avx2 | dequant+f32 | f32 only | packed / candle | dequant+f32 / candle |", Isa::best().level());
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1, GgmlDType::Q4_0] {
+        let mut qs = Vec::new();
+        let mut fs = Vec::new();
+        for (n, k) in SHAPES {
+            let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
+            let q = Arc::new(QTensor::quantize(&w, dtype)?);
+            fs.push(q.dequantize(&dev)?);
+            qs.push(q);
+        }
+        let mms: Vec<QMatMul> = qs
+            .iter()
+            .map(|q| QMatMul::from_arc(q.clone()))
+            .collect::<candle_core::Result<_>>()?;
+        let packed: Vec<PackedMatrix> = qs
+            .iter()
+            .map(|q| Ok(PackedMatrix::from_qtensor(q)?.expect("Q8_0 and Q4_0 pack")))
+            .collect::<candle_core::Result<_>>()?;
+        let packed_avx2: Vec<PackedMatrix> = packed
+            .iter()
+            .filter_map(|p| Isa::get(Level::Avx2).map(|isa| p.clone().with_isa(isa)))
+            .collect();
+        for rows in [1usize, 2, 4, 8, 16, 32, 64, 128, 512] {
+            let xs: Vec<Tensor> = SHAPES
+                .iter()
+                .map(|&(_, k)| Tensor::randn(0f32, 1.0, (1, rows, k), &dev))
+                .collect::<candle_core::Result<_>>()?;
+            let xv: Vec<Vec<f32>> = xs
+                .iter()
+                .map(|x| x.flatten_all()?.to_vec1())
+                .collect::<candle_core::Result<_>>()?;
+            let candle = || {
+                for (m, x) in mms.iter().zip(&xs) {
+                    m.forward(x).expect("quantized matmul");
+                }
+            };
+            let run_packed = |ps: &[PackedMatrix]| {
+                for (p, x) in ps.iter().zip(&xv) {
+                    std::hint::black_box(p.matmul(x, rows));
+                }
+            };
+            let dequant = || {
+                for (p, x) in packed.iter().zip(&xs) {
+                    let (n, k) = p.dims();
+                    let w = Tensor::from_vec(p.dequantize(), (n, k), &Device::Cpu).expect("w");
+                    x.broadcast_matmul(&w.t().expect("t")).expect("f32 matmul");
+                }
+            };
+            let f32_only = || {
+                for (w, x) in fs.iter().zip(&xs) {
+                    x.broadcast_matmul(&w.t().expect("t")).expect("f32 matmul");
+                }
+            };
+            let mut best = [f64::MAX; 5];
+            hydra_engine_core::threads::run_in_pool(|| {
+                for round in 0..=repeat {
+                    let times = [
+                        support::ms(candle),
+                        support::ms(|| run_packed(&packed)),
+                        if packed_avx2.is_empty() {
+                            f64::NAN
+                        } else {
+                            support::ms(|| run_packed(&packed_avx2))
+                        },
+                        support::ms(dequant),
+                        support::ms(f32_only),
+                    ];
+                    // Round 0 warms caches and pools.
+                    if round > 0 {
+                        for (b, t) in best.iter_mut().zip(times) {
+                            *b = b.min(t);
+                        }
+                    }
+                }
+            });
+            let per = |ms: f64| format!("{ms:.3} ({:.4})", ms / rows as f64);
+            println!(
+                "| {dtype:?} | {rows} | {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+                per(best[0]),
+                per(best[1]),
+                per(best[2]),
+                per(best[3]),
+                per(best[4]),
+                best[1] / best[0],
+                best[3] / best[0]
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! The compute thread's loop: continuous batching, and the serial schedule as its special
+//! case of at most one job.
+//!
+//! The loop keeps the [`Job`] each slot is running (a prefill, decode or completion in
+//! its prompt or generation stage). Every iteration:
+//! - it takes what the queue holds (blocking, with the heartbeat's timeout, only when no
+//!   job runs); tasks wait in arrival order in their line: one line per slot with
+//!   `--schedule batched`, one line for every slot with `--schedule serial`;
+//! - it starts the first waiting task of every line that is free (batched: the slot runs
+//!   no job; serial: no slot does): a prefill, decode or completion becomes the slot's
+//!   job; a save, restore, erase or meta query through the queue runs at once, between
+//!   iterations (so `?via=queue` still waits for the job ahead of it);
+//! - every slot that is generating advances by one token, all of them in ONE forward
+//!   ([`hydra_engine_core::Slots::decode_batch`]: the weight matmuls run once over the stacked rows,
+//!   attention per slot against its own cache);
+//! - one slot that is prefilling (in turn) runs one chunk of at most `--ubatch` tokens.
+//!
+//! A generation task (`TaskKind::Generate`) is checked for cancellation (its client gone,
+//! or `POST /slots/{id}?action=cancel`) before each prefill chunk and before each sample,
+//! and sends each token as soon as it is sampled.
+//!
+//! A task counts as pending in the segment until it starts. Every slot's steps are
+//! published from this thread (`begin_task`, `step_started`, `step_finished`, `finish`),
+//! the heartbeat is written on each iteration, and a shutdown cancels every running job
+//! at its next step.
+
+use super::job::{GenerationJob, Job, PromptJob, PromptReply};
+use super::{Compute, IDLE_HEARTBEAT};
+use crate::config::Schedule;
+use crate::progress::TokenKind;
+use crate::task::generate::GenFinish as OutFinish;
+use crate::task::{Task, TaskKind};
+use crate::task_error::{ClientError, TaskError};
+use hydra_engine_core::sampling::FinishReason as GenFinish;
+use hydra_engine_core::slots::StepObserver;
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+
+struct Stepping<'c> {
+    c: &'c mut Compute,
+    /// The running job of each slot.
+    jobs: Vec<Option<Job>>,
+    /// Tasks waiting to start, in arrival order, by line.
+    waiting: Vec<VecDeque<Task>>,
+    /// The serial schedule: one line, at most one job.
+    serial: bool,
+    /// The slot whose prefill goes next (round robin).
+    next_prefill: usize,
+}
+
+/// Runs the loop until the queue has closed and every task has ended.
+pub(super) fn run(c: &mut Compute, rx: Receiver<Task>) {
+    let n = c.shared.n_slots;
+    let serial = c.schedule == Schedule::Serial;
+    let lines = if serial { 1 } else { n };
+    let mut s = Stepping {
+        c,
+        jobs: (0..n).map(|_| None).collect(),
+        waiting: (0..lines).map(|_| VecDeque::new()).collect(),
+        serial,
+        next_prefill: 0,
+    };
+    let mut open = true;
+    loop {
+        s.c.progress.heartbeat();
+        if open {
+            open = s.receive(&rx);
+        }
+        s.start_waiting();
+        if s.idle() {
+            if open {
+                continue;
+            }
+            break;
+        }
+        s.decode_step();
+        s.prefill_step();
+    }
+}
+
+impl Stepping<'_> {
+    fn idle(&self) -> bool {
+        self.jobs.iter().all(Option::is_none)
+    }
+
+    /// Takes every task the queue holds, waiting up to the heartbeat interval for one when
+    /// no job runs. Returns false once the queue is closed and empty.
+    fn receive(&mut self, rx: &Receiver<Task>) -> bool {
+        let first = if self.idle() {
+            match rx.recv_timeout(IDLE_HEARTBEAT) {
+                Ok(task) => Some(task),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return false,
+            }
+        } else {
+            match rx.try_recv() {
+                Ok(task) => Some(task),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        };
+        let Some(first) = first else {
+            return true;
+        };
+        self.accept(first);
+        loop {
+            match rx.try_recv() {
+                Ok(task) => self.accept(task),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn accept(&mut self, task: Task) {
+        if self.c.is_shutting_down() {
+            self.c.dequeued(&task);
+            task.reject(ClientError::ShuttingDown.into());
+            return;
+        }
+        let line = if self.serial { 0 } else { task.slot.get() };
+        self.waiting[line].push_back(task);
+    }
+
+    /// Whether `line`'s next task may start.
+    fn line_free(&self, line: usize) -> bool {
+        if self.serial {
+            self.idle()
+        } else {
+            self.jobs[line].is_none()
+        }
+    }
+
+    /// Starts the waiting tasks of every free line; tasks that are not generation run to
+    /// completion here.
+    fn start_waiting(&mut self) {
+        for line in 0..self.waiting.len() {
+            while self.line_free(line) {
+                let Some(task) = self.waiting[line].pop_front() else {
+                    break;
+                };
+                self.c.dequeued(&task);
+                if self.c.is_shutting_down() {
+                    task.reject(ClientError::ShuttingDown.into());
+                } else {
+                    self.start(task);
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, Task { slot, kind }: Task) {
+        let c = &mut *self.c;
+        let job = match kind {
+            TaskKind::Prefill { spec, reply } => {
+                PromptJob::begin(c, slot, spec.tokens, PromptReply::Prefill(reply))
+            }
+            TaskKind::Completion {
+                prefill,
+                decode,
+                reply,
+            } => PromptJob::begin(
+                c,
+                slot,
+                prefill.tokens,
+                PromptReply::Completion { decode, reply },
+            ),
+            TaskKind::Decode { spec, reply } => GenerationJob::begin_decode(c, slot, &spec, reply),
+            TaskKind::Generate { spec, events } => PromptJob::begin_generate(c, slot, spec, events),
+            TaskKind::Save { reply } => return c.save(slot, reply),
+            TaskKind::Restore { data, reply } => return c.restore(slot, data, reply),
+            TaskKind::Erase { reply } => return c.erase(slot, reply),
+            TaskKind::MetaViaQueue { reply } => return c.meta_via_queue(slot, reply),
+        };
+        self.jobs[slot.get()] = job;
+    }
+
+    /// One token for every generating slot, in one forward.
+    fn decode_step(&mut self) {
+        let c = &mut *self.c;
+        let model = c.slots.model().clone();
+        let n_ctx = c.slots.n_ctx();
+        let mut steps = Vec::new();
+        let mut ended = Vec::new();
+        let mut stopped = Vec::new();
+        for job in self.jobs.iter_mut() {
+            let Some(Job::Generation(g)) = job else {
+                continue;
+            };
+            let slot = g.slot.get();
+            if g.is_cancelled(c) {
+                stopped.push((slot, OutFinish::Cancelled));
+                continue;
+            }
+            let n_past = c.slots.n_past(slot).unwrap_or(n_ctx);
+            match g.gen.next_token(&mut g.sampler, &model, n_past, n_ctx) {
+                Err(finish) => ended.push((slot, finish)),
+                Ok(token) => {
+                    // Sent as soon as it is sampled, before its own forward.
+                    if let ControlFlow::Break(f) = g.sampled(&c.shared.tokenizer, token) {
+                        stopped.push((slot, f));
+                        continue;
+                    }
+                    let mut publisher = step_publisher!(c, TokenKind::Generated);
+                    if publisher
+                        .before_step(&g.gen.step_start(slot, n_past))
+                        .is_break()
+                    {
+                        ended.push((slot, GenFinish::Cancelled));
+                    } else {
+                        steps.push((slot, token));
+                    }
+                }
+            }
+        }
+        for (slot, finish) in ended {
+            self.finish_generation(slot, finish);
+        }
+        for (slot, finish) in stopped {
+            if let Some(Job::Generation(g)) = self.jobs[slot].take() {
+                g.stop(self.c, finish);
+            }
+        }
+        if steps.is_empty() {
+            return;
+        }
+        let c = &mut *self.c;
+        let mut publisher = step_publisher!(c, TokenKind::Generated);
+        match c.slots.decode_batch(&steps, &mut publisher) {
+            Ok(logits) => {
+                let mut cancelled = Vec::new();
+                for (&(slot, token), logits) in steps.iter().zip(logits) {
+                    let Some(Job::Generation(g)) = &mut self.jobs[slot] else {
+                        continue;
+                    };
+                    let n_past = c.slots.n_past(slot).unwrap_or(0);
+                    let done = g.gen.accept(slot, token, logits, n_past);
+                    if publisher.after_step(&done).is_break() {
+                        cancelled.push(slot);
+                    }
+                }
+                for slot in cancelled {
+                    self.finish_generation(slot, GenFinish::Cancelled);
+                }
+            }
+            Err(e) => {
+                let e = TaskError::from(e);
+                for &(slot, _) in &steps {
+                    if let Some(job) = self.jobs[slot].take() {
+                        job.fail(self.c, e.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The generation on `slot` ended for `finish`: publish, then reply.
+    fn finish_generation(&mut self, slot: usize, finish: GenFinish) {
+        match self.jobs[slot].take() {
+            Some(Job::Generation(g)) => g.finish(self.c, finish),
+            other => self.jobs[slot] = other,
+        }
+    }
+
+    /// One chunk of the next prefilling slot's prompt.
+    fn prefill_step(&mut self) {
+        let n = self.jobs.len();
+        let Some(slot) = (0..n)
+            .map(|i| (self.next_prefill + i) % n)
+            .find(|&s| matches!(self.jobs[s], Some(Job::Prompt(_))))
+        else {
+            return;
+        };
+        self.next_prefill = (slot + 1) % n;
+        let mut p = match self.jobs[slot].take() {
+            Some(Job::Prompt(p)) => p,
+            other => return self.jobs[slot] = other,
+        };
+        let c = &mut *self.c;
+        if p.is_cancelled(c) {
+            return p.cancel(c);
+        }
+        let end = (p.done + c.ubatch).min(p.tokens.len());
+        let mut publisher = step_publisher!(c, TokenKind::Prompt);
+        let r = c.slots.prefill_chunk(
+            slot,
+            &p.tokens[p.done..end],
+            p.done,
+            p.tokens.len(),
+            &mut publisher,
+        );
+        if r.is_ok() {
+            p.chunk_done();
+        }
+        self.jobs[slot] = match r {
+            Ok(_) if end < p.tokens.len() => {
+                p.done = end;
+                Some(Job::Prompt(p))
+            }
+            Ok(_) => p.finish(c),
+            Err(e) => {
+                Job::Prompt(p).fail(c, e.into());
+                None
+            }
+        };
+    }
+}

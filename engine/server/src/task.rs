@@ -1,0 +1,216 @@
+//! The messages the HTTP front end posts to the compute thread, and their replies.
+//!
+//! Every task carries a `tokio::sync::oneshot` sender for its reply; the front end awaits
+//! it. The queue is a plain FIFO (`std::sync::mpsc`); the schedule decides which waiting
+//! task starts when (`compute/schedule.rs`).
+
+pub mod generate;
+
+use crate::task_error::{ClientError, TaskError};
+use axum::body::Bytes;
+use hydra_engine_core::sampling::SamplerConfig;
+use hydra_layout::PendingCounter;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+/// Reply channel of a task.
+pub type Reply<T> = oneshot::Sender<Result<T, TaskError>>;
+
+/// Prompt tokens, already tokenized by the front end.
+#[derive(Debug, Clone)]
+pub struct PrefillSpec {
+    /// Tokens to evaluate.
+    pub tokens: Vec<u32>,
+}
+
+/// Generation settings of a decode.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeSpec {
+    /// Most tokens to generate.
+    pub n_predict: usize,
+    /// Sampling.
+    pub sampler: SamplerConfig,
+    /// Stop at the model's EOS token.
+    pub stop_at_eos: bool,
+}
+
+/// Outcome of a prefill.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrefillResult {
+    /// The slot.
+    pub slot: usize,
+    /// The task id published in the segment.
+    pub task_id: u64,
+    /// Tokens evaluated.
+    pub n_prompt_tokens: usize,
+    /// Tokens in the slot's cache afterwards.
+    pub n_past: usize,
+    /// Wall time, ms.
+    pub prompt_ms: f64,
+    /// Throughput, tokens/s.
+    pub prompt_per_second: f64,
+}
+
+/// Outcome of a decode.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeResult {
+    /// The slot.
+    pub slot: usize,
+    /// The task id published in the segment.
+    pub task_id: u64,
+    /// Generated text.
+    pub content: String,
+    /// Generated token ids.
+    pub tokens: Vec<u32>,
+    /// Why generation stopped: "eos", "limit", "context_full", "cancelled".
+    pub stop_type: &'static str,
+    /// Tokens in the slot's cache afterwards.
+    pub n_past: usize,
+    /// Wall time, ms.
+    pub predicted_ms: f64,
+    /// Throughput, tokens/s.
+    pub predicted_per_second: f64,
+    /// CPU time the engine process spent during the generation loop, ms (all its threads:
+    /// with `--threads 1` this is the compute thread's work; it excludes time spent
+    /// preempted, so the overhead benchmarks report it beside the wall time).
+    pub predicted_cpu_ms: f64,
+}
+
+/// A streamed state save: its exact length, then the bytes.
+pub struct SaveStream {
+    /// Bytes the stream will carry (the Content-Length).
+    pub len: u64,
+    /// The bytes, in chunks, as the compute thread writes them.
+    pub chunks: mpsc::UnboundedReceiver<Result<Bytes, std::io::Error>>,
+}
+
+/// A slot index checked against the engine's slot count ([`hydra_engine_core::slots::check_slot`], the
+/// one home of that bound): a task carries one, so the compute thread never checks again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotId(usize);
+
+impl SlotId {
+    /// `slot`, when it is one of `n_slots` slots.
+    pub fn new(slot: usize, n_slots: usize) -> hydra_engine_core::Result<Self> {
+        hydra_engine_core::slots::check_slot(slot, n_slots)?;
+        Ok(Self(slot))
+    }
+
+    /// The index.
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+/// Work for the compute thread: what to do, on which slot.
+pub struct Task {
+    /// The slot.
+    pub slot: SlotId,
+    /// What to do, and where the reply goes.
+    pub kind: TaskKind,
+}
+
+/// What a task does, each kind with its own reply.
+pub enum TaskKind {
+    /// Evaluate prompt tokens into a slot (appending to what it holds).
+    Prefill {
+        /// Tokens.
+        spec: PrefillSpec,
+        /// Reply.
+        reply: Reply<PrefillResult>,
+    },
+    /// Generate from a prefilled slot.
+    Decode {
+        /// Settings.
+        spec: DecodeSpec,
+        /// Reply.
+        reply: Reply<DecodeResult>,
+    },
+    /// Prefill then decode, as one task.
+    Completion {
+        /// Prompt.
+        prefill: PrefillSpec,
+        /// Settings.
+        decode: DecodeSpec,
+        /// Reply.
+        reply: Reply<(PrefillResult, DecodeResult)>,
+    },
+    /// Save a slot's KV state as a byte stream.
+    Save {
+        /// Reply: the stream, sent before the bytes are produced.
+        reply: Reply<SaveStream>,
+    },
+    /// Restore a slot's KV state from bytes.
+    Restore {
+        /// The state.
+        data: Bytes,
+        /// Reply: n_past after the restore.
+        reply: Reply<usize>,
+    },
+    /// Empty a slot.
+    Erase {
+        /// Reply.
+        reply: Reply<()>,
+    },
+    /// Generate from a prompt, reusing the prefix the slot holds, sending every token as
+    /// it is sampled (`/completion`, `/v1/completions`, `/v1/chat/completions`).
+    Generate {
+        /// Prompt and settings.
+        spec: generate::GenerateSpec,
+        /// Where the events go; also the reply.
+        events: generate::GenEvents,
+    },
+    /// Answer a meta query through the queue (the old way; for the benchmark only).
+    MetaViaQueue {
+        /// Reply: the Hydra meta JSON.
+        reply: Reply<hydra_probe::HydraMeta>,
+    },
+}
+
+impl Task {
+    /// Answers the task with `error` without running it.
+    pub fn reject(self, error: TaskError) {
+        match self.kind {
+            TaskKind::Prefill { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::Decode { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::Completion { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::Save { reply } => drop(reply.send(Err(error))),
+            TaskKind::Restore { reply, .. } => drop(reply.send(Err(error))),
+            TaskKind::Erase { reply } => drop(reply.send(Err(error))),
+            TaskKind::Generate { events, .. } => {
+                drop(events.send(generate::GenEvent::Failed(error)))
+            }
+            TaskKind::MetaViaQueue { reply } => drop(reply.send(Err(error))),
+        }
+    }
+}
+
+/// The front end's end of the queue: counts the task as pending for its slot in the
+/// segment, then enqueues it.
+#[derive(Clone)]
+pub struct TaskSender {
+    tx: std::sync::mpsc::Sender<Task>,
+    pending: Option<PendingCounter>,
+}
+
+impl TaskSender {
+    /// Wraps the queue's sender.
+    pub fn new(tx: std::sync::mpsc::Sender<Task>, pending: Option<PendingCounter>) -> Self {
+        Self { tx, pending }
+    }
+
+    /// Posts `task`; fails when the compute thread has stopped.
+    pub fn post(&self, task: Task) -> Result<(), TaskError> {
+        let slot = task.slot.get();
+        if let Some(p) = &self.pending {
+            p.queued(slot);
+        }
+        self.tx.send(task).map_err(|returned| {
+            if let Some(p) = &self.pending {
+                p.dequeued(slot);
+            }
+            drop(returned);
+            TaskError::from(ClientError::ShuttingDown)
+        })
+    }
+}
