@@ -65,7 +65,7 @@ pub use model::config::LlamaConfig;
 pub use model::quant::{Conversion, QuantTarget};
 pub use model::{LoadOptions, Model, ModelInfo};
 pub use sampling::{
-    generate, FinishReason, GenerateParams, Generation, Generator, Sampler, SamplerConfig,
+    generate, GenerateParams, Generation, Generator, Sampler, SamplerConfig, StopReason,
 };
-pub use slots::{FnObserver, Logits, Slots, StepDone, StepObserver, StepStart};
+pub use slots::{FnObserver, Logits, SlotId, Slots, StepDone, StepObserver, StepStart};
 pub use tokenizer::{SpecialIds, StreamDecoder, Tokenizer};

@@ -150,16 +150,20 @@ impl Sampler {
     }
 }
 
-/// Why generation stopped.
+/// Why a generation stopped: the one stop reason, from sampling to the wire (each HTTP
+/// surface writes it in its own words).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
+pub enum StopReason {
     /// An end-of-generation token was sampled (not included in the tokens).
     Eos,
+    /// A stop string of the request appeared in the text (the server's text output
+    /// watches for them; sampling itself never stops for one).
+    StopWord,
     /// `n_predict` tokens were generated.
     Length,
     /// The slot's context is full.
     ContextFull,
-    /// The observer asked to stop.
+    /// The observer asked to stop (the request was cancelled, or its client went away).
     Cancelled,
 }
 
@@ -187,7 +191,7 @@ pub struct Generation {
     /// Generated tokens, each already in the slot's cache.
     pub tokens: Vec<u32>,
     /// Why it stopped.
-    pub finish: FinishReason,
+    pub finish: StopReason,
     /// Logits after the last token in the slot, for continuing.
     pub next_logits: Logits,
 }
@@ -222,16 +226,16 @@ impl Generator {
         model: &Model,
         n_past: usize,
         n_ctx: usize,
-    ) -> std::result::Result<u32, FinishReason> {
+    ) -> std::result::Result<u32, StopReason> {
         if self.tokens.len() >= self.params.n_predict {
-            return Err(FinishReason::Length);
+            return Err(StopReason::Length);
         }
         let t = sampler.sample(&self.logits);
         if self.params.stop_at_eos && model.is_eos(t) {
-            return Err(FinishReason::Eos);
+            return Err(StopReason::Eos);
         }
         if n_past >= n_ctx {
-            return Err(FinishReason::ContextFull);
+            return Err(StopReason::ContextFull);
         }
         Ok(t)
     }
@@ -268,7 +272,7 @@ impl Generator {
     }
 
     /// The generation, ended for `finish`.
-    pub fn finish(self, finish: FinishReason) -> Generation {
+    pub fn finish(self, finish: StopReason) -> Generation {
         Generation {
             tokens: self.tokens,
             finish,
@@ -285,7 +289,7 @@ impl Generator {
 /// [`Generation::next_logits`] continues from there. The observer hears
 /// `before_step` (with `n_tokens = 1`) before each decode and `after_step`
 /// (with the token) after it; a break stops with
-/// [`FinishReason::Cancelled`], keeping what was generated.
+/// [`StopReason::Cancelled`], keeping what was generated.
 pub fn generate<O: StepObserver + ?Sized>(
     slots: &mut Slots,
     slot: usize,
@@ -305,13 +309,13 @@ pub fn generate<O: StepObserver + ?Sized>(
             Err(finish) => break finish,
         };
         if let ControlFlow::Break(()) = observer.before_step(&gen.step_start(slot, n_past)) {
-            break FinishReason::Cancelled;
+            break StopReason::Cancelled;
         }
         let logits = slots.decode_step_observed(slot, t, observer)?;
         if let ControlFlow::Break(()) =
             observer.after_step(&gen.accept(slot, t, logits, n_past + 1))
         {
-            break FinishReason::Cancelled;
+            break StopReason::Cancelled;
         }
     };
     let secs = start.elapsed().as_secs_f64();

@@ -182,6 +182,35 @@ pub fn check_slot(slot: usize, n_slots: usize) -> Result<()> {
     }
 }
 
+/// A slot index checked against the engine's slot count ([`check_slot`], the one home of
+/// that bound): whoever holds one never checks the bound again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SlotId(usize);
+
+impl SlotId {
+    /// `slot`, when it is one of `n_slots` slots.
+    pub fn new(slot: usize, n_slots: usize) -> Result<Self> {
+        check_slot(slot, n_slots)?;
+        Ok(Self(slot))
+    }
+
+    /// Every one of `n_slots` slots, in order.
+    pub fn all(n_slots: usize) -> impl Iterator<Item = Self> {
+        (0..n_slots).map(Self)
+    }
+
+    /// The index.
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+impl std::fmt::Display for SlotId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// N slots, each with its own KV cache and n_past, sharing one model.
 #[derive(Debug)]
 pub struct Slots {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use candle_core::quantized::GgmlDType;
 use hydra_engine_core::threads::PoolUse;
 use hydra_engine_core::{
-    generate, Conversion, EngineError, FinishReason, FnObserver, LoadOptions, Logits, Model,
-    Sampler, SamplerConfig, Slots, StateError, StepDone, StepStart,
+    generate, Conversion, EngineError, FnObserver, LoadOptions, Logits, Model, Sampler,
+    SamplerConfig, Slots, StateError, StepDone, StepStart, StopReason,
 };
 
 fn builtin() -> Arc<Model> {
@@ -263,7 +263,7 @@ fn observer_reports_progress_and_cancel_keeps_done_chunks() {
         },
     };
     let g = common::generate_greedy(&mut slots, 0, full, common::params(20, false), &mut obs);
-    assert_eq!(g.finish, FinishReason::Cancelled);
+    assert_eq!(g.finish, StopReason::Cancelled);
     assert_eq!(g.tokens, seen);
     assert_eq!(g.tokens.len(), 5);
 }
@@ -327,7 +327,7 @@ fn bad_input_is_a_typed_error_not_a_panic() {
     slots.erase(1).unwrap();
     let l1 = slots.prefill(1, &long[..60], 8, &mut ()).unwrap();
     let g = common::generate_greedy(&mut slots, 1, l1, common::params(10, false), &mut ());
-    assert_eq!(g.finish, FinishReason::ContextFull);
+    assert_eq!(g.finish, StopReason::ContextFull);
     assert_eq!(g.tokens.len(), 4);
     drop(l);
     assert!(Slots::new(model, 0, 64).is_err());

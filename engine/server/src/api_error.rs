@@ -1,42 +1,132 @@
-//! The one error type HTTP clients see: `{"error":{"code":..., "message":...}}` with the
-//! right status. Messages are for the client; internals go to the log (once, where the
-//! error is produced), never into a response: [`ApiError::Internal`] carries no text.
-//! The compute thread's errors become `ApiError`s here, in one place: the client's part
-//! of a [`TaskError`] (a [`ClientError`]) is wrapped as it is, the rest is `Internal`.
+//! The one classification of every error a client is answered with: an [`ApiError`] is a
+//! kind, the request field at fault (when one is) and a message for a person. It knows
+//! nothing of a wire shape: each surface renders it in its own words, the llama surface as
+//! `{"error": {"code", "message"}}` (`llama/error.rs`) and the `/v1` surface in OpenAI's
+//! shape (`openai/error.rs`), each by an exhaustive match on [`ErrorKind`], so a new kind
+//! does not compile until both surfaces say how they answer it.
+//!
+//! Messages are for the client; internals go to the log (once, where the error is
+//! produced), never into a response: [`ErrorKind::Internal`] carries a fixed text. The
+//! compute thread's errors are classified here, in one place: the client's part of a
+//! [`TaskError`] (a [`ClientError`]) keeps its kind, the rest is internal.
 
+use crate::slot_pool::PoolError;
 use crate::task_error::{ClientError, TaskError};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 
-/// An error answered to an HTTP client.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum ApiError {
-    /// Refused, by the front end or the compute thread, for a reason the client is told.
-    #[error(transparent)]
-    Refused(#[from] ClientError),
-    /// The body is not valid JSON of the expected shape.
-    #[error("invalid JSON body: {0}")]
-    InvalidJson(String),
+/// What went wrong, as the surfaces tell it apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The slot id is not one of the engine's slots.
+    UnknownSlot,
+    /// A malformed or inconsistent request.
+    InvalidRequest,
+    /// The body is not JSON of the expected shape (the llama surface's own kind; the `/v1`
+    /// surface's parser names the field at fault as an invalid request).
+    InvalidJson,
     /// The body is larger than allowed.
-    #[error("request body too large (limit {limit} bytes)")]
-    PayloadTooLarge {
-        /// The limit.
-        limit: usize,
-    },
-    /// Unknown route.
-    #[error("no route for {0}")]
-    NotFound(String),
-    /// Anything else; details are in the engine's log.
-    #[error("internal error (details are in the engine's log)")]
+    PayloadTooLarge,
+    /// The prompt (with what the slot holds) does not fit the slot's context.
+    ContextOverflow,
+    /// Decode on a slot with nothing prefilled.
+    EmptySlot,
+    /// A state to restore was refused.
+    StateRejected,
+    /// The request's task was cancelled (`?action=cancel`, or its client went away).
+    Cancelled,
+    /// Every slot is busy and the wait queue is full: retry later.
+    Busy,
+    /// The engine no longer takes tasks.
+    ShuttingDown,
+    /// Publishing is off, so there is no segment to read.
+    PublishingDisabled,
+    /// No such route.
+    NotFound,
+    /// The engine failed; details are in its log.
     Internal,
 }
 
+impl ErrorKind {
+    /// The stable machine-readable code of the kind.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::UnknownSlot => "unknown_slot",
+            Self::InvalidRequest => "bad_request",
+            Self::InvalidJson => "invalid_json",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::ContextOverflow => "context_overflow",
+            Self::EmptySlot => "empty_slot",
+            Self::StateRejected => "state_rejected",
+            Self::Cancelled => "cancelled",
+            Self::Busy => "server_busy",
+            Self::ShuttingDown => "shutting_down",
+            Self::PublishingDisabled => "publishing_disabled",
+            Self::NotFound => "not_found",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+/// Seconds a client told the queue is full should wait before trying again (a
+/// `Retry-After` header on both surfaces).
+pub const RETRY_AFTER_S: u32 = 1;
+
+/// The text of every internal error: the details are in the engine's log.
+const INTERNAL: &str = "internal error (details are in the engine's log)";
+
+/// An error answered to an HTTP client, in no surface's shape yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// The request field at fault, when one is (OpenAI's `error.param`).
+    pub param: Option<String>,
+    /// What was wrong, for a person.
+    pub message: String,
+}
+
 impl ApiError {
+    /// An error of `kind` about the request as a whole.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            param: None,
+            message: message.into(),
+        }
+    }
+
+    /// The same error, about the request field `param`.
+    pub fn at(mut self, param: &str) -> Self {
+        self.param = Some(param.to_owned());
+        self
+    }
+
     /// A malformed or inconsistent request.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::Refused(ClientError::InvalidInput(message.into()))
+        Self::new(ErrorKind::InvalidRequest, message)
+    }
+
+    /// A malformed or inconsistent request field `param`.
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        Self::bad_request(message).at(param)
+    }
+
+    /// The engine failed; the details were logged where the failure happened.
+    pub fn internal() -> Self {
+        Self::new(ErrorKind::Internal, INTERNAL)
+    }
+
+    /// No route for `path`.
+    pub fn not_found(path: &str) -> Self {
+        Self::new(ErrorKind::NotFound, format!("no route for {path}"))
+    }
+
+    /// A body larger than `limit` bytes.
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            ErrorKind::PayloadTooLarge,
+            format!("request body too large (limit {limit} bytes)"),
+        )
     }
 
     /// An error the front end met itself (not a compute thread's reply, which the compute
@@ -46,45 +136,24 @@ impl ApiError {
         error.log();
         Self::from(error)
     }
+}
 
-    /// HTTP status.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Self::Refused(c) => match c {
-                ClientError::UnknownSlot { .. } => StatusCode::NOT_FOUND,
-                ClientError::InvalidInput(_) => StatusCode::BAD_REQUEST,
-                ClientError::ContextOverflow(_) | ClientError::StateRejected(_) => {
-                    StatusCode::UNPROCESSABLE_ENTITY
-                }
-                ClientError::EmptySlot(_) => StatusCode::CONFLICT,
-                ClientError::Cancelled
-                | ClientError::ShuttingDown
-                | ClientError::PublishingDisabled => StatusCode::SERVICE_UNAVAILABLE,
-            },
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::InvalidJson(_) => StatusCode::BAD_REQUEST,
-            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::Refused(c) => match c {
-                ClientError::UnknownSlot { .. } => "unknown_slot",
-                ClientError::InvalidInput(_) => "bad_request",
-                ClientError::ContextOverflow(_) => "context_overflow",
-                ClientError::EmptySlot(_) => "empty_slot",
-                ClientError::StateRejected(_) => "state_rejected",
-                ClientError::Cancelled => "cancelled",
-                ClientError::ShuttingDown => "shutting_down",
-                ClientError::PublishingDisabled => "publishing_disabled",
-            },
-            Self::InvalidJson(_) => "invalid_json",
-            Self::PayloadTooLarge { .. } => "payload_too_large",
-            Self::NotFound(_) => "not_found",
-            Self::Internal => "internal",
+impl From<ClientError> for ApiError {
+    fn from(c: ClientError) -> Self {
+        let kind = match &c {
+            ClientError::UnknownSlot { .. } => ErrorKind::UnknownSlot,
+            ClientError::InvalidInput(_) => ErrorKind::InvalidRequest,
+            ClientError::EmptySlot(_) => ErrorKind::EmptySlot,
+            ClientError::ContextOverflow(_) => ErrorKind::ContextOverflow,
+            ClientError::StateRejected(_) => ErrorKind::StateRejected,
+            ClientError::Cancelled => ErrorKind::Cancelled,
+            ClientError::ShuttingDown => ErrorKind::ShuttingDown,
+            ClientError::PublishingDisabled => ErrorKind::PublishingDisabled,
+        };
+        let e = Self::new(kind, c.to_string());
+        match kind {
+            ErrorKind::UnknownSlot => e.at("id_slot"),
+            _ => e,
         }
     }
 }
@@ -94,18 +163,53 @@ impl From<TaskError> for ApiError {
     /// (I/O, compute, anything else) only as "internal", its text being in the log.
     fn from(e: TaskError) -> Self {
         match e {
-            TaskError::Client(c) => Self::Refused(c),
-            TaskError::Io(_) | TaskError::Compute(_) | TaskError::Internal(_) => Self::Internal,
+            TaskError::Client(c) => Self::from(c),
+            TaskError::Io(_) | TaskError::Compute(_) | TaskError::Internal(_) => Self::internal(),
         }
     }
 }
 
-/// `{"error": {"code": ..., "message": ...}}`.
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({
-            "error": { "code": self.code(), "message": self.to_string() },
+impl From<PoolError> for ApiError {
+    fn from(e: PoolError) -> Self {
+        Self::new(ErrorKind::Busy, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_errors_keep_their_client_kind_and_hide_internals() {
+        let cases = [
+            (
+                ClientError::ContextOverflow("x".into()),
+                ErrorKind::ContextOverflow,
+            ),
+            (ClientError::EmptySlot("x".into()), ErrorKind::EmptySlot),
+            (ClientError::Cancelled, ErrorKind::Cancelled),
+            (ClientError::ShuttingDown, ErrorKind::ShuttingDown),
+        ];
+        for (c, kind) in cases {
+            assert_eq!(ApiError::from(TaskError::from(c)).kind, kind);
+        }
+        let e = ApiError::from(TaskError::Compute("shape mismatch in layer 3".into()));
+        assert_eq!(e.kind, ErrorKind::Internal);
+        assert!(!e.message.contains("shape"), "{e}");
+        let slot = ApiError::from(ClientError::UnknownSlot {
+            slot: 9,
+            n_slots: 2,
         });
-        (self.status(), Json(body)).into_response()
+        assert_eq!(
+            (slot.kind, slot.param.as_deref()),
+            (ErrorKind::UnknownSlot, Some("id_slot"))
+        );
+    }
+
+    #[test]
+    fn a_cancellation_is_not_a_shutdown() {
+        let e = ApiError::from(ClientError::Cancelled);
+        assert!(!e.message.contains("shutting down"), "{e}");
+        assert_eq!(e.kind.code(), "cancelled");
     }
 }

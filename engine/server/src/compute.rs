@@ -32,7 +32,7 @@ use crate::task_error::{ClientError, TaskError};
 use anyhow::Context as _;
 use axum::body::Bytes;
 use hydra_engine_core::model::Model;
-use hydra_engine_core::sampling::{FinishReason as GenFinish, GenerateParams, Generation, Sampler};
+use hydra_engine_core::sampling::{GenerateParams, Generation, Sampler, StopReason};
 use hydra_engine_core::slots::Logits;
 use hydra_engine_core::slots::Slots;
 use hydra_layout::{ErrorCode, FinishReason, Phase, WorkUnit};
@@ -244,17 +244,11 @@ impl Compute {
         let n = generation.tokens.len();
         let (ms, per_second) = timing(start, n);
         let cpu_ms = process_cpu_ns().saturating_sub(cpu_start) as f64 / 1e6;
-        let stop_type = match generation.finish {
-            GenFinish::Eos => "eos",
-            GenFinish::Length => "limit",
-            GenFinish::ContextFull => "context_full",
-            GenFinish::Cancelled => "cancelled",
-        };
         tracing::info!(
             slot,
             tokens = n,
             tokens_per_s = format_args!("{per_second:.1}"),
-            stop_type,
+            stop = ?generation.finish,
             "decode done"
         );
         let content = self
@@ -262,7 +256,7 @@ impl Compute {
             .tokenizer
             .decode(&generation.tokens)
             .map_err(TaskError::from)?;
-        if generation.finish == GenFinish::Cancelled {
+        if generation.finish == StopReason::Cancelled {
             return Err(ClientError::Cancelled.into());
         }
         Ok(DecodeResult {
@@ -270,7 +264,7 @@ impl Compute {
             task_id,
             content,
             tokens: generation.tokens,
-            stop_type,
+            stop: generation.finish,
             n_past: self.slots.n_past(slot)?,
             predicted_ms: ms,
             predicted_per_second: per_second,

@@ -1,6 +1,6 @@
 //! What the engine serves and how.
 
-use hydra_engine_core::model::LoadOptions;
+use hydra_engine_core::model::{LoadOptions, ModelInfo};
 use hydra_engine_core::threads::PoolUse;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,7 +43,8 @@ pub struct ServerConfig {
     pub model: ModelSource,
     /// Load options (device, conversion, tokenizer override).
     pub load: LoadOptions,
-    /// Alias clients know the model by (Hydra's `model_alias`); defaults to the model name.
+    /// Alias clients know the model by (Hydra's `model_alias`, the id in `/v1/models`);
+    /// defaults to the model file's name ([`ServerConfig::model_id`]).
     pub model_alias: Option<String>,
     /// Number of slots.
     pub slots: usize,
@@ -96,5 +97,21 @@ impl ServerConfig {
             chat_template: None,
             max_waiting: DEFAULT_MAX_WAITING,
         }
+    }
+}
+
+impl ServerConfig {
+    /// The model's id, the one name clients and readers know it by (`/v1/models` and the
+    /// segment's `model_alias`): `--alias`, else the model file's name without `.gguf`,
+    /// else the model's own name (the embedded model).
+    pub fn model_id(&self, info: &ModelInfo) -> String {
+        self.model_alias
+            .clone()
+            .or_else(|| {
+                let path = info.path.as_ref()?;
+                let name = path.file_name()?.to_string_lossy();
+                Some(name.strip_suffix(".gguf").unwrap_or(&name).to_owned())
+            })
+            .unwrap_or_else(|| info.name.clone())
     }
 }

@@ -1,31 +1,41 @@
-//! `hydra-engine-server`: the engine server. One compute thread that owns the model and every slot and runs tasks
-//! from a FIFO queue, stepping every slot's generation in one forward (or, with
-//! `--schedule serial`, one task at a time, the shape of llama.cpp's server queue: a
-//! DECODE holds the thread until it finishes), publishing progress into the shared-memory
-//! segment on every step;
-//! and an HTTP front end (tokio + axum) that posts tasks and awaits replies, and answers
-//! progress questions straight from the segment without touching the queue.
+//! `hydra-engine-server`: the engine server. One compute thread owns the model and every
+//! slot and runs tasks from a FIFO queue, stepping every slot's generation in one forward
+//! (or, with `--schedule serial`, one task at a time, the shape of llama.cpp's server
+//! queue: a DECODE holds the thread until it finishes), publishing progress into the
+//! shared-memory segment on every step; an HTTP front end (tokio + axum) posts tasks and
+//! awaits replies, and answers progress questions straight from the segment without
+//! touching the queue.
 //!
+//! The compute side, which knows nothing of HTTP:
 //! - [`config`]: what to serve and how;
 //! - [`task`]: the messages the front end sends to the compute thread (a [`task::Task`]: a
-//!   checked [`task::SlotId`] and a [`task::TaskKind`] with its reply);
-//! - [`layer_signal`]: the layer position inside a step, published when the device reaches it;
-//! - [`progress`]: the per-slot record mirror and everything published to the segment, the
-//!   step observer that publishes each step; [`progress::segment`]: creating the segment
-//!   (description, capabilities) and reading it back ([`progress::segment::Shared`]);
+//!   checked [`task::SlotId`] and a [`task::TaskKind`] with its reply), and
+//!   [`task::generate`], the generation task's spec, text and events;
 //! - [`compute`]: the compute thread, its loop (the schedule) and task bodies;
 //!   [`task_error`]: its error, in the segment's terms (`ERROR_CODE`), whose client part is
 //!   [`task_error::ClientError`];
-//! - [`api_error`]: [`api_error::ApiError`], the one error type clients see, which wraps a
-//!   `ClientError`, and the one conversion of a task error into it;
-//! - [`state`]: [`state::AppState`], what every handler shares, and a request's steps
-//!   through it; [`request`]: request bodies and their validation into task specs;
-//! - [`http`]: routes and handlers; [`tokenize`]: `/tokenize` and `/detokenize`;
-//! - [`serving`]: the generation endpoints' state and a generation request's steps
-//!   ([`task::generate`]: the generation task's spec and events; [`slot_pool`]: slot
-//!   leases and the bounded wait; [`cancel`]: the cancel board), [`completion`]: the
-//!   streaming `/completion`, [`openai`]: the OpenAI-compatible `/v1/...` surface;
-//! - [`Server`]: start, address, shutdown.
+//! - [`progress`]: everything published to the segment, the step observer that publishes
+//!   each step; [`progress::segment`]: creating the segment and reading it back
+//!   ([`progress::segment::Shared`]); [`layer_signal`]: the layer position inside a step,
+//!   published when the device reaches it.
+//!
+//! The front end, shared by both surfaces:
+//! - [`serving`]: [`serving::AppState`], what every handler shares, and a request's steps
+//!   through it ([`slot_pool`]: slot leases and the bounded wait; [`cancel`]: the cancel
+//!   board; [`chat_template`]: messages to a prompt);
+//! - [`api_error`]: [`api_error::ApiError`], the one classification of what clients are
+//!   answered with, which each surface renders in its own words;
+//! - [`prompt`]: a prompt in any shape as tokens, and the one check of its tokens;
+//! - [`extract`]: the typed extractors (a path's slot, a JSON body);
+//! - [`stream`]: a generation streamed as server-sent events;
+//! - [`http`]: the one router over both surfaces.
+//!
+//! The two surfaces, leaves that nothing above imports:
+//! - [`llama`]: llama-server's routes and this engine's own (`/completion`, `/slots/...`,
+//!   `/tokenize`, `/health`);
+//! - [`openai`]: the OpenAI-compatible `/v1/...` routes.
+//!
+//! [`Server`]: start, address, shutdown.
 
 #![deny(missing_docs)]
 // No unsafe code, except the one CUDA host-callback launch (`layer_signal`, behind the `cuda`
@@ -35,20 +45,21 @@
 
 pub mod api_error;
 pub mod cancel;
-pub mod completion;
+pub mod chat_template;
 pub mod compute;
 pub mod config;
+pub mod extract;
 pub mod http;
 pub mod layer_signal;
+pub mod llama;
 pub mod openai;
 pub mod progress;
-pub mod request;
+pub mod prompt;
 pub mod serving;
 pub mod slot_pool;
-pub mod state;
+pub mod stream;
 pub mod task;
 pub mod task_error;
-pub mod tokenize;
 
 use crate::config::ServerConfig;
 use crate::task::TaskSender;
@@ -94,13 +105,8 @@ impl Server {
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr().context("listener address")?;
         let tasks = TaskSender::new(tx, shared.pending.clone());
-        let serving = Arc::new(serving::Serving::new(
-            &config,
-            shared.clone(),
-            tasks.clone(),
-        )?);
-        let state = state::AppState::new(tasks, shared, &config);
-        let router = http::router(state, serving);
+        let state = Arc::new(serving::Serving::new(&config, shared, tasks)?);
+        let router = http::router(state);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let http_thread = std::thread::Builder::new()
             .name("http-main".into())

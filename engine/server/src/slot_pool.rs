@@ -3,7 +3,7 @@
 //! A request that names no slot (`id_slot` absent or -1) takes an idle slot, preferring the
 //! one whose cached tokens share the longest prefix with its prompt (llama-server's
 //! `cache_prompt`: that prefix is not evaluated again); ties go to the lowest slot. When
-//! every slot is busy it waits, at most [`SlotPool::max_waiting`] requests at once; one
+//! every slot is busy it waits, at most `--max-waiting` requests at once; one
 //! more is refused ([`PoolError::Full`], a 503 with `Retry-After`). A waiting request is
 //! counted in the segment as pending on the slot with the fewest waiting (so readers show
 //! it as queued) until it gets a slot, or its client goes away.
@@ -14,28 +14,18 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use hydra_engine_core::slots::SlotId;
 use hydra_layout::PendingCounter;
 use tokio::sync::Notify;
 
-/// Why no slot was given.
+/// Why no slot was given: every slot is busy and the wait queue is full.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PoolError {
-    /// Every slot is busy and the wait queue is full.
-    #[error("all {n_slots} slots are busy and {waiting} requests already wait; retry later")]
-    Full {
-        /// Slots.
-        n_slots: usize,
-        /// Requests waiting.
-        waiting: usize,
-    },
-    /// The slot asked for does not exist.
-    #[error("slot {slot} does not exist (the engine has {n_slots} slots)")]
-    UnknownSlot {
-        /// Asked for.
-        slot: usize,
-        /// Slots.
-        n_slots: usize,
-    },
+#[error("all {n_slots} slots are busy and {waiting} requests already wait; retry later")]
+pub struct PoolError {
+    /// Slots.
+    pub n_slots: usize,
+    /// Requests waiting.
+    pub waiting: usize,
 }
 
 #[derive(Debug)]
@@ -50,6 +40,8 @@ struct Inner {
 /// The slots' leases and the wait queue.
 #[derive(Debug)]
 pub struct SlotPool {
+    /// Every slot of the engine, by index.
+    ids: Vec<SlotId>,
     inner: Mutex<Inner>,
     freed: Notify,
     max_waiting: usize,
@@ -60,30 +52,32 @@ pub struct SlotPool {
 #[derive(Debug)]
 pub struct Lease {
     pool: Arc<SlotPool>,
-    slot: usize,
+    slot: SlotId,
+    #[cfg(test)]
     reuse: usize,
 }
 
 impl Lease {
     /// The slot.
-    pub fn slot(&self) -> usize {
+    pub fn slot(&self) -> SlotId {
         self.slot
     }
 
     /// How many of the prompt's first tokens the slot held, per the hint.
-    pub fn prefix_hint(&self) -> usize {
+    #[cfg(test)]
+    fn prefix_hint(&self) -> usize {
         self.reuse
     }
 
     /// The slot's cache holds `tokens` now (a hint for later choices).
     pub fn record(&self, tokens: Vec<u32>) {
-        self.pool.lock().cached[self.slot] = tokens;
+        self.pool.lock().cached[self.slot.get()] = tokens;
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.pool.lock().busy[self.slot] = false;
+        self.pool.lock().busy[self.slot.get()] = false;
         self.pool.freed.notify_waiters();
     }
 }
@@ -111,6 +105,7 @@ impl SlotPool {
     /// counted in the segment through `pending` (None with publishing off).
     pub fn new(n_slots: usize, max_waiting: usize, pending: Option<PendingCounter>) -> Self {
         Self {
+            ids: SlotId::all(n_slots).collect(),
             inner: Mutex::new(Inner {
                 busy: vec![false; n_slots],
                 cached: vec![Vec::new(); n_slots],
@@ -121,11 +116,6 @@ impl SlotPool {
             max_waiting,
             pending,
         }
-    }
-
-    /// Most requests that may wait for a slot.
-    pub fn max_waiting(&self) -> usize {
-        self.max_waiting
     }
 
     /// Requests waiting now.
@@ -142,9 +132,10 @@ impl SlotPool {
     /// is free. Dropping the future while it waits leaves the queue.
     pub async fn acquire(
         self: &Arc<Self>,
-        want: Option<usize>,
+        want: Option<SlotId>,
         prompt: &[u32],
     ) -> Result<Lease, PoolError> {
+        let want = want.map(SlotId::get);
         let mut waiting: Option<Waiting<'_>> = None;
         loop {
             let freed = self.freed.notified();
@@ -154,22 +145,20 @@ impl SlotPool {
             {
                 let mut inner = self.lock();
                 let n_slots = inner.busy.len();
-                if let Some(slot) = want.filter(|&s| s >= n_slots) {
-                    return Err(PoolError::UnknownSlot { slot, n_slots });
-                }
-                if let Some((slot, reuse)) = choose(&inner, want, prompt) {
+                if let Some((slot, _reuse)) = choose(&inner, want, prompt) {
                     inner.busy[slot] = true;
                     drop(inner);
                     drop(waiting);
                     return Ok(Lease {
                         pool: self.clone(),
-                        slot,
-                        reuse,
+                        slot: self.ids[slot],
+                        #[cfg(test)]
+                        reuse: _reuse,
                     });
                 }
                 if waiting.is_none() {
                     if inner.waiting >= self.max_waiting {
-                        return Err(PoolError::Full {
+                        return Err(PoolError {
                             n_slots,
                             waiting: inner.waiting,
                         });
@@ -221,30 +210,31 @@ mod tests {
 
     const LIMIT: Duration = Duration::from_secs(10);
 
+    fn id(slot: usize) -> SlotId {
+        SlotId::new(slot, 3).unwrap()
+    }
+
     #[tokio::test]
     async fn prefers_the_longest_cached_prefix_then_the_lowest_slot() {
         let pool = Arc::new(SlotPool::new(3, 4, None));
         let a = pool.acquire(None, &[1, 2, 3]).await.unwrap();
-        assert_eq!((a.slot(), a.prefix_hint()), (0, 0));
+        assert_eq!((a.slot(), a.prefix_hint()), (id(0), 0));
         a.record(vec![1, 2, 3, 9]);
         let b = pool.acquire(None, &[5]).await.unwrap();
-        assert_eq!(b.slot(), 1);
+        assert_eq!(b.slot(), id(1));
         b.record(vec![1, 2]);
         drop(a);
         drop(b);
         let c = pool.acquire(None, &[1, 2, 3, 4]).await.unwrap();
-        assert_eq!((c.slot(), c.prefix_hint()), (0, 3), "slot 0 holds 1 2 3");
-        let d = pool.acquire(None, &[1, 2, 7]).await.unwrap();
-        assert_eq!((d.slot(), d.prefix_hint()), (1, 2), "slot 1 holds 1 2");
-        let e = pool.acquire(None, &[1]).await.unwrap();
-        assert_eq!(e.slot(), 2);
         assert_eq!(
-            pool.acquire(Some(3), &[]).await.unwrap_err(),
-            PoolError::UnknownSlot {
-                slot: 3,
-                n_slots: 3
-            }
+            (c.slot(), c.prefix_hint()),
+            (id(0), 3),
+            "slot 0 holds 1 2 3"
         );
+        let d = pool.acquire(None, &[1, 2, 7]).await.unwrap();
+        assert_eq!((d.slot(), d.prefix_hint()), (id(1), 2), "slot 1 holds 1 2");
+        let e = pool.acquire(None, &[1]).await.unwrap();
+        assert_eq!(e.slot(), id(2));
     }
 
     #[tokio::test]
@@ -263,26 +253,26 @@ mod tests {
         .expect("the second request queues");
         assert_eq!(
             pool.acquire(None, &[3]).await.unwrap_err(),
-            PoolError::Full {
+            PoolError {
                 n_slots: 1,
                 waiting: 1
             }
         );
         drop(first);
         let got = tokio::time::timeout(LIMIT, waiter).await.unwrap().unwrap();
-        assert_eq!(got, Ok(0));
+        assert_eq!(got, Ok(id(0)));
         assert_eq!(pool.waiting(), 0);
     }
 
     #[tokio::test]
     async fn a_waiter_that_goes_away_leaves_the_queue() {
         let pool = Arc::new(SlotPool::new(1, 1, None));
-        let held = pool.acquire(Some(0), &[]).await.unwrap();
+        let held = pool.acquire(Some(id(0)), &[]).await.unwrap();
         let gone = tokio::time::timeout(Duration::from_millis(20), pool.acquire(None, &[])).await;
         assert!(gone.is_err(), "still waiting when dropped");
         assert_eq!(pool.waiting(), 0);
         drop(held);
-        let again = tokio::time::timeout(LIMIT, pool.acquire(Some(0), &[])).await;
-        assert_eq!(again.unwrap().unwrap().slot(), 0);
+        let again = tokio::time::timeout(LIMIT, pool.acquire(Some(id(0)), &[])).await;
+        assert_eq!(again.unwrap().unwrap().slot(), id(0));
     }
 }

@@ -5,10 +5,12 @@
 //! task starts when (`compute/schedule.rs`).
 
 pub mod generate;
+pub mod stop;
+pub mod text_out;
 
 use crate::task_error::{ClientError, TaskError};
 use axum::body::Bytes;
-use hydra_engine_core::sampling::SamplerConfig;
+use hydra_engine_core::sampling::{SamplerConfig, StopReason};
 use hydra_layout::PendingCounter;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -51,8 +53,8 @@ pub struct PrefillResult {
     pub prompt_per_second: f64,
 }
 
-/// Outcome of a decode.
-#[derive(Debug, Clone, Serialize)]
+/// Outcome of a decode (the llama surface answers it in its words).
+#[derive(Debug, Clone)]
 pub struct DecodeResult {
     /// The slot.
     pub slot: usize,
@@ -62,8 +64,8 @@ pub struct DecodeResult {
     pub content: String,
     /// Generated token ids.
     pub tokens: Vec<u32>,
-    /// Why generation stopped: "eos", "limit", "context_full", "cancelled".
-    pub stop_type: &'static str,
+    /// Why generation stopped.
+    pub stop: StopReason,
     /// Tokens in the slot's cache afterwards.
     pub n_past: usize,
     /// Wall time, ms.
@@ -84,23 +86,8 @@ pub struct SaveStream {
     pub chunks: mpsc::UnboundedReceiver<Result<Bytes, std::io::Error>>,
 }
 
-/// A slot index checked against the engine's slot count ([`hydra_engine_core::slots::check_slot`], the
-/// one home of that bound): a task carries one, so the compute thread never checks again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotId(usize);
-
-impl SlotId {
-    /// `slot`, when it is one of `n_slots` slots.
-    pub fn new(slot: usize, n_slots: usize) -> hydra_engine_core::Result<Self> {
-        hydra_engine_core::slots::check_slot(slot, n_slots)?;
-        Ok(Self(slot))
-    }
-
-    /// The index.
-    pub fn get(self) -> usize {
-        self.0
-    }
-}
+/// A slot index checked once, where a request names it.
+pub use hydra_engine_core::slots::SlotId;
 
 /// Work for the compute thread: what to do, on which slot.
 pub struct Task {

@@ -6,9 +6,10 @@
 use std::time::Instant;
 
 use super::{process_cpu_ns, Compute};
-use crate::task::generate::{GenEvent, GenFinish, GenOutput, GenSummary, GenerateSpec};
+use crate::task::generate::{GenEvent, GenOutput, GenSummary, GenerateSpec};
 use crate::task::SlotId;
 use crate::task_error::{ClientError, TaskError};
+use hydra_engine_core::sampling::StopReason;
 use hydra_layout::{Phase, WorkUnit};
 
 /// The generation task's part of a running job: where its events go and what its summary
@@ -116,10 +117,10 @@ impl Compute {
         &mut self,
         slot: SlotId,
         job: GenJob,
-        finish: GenFinish,
+        finish: StopReason,
         tokens: Vec<u32>,
     ) {
-        let result = if finish == GenFinish::Cancelled {
+        let result = if finish == StopReason::Cancelled {
             Err(TaskError::from(ClientError::Cancelled))
         } else {
             Ok(())
@@ -151,16 +152,5 @@ impl Compute {
         };
         tracing::debug!(slot = slot.get(), finish = ?finish, tokens = summary.tokens.len(), "generation done");
         job.out.finish(summary);
-    }
-}
-
-/// The generation's finish for the sampler's reason.
-pub(super) fn gen_finish(f: hydra_engine_core::sampling::FinishReason) -> GenFinish {
-    use hydra_engine_core::sampling::FinishReason as F;
-    match f {
-        F::Eos => GenFinish::Eos,
-        F::Length => GenFinish::Length,
-        F::ContextFull => GenFinish::ContextFull,
-        F::Cancelled => GenFinish::Cancelled,
     }
 }

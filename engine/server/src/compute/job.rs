@@ -10,13 +10,13 @@
 //! (`TaskKind::Generate`) streams its tokens as they are sampled ([`GenJob`]): its stages
 //! carry its output, which is also how it learns that it was cancelled.
 
-use super::generation::{gen_finish, GenJob};
+use super::generation::GenJob;
 use super::{process_cpu_ns, send, Compute};
 use crate::task::generate::GenerateSpec;
-use crate::task::generate::{GenEvent, GenEvents, GenFinish as OutFinish, GenOutput};
+use crate::task::generate::{GenEvent, GenEvents, GenOutput};
 use crate::task::{DecodeResult, DecodeSpec, PrefillResult, Reply, SlotId};
 use crate::task_error::{ClientError, TaskError};
-use hydra_engine_core::sampling::{FinishReason as GenFinish, Generator, Sampler};
+use hydra_engine_core::sampling::{Generator, Sampler, StopReason};
 use hydra_engine_core::tokenizer::Tokenizer;
 use hydra_layout::{Phase, WorkUnit};
 use std::ops::ControlFlow;
@@ -153,7 +153,7 @@ impl PromptJob {
     pub(super) fn cancel(self, c: &mut Compute) {
         match self.reply {
             PromptReply::Generate { job, .. } => {
-                c.end_generation(self.slot, *job, OutFinish::Cancelled, Vec::new())
+                c.end_generation(self.slot, *job, StopReason::Cancelled, Vec::new())
             }
             _ => Job::Prompt(self).fail(c, ClientError::Cancelled.into()),
         }
@@ -289,7 +289,7 @@ impl GenerationJob {
 
     /// `token` was just sampled: a generation task sends it to its client at once; breaks
     /// with why the task ends here (a stop string, or its client gone).
-    pub(super) fn sampled(&mut self, tokenizer: &Tokenizer, token: u32) -> ControlFlow<OutFinish> {
+    pub(super) fn sampled(&mut self, tokenizer: &Tokenizer, token: u32) -> ControlFlow<StopReason> {
         match &mut self.reply {
             GenerationReply::Generate(job) => job.out.token(tokenizer, token, self.gen.logits()),
             _ => ControlFlow::Continue(()),
@@ -298,18 +298,18 @@ impl GenerationJob {
 
     /// The job ends early for `finish` (a stop string, or cancelled): publish, then reply.
     /// Only a generation task has stop strings; any other task ends as cancelled.
-    pub(super) fn stop(self, c: &mut Compute, finish: OutFinish) {
+    pub(super) fn stop(self, c: &mut Compute, finish: StopReason) {
         match self.reply {
             GenerationReply::Generate(job) => {
                 let tokens = self.gen.tokens().to_vec();
                 c.end_generation(self.slot, *job, finish, tokens);
             }
-            _ => self.finish(c, GenFinish::Cancelled),
+            _ => self.finish(c, StopReason::Cancelled),
         }
     }
 
     /// The generation ended for `finish`: publish, then reply.
-    pub(super) fn finish(self, c: &mut Compute, finish: GenFinish) {
+    pub(super) fn finish(self, c: &mut Compute, finish: StopReason) {
         let slot = self.slot;
         let generation = self.gen.finish(finish);
         let decoded = |c: &mut Compute, generation| {
@@ -327,7 +327,7 @@ impl GenerationJob {
                 send(reply, result);
             }
             GenerationReply::Generate(job) => {
-                c.end_generation(slot, *job, gen_finish(finish), generation.tokens);
+                c.end_generation(slot, *job, finish, generation.tokens);
             }
         }
     }

@@ -28,10 +28,9 @@ use super::job::{GenerationJob, Job, PromptJob, PromptReply};
 use super::{Compute, IDLE_HEARTBEAT};
 use crate::config::Schedule;
 use crate::progress::TokenKind;
-use crate::task::generate::GenFinish as OutFinish;
 use crate::task::{Task, TaskKind};
 use crate::task_error::{ClientError, TaskError};
-use hydra_engine_core::sampling::FinishReason as GenFinish;
+use hydra_engine_core::sampling::StopReason;
 use hydra_engine_core::slots::StepObserver;
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -190,7 +189,7 @@ impl Stepping<'_> {
             };
             let slot = g.slot.get();
             if g.is_cancelled(c) {
-                stopped.push((slot, OutFinish::Cancelled));
+                stopped.push((slot, StopReason::Cancelled));
                 continue;
             }
             let n_past = c.slots.n_past(slot).unwrap_or(n_ctx);
@@ -207,7 +206,7 @@ impl Stepping<'_> {
                         .before_step(&g.gen.step_start(slot, n_past))
                         .is_break()
                     {
-                        ended.push((slot, GenFinish::Cancelled));
+                        ended.push((slot, StopReason::Cancelled));
                     } else {
                         steps.push((slot, token));
                     }
@@ -241,7 +240,7 @@ impl Stepping<'_> {
                     }
                 }
                 for slot in cancelled {
-                    self.finish_generation(slot, GenFinish::Cancelled);
+                    self.finish_generation(slot, StopReason::Cancelled);
                 }
             }
             Err(e) => {
@@ -256,7 +255,7 @@ impl Stepping<'_> {
     }
 
     /// The generation on `slot` ended for `finish`: publish, then reply.
-    fn finish_generation(&mut self, slot: usize, finish: GenFinish) {
+    fn finish_generation(&mut self, slot: usize, finish: StopReason) {
         match self.jobs[slot].take() {
             Some(Job::Generation(g)) => g.finish(self.c, finish),
             other => self.jobs[slot] = other,

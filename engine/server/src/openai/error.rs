@@ -1,4 +1,4 @@
-//! The error every OpenAI-compatible endpoint answers with, in OpenAI's shape:
+//! The `/v1` surface's words for an [`ApiError`], OpenAI's shape:
 //! `{"error": {"message", "type", "param", "code"}}` with the matching HTTP status, and a
 //! `Retry-After` header on a 503 when the wait queue is full.
 
@@ -6,6 +6,9 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
+
+use crate::api_error::{ApiError, ErrorKind, RETRY_AFTER_S};
+use crate::task_error::TaskError;
 
 /// OpenAI's error classes (`error.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -21,107 +24,118 @@ pub enum ErrorType {
     ServerError,
 }
 
-/// An error answered to an OpenAI client.
+/// An error answered to an OpenAI client: the classification, rendered in OpenAI's words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct OpenAiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// `error.type`.
-    pub kind: ErrorType,
-    /// `error.message`: what was wrong, for a person.
-    pub message: String,
-    /// `error.param`: the request field at fault, when one is.
-    pub param: Option<String>,
-    /// `error.code`: a stable machine-readable code, when there is one.
-    pub code: Option<&'static str>,
-    /// Seconds after which a retry may succeed (a `Retry-After` header).
-    pub retry_after: Option<u32>,
+#[error("{0}")]
+pub struct OpenAiError(pub ApiError);
+
+impl From<ApiError> for OpenAiError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<TaskError> for OpenAiError {
+    fn from(e: TaskError) -> Self {
+        Self(e.into())
+    }
 }
 
 impl OpenAiError {
     /// A 400 `invalid_request_error` about `param` (None: the request as a whole).
     pub fn invalid(param: Option<&str>, message: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::BAD_REQUEST,
-            kind: ErrorType::InvalidRequestError,
-            message: message.into(),
-            param: param.map(str::to_owned),
-            code: None,
-            retry_after: None,
-        }
+        let e = ApiError::bad_request(message);
+        Self(match param {
+            Some(p) => e.at(p),
+            None => e,
+        })
     }
 
-    /// A 400 whose prompt does not fit a slot's context (`context_length_exceeded`).
+    /// A prompt that does not fit a slot's context (`context_length_exceeded`).
     pub fn context_length(n_prompt: usize, n_ctx: usize) -> Self {
-        Self {
-            code: Some("context_length_exceeded"),
-            ..Self::invalid(
-                Some("messages"),
+        Self(
+            ApiError::new(
+                ErrorKind::ContextOverflow,
                 format!(
                     "the prompt has {n_prompt} tokens but this model's context holds {n_ctx} \
                      (prompt and completion together); shorten the prompt"
                 ),
             )
+            .at("messages"),
+        )
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self.0.kind {
+            ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Busy | ErrorKind::ShuttingDown | ErrorKind::PublishingDisabled => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::UnknownSlot
+            | ErrorKind::InvalidRequest
+            | ErrorKind::InvalidJson
+            | ErrorKind::ContextOverflow
+            | ErrorKind::EmptySlot
+            | ErrorKind::StateRejected
+            | ErrorKind::Cancelled => StatusCode::BAD_REQUEST,
         }
     }
 
-    /// A 404 for an unknown route.
-    pub fn not_found(what: impl Into<String>) -> Self {
-        Self {
-            status: StatusCode::NOT_FOUND,
-            kind: ErrorType::NotFoundError,
-            message: what.into(),
-            param: None,
-            code: None,
-            retry_after: None,
+    /// `error.type`.
+    pub fn kind(&self) -> ErrorType {
+        match self.0.kind {
+            ErrorKind::NotFound => ErrorType::NotFoundError,
+            ErrorKind::Busy | ErrorKind::ShuttingDown | ErrorKind::PublishingDisabled => {
+                ErrorType::ServiceUnavailable
+            }
+            ErrorKind::Internal => ErrorType::ServerError,
+            ErrorKind::UnknownSlot
+            | ErrorKind::InvalidRequest
+            | ErrorKind::InvalidJson
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::ContextOverflow
+            | ErrorKind::EmptySlot
+            | ErrorKind::StateRejected
+            | ErrorKind::Cancelled => ErrorType::InvalidRequestError,
         }
     }
 
-    /// A 503: every slot is busy and the wait queue is full; retry after `seconds`.
-    pub fn busy(message: impl Into<String>, seconds: u32) -> Self {
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            kind: ErrorType::ServiceUnavailable,
-            message: message.into(),
-            param: None,
-            code: Some("server_busy"),
-            retry_after: Some(seconds),
+    /// `error.code`: OpenAI's own where it has one, this engine's for what a client must
+    /// tell apart (busy, stopping, cancelled), else none.
+    pub fn code(&self) -> Option<&'static str> {
+        match self.0.kind {
+            ErrorKind::ContextOverflow => Some("context_length_exceeded"),
+            ErrorKind::Busy
+            | ErrorKind::ShuttingDown
+            | ErrorKind::PublishingDisabled
+            | ErrorKind::Cancelled => Some(self.0.kind.code()),
+            ErrorKind::UnknownSlot
+            | ErrorKind::InvalidRequest
+            | ErrorKind::InvalidJson
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::EmptySlot
+            | ErrorKind::StateRejected
+            | ErrorKind::NotFound
+            | ErrorKind::Internal => None,
         }
     }
 
-    /// A 503 without a retry hint (the engine is stopping, or the request was cancelled).
-    pub fn unavailable(message: impl Into<String>, code: &'static str) -> Self {
-        Self {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            kind: ErrorType::ServiceUnavailable,
-            message: message.into(),
-            param: None,
-            code: Some(code),
-            retry_after: None,
-        }
-    }
-
-    /// A 500; the details were logged where the failure happened.
-    pub fn internal() -> Self {
-        Self {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            kind: ErrorType::ServerError,
-            message: "internal error (details are in the engine's log)".into(),
-            param: None,
-            code: None,
-            retry_after: None,
-        }
+    /// The request field at fault, when one is.
+    pub fn param(&self) -> Option<&str> {
+        self.0.param.as_deref()
     }
 
     /// The body as JSON (also sent as an SSE event when a stream fails part way).
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({
             "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
+                "message": self.0.message,
+                "type": self.kind(),
+                "param": self.0.param,
+                "code": self.code(),
             }
         })
     }
@@ -129,11 +143,11 @@ impl OpenAiError {
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
-        if let Some(s) = self.retry_after {
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if self.0.kind == ErrorKind::Busy {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
         }
         response
     }
@@ -142,11 +156,12 @@ impl IntoResponse for OpenAiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task_error::ClientError;
 
     #[test]
     fn body_has_openai_shape() {
         let e = OpenAiError::invalid(Some("n"), "n must be 1");
-        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
         assert_eq!(
             e.body(),
             serde_json::json!({"error": {"message": "n must be 1",
@@ -154,15 +169,25 @@ mod tests {
         );
         let c = OpenAiError::context_length(9000, 2048);
         assert_eq!(c.body()["error"]["code"], "context_length_exceeded");
-        assert!(c.message.contains("9000") && c.message.contains("2048"));
+        assert!(c.0.message.contains("9000") && c.0.message.contains("2048"));
+    }
+
+    #[test]
+    fn a_context_overflow_from_the_compute_thread_keeps_its_code() {
+        let e = OpenAiError::from(ApiError::from(TaskError::from(
+            ClientError::ContextOverflow("too long".into()),
+        )));
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(e.body()["error"]["code"], "context_length_exceeded");
     }
 
     #[test]
     fn busy_carries_retry_after() {
-        let r = OpenAiError::busy("all slots busy", 2).into_response();
+        let busy = ApiError::new(ErrorKind::Busy, "all slots busy");
+        let r = OpenAiError::from(busy).into_response();
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
-        let r = OpenAiError::internal().into_response();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        let r = OpenAiError::from(ApiError::internal()).into_response();
         assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(r.headers().get(header::RETRY_AFTER).is_none());
     }

@@ -2,8 +2,6 @@
 //! `POST /v1/completions`; whole answers, or server-sent events ending with
 //! `data: [DONE]`. Every error is in OpenAI's shape.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -18,32 +16,34 @@ use super::error::OpenAiError;
 use super::request::{ChatRequest, CompletionRequest, GenerationParams, PromptInput};
 use super::response::{
     new_id, system_fingerprint, Answer, AssistantMessage, ChatChoice, ChatLogprobs,
-    ChatTokenLogprob, ChunkChoice, CompletionChoice, CompletionLogprobs, Delta, ModelCard,
-    ModelList, PromptProgress, Usage,
+    ChatTokenLogprob, ChunkChoice, CompletionChoice, CompletionLogprobs, Delta, FinishReason,
+    ModelCard, ModelList, TopLogprob, Usage,
 };
-use super::sse;
-use crate::api_error::ApiError;
-use crate::serving::{chat_logprob, collect, stream, Collected, Serving, StreamFormat};
+use crate::api_error::{ApiError, ErrorKind};
+use crate::prompt::{self, Purpose};
+use crate::serving::{collect, AppState, Collected};
+use crate::stream::prompt_progress::PromptProgress;
+use crate::stream::{sse, stream, StreamFormat};
 use crate::task::generate::{GenSummary, GenerateSpec, TokenOut};
 use crate::task::DecodeSpec;
 use crate::task_error::TaskError;
+use hydra_engine_core::logprobs::TokenLogprob;
 use hydra_engine_core::tokenizer::Tokenizer;
 
-/// The `/v1` routes over `serving`.
-pub fn router(serving: Arc<Serving>) -> Router {
+/// The `/v1` routes.
+pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/{*rest}", get(not_found).post(not_found))
-        .with_state(serving)
 }
 
 async fn not_found(uri: axum::http::Uri) -> OpenAiError {
-    OpenAiError::not_found(format!("no route for {}", uri.path()))
+    ApiError::not_found(uri.path()).into()
 }
 
-async fn models(State(s): State<Arc<Serving>>) -> Json<ModelList> {
+async fn models(State(s): State<AppState>) -> Json<ModelList> {
     Json(ModelList {
         object: "list",
         data: vec![ModelCard {
@@ -55,51 +55,28 @@ async fn models(State(s): State<Arc<Serving>>) -> Json<ModelList> {
     })
 }
 
-/// The body, or why it could not be read.
+/// The body, or why it could not be read (axum's words for it, as OpenAI's servers do).
 fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, OpenAiError> {
     body.map_err(|r| {
-        let mut e = OpenAiError::invalid(None, r.body_text());
-        e.status = r.status();
-        e
+        let kind = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ErrorKind::PayloadTooLarge
+        } else {
+            ErrorKind::InvalidRequest
+        };
+        ApiError::new(kind, r.body_text()).into()
     })
 }
 
-/// A task's failure as an OpenAI error (through the engine's one client classification).
-pub fn task_error(e: TaskError) -> OpenAiError {
-    let api = ApiError::from(e);
-    let message = api.to_string();
-    match api.status() {
-        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY | StatusCode::CONFLICT => {
-            OpenAiError::invalid(None, message)
-        }
-        StatusCode::NOT_FOUND => OpenAiError::invalid(Some("id_slot"), message),
-        StatusCode::SERVICE_UNAVAILABLE => OpenAiError::unavailable(message, api.code()),
-        _ => OpenAiError::internal(),
-    }
-}
-
 /// The generation of `tokens` with `params`: refused when the prompt leaves no room in a
-/// slot's context; `max_tokens` beyond the room left ends as `length` when it is full.
+/// slot's context ([`prompt::check`]); `max_tokens` beyond the room left ends as `length`
+/// when it is full.
 pub fn generation_spec(
-    s: &Serving,
+    s: &AppState,
     tokens: Vec<u32>,
     params: &GenerationParams,
 ) -> Result<GenerateSpec, OpenAiError> {
-    let n_ctx = s.shared.n_ctx;
-    if tokens.is_empty() {
-        return Err(OpenAiError::invalid(
-            Some("prompt"),
-            "the prompt has no tokens",
-        ));
-    }
-    if tokens.len() >= n_ctx {
-        return Err(OpenAiError::context_length(tokens.len(), n_ctx));
-    }
-    s.shared
-        .tokenizer
-        .check_ids(&tokens)
-        .map_err(|e| OpenAiError::invalid(Some("prompt"), e.to_string()))?;
-    let room = n_ctx - tokens.len();
+    prompt::check(&s.shared, &tokens, Purpose::Generate)?;
+    let room = s.shared.n_ctx - tokens.len();
     Ok(GenerateSpec {
         tokens,
         cache_prompt: params.cache_prompt,
@@ -118,7 +95,7 @@ pub fn generation_spec(
 fn chat_tokens(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, OpenAiError> {
     let mut tokens = tok.tokenize(text, true, true).map_err(|e| {
         tracing::error!("tokenizing a chat prompt: {e}");
-        OpenAiError::internal()
+        OpenAiError::from(ApiError::internal())
     })?;
     if let (Some(bos), [a, b, ..]) = (tok.bos_token(), tokens.as_slice()) {
         if *a == bos && *b == bos {
@@ -129,7 +106,7 @@ fn chat_tokens(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, OpenAiError> {
 }
 
 async fn chat(
-    State(s): State<Arc<Serving>>,
+    State(s): State<AppState>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let req = ChatRequest::parse(&body(b)?)?;
@@ -145,7 +122,13 @@ async fn chat(
         .render(&req.messages, true)
         .map_err(|e| OpenAiError::invalid(Some("messages"), e.to_string()))?;
     let tokens = chat_tokens(&s.shared.tokenizer, &text)?;
-    let (head, c) = match generate(&s, tokens, &req.params, "chatcmpl", ChatChunks).await? {
+    let generated = generate(&s, tokens, &req.params, "chatcmpl", ChatChunks).await;
+    // The prompt the client wrote is its messages.
+    let generated = generated.map_err(|e| match e.0.kind {
+        ErrorKind::ContextOverflow => OpenAiError(e.0.at("messages")),
+        _ => e,
+    })?;
+    let (head, c) = match generated {
         Generated::Whole(head, c) => (head, c),
         Generated::Streamed(response) => return Ok(response),
     };
@@ -164,7 +147,7 @@ async fn chat(
             content: c.text,
         },
         logprobs,
-        finish_reason: c.summary.finish.openai(),
+        finish_reason: c.summary.finish.into(),
     };
     Ok(head.whole("chat.completion", choice, &c.summary))
 }
@@ -179,7 +162,7 @@ enum Generated {
 /// Starts generating `tokens` as `params` asks, for an answer whose id begins with
 /// `id_prefix`; streamed as events of `kind`, or collected whole.
 async fn generate<K: StreamKind>(
-    s: &Arc<Serving>,
+    s: &AppState,
     tokens: Vec<u32>,
     params: &GenerationParams,
     id_prefix: &str,
@@ -200,7 +183,7 @@ async fn generate<K: StreamKind>(
         let response = stream(shared, running, params.return_progress, format);
         return Ok(Generated::Streamed(response));
     }
-    let c = collect(running).await.map_err(task_error)?;
+    let c = collect(running).await?;
     Ok(Generated::Whole(head, c))
 }
 
@@ -211,7 +194,7 @@ fn usage(n_prompt: usize, s: &GenSummary) -> Usage {
 /// What an answer and every event of a streamed one carry (its id, creation time and
 /// model), and how a stream ends.
 struct AnswerHead {
-    serving: Arc<Serving>,
+    serving: AppState,
     id: String,
     created: u64,
     include_usage: bool,
@@ -281,7 +264,7 @@ impl AnswerHead {
 
     /// A failure after the stream began: the error, then `data: [DONE]`.
     fn failed(e: &TaskError) -> Vec<Event> {
-        vec![sse::json(&task_error(e.clone()).body()), sse::done()]
+        vec![sse::json(&OpenAiError::from(e.clone()).body()), sse::done()]
     }
 }
 
@@ -305,7 +288,7 @@ trait StreamKind: Send + 'static {
     fn choice(
         text: String,
         logprob: Option<ChatTokenLogprob>,
-        finish: Option<&'static str>,
+        finish: Option<FinishReason>,
     ) -> Self::Choice;
 }
 
@@ -343,7 +326,7 @@ impl<K: StreamKind> StreamFormat for EventStream<K> {
     }
 
     fn done(&mut self, s: &GenSummary) -> Vec<Event> {
-        let last = K::choice(String::new(), None, Some(s.finish.openai()));
+        let last = K::choice(String::new(), None, Some(s.finish.into()));
         let last = self.event(vec![last], None, None);
         self.head
             .end(last, s, |u| self.event(Vec::new(), Some(u), None))
@@ -370,7 +353,7 @@ impl StreamKind for ChatChunks {
     fn choice(
         text: String,
         logprob: Option<ChatTokenLogprob>,
-        finish: Option<&'static str>,
+        finish: Option<FinishReason>,
     ) -> ChunkChoice {
         let delta = Delta {
             role: None,
@@ -387,7 +370,7 @@ impl StreamKind for ChatChunks {
 }
 
 async fn completions(
-    State(s): State<Arc<Serving>>,
+    State(s): State<AppState>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, OpenAiError> {
     let req = CompletionRequest::parse(&body(b)?)?;
@@ -396,7 +379,7 @@ async fn completions(
         PromptInput::Text(text) => {
             let tokens = tok.tokenize(text, true, true).map_err(|e| {
                 tracing::error!("tokenizing a prompt: {e}");
-                OpenAiError::internal()
+                OpenAiError::from(ApiError::internal())
             })?;
             (tokens, text.clone())
         }
@@ -424,7 +407,7 @@ async fn completions(
         text: echo + &c.text,
         index: 0,
         logprobs,
-        finish_reason: Some(c.summary.finish.openai()),
+        finish_reason: Some(c.summary.finish.into()),
     };
     Ok(head.whole("text_completion", choice, &c.summary))
 }
@@ -448,7 +431,7 @@ impl StreamKind for CompletionChunks {
     fn choice(
         text: String,
         logprob: Option<ChatTokenLogprob>,
-        finish: Option<&'static str>,
+        finish: Option<FinishReason>,
     ) -> CompletionChoice {
         let logprobs = logprob.map(|lp| {
             let mut l = CompletionLogprobs::default();
@@ -461,5 +444,33 @@ impl StreamKind for CompletionChunks {
             logprobs,
             finish_reason: finish,
         }
+    }
+}
+
+/// A token's text as clients see it in log-probabilities.
+fn token_text(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
+    let bytes = tok.token_bytes(id).unwrap_or_default().to_vec();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// A token's log-probability in OpenAI's chat shape.
+fn chat_logprob(tok: &Tokenizer, lp: &TokenLogprob) -> ChatTokenLogprob {
+    let (token, bytes) = token_text(tok, lp.token);
+    ChatTokenLogprob {
+        token,
+        logprob: lp.logprob,
+        bytes,
+        top_logprobs: lp
+            .top
+            .iter()
+            .map(|&(id, logprob)| {
+                let (token, bytes) = token_text(tok, id);
+                TopLogprob {
+                    token,
+                    logprob,
+                    bytes,
+                }
+            })
+            .collect(),
     }
 }

@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::chat_template::{Message, Role};
 use super::error::OpenAiError;
+use crate::chat_template::{Message, Role};
 use hydra_engine_core::sampling::SamplerConfig;
 
 /// Most stop strings a request may give.
@@ -39,7 +39,7 @@ pub struct GenerationParams {
     pub include_usage: bool,
     /// Log-probabilities of the sampled tokens, with this many alternatives each.
     pub logprobs: Option<usize>,
-    /// The slot to run on (llama.cpp's `id_slot`; None or -1: the engine chooses).
+    /// The slot to run on (llama.cpp's `id_slot`; None: the engine chooses).
     pub id_slot: Option<usize>,
     /// With `stream`: prompt progress events while the prompt is evaluated
     /// (llama.cpp's `return_progress`).
@@ -292,16 +292,7 @@ impl RawParams {
                 ));
             }
         }
-        let id_slot = match self.id_slot {
-            None | Some(-1) => None,
-            Some(i) if i >= 0 => Some(usize::try_from(i).unwrap_or(usize::MAX)),
-            Some(i) => {
-                return Err(OpenAiError::invalid(
-                    Some("id_slot"),
-                    format!("id_slot must be a slot number or -1 (any slot), not {i}"),
-                ))
-            }
-        };
+        let id_slot = crate::serving::requested_slot(self.id_slot)?;
         let stream = self.stream.unwrap_or(false);
         Ok(GenerationParams {
             max_tokens,
@@ -452,7 +443,7 @@ mod tests {
 
     fn refused(body: &str) -> OpenAiError {
         let e = chat(body).expect_err(body);
-        assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST, "{body}");
         e
     }
 
@@ -548,8 +539,8 @@ mod tests {
             .chain(with_field);
         for (body, param, needle) in cases {
             let e = refused(&body);
-            assert_eq!(e.param.as_deref(), param, "{body}: {e}");
-            assert!(e.message.contains(needle), "{body}: {e}");
+            assert_eq!(e.param(), param, "{body}: {e}");
+            assert!(e.0.message.contains(needle), "{body}: {e}");
             assert_eq!(e.body()["error"]["type"], "invalid_request_error");
         }
     }
@@ -575,7 +566,7 @@ mod tests {
             r#"{"max_tokens":3}"#,
         ] {
             let e = CompletionRequest::parse(body.as_bytes()).expect_err(body);
-            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST, "{body}");
+            assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST, "{body}");
         }
     }
 }

@@ -2,6 +2,8 @@
 //! `chat.completion`, `chat.completion.chunk`, `text_completion` (whole and streamed),
 //! the model list, usage, log-probabilities, and llama.cpp's `prompt_progress`.
 
+use crate::stream::prompt_progress::PromptProgress;
+use hydra_engine_core::sampling::StopReason;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -40,30 +42,27 @@ impl Usage {
     }
 }
 
-/// Prompt evaluation progress, llama.cpp's `prompt_progress`, read from the segment;
-/// `layer` adds where the forward in flight is (Hydra's layer position).
+/// Why a generation stopped, in OpenAI's words (`finish_reason`; and this engine's own
+/// `cancelled`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PromptProgress {
-    /// Prompt tokens in all.
-    pub total: u64,
-    /// Of them, reused from the slot's cache.
-    pub cache: u64,
-    /// Prompt tokens in the slot's cache now (cached ones included), as llama.cpp counts.
-    pub processed: u64,
-    /// Milliseconds since the prompt's evaluation began.
-    pub time_ms: u64,
-    /// The layer position inside the chunk in flight, when one is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub layer: Option<LayerPosition>,
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The end-of-generation token, or a stop string.
+    Stop,
+    /// `max_tokens` reached, or the context is full.
+    Length,
+    /// Cancelled, or the client went away.
+    Cancelled,
 }
 
-/// Layers of the forward in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct LayerPosition {
-    /// Layers done.
-    pub done: u64,
-    /// Layers in the forward.
-    pub total: u64,
+impl From<StopReason> for FinishReason {
+    fn from(r: StopReason) -> Self {
+        match r {
+            StopReason::Eos | StopReason::StopWord => Self::Stop,
+            StopReason::Length | StopReason::ContextFull => Self::Length,
+            StopReason::Cancelled => Self::Cancelled,
+        }
+    }
 }
 
 /// One alternative token and its log-probability.
@@ -144,7 +143,7 @@ pub struct ChatChoice {
     /// Log-probabilities, when asked for.
     pub logprobs: Option<ChatLogprobs>,
     /// `stop`, `length` or `cancelled`.
-    pub finish_reason: &'static str,
+    pub finish_reason: FinishReason,
 }
 
 /// `POST /v1/chat/completions` without streaming.
@@ -171,7 +170,7 @@ pub struct ChunkChoice {
     /// Log-probabilities of this chunk's tokens, when asked for.
     pub logprobs: Option<ChatLogprobs>,
     /// Set in the last chunk with a choice.
-    pub finish_reason: Option<&'static str>,
+    pub finish_reason: Option<FinishReason>,
 }
 
 /// One event of a streamed chat answer.
@@ -187,7 +186,7 @@ pub struct CompletionChoice {
     /// Log-probabilities, when asked for.
     pub logprobs: Option<CompletionLogprobs>,
     /// Set at the end.
-    pub finish_reason: Option<&'static str>,
+    pub finish_reason: Option<FinishReason>,
 }
 
 /// `POST /v1/completions`, whole or one streamed event.
@@ -296,17 +295,6 @@ mod tests {
                    "system_fingerprint":"f","usage":null,
                    "choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},
                                "logprobs":null,"finish_reason":null}]})
-        );
-        let p = PromptProgress {
-            total: 10,
-            cache: 2,
-            processed: 6,
-            time_ms: 5,
-            layer: Some(LayerPosition { done: 3, total: 30 }),
-        };
-        assert_eq!(
-            serde_json::to_value(p).unwrap(),
-            json!({"total":10,"cache":2,"processed":6,"time_ms":5,"layer":{"done":3,"total":30}})
         );
         let u = Usage::new(5, 1, 3);
         assert_eq!(

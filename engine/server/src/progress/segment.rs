@@ -78,10 +78,7 @@ fn description(config: &ServerConfig, info: &ModelInfo) -> EngineDescription {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "builtin".into()),
         tokenizer: info.tokenizer_family.clone(),
-        model_alias: config
-            .model_alias
-            .clone()
-            .unwrap_or_else(|| info.name.clone()),
+        model_alias: config.model_id(info),
         device: info.device.to_string(),
         capabilities: CAPABILITIES,
     }

@@ -13,9 +13,10 @@ use std::ops::ControlFlow;
 use tokio::sync::mpsc;
 
 use super::DecodeSpec;
-use crate::openai::text_out::TextOut;
+use crate::task::text_out::TextOut;
 use crate::task_error::TaskError;
 use hydra_engine_core::logprobs::{token_logprob, TokenLogprob};
+use hydra_engine_core::sampling::StopReason;
 use hydra_engine_core::slots::Logits;
 use hydra_engine_core::tokenizer::Tokenizer;
 
@@ -35,43 +36,6 @@ pub struct GenerateSpec {
     pub logprobs: Option<usize>,
 }
 
-/// Why a generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GenFinish {
-    /// The model's end-of-generation token.
-    Eos,
-    /// A stop string.
-    StopWord,
-    /// `max_tokens` reached.
-    Length,
-    /// The slot's context is full.
-    ContextFull,
-    /// The client went away, or `POST /slots/{id}?action=cancel`.
-    Cancelled,
-}
-
-impl GenFinish {
-    /// OpenAI's `finish_reason`.
-    pub fn openai(self) -> &'static str {
-        match self {
-            GenFinish::Eos | GenFinish::StopWord => "stop",
-            GenFinish::Length | GenFinish::ContextFull => "length",
-            GenFinish::Cancelled => "cancelled",
-        }
-    }
-
-    /// llama.cpp's `stop_type` (and this engine's: `context_full`, `cancelled`).
-    pub fn llama(self) -> &'static str {
-        match self {
-            GenFinish::Eos => "eos",
-            GenFinish::StopWord => "word",
-            GenFinish::Length => "limit",
-            GenFinish::ContextFull => "context_full",
-            GenFinish::Cancelled => "cancelled",
-        }
-    }
-}
-
 /// One generated token as the client sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenOut {
@@ -89,7 +53,7 @@ pub struct GenSummary {
     /// The task (the segment's `TASK_ID`).
     pub task_id: u64,
     /// Why it ended.
-    pub finish: GenFinish,
+    pub finish: StopReason,
     /// Prompt tokens in all.
     pub n_prompt: usize,
     /// Of them, reused from the slot's cache.
@@ -165,7 +129,7 @@ impl GenOutput {
         tokenizer: &Tokenizer,
         token: u32,
         logits: &Logits,
-    ) -> ControlFlow<GenFinish> {
+    ) -> ControlFlow<StopReason> {
         let bytes = tokenizer.token_bytes(token).unwrap_or_default();
         let piece = self.text.push(bytes);
         let logprob = self.logprobs.map(|n| token_logprob(logits, token, n));
@@ -175,9 +139,9 @@ impl GenOutput {
             logprob,
         }));
         if !sent {
-            ControlFlow::Break(GenFinish::Cancelled)
+            ControlFlow::Break(StopReason::Cancelled)
         } else if piece.stopped {
-            ControlFlow::Break(GenFinish::StopWord)
+            ControlFlow::Break(StopReason::StopWord)
         } else {
             ControlFlow::Continue(())
         }
@@ -185,7 +149,7 @@ impl GenOutput {
 
     /// The generation ended: flush the text held back, then send the summary.
     pub fn finish(mut self, summary: GenSummary) {
-        if summary.finish != GenFinish::StopWord {
+        if summary.finish != StopReason::StopWord {
             let tail = self.text.finish();
             if !tail.text.is_empty() {
                 self.send(GenEvent::Token(TokenOut {
@@ -223,7 +187,7 @@ mod tests {
         }
     }
 
-    fn summary(finish: GenFinish) -> GenSummary {
+    fn summary(finish: StopReason) -> GenSummary {
         GenSummary {
             task_id: 1,
             finish,
@@ -252,9 +216,9 @@ mod tests {
         );
         assert_eq!(
             out.token(&tok, u32::from(b'!'), &logits),
-            ControlFlow::Break(GenFinish::StopWord)
+            ControlFlow::Break(StopReason::StopWord)
         );
-        out.finish(summary(GenFinish::StopWord));
+        out.finish(summary(StopReason::StopWord));
         let mut text = String::new();
         let mut n = 0;
         while let Ok(e) = rx.try_recv() {
@@ -266,7 +230,7 @@ mod tests {
                     assert!((lp.logprob - -(tok.vocab_size() as f32).ln()).abs() < 1e-4);
                     n += 1;
                 }
-                GenEvent::Done(s) => assert_eq!(s.finish, GenFinish::StopWord),
+                GenEvent::Done(s) => assert_eq!(s.finish, StopReason::StopWord),
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -280,7 +244,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut out = GenOutput::new(&spec(&["xyz"], None), tx);
         assert!(out.token(&tok, u32::from(b'x'), &logits).is_continue());
-        out.finish(summary(GenFinish::Length));
+        out.finish(summary(StopReason::Length));
         let texts: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
             .filter_map(|e| match e {
                 GenEvent::Token(t) => Some(t.text),
@@ -296,7 +260,7 @@ mod tests {
         assert!(out.is_abandoned());
         assert_eq!(
             out.token(&tok, u32::from(b'a'), &logits),
-            ControlFlow::Break(GenFinish::Cancelled)
+            ControlFlow::Break(StopReason::Cancelled)
         );
     }
 }

@@ -5,64 +5,31 @@
 //! prompt is evaluated with `"return_progress": true`, and a last `"stop": true` event
 //! with the timings (no `[DONE]`, as llama.cpp).
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
+use super::request::CompletionRequest;
 use crate::api_error::ApiError;
-use crate::openai::response::PromptProgress;
-use crate::openai::sse;
-use crate::request::CompletionRequest;
-use crate::serving::{collect, stream, Serving, StreamFormat};
+use crate::extract::JsonBody;
+use crate::prompt::Purpose;
+use crate::serving::{collect, requested_slot, AppState};
+use crate::stream::prompt_progress::PromptProgress;
+use crate::stream::{sse, stream, StreamFormat};
 use crate::task::generate::{GenSummary, GenerateSpec, TokenOut};
+use crate::task::SlotId;
 use crate::task_error::TaskError;
 
 /// `POST /completion`.
 pub async fn completion(
-    State(s): State<Arc<Serving>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    match answer(s, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn answer(
-    s: Arc<Serving>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, Response> {
-    let bad = |m: String| ApiError::bad_request(m).into_response();
-    let bytes = body.map_err(|r| bad(r.body_text()))?;
-    let req: CompletionRequest = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::InvalidJson(e.to_string()).into_response())?;
-    let tokens = req
-        .prompt
-        .into_spec(&s.shared)
-        .map_err(IntoResponse::into_response)?
-        .tokens;
-    let decode = req
-        .sampling
-        .spec(&s.shared)
-        .map_err(IntoResponse::into_response)?;
-    let want = match req.id_slot {
-        None | Some(-1) => None,
-        Some(id) if id >= 0 => {
-            let slot = usize::try_from(id).unwrap_or(usize::MAX);
-            let slot = s
-                .shared
-                .slot(slot)
-                .map_err(|e| ApiError::report(e).into_response())?;
-            Some(slot.get())
-        }
-        Some(id) => return Err(bad(format!("id_slot {id} is not a slot"))),
-    };
+    State(s): State<AppState>,
+    JsonBody(req): JsonBody<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    let tokens = req.prompt.into_spec(&s.shared, Purpose::Generate)?.tokens;
+    let decode = req.sampling.spec(&s.shared)?;
+    let want = requested_slot(req.id_slot)?;
     let spec = GenerateSpec {
         tokens,
         cache_prompt: req.cache_prompt,
@@ -70,10 +37,7 @@ async fn answer(
         stop: req.stop,
         logprobs: None,
     };
-    let running = s
-        .start(spec, want)
-        .await
-        .map_err(IntoResponse::into_response)?;
+    let running = s.start(spec, want).await?;
     let slot = running.slot();
     let n_prompt = running.n_prompt();
     if req.stream {
@@ -90,30 +54,28 @@ async fn answer(
             format,
         ));
     }
-    let c = collect(running)
-        .await
-        .map_err(|e| ApiError::from(e).into_response())?;
+    let c = collect(running).await?;
     let mut body = final_event(slot, n_prompt, c.summary.task_id, &c.summary);
     body["content"] = c.text.into();
     Ok(Json(body).into_response())
 }
 
 /// The answer's fields (the stream's last event; there, the text was already sent).
-fn final_event(slot: usize, n_prompt: usize, task_id: u64, s: &GenSummary) -> Value {
+fn final_event(slot: SlotId, n_prompt: usize, task_id: u64, s: &GenSummary) -> Value {
     let n = s.tokens.len();
     let per_s = |n: usize, ms: f64| n as f64 / (ms / 1e3).max(1e-9);
     let n_evaluated = n_prompt - s.n_cached;
     json!({
         "index": 0,
         "content": "",
-        "id_slot": slot,
+        "id_slot": slot.get(),
         "task_id": task_id,
         "tokens": s.tokens,
         "tokens_evaluated": n_prompt,
         "tokens_cached": s.n_cached,
         "tokens_predicted": n,
         "stop": true,
-        "stop_type": s.finish.llama(),
+        "stop_type": super::StopType::from(s.finish),
         "n_past": s.n_past,
         "timings": {
             "cache_n": s.n_cached,
@@ -130,7 +92,7 @@ fn final_event(slot: usize, n_prompt: usize, task_id: u64, s: &GenSummary) -> Va
 
 /// llama.cpp's `/completion` stream events.
 struct LlamaStream {
-    slot: usize,
+    slot: SlotId,
     n_prompt: usize,
     n_predicted: usize,
     task_id: u64,
@@ -143,7 +105,7 @@ impl LlamaStream {
             "content": content,
             "tokens": tokens,
             "stop": false,
-            "id_slot": self.slot,
+            "id_slot": self.slot.get(),
             "tokens_predicted": self.n_predicted,
             "tokens_evaluated": self.n_prompt,
         })
@@ -178,9 +140,6 @@ impl StreamFormat for LlamaStream {
     }
 
     fn failed(&mut self, e: &TaskError) -> Vec<Event> {
-        let e = ApiError::from(e.clone());
-        vec![sse::json(
-            &json!({"error": {"code": e.code(), "message": e.to_string()}}),
-        )]
+        vec![sse::json(&super::error::body(&ApiError::from(e.clone())))]
     }
 }

@@ -10,14 +10,13 @@
 //!   as text, or as its bytes where they are not valid UTF-8 on their own.
 //! - `/detokenize`: `{"tokens": [...]}` -> `{"content": "..."}`.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::api_error::ApiError;
-use crate::state::AppState;
+use crate::extract::JsonBody;
+use crate::serving::AppState;
 
 /// Body of `POST /tokenize`.
 #[derive(Debug, Deserialize)]
@@ -94,10 +93,9 @@ pub struct DetokenizeResponse {
 /// `POST /tokenize`.
 pub(crate) async fn tokenize(
     State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(req): JsonBody<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
-    let req: TokenizeRequest = state.json(body)?;
-    let shared = state.shared().clone();
+    let shared = state.shared.clone();
     // Long texts take milliseconds: off the async workers, which also serve /slots.
     let tokens = tokio::task::spawn_blocking(move || {
         let tok = &shared.tokenizer;
@@ -120,7 +118,7 @@ pub(crate) async fn tokenize(
     .await
     .map_err(|e| {
         tracing::error!(error = %e, "tokenize task failed");
-        ApiError::Internal
+        ApiError::internal()
     })?
     .map_err(ApiError::report)?;
     Ok(Json(TokenizeResponse { tokens }))
@@ -129,11 +127,10 @@ pub(crate) async fn tokenize(
 /// `POST /detokenize`.
 pub(crate) async fn detokenize(
     State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(req): JsonBody<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
-    let req: DetokenizeRequest = state.json(body)?;
     let content = state
-        .shared()
+        .shared
         .tokenizer
         .decode(&req.tokens)
         .map_err(ApiError::report)?;

@@ -3,16 +3,16 @@
 
 use crate::api_error::ApiError;
 use crate::progress::segment::Shared;
+use crate::prompt::{self, PromptValue, Purpose};
 use crate::task::{DecodeSpec, PrefillSpec};
-use crate::task_error::ClientError;
 use hydra_engine_core::sampling::SamplerConfig;
 use serde::Deserialize;
 
-/// A prompt as text or token ids.
+/// A prompt as text, token ids or both mixed (`prompt`), or as token ids (`tokens`).
 #[derive(Deserialize, Default)]
 pub struct PromptFields {
-    /// Text, tokenized by the model's tokenizer.
-    pub prompt: Option<String>,
+    /// The prompt in any shape llama-server takes.
+    pub prompt: Option<PromptValue>,
     /// Token ids.
     pub tokens: Option<Vec<u32>>,
     /// Put the BOS token first (default: the model's choice).
@@ -23,8 +23,8 @@ pub struct PromptFields {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefillRequest {
-    /// Text.
-    pub prompt: Option<String>,
+    /// The prompt in any shape llama-server takes.
+    pub prompt: Option<PromptValue>,
     /// Token ids.
     pub tokens: Option<Vec<u32>>,
     /// Put the BOS token first.
@@ -110,8 +110,8 @@ fn yes() -> bool {
 }
 
 impl PromptFields {
-    /// The prompt's tokens: in the vocabulary, at least one, at most a slot's context.
-    pub fn into_spec(self, shared: &Shared) -> Result<PrefillSpec, ApiError> {
+    /// The prompt's tokens, checked for `purpose` ([`prompt::check`]).
+    pub fn into_spec(self, shared: &Shared, purpose: Purpose) -> Result<PrefillSpec, ApiError> {
         let tok = &shared.tokenizer;
         let tokens = match (self.prompt, self.tokens) {
             (Some(_), Some(_)) => {
@@ -124,26 +124,13 @@ impl PromptFields {
                     "missing \"prompt\" (text) or \"tokens\" (ids)",
                 ))
             }
-            (Some(text), None) => tok
-                .try_encode(
-                    &text,
-                    self.add_bos.unwrap_or_else(|| tok.add_bos_by_default()),
-                )
-                .map_err(ApiError::report)?,
+            (Some(p), None) => p.tokens(
+                tok,
+                self.add_bos.unwrap_or_else(|| tok.add_bos_by_default()),
+            )?,
             (None, Some(ids)) => ids,
         };
-        if tokens.is_empty() {
-            return Err(ApiError::bad_request("the prompt has no tokens"));
-        }
-        tok.check_ids(&tokens).map_err(ApiError::report)?;
-        if tokens.len() > shared.n_ctx {
-            return Err(ClientError::ContextOverflow(format!(
-                "the prompt has {} tokens but a slot holds at most {}",
-                tokens.len(),
-                shared.n_ctx
-            ))
-            .into());
-        }
+        prompt::check(shared, &tokens, purpose)?;
         Ok(PrefillSpec { tokens })
     }
 }

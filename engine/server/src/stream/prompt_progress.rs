@@ -4,7 +4,33 @@
 
 use hydra_layout::{clock, Phase, SegmentReader, SlotSnapshot};
 
-use super::response::{LayerPosition, PromptProgress};
+use serde::Serialize;
+
+/// Prompt evaluation progress, llama.cpp's `prompt_progress`, read from the segment;
+/// `layer` adds where the forward in flight is (Hydra's layer position).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PromptProgress {
+    /// Prompt tokens in all.
+    pub total: u64,
+    /// Of them, reused from the slot's cache.
+    pub cache: u64,
+    /// Prompt tokens in the slot's cache now (cached ones included), as llama.cpp counts.
+    pub processed: u64,
+    /// Milliseconds since the prompt's evaluation began.
+    pub time_ms: u64,
+    /// The layer position inside the chunk in flight, when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer: Option<LayerPosition>,
+}
+
+/// Layers of the forward in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LayerPosition {
+    /// Layers done.
+    pub done: u64,
+    /// Layers in the forward.
+    pub total: u64,
+}
 
 /// What the front end knows of the prompt: its length and how much the slot reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,5 +141,25 @@ mod tests {
         s.enter_phase(Phase::Decode, WorkUnit::Tokens, 16, 40 * ms);
         let p = from_snapshot(&snapshot(s, None), &facts, 50 * ms).unwrap();
         assert_eq!((p.processed, p.total, p.layer), (100, 100, None));
+    }
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    #[test]
+    fn prompt_progress_has_llama_cpp_shape_plus_the_layer() {
+        let p = PromptProgress {
+            total: 10,
+            cache: 2,
+            processed: 6,
+            time_ms: 5,
+            layer: Some(LayerPosition { done: 3, total: 30 }),
+        };
+        assert_eq!(
+            serde_json::to_value(p).unwrap(),
+            serde_json::json!({"total":10,"cache":2,"processed":6,"time_ms":5,"layer":{"done":3,"total":30}})
+        );
     }
 }
