@@ -12,15 +12,14 @@
 use crate::costmodel::{CostModel, ModelConfig, Observed, StepShape};
 use crate::slot::{Phase, Prediction, SlotState, WorkUnit};
 
-/// Whether a writer can say when a phase's work will be done.
+/// Whether a writer can say when a phase's work will be done. Every writer that uses a
+/// forecaster can (the Rust engine, the C ABI: `WORK_TOTAL` is the real amount of work);
+/// the preload library, whose host does not say the total, keeps its own
+/// [`CostModel`] and never predicts the end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PhaseEnd {
-    /// `WORK_TOTAL` is the real amount of work left (the Rust engine, the C ABI): publish
-    /// the predicted end.
+    /// `WORK_TOTAL` is the real amount of work left: publish the predicted end.
     Predict,
-    /// The total is not what will be done (llama-server does not say it): publish the
-    /// step prediction only.
-    Unknown,
 }
 
 /// One writer's cost model and the shapes of its slots' steps in flight.
@@ -28,7 +27,6 @@ pub enum PhaseEnd {
 pub struct Forecaster {
     model: CostModel,
     in_flight: Vec<Option<StepShape>>,
-    phase_end: PhaseEnd,
 }
 
 impl Forecaster {
@@ -39,10 +37,11 @@ impl Forecaster {
 
     /// A forecaster for `slots` slots with a model of `config`.
     pub fn with_config(slots: usize, phase_end: PhaseEnd, config: ModelConfig) -> Self {
+        // The one kind of writer a forecaster serves: a new kind must be handled here.
+        let PhaseEnd::Predict = phase_end;
         Self {
             model: CostModel::new(config),
             in_flight: vec![None; slots],
-            phase_end,
         }
     }
 
@@ -85,12 +84,8 @@ impl Forecaster {
         let entry = self.in_flight.get_mut(slot)?;
         *entry = shape;
         let shape = shape?;
-        let remaining = match self.phase_end {
-            PhaseEnd::Predict if state.work_total > state.work_done => {
-                Some(state.work_total - state.work_done)
-            }
-            _ => None,
-        };
+        let remaining =
+            (state.work_total > state.work_done).then(|| state.work_total - state.work_done);
         Some(
             self.model
                 .prediction(&shape, state.step_start_ns, state.phase_start_ns, remaining),
@@ -168,8 +163,8 @@ mod tests {
     }
 
     #[test]
-    fn byte_steps_and_unknown_ends_are_not_predicted() {
-        let mut f = Forecaster::new(1, PhaseEnd::Unknown);
+    fn byte_steps_are_not_predicted() {
+        let mut f = Forecaster::new(1, PhaseEnd::Predict);
         let mut s = SlotState::default();
         s.begin_task(1, Phase::Save, WorkUnit::Bytes, 4096, 10);
         s.start_step(100, 20);
@@ -181,7 +176,6 @@ mod tests {
         s.start_step(256, now);
         let p = f.step_started(0, &s).unwrap();
         assert_ne!(p.step_expected_ns, 0);
-        assert_eq!(p.task_expected_end_ns, 0, "the end is not published");
         assert_eq!(f.step_started(5, &s), None, "out of range");
     }
 }

@@ -41,16 +41,13 @@
 //!    client waiting on it is just as stranded.
 //! 3. **idle**: phase idle and nothing pending.
 //! 4. **queued**: phase queued, or idle with tasks pending for the slot.
-//! 5. **stalled**: active and nothing moves: with the layer position of the step in flight
-//!    known (format v1.1), `now -` the later of the progress reference and the last layer
-//!    is past the *layer* stall threshold (the slot is **stalled at layer k**); otherwise
-//!    `now - progress reference` is past the stall threshold.
-//! 6. **slow**: active, and either its step has outlived the stall threshold while its
-//!    layer counter still moves, or the step in flight has run longer than
-//!    [`Thresholds::slow_factor`] times the writer's prediction for it and longer than
-//!    [`SLOW_STEP_FLOOR_NS`] (no budget needed), or a budget is given and the ETA is longer
-//!    than it.
+//! 5. **stalled**: active, and silent for longer than its stall threshold.
+//! 6. **slow**: active, and its step runs far past what was expected, or its ETA exceeds
+//!    the caller's budget.
 //! 7. **progressing**: every other active slot.
+//!
+//! What counts as silence and movement, which threshold applies, and when a step is slow
+//! are stated once, on [`classify_derived`], the function that applies them.
 //!
 //! A phase value this reader does not know (written by a newer minor) is judged as active by
 //! its timestamps: they mean the same in every minor.
@@ -60,7 +57,8 @@ use hydra_layout::{HeaderSnapshot, Liveness, Phase, Prediction, SlotState, Subst
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Classification of one slot. See the [module docs](self) for the rules.
+/// Classification of one slot. See the [module docs](self) for the classes and
+/// [`classify_derived`] for the stalled and slow rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SlotClass {
@@ -327,32 +325,36 @@ pub fn rate_per_s(s: &SlotState) -> Option<f64> {
     None
 }
 
-/// Derives progress, rate, ETA, ages and the stall threshold of one slot record at `now_ns`.
-pub fn derive(s: &SlotState, now_ns: u64, t: &Thresholds) -> Derived {
-    derive_at_layer(s, None, now_ns, t)
+/// What a writer may publish beside a slot record, read in the same consistent copy as the
+/// record. Each is `None` when the writer does not publish it: the substep words before
+/// format v1.1 (or without the `LAYER_PROGRESS` capability), the prediction words before
+/// v1.2 (or without the `STEP_PREDICTION` capability).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotExtras {
+    /// The layer position inside a step; only a position of the step in flight counts
+    /// ([`Substep::in_step`]).
+    pub substep: Option<Substep>,
+    /// The writer's cost-model predictions; only a prediction of the step in flight and of
+    /// the current phase counts ([`Prediction::step_in_flight`], [`Prediction::phase_end`]).
+    pub prediction: Option<Prediction>,
 }
 
-/// [`derive`] for a record read with its substep words (`None`: a v1.0 writer). Only a
-/// position of the step in flight counts ([`Substep::in_step`]).
-pub fn derive_at_layer(
-    s: &SlotState,
-    substep: Option<Substep>,
-    now_ns: u64,
-    t: &Thresholds,
-) -> Derived {
-    derive_predicted(s, substep, None, now_ns, t)
+impl SlotExtras {
+    /// Nothing beside the record (a v1.0 writer, or a caller that only has the record).
+    pub const NONE: Self = Self {
+        substep: None,
+        prediction: None,
+    };
 }
 
-/// [`derive`] for a record read with its substep words (`None`: before v1.1) and its
-/// prediction words (`None`: before v1.2, or a writer without a cost model). Only a
-/// position and a prediction of the step in flight and phase count.
-pub fn derive_predicted(
-    s: &SlotState,
-    substep: Option<Substep>,
-    prediction: Option<Prediction>,
-    now_ns: u64,
-    t: &Thresholds,
-) -> Derived {
+/// Derives progress, rate, ETA, ages, the writer's prediction, the stall thresholds and the
+/// layer position of one slot record and what was read beside it at `now_ns` (see the
+/// module docs for each figure).
+pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) -> Derived {
+    let SlotExtras {
+        substep,
+        prediction,
+    } = extras;
     let layer = substep.and_then(|l| l.in_step(s));
     let progress = (s.work_total > 0)
         .then(|| (s.work_done as f64 / s.work_total as f64).clamp(0.0, 1.0))
@@ -434,10 +436,36 @@ pub fn classify_slot(
     now_ns: u64,
     t: &Thresholds,
 ) -> SlotClass {
-    classify_derived(s, pending, liveness, &derive(s, now_ns, t), t)
+    classify_derived(
+        s,
+        pending,
+        liveness,
+        &derive(s, SlotExtras::NONE, now_ns, t),
+        t,
+    )
 }
 
-/// [`classify_slot`] from figures already derived with [`derive`].
+/// [`classify_slot`] from figures already derived with [`derive()`].
+///
+/// The stalled and slow rules (every comparison strict: a figure equal to its threshold is
+/// still healthy):
+/// - **silence** is the time since the slot last moved: the shorter of
+///   [`last_progress_age_ns`](Derived::last_progress_age_ns) (its last progress, or its
+///   phase start) and [`step_age_ns`](Derived::step_age_ns) (the start of its step in
+///   flight: a slot of a batched engine that waited behind another slot's long chunk has
+///   moved again once its own step starts); 0 when both are unknown (an active slot
+///   always has a phase start, and a writer that left every stamp 0 gives no evidence of
+///   silence).
+/// - **stalled**: while the layer position of the step in flight is known, the shorter of
+///   the silence and [`layer_age_ns`](Derived::layer_age_ns) (a finished layer is movement
+///   too) is past [`layer_stall_threshold_ns`](Derived::layer_stall_threshold_ns): the
+///   slot is stalled at that layer; otherwise the silence is past
+///   [`stall_threshold_ns`](Derived::stall_threshold_ns).
+/// - **slow**, when not stalled: the silence is past the stall threshold (the step outlived
+///   it, but its layers still move); or the writer's prediction for the step in flight is
+///   [`confident`](Derived::confident) and the step has run longer than
+///   [`SLOW_STEP_FLOOR_NS`] and longer than [`Thresholds::slow_factor`] times that
+///   prediction; or a [`budget`](Thresholds::budget) is given and the ETA exceeds it.
 pub fn classify_derived(
     s: &SlotState,
     pending: u64,
@@ -456,17 +484,12 @@ pub fn classify_derived(
     if !active {
         return SlotClass::Idle;
     }
-    // Silence is the time since the slot last moved: progress, or the start of its step in
-    // flight (a slot of a batched engine that waited behind another slot's long chunk
-    // has moved again once its own step starts). An active slot always has a phase
-    // start; if a writer left both stamps 0, there is no evidence of silence.
+    // The rules applied below are stated in the doc comment above.
     let silence = match (d.last_progress_age_ns, d.step_age_ns) {
         (Some(progress), Some(step)) => progress.min(step),
         (progress, step) => progress.or(step).unwrap_or_default(),
     };
     match d.layer_age_ns {
-        // A finished layer of the step in flight is movement too; a layer is judged
-        // against the layer's expected time.
         Some(layer) => {
             if layer.min(silence) > d.layer_stall_threshold_ns {
                 return SlotClass::Stalled;
@@ -479,7 +502,6 @@ pub fn classify_derived(
         }
     }
     if silence > d.stall_threshold_ns {
-        // The step outlived its threshold, but its layers still move.
         return SlotClass::Slow;
     }
     // Only a confident prediction judges a step slow: the first steps of a kind (a model
@@ -570,7 +592,11 @@ mod tests {
     }
 
     fn class_at(s: &SlotState, layer: Substep, t: &Thresholds) -> (SlotClass, Derived) {
-        let d = derive_at_layer(s, Some(layer), NOW, t);
+        let extras = SlotExtras {
+            substep: Some(layer),
+            prediction: None,
+        };
+        let d = derive(s, extras, NOW, t);
         (classify_derived(s, 0, Liveness::Live, &d, t), d)
     }
 
@@ -679,7 +705,7 @@ mod tests {
         let t = Thresholds::default();
         // 30 tokens in a 2 s phase, last progress 0.5 s ago: the work took 1.5 s.
         let s = decode(30, 100, 2 * S, S / 2);
-        let d = derive(&s, NOW, &t);
+        let d = derive(&s, SlotExtras::NONE, NOW, &t);
         assert_eq!(d.progress, Some(0.3));
         assert_eq!(d.rate_per_s, Some(20.0));
         assert_eq!(d.eta_s, Some(3.5));
@@ -694,13 +720,13 @@ mod tests {
         s.last_progress_ns = s.phase_start_ns; // no interval
         s.steps_done = 5;
         s.last_step_ns = 100 * MS; // 2 tokens per step, 0.1 s per step -> 20/s
-        let d = derive(&s, NOW, &t);
+        let d = derive(&s, SlotExtras::NONE, NOW, &t);
         assert_eq!(d.rate_per_s, Some(20.0));
         assert_eq!(d.eta_s, Some(0.5));
         // Nothing known: no rate, no ETA, no progress without a total.
         let mut bare = decode(0, 0, S, S);
         bare.steps_done = 0;
-        let d = derive(&bare, NOW, &t);
+        let d = derive(&bare, SlotExtras::NONE, NOW, &t);
         assert_eq!((d.rate_per_s, d.eta_s, d.progress), (None, None, None));
     }
 
@@ -708,7 +734,7 @@ mod tests {
     fn finished_work_has_zero_eta_and_clamped_progress() {
         let t = Thresholds::default();
         let s = decode(150, 100, 2 * S, S);
-        let d = derive(&s, NOW, &t);
+        let d = derive(&s, SlotExtras::NONE, NOW, &t);
         assert_eq!(d.progress, Some(1.0));
         assert_eq!(d.eta_s, Some(0.0));
     }
@@ -718,7 +744,10 @@ mod tests {
         let t = Thresholds::default();
         let floor = 30 * S;
         let at = decode(10, 100, 60 * S, floor);
-        assert_eq!(derive(&at, NOW, &t).stall_threshold_ns, floor);
+        assert_eq!(
+            derive(&at, SlotExtras::NONE, NOW, &t).stall_threshold_ns,
+            floor
+        );
         assert_eq!(class(&at, &t), SlotClass::Progressing);
         let over = decode(10, 100, 60 * S, floor + 1);
         assert_eq!(class(&over, &t), SlotClass::Stalled);
@@ -733,7 +762,7 @@ mod tests {
         s.phase = Phase::Prefill;
         s.step_start_ns = s.last_progress_ns;
         s.step_size = 512;
-        let d = derive(&s, NOW, &t);
+        let d = derive(&s, SlotExtras::NONE, NOW, &t);
         assert_eq!(d.rate_per_s, Some(100.0));
         assert_eq!(d.expected_step_ns, Some(5_120_000_000));
         assert_eq!(d.stall_threshold_ns, 51_200_000_000);
@@ -743,7 +772,10 @@ mod tests {
         at.step_start_ns = at.last_progress_ns;
         // Same rate: move the phase start so work/interval stays 100/s.
         at.phase_start_ns = at.last_progress_ns - 10 * S;
-        assert_eq!(derive(&at, NOW, &t).stall_threshold_ns, 51_200_000_000);
+        assert_eq!(
+            derive(&at, SlotExtras::NONE, NOW, &t).stall_threshold_ns,
+            51_200_000_000
+        );
         assert_eq!(class(&at, &t), SlotClass::Progressing);
         let mut over = at;
         over.last_progress_ns -= 1;
@@ -759,7 +791,7 @@ mod tests {
         s.step_start_ns = NOW;
         s.step_size = 1; // 1 / 10 tok/s = 0.1 s
         s.last_step_ns = 4 * S; // the last step took 4 s
-        let d = derive(&s, NOW, &t);
+        let d = derive(&s, SlotExtras::NONE, NOW, &t);
         assert_eq!(d.expected_step_ns, Some(4 * S));
         assert_eq!(d.stall_threshold_ns, 40 * S);
     }
@@ -769,7 +801,10 @@ mod tests {
         let t = Thresholds::default();
         let mut s = decode(0, 100, 31 * S, 500 * S);
         s.steps_done = 0;
-        assert_eq!(derive(&s, NOW, &t).last_progress_age_ns, Some(31 * S));
+        assert_eq!(
+            derive(&s, SlotExtras::NONE, NOW, &t).last_progress_age_ns,
+            Some(31 * S)
+        );
         assert_eq!(class(&s, &t), SlotClass::Stalled);
         let fresh = decode(0, 100, 30 * S, 500 * S);
         assert_eq!(class(&fresh, &t), SlotClass::Progressing);
@@ -779,7 +814,10 @@ mod tests {
     fn slow_exactly_at_budget_is_not_slow_just_over_is() {
         // 10 tok/s, 50 tokens left: ETA 5 s.
         let s = decode(50, 100, 5 * S, 0);
-        assert_eq!(derive(&s, NOW, &Thresholds::default()).eta_s, Some(5.0));
+        assert_eq!(
+            derive(&s, SlotExtras::NONE, NOW, &Thresholds::default()).eta_s,
+            Some(5.0)
+        );
         let at = Thresholds {
             budget: Some(Duration::from_secs(5)),
             ..Default::default()
@@ -824,7 +862,7 @@ mod tests {
         s.phase_start_ns = NOW + S;
         s.last_progress_ns = NOW + 2 * S;
         s.step_start_ns = NOW + 3 * S;
-        let d = derive(&s, NOW, &t);
+        let d = derive(&s, SlotExtras::NONE, NOW, &t);
         assert_eq!(d.last_progress_age_ns, Some(0));
         assert_eq!(d.step_age_ns, Some(0));
         assert_eq!(class(&s, &t), SlotClass::Progressing);
@@ -846,7 +884,7 @@ mod tests {
                 steps_done: v,
                 ..Default::default()
             };
-            let d = derive(&s, NOW, &t);
+            let d = derive(&s, SlotExtras::NONE, NOW, &t);
             for x in [d.progress, d.rate_per_s, d.eta_s].into_iter().flatten() {
                 assert!(x.is_finite() && x >= 0.0, "{x} from {v}");
             }
@@ -948,7 +986,11 @@ mod tests {
         layer: Option<Substep>,
     ) -> (SlotClass, Derived) {
         let t = Thresholds::default();
-        let d = derive_predicted(s, layer, Some(p), NOW, &t);
+        let extras = SlotExtras {
+            substep: layer,
+            prediction: Some(p),
+        };
+        let d = derive(s, extras, NOW, &t);
         (classify_derived(s, 0, Liveness::Live, &d, &t), d)
     }
 
@@ -987,9 +1029,12 @@ mod tests {
         let (_, d) = class_predicted(&s, p, None);
         assert_eq!((d.eta_s, d.eta_source), (Some(4.0), Some(EtaSource::Model)));
         // 50 tokens in 10 s: the rate says 10 s left; the model says 4 s.
-        assert_eq!(derive(&s, NOW, &Thresholds::default()).eta_s, Some(10.0));
         assert_eq!(
-            derive(&s, NOW, &Thresholds::default()).eta_source,
+            derive(&s, SlotExtras::NONE, NOW, &Thresholds::default()).eta_s,
+            Some(10.0)
+        );
+        assert_eq!(
+            derive(&s, SlotExtras::NONE, NOW, &Thresholds::default()).eta_source,
             Some(EtaSource::Rate)
         );
         // An end that has passed, or that names another phase: the rate again.

@@ -1,8 +1,8 @@
 //! Snapshots of an engine and its slots, with the derived figures and classes.
 
 use crate::classify::{
-    self, classify_derived, derive_predicted, engine_health, Derived, EngineHealth, EtaSource,
-    SlotClass,
+    self, classify_derived, derive, engine_health, Derived, EngineHealth, EtaSource, SlotClass,
+    SlotExtras,
 };
 use crate::error::ProbeError;
 use crate::ser::{serialize_struct, StateJson};
@@ -72,7 +72,11 @@ impl SlotView {
         now_ns: u64,
         t: &Thresholds,
     ) -> Self {
-        let derived = derive_predicted(&state, substep, prediction, now_ns, t);
+        let extras = SlotExtras {
+            substep,
+            prediction,
+        };
+        let derived = derive(&state, extras, now_ns, t);
         Self {
             class: classify_derived(&state, pending, liveness, &derived, t),
             slot,
