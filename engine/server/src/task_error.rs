@@ -37,8 +37,9 @@ pub enum ClientError {
     /// A state to restore was refused.
     #[error("state refused: {0}")]
     StateRejected(String),
-    /// The task was cancelled (shutdown).
-    #[error("the task was cancelled because the engine is shutting down")]
+    /// The task was cancelled: `?action=cancel` on its slot, or its client went away (a
+    /// shutdown is [`ClientError::ShuttingDown`]).
+    #[error("the task was cancelled (`?action=cancel` on its slot, or its client went away)")]
     Cancelled,
     /// The engine no longer takes tasks.
     #[error("the engine is shutting down")]
