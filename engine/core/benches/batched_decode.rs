@@ -51,14 +51,14 @@ fn step_ms(model: &Arc<Model>, policy: PoolUse, slots: usize, tokens: usize) -> 
             let prompt: Vec<u32> = (0..7)
                 .map(|i| (31 * j as u32 + 7 * i + 65) % vocab)
                 .collect();
-            s.prefill(j, &prompt, 512, &mut ())
+            s.prefill(s.id(j).unwrap(), &prompt, 512, &mut ())
                 .expect("prefill")
                 .argmax()
         })
         .collect();
     let t = Instant::now();
     for _ in 0..tokens {
-        let steps: Vec<(usize, u32)> = next.iter().copied().enumerate().collect();
+        let steps: Vec<_> = s.ids().zip(next.iter().copied()).collect();
         let logits = s.decode_batch(&steps, &mut ()).expect("decode");
         next = logits.iter().map(|l| l.argmax()).collect();
     }

@@ -98,17 +98,26 @@ fn bench_ours(model: Arc<Model>, prompt: &[u32], n_decode: usize, ubatch: usize)
     let mut slots = Slots::new(model, 1, n_ctx).expect("slots");
     // Warm-up: start the thread pools.
     let l = slots
-        .prefill(0, &prompt[..8.min(prompt.len())], ubatch, &mut ())
+        .prefill(
+            slots.id(0).unwrap(),
+            &prompt[..8.min(prompt.len())],
+            ubatch,
+            &mut (),
+        )
         .unwrap();
-    slots.decode_step(0, l.argmax()).unwrap();
-    slots.erase(0).unwrap();
+    slots.decode_step(slots.id(0).unwrap(), l.argmax()).unwrap();
+    slots.erase(slots.id(0).unwrap());
 
     let t = Instant::now();
-    let mut logits: Logits = slots.prefill(0, prompt, ubatch, &mut ()).expect("prefill");
+    let mut logits: Logits = slots
+        .prefill(slots.id(0).unwrap(), prompt, ubatch, &mut ())
+        .expect("prefill");
     let prefill = prompt.len() as f64 / t.elapsed().as_secs_f64();
     let t = Instant::now();
     for _ in 0..n_decode {
-        logits = slots.decode_step(0, logits.argmax()).expect("decode");
+        logits = slots
+            .decode_step(slots.id(0).unwrap(), logits.argmax())
+            .expect("decode");
     }
     let decode = n_decode as f64 / t.elapsed().as_secs_f64();
     (prefill, decode)

@@ -19,11 +19,12 @@
 //!
 //! let model = Arc::new(Model::builtin()?);
 //! let mut slots = Slots::new(model.clone(), 2, 512)?;
+//! let slot = slots.id(0)?; // the one check of the slot's bound
 //! let prompt = model.tokenizer().encode("Hello", true);
-//! let logits = slots.prefill(0, &prompt, 64, &mut ())?;
+//! let logits = slots.prefill(slot, &prompt, 64, &mut ())?;
 //! let params = GenerateParams { n_predict: 8, stop_at_eos: true };
-//! let out = generate(&mut slots, 0, logits, &mut Sampler::greedy(), &params, &mut ())?;
-//! assert_eq!(slots.n_past(0)?, prompt.len() + out.tokens.len());
+//! let out = generate(&mut slots, slot, logits, &mut Sampler::greedy(), &params, &mut ())?;
+//! assert_eq!(slots.n_past(slot), prompt.len() + out.tokens.len());
 //! # Ok::<(), hydra_engine_core::EngineError>(())
 //! ```
 //!

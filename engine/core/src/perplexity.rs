@@ -96,15 +96,16 @@ pub fn perplexity(
         if let Some(bos) = bos {
             window[0] = bos;
         }
-        slots.erase(SLOT)?;
+        let slot = slots.id(SLOT)?;
+        slots.erase(slot);
         let mut done = 0;
         for chunk in window.chunks(ubatch) {
             let end = done + chunk.len();
             if end <= first {
-                slots.prefill(SLOT, chunk, chunk.len(), &mut ())?;
+                slots.prefill(slot, chunk, chunk.len(), &mut ())?;
             } else {
                 let from = first.saturating_sub(done);
-                let scored = slots.prefill_scored(SLOT, chunk, from)?;
+                let scored = slots.prefill_scored(slot, chunk, from)?;
                 // Logits after token `done + from + i` score the text's next token.
                 for (i, logits) in scored.iter().enumerate() {
                     let j = done + from + i;
@@ -196,8 +197,10 @@ mod tests {
         for w in 0..n {
             let mut window = tokens[w * ctx..(w + 1) * ctx].to_vec();
             window[0] = 1;
-            slots.erase(0).unwrap();
-            let mut logits = slots.prefill(0, &window[..1], 1, &mut ()).unwrap();
+            slots.erase(slots.id(0).unwrap());
+            let mut logits = slots
+                .prefill(slots.id(0).unwrap(), &window[..1], 1, &mut ())
+                .unwrap();
             for j in 0..ctx - 1 {
                 if j >= ctx / 2 {
                     nll += negative_log_likelihood(
@@ -205,7 +208,9 @@ mod tests {
                         tokens[w * ctx + j + 1] as usize,
                     );
                 }
-                logits = slots.decode_step(0, window[j + 1]).unwrap();
+                logits = slots
+                    .decode_step(slots.id(0).unwrap(), window[j + 1])
+                    .unwrap();
             }
         }
         let by_hand = (nll / one.scored as f64).exp();

@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 
 use crate::error::{EngineError, Result};
 use crate::model::Model;
-use crate::slots::{Logits, Slots, StepDone, StepObserver, StepStart};
+use crate::slots::{Logits, SlotId, Slots, StepDone, StepObserver, StepStart};
 
 /// Sampling settings. `temperature == 0` is greedy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -292,7 +292,7 @@ impl Generator {
 /// [`StopReason::Cancelled`], keeping what was generated.
 pub fn generate<O: StepObserver + ?Sized>(
     slots: &mut Slots,
-    slot: usize,
+    slot: SlotId,
     first: Logits,
     sampler: &mut Sampler,
     params: &GenerateParams,
@@ -303,24 +303,24 @@ pub fn generate<O: StepObserver + ?Sized>(
     let mut gen = Generator::new(first, *params);
     let start = std::time::Instant::now();
     let finish = loop {
-        let n_past = slots.n_past(slot)?;
+        let n_past = slots.n_past(slot);
         let t = match gen.next_token(sampler, &model, n_past, n_ctx) {
             Ok(t) => t,
             Err(finish) => break finish,
         };
-        if let ControlFlow::Break(()) = observer.before_step(&gen.step_start(slot, n_past)) {
+        if let ControlFlow::Break(()) = observer.before_step(&gen.step_start(slot.get(), n_past)) {
             break StopReason::Cancelled;
         }
         let logits = slots.decode_step_observed(slot, t, observer)?;
         if let ControlFlow::Break(()) =
-            observer.after_step(&gen.accept(slot, t, logits, n_past + 1))
+            observer.after_step(&gen.accept(slot.get(), t, logits, n_past + 1))
         {
             break StopReason::Cancelled;
         }
     };
     let secs = start.elapsed().as_secs_f64();
     tracing::debug!(
-        slot,
+        slot = slot.get(),
         n_tokens = gen.tokens().len(),
         tokens_per_s = gen.tokens().len() as f64 / secs.max(1e-9),
         finish = ?finish,

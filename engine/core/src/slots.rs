@@ -280,23 +280,29 @@ impl Slots {
         self.n_ctx
     }
 
-    fn slot(&self, slot: usize) -> Result<&Slot> {
-        check_slot(slot, self.slots.len())?;
-        Ok(&self.slots[slot])
+    /// `slot`, when it is one of these slots: the one check of the bound, made where a
+    /// slot is named; every other call takes the [`SlotId`] and cannot fail on it.
+    pub fn id(&self, slot: usize) -> Result<SlotId> {
+        SlotId::new(slot, self.slots.len())
     }
 
-    fn check_slot(&self, slot: usize) -> Result<()> {
-        self.slot(slot).map(|_| ())
+    /// Every slot, in order.
+    pub fn ids(&self) -> impl Iterator<Item = SlotId> {
+        SlotId::all(self.slots.len())
+    }
+
+    fn slot(&self, slot: SlotId) -> &Slot {
+        &self.slots[slot.get()]
     }
 
     /// Tokens cached in `slot`.
-    pub fn n_past(&self, slot: usize) -> Result<usize> {
-        Ok(self.slot(slot)?.n_past())
+    pub fn n_past(&self, slot: SlotId) -> usize {
+        self.slot(slot).n_past()
     }
 
     /// Whether `slot` holds nothing (decoding needs a prefill first).
-    pub fn is_empty(&self, slot: usize) -> Result<bool> {
-        Ok(self.slot(slot)?.n_past() == 0)
+    pub fn is_empty(&self, slot: SlotId) -> bool {
+        self.slot(slot).n_past() == 0
     }
 
     /// Tokens cached across all slots.
@@ -305,50 +311,46 @@ impl Slots {
     }
 
     /// The tokens `slot` holds, in order; None when unknown (after a restore).
-    pub fn cached_tokens(&self, slot: usize) -> Result<Option<&[u32]>> {
-        Ok(self.slot(slot)?.tokens.as_deref())
+    pub fn cached_tokens(&self, slot: SlotId) -> Option<&[u32]> {
+        self.slot(slot).tokens.as_deref()
     }
 
     /// How many of `prompt`'s first tokens `slot` already holds, in order (0 when what it
     /// holds is unknown).
-    pub fn common_prefix(&self, slot: usize, prompt: &[u32]) -> Result<usize> {
-        Ok(self.cached_tokens(slot)?.map_or(0, |held| {
+    pub fn common_prefix(&self, slot: SlotId, prompt: &[u32]) -> usize {
+        self.cached_tokens(slot).map_or(0, |held| {
             held.iter().zip(prompt).take_while(|(a, b)| a == b).count()
-        }))
+        })
     }
 
     /// Keep only the first `n` tokens of `slot` (all when it holds fewer), as a prompt
     /// that shares them goes on from there; the scores after the last kept token are not
     /// known, so the slot needs a prefill before it can decode. `n = 0` erases it.
-    pub fn keep_first(&mut self, slot: usize, n: usize) -> Result<()> {
-        self.check_slot(slot)?;
+    pub fn keep_first(&mut self, slot: SlotId, n: usize) {
         if n == 0 {
             return self.erase(slot);
         }
-        let s = &mut self.slots[slot];
+        let s = &mut self.slots[slot.get()];
         if n >= s.n_past() {
-            return Ok(());
+            return;
         }
         s.cache.truncate(n);
         s.logits = None;
         if let Some(t) = s.tokens.as_mut() {
             t.truncate(n);
         }
-        Ok(())
     }
 
     /// Drop everything `slot` holds.
-    pub fn erase(&mut self, slot: usize) -> Result<()> {
-        self.check_slot(slot)?;
-        self.slots[slot] = Slot::empty(self.model.config().n_layer);
-        Ok(())
+    pub fn erase(&mut self, slot: SlotId) {
+        self.slots[slot.get()] = Slot::empty(self.model.config().n_layer);
     }
 
-    fn check_fits(&self, slot: usize, n_new: usize) -> Result<()> {
-        let n_past = self.slot(slot)?.n_past();
+    fn check_fits(&self, slot: SlotId, n_new: usize) -> Result<()> {
+        let n_past = self.slot(slot).n_past();
         if n_past + n_new > self.n_ctx {
             return Err(EngineError::ContextOverflow {
-                slot,
+                slot: slot.get(),
                 n_past,
                 n_new,
                 n_ctx: self.n_ctx,
@@ -370,7 +372,7 @@ impl Slots {
     /// forward leaves the slot as it was before that chunk.
     pub fn prefill<O: StepObserver + ?Sized>(
         &mut self,
-        slot: usize,
+        slot: SlotId,
         tokens: &[u32],
         ubatch: usize,
         observer: &mut O,
@@ -386,7 +388,7 @@ impl Slots {
         }
         let secs = start.elapsed().as_secs_f64();
         tracing::debug!(
-            slot,
+            slot = slot.get(),
             n_tokens = total,
             ubatch,
             tokens_per_s = total as f64 / secs.max(1e-9),
@@ -396,11 +398,9 @@ impl Slots {
         last.ok_or(EngineError::EmptyPrompt)
     }
 
-    /// What [`Slots::prefill`] checks before any work: the slot exists, `tokens` is not
-    /// empty, every id is in the vocabulary, `ubatch >= 1`, and the tokens fit in the
-    /// context.
-    pub fn check_prefill(&self, slot: usize, tokens: &[u32], ubatch: usize) -> Result<()> {
-        self.check_slot(slot)?;
+    /// What [`Slots::prefill`] checks before any work: `tokens` is not empty, every id is
+    /// in the vocabulary, `ubatch >= 1`, and the tokens fit in the context.
+    pub fn check_prefill(&self, slot: SlotId, tokens: &[u32], ubatch: usize) -> Result<()> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -419,36 +419,42 @@ impl Slots {
     /// `after_step`; a break is [`EngineError::Cancelled`] (what is done stays).
     pub fn prefill_chunk<O: StepObserver + ?Sized>(
         &mut self,
-        slot: usize,
+        slot: SlotId,
         chunk: &[u32],
         done: usize,
         total: usize,
         observer: &mut O,
     ) -> Result<Logits> {
         self.check_fits(slot, chunk.len())?;
-        let n_past = self.slots[slot].n_past();
+        let n_past = self.slot(slot).n_past();
         let step = StepStart {
-            slot,
+            slot: slot.get(),
             n_tokens: chunk.len(),
             done,
             total,
             n_past,
         };
+        let cancelled = |done, n_past| EngineError::Cancelled {
+            slot: slot.get(),
+            done,
+            n_past,
+        };
         if observer.before_step(&step).is_break() {
-            return Err(EngineError::Cancelled { slot, done, n_past });
+            return Err(cancelled(done, n_past));
         }
-        let logits = self.forward(&[(slot, chunk)], observer)?.swap_remove(0);
-        let step = step.finished(self.slots[slot].n_past(), None);
+        let logits = self
+            .forward(&[(slot.get(), chunk)], observer)?
+            .swap_remove(0);
+        let step = step.finished(self.slot(slot).n_past(), None);
         if observer.after_step(&step).is_break() {
-            let (done, n_past) = (step.done, step.n_past);
-            return Err(EngineError::Cancelled { slot, done, n_past });
+            return Err(cancelled(step.done, step.n_past));
         }
         Ok(logits)
     }
 
     /// Append one token to `slot` (which must already hold something) and
     /// return the logits for the next one.
-    pub fn decode_step(&mut self, slot: usize, token: u32) -> Result<Logits> {
+    pub fn decode_step(&mut self, slot: SlotId, token: u32) -> Result<Logits> {
         self.decode_step_observed(slot, token, &mut ())
     }
 
@@ -456,7 +462,7 @@ impl Slots {
     /// ([`StepObserver::layer_done`]; the step's own before/after calls are the caller's).
     pub fn decode_step_observed<O: StepObserver + ?Sized>(
         &mut self,
-        slot: usize,
+        slot: SlotId,
         token: u32,
         observer: &mut O,
     ) -> Result<Logits> {
@@ -471,16 +477,16 @@ impl Slots {
     /// against its own cache. `observer` hears every layer once for each slot (the step's
     /// own before/after calls are the caller's).
     ///
-    /// Checked before any work: the slots exist, are distinct and hold something, the
-    /// tokens are in the vocabulary and fit. A failing forward leaves every slot as it was.
+    /// Checked before any work: the slots are distinct and hold something, the tokens are
+    /// in the vocabulary and fit. A failing forward leaves every slot as it was.
     pub fn decode_batch<O: StepObserver + ?Sized>(
         &mut self,
-        steps: &[(usize, u32)],
+        steps: &[(SlotId, u32)],
         observer: &mut O,
     ) -> Result<Vec<Logits>> {
         for (i, &(slot, token)) in steps.iter().enumerate() {
-            if self.is_empty(slot)? {
-                return Err(EngineError::EmptySlot { slot });
+            if self.is_empty(slot) {
+                return Err(EngineError::EmptySlot { slot: slot.get() });
             }
             if steps[..i].iter().any(|&(s, _)| s == slot) {
                 return Err(EngineError::InvalidOption {
@@ -493,7 +499,7 @@ impl Slots {
         }
         let seqs: Vec<(usize, &[u32])> = steps
             .iter()
-            .map(|(slot, token)| (*slot, std::slice::from_ref(token)))
+            .map(|(slot, token)| (slot.get(), std::slice::from_ref(token)))
             .collect();
         self.forward(&seqs, observer)
     }
@@ -567,7 +573,7 @@ impl Slots {
     /// (`chunk.len() - from` of them; `from < chunk.len()`), what a perplexity scores.
     pub fn prefill_scored(
         &mut self,
-        slot: usize,
+        slot: SlotId,
         chunk: &[u32],
         from: usize,
     ) -> Result<Vec<Logits>> {
@@ -579,7 +585,7 @@ impl Slots {
             cache,
             logits,
             tokens,
-        } = &mut self.slots[slot];
+        } = &mut self.slots[slot.get()];
         let mut seq = Sequence {
             tokens: chunk,
             cache,
@@ -600,25 +606,24 @@ impl Slots {
 
     /// The next-token scores after the last token `slot` holds (None when it is empty).
     /// A restored slot has them too: they are part of its saved state.
-    pub fn last_logits(&self, slot: usize) -> Result<Option<&Logits>> {
-        Ok(self.slot(slot)?.logits.as_ref())
+    pub fn last_logits(&self, slot: SlotId) -> Option<&Logits> {
+        self.slot(slot).logits.as_ref()
     }
 
     /// Exact size in bytes of [`Slots::save_state`]'s output for `slot` now.
-    pub fn state_size(&self, slot: usize) -> Result<u64> {
-        let s = self.slot(slot)?;
-        Ok(kv_state::state_size(self.model.config(), s.n_past()))
+    pub fn state_size(&self, slot: SlotId) -> u64 {
+        kv_state::state_size(self.model.config(), self.slot(slot).n_past())
     }
 
     /// Write `slot`'s KV state to `w` (format: [`crate::kv_state`]), calling
     /// `progress(bytes_done, bytes_total)` as it goes. Returns the bytes written.
     pub fn save_state<W: Write + ?Sized>(
         &self,
-        slot: usize,
+        slot: SlotId,
         w: &mut W,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<u64> {
-        let s = self.slot(slot)?;
+        let s = self.slot(slot);
         kv_state::save(
             self.model.config(),
             self.model.info().fingerprint,
@@ -638,12 +643,11 @@ impl Slots {
     /// state has been read and verified.
     pub fn restore_state<R: Read + ?Sized>(
         &mut self,
-        slot: usize,
+        slot: SlotId,
         r: &mut R,
         total_len: u64,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<()> {
-        self.check_slot(slot)?;
         let (cache, logits) = kv_state::restore(
             self.model.config(),
             self.model.info().fingerprint,
@@ -653,7 +657,7 @@ impl Slots {
             total_len,
             progress,
         )?;
-        self.slots[slot] = Slot {
+        self.slots[slot.get()] = Slot {
             cache,
             logits: logits.map(Logits::from),
             tokens: None,

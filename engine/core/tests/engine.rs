@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use candle_core::quantized::GgmlDType;
 use hydra_engine_core::threads::PoolUse;
+use hydra_engine_core::SlotId;
 use hydra_engine_core::{
     generate, Conversion, EngineError, FnObserver, LoadOptions, Logits, Model, Sampler,
     SamplerConfig, Slots, StateError, StepDone, StepStart, StopReason,
@@ -27,7 +28,9 @@ fn test_gguf(name: &str, dtype: GgmlDType) -> (tempfile::TempDir, PathBuf) {
 }
 
 fn greedy(slots: &mut Slots, slot: usize, prompt: &[u32], n: usize) -> Vec<u32> {
-    let logits = slots.prefill(slot, prompt, 64, &mut ()).unwrap();
+    let logits = slots
+        .prefill(slots.id(slot).unwrap(), prompt, 64, &mut ())
+        .unwrap();
     common::generate_greedy(slots, slot, logits, common::params(n, true), &mut ()).tokens
 }
 
@@ -49,10 +52,10 @@ fn builtin_model_generates_deterministically() {
     let b = greedy(&mut slots, 1, &prompt, 64);
     assert_eq!(a.len(), 64, "the embedded model does not stop early");
     assert_eq!(a, b);
-    assert_eq!(slots.n_past(0).unwrap(), prompt.len() + 64);
+    assert_eq!(slots.n_past(slots.id(0).unwrap()), prompt.len() + 64);
     assert_eq!(slots.kv_cells_used(), 2 * (prompt.len() + 64));
-    slots.erase(0).unwrap();
-    assert!(slots.is_empty(0).unwrap());
+    slots.erase(slots.id(0).unwrap());
+    assert!(slots.is_empty(slots.id(0).unwrap()));
     assert_eq!(slots.kv_cells_used(), prompt.len() + 64);
     // Seeded sampling is reproducible.
     let cfg = SamplerConfig {
@@ -62,13 +65,16 @@ fn builtin_model_generates_deterministically() {
         seed: 42,
     };
     let mut runs = Vec::new();
+    let slot0 = slots.id(0).unwrap();
     for _ in 0..2 {
-        slots.erase(0).unwrap();
-        let l = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
+        slots.erase(slots.id(0).unwrap());
+        let l = slots
+            .prefill(slots.id(0).unwrap(), &prompt, 64, &mut ())
+            .unwrap();
         let mut s = Sampler::new(cfg).unwrap();
         let params = common::params(32, false);
         runs.push(
-            generate(&mut slots, 0, l, &mut s, &params, &mut ())
+            generate(&mut slots, slot0, l, &mut s, &params, &mut ())
                 .unwrap()
                 .tokens,
         );
@@ -147,8 +153,10 @@ fn generates_from_hello(model: Arc<Model>) {
 /// whether the chunk callbacks saw the right sizes.
 fn chunked_vs_one_shot(model: Arc<Model>, prompt: &[u32], ubatch: usize) -> (f32, Logits, Logits) {
     let mut slots = Slots::new(model, 1, 512).unwrap();
-    let one = slots.prefill(0, prompt, prompt.len(), &mut ()).unwrap();
-    slots.erase(0).unwrap();
+    let one = slots
+        .prefill(slots.id(0).unwrap(), prompt, prompt.len(), &mut ())
+        .unwrap();
+    slots.erase(slots.id(0).unwrap());
     let mut chunks = Vec::new();
     let mut obs = FnObserver {
         before: |s: &StepStart| {
@@ -157,10 +165,12 @@ fn chunked_vs_one_shot(model: Arc<Model>, prompt: &[u32], ubatch: usize) -> (f32
         },
         after: |_: &StepDone| ControlFlow::Continue(()),
     };
-    let got = slots.prefill(0, prompt, ubatch, &mut obs).unwrap();
+    let got = slots
+        .prefill(slots.id(0).unwrap(), prompt, ubatch, &mut obs)
+        .unwrap();
     assert_eq!(chunks.len(), prompt.len().div_ceil(ubatch));
     assert!(chunks.iter().all(|&c| c <= ubatch));
-    assert_eq!(slots.n_past(0).unwrap(), prompt.len());
+    assert_eq!(slots.n_past(slots.id(0).unwrap()), prompt.len());
     let max_diff = one
         .as_slice()
         .iter()
@@ -222,7 +232,9 @@ fn observer_reports_progress_and_cancel_keeps_done_chunks() {
             }
         },
     };
-    let err = slots.prefill(0, &prompt, 16, &mut obs).unwrap_err();
+    let err = slots
+        .prefill(slots.id(0).unwrap(), &prompt, 16, &mut obs)
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -243,11 +255,19 @@ fn observer_reports_progress_and_cancel_keeps_done_chunks() {
             ("after", 16, 32, 32),
         ]
     );
-    assert_eq!(slots.n_past(0).unwrap(), 32, "done chunks are kept");
+    assert_eq!(
+        slots.n_past(slots.id(0).unwrap()),
+        32,
+        "done chunks are kept"
+    );
     // The rest can be fed afterwards and equals an uninterrupted prefill.
-    let rest = slots.prefill(0, &prompt[32..], 16, &mut ()).unwrap();
-    slots.erase(0).unwrap();
-    let full = slots.prefill(0, &prompt, 16, &mut ()).unwrap();
+    let rest = slots
+        .prefill(slots.id(0).unwrap(), &prompt[32..], 16, &mut ())
+        .unwrap();
+    slots.erase(slots.id(0).unwrap());
+    let full = slots
+        .prefill(slots.id(0).unwrap(), &prompt, 16, &mut ())
+        .unwrap();
     assert_eq!(rest.argmax(), full.argmax());
     // Generation observer sees each token and can stop it.
     let mut seen = Vec::new();
@@ -272,16 +292,22 @@ fn observer_reports_progress_and_cancel_keeps_done_chunks() {
 fn bad_input_is_a_typed_error_not_a_panic() {
     let model = builtin();
     let mut slots = Slots::new(model.clone(), 2, 64).unwrap();
-    let e = slots.decode_step(0, 65).unwrap_err();
+    let e = slots.decode_step(slots.id(0).unwrap(), 65).unwrap_err();
     assert!(matches!(e, EngineError::EmptySlot { slot: 0 }), "{e}");
-    let e = slots.prefill(0, &[], 8, &mut ()).unwrap_err();
+    let e = slots
+        .prefill(slots.id(0).unwrap(), &[], 8, &mut ())
+        .unwrap_err();
     assert!(matches!(e, EngineError::EmptyPrompt), "{e}");
-    let e = slots.prefill(0, &[1, 2, 999], 8, &mut ()).unwrap_err();
+    let e = slots
+        .prefill(slots.id(0).unwrap(), &[1, 2, 999], 8, &mut ())
+        .unwrap_err();
     assert!(
         matches!(e, EngineError::TokenOutOfRange { token: 999, .. }),
         "{e}"
     );
-    let e = slots.prefill(5, &[1], 8, &mut ()).unwrap_err();
+    let e = slots
+        .prefill(slots.id(5).unwrap(), &[1], 8, &mut ())
+        .unwrap_err();
     assert!(
         matches!(
             e,
@@ -292,10 +318,14 @@ fn bad_input_is_a_typed_error_not_a_panic() {
         ),
         "{e}"
     );
-    let e = slots.prefill(0, &[1], 0, &mut ()).unwrap_err();
+    let e = slots
+        .prefill(slots.id(0).unwrap(), &[1], 0, &mut ())
+        .unwrap_err();
     assert!(matches!(e, EngineError::InvalidOption { .. }), "{e}");
     let long = vec![65u32; 65];
-    let e = slots.prefill(0, &long, 8, &mut ()).unwrap_err();
+    let e = slots
+        .prefill(slots.id(0).unwrap(), &long, 8, &mut ())
+        .unwrap_err();
     assert!(
         matches!(
             e,
@@ -309,23 +339,27 @@ fn bad_input_is_a_typed_error_not_a_panic() {
         "{e}"
     );
     assert_eq!(
-        slots.n_past(0).unwrap(),
+        slots.n_past(slots.id(0).unwrap()),
         0,
         "overflow is refused before any work"
     );
-    let l = slots.prefill(0, &long[..63], 8, &mut ()).unwrap();
-    let e = slots.decode_step(0, 300).unwrap_err();
+    let l = slots
+        .prefill(slots.id(0).unwrap(), &long[..63], 8, &mut ())
+        .unwrap();
+    let e = slots.decode_step(slots.id(0).unwrap(), 300).unwrap_err();
     assert!(matches!(e, EngineError::TokenOutOfRange { .. }), "{e}");
-    slots.decode_step(0, 65).unwrap();
-    let e = slots.decode_step(0, 65).unwrap_err();
+    slots.decode_step(slots.id(0).unwrap(), 65).unwrap();
+    let e = slots.decode_step(slots.id(0).unwrap(), 65).unwrap_err();
     assert!(
         matches!(e, EngineError::ContextOverflow { n_past: 64, .. }),
         "{e}"
     );
     assert!(e.to_string().contains("exceed the context size 64"), "{e}");
     // generate stops cleanly at the context limit.
-    slots.erase(1).unwrap();
-    let l1 = slots.prefill(1, &long[..60], 8, &mut ()).unwrap();
+    slots.erase(slots.id(1).unwrap());
+    let l1 = slots
+        .prefill(slots.id(1).unwrap(), &long[..60], 8, &mut ())
+        .unwrap();
     let g = common::generate_greedy(&mut slots, 1, l1, common::params(10, false), &mut ());
     assert_eq!(g.finish, StopReason::ContextFull);
     assert_eq!(g.tokens.len(), 4);
@@ -338,12 +372,16 @@ fn state_save_restore_continues_identically() {
     let model = builtin();
     let mut slots = Slots::new(model.clone(), 2, 512).unwrap();
     let prompt = model.tokenizer().encode("Save me, restore me.", true);
-    let logits = slots.prefill(0, &prompt, 8, &mut ()).unwrap();
-    let size = slots.state_size(0).unwrap();
+    let logits = slots
+        .prefill(slots.id(0).unwrap(), &prompt, 8, &mut ())
+        .unwrap();
+    let size = slots.state_size(slots.id(0).unwrap());
     let mut buf = Vec::new();
     let mut marks = Vec::new();
     let written = slots
-        .save_state(0, &mut buf, &mut |d, t| marks.push((d, t)))
+        .save_state(slots.id(0).unwrap(), &mut buf, &mut |d, t| {
+            marks.push((d, t))
+        })
         .unwrap();
     assert_eq!(written, size);
     assert_eq!(buf.len() as u64, size);
@@ -352,13 +390,16 @@ fn state_save_restore_continues_identically() {
 
     let mut rmarks = Vec::new();
     slots
-        .restore_state(1, &mut buf.as_slice(), size, &mut |d, t| {
-            rmarks.push((d, t))
-        })
+        .restore_state(
+            slots.id(1).unwrap(),
+            &mut buf.as_slice(),
+            size,
+            &mut |d, t| rmarks.push((d, t)),
+        )
         .unwrap();
     assert_eq!(rmarks.last(), Some(&(size, size)));
-    assert_eq!(slots.n_past(1).unwrap(), prompt.len());
-    assert_eq!(slots.state_size(1).unwrap(), size);
+    assert_eq!(slots.n_past(slots.id(1).unwrap()), prompt.len());
+    assert_eq!(slots.state_size(slots.id(1).unwrap()), size);
 
     let a = common::generate_greedy(
         &mut slots,
@@ -373,12 +414,19 @@ fn state_save_restore_continues_identically() {
 
     // An empty slot round-trips too.
     let mut empty = Vec::new();
-    slots.erase(1).unwrap();
-    slots.save_state(1, &mut empty, &mut |_, _| {}).unwrap();
+    slots.erase(slots.id(1).unwrap());
     slots
-        .restore_state(0, &mut empty.as_slice(), empty.len() as u64, &mut |_, _| {})
+        .save_state(slots.id(1).unwrap(), &mut empty, &mut |_, _| {})
         .unwrap();
-    assert!(slots.is_empty(0).unwrap());
+    slots
+        .restore_state(
+            slots.id(0).unwrap(),
+            &mut empty.as_slice(),
+            empty.len() as u64,
+            &mut |_, _| {},
+        )
+        .unwrap();
+    assert!(slots.is_empty(slots.id(0).unwrap()));
 }
 
 #[test]
@@ -386,13 +434,17 @@ fn foreign_truncated_and_corrupt_states_are_refused() {
     let model = builtin();
     let mut slots = Slots::new(model.clone(), 2, 512).unwrap();
     let prompt = model.tokenizer().encode("state", true);
-    slots.prefill(0, &prompt, 8, &mut ()).unwrap();
+    slots
+        .prefill(slots.id(0).unwrap(), &prompt, 8, &mut ())
+        .unwrap();
     let mut buf = Vec::new();
-    slots.save_state(0, &mut buf, &mut |_, _| {}).unwrap();
+    slots
+        .save_state(slots.id(0).unwrap(), &mut buf, &mut |_, _| {})
+        .unwrap();
     let n = buf.len() as u64;
     let restore = |slots: &mut Slots, bytes: &[u8], len: u64| {
         let mut r = bytes;
-        match slots.restore_state(1, &mut r, len, &mut |_, _| {}) {
+        match slots.restore_state(slots.id(1).unwrap(), &mut r, len, &mut |_, _| {}) {
             Err(EngineError::State(e)) => e,
             other => panic!("expected a refusal, got {other:?}"),
         }
@@ -426,12 +478,17 @@ fn foreign_truncated_and_corrupt_states_are_refused() {
     ));
     // Too long for a smaller context.
     let mut small = Slots::new(model.clone(), 1, 2).unwrap();
-    let e = match small.restore_state(0, &mut buf.as_slice(), n, &mut |_, _| {}) {
+    let e = match small.restore_state(small.id(0).unwrap(), &mut buf.as_slice(), n, &mut |_, _| {})
+    {
         Err(EngineError::State(e)) => e,
         other => panic!("{other:?}"),
     };
     assert!(matches!(e, StateError::TooLong { n_ctx: 2, .. }), "{e}");
-    assert_eq!(slots.n_past(1).unwrap(), 0, "refusals leave the slot alone");
+    assert_eq!(
+        slots.n_past(slots.id(1).unwrap()),
+        0,
+        "refusals leave the slot alone"
+    );
 
     // A state from another model (same shapes, other weights).
     let dir = tempfile::tempdir().unwrap();
@@ -444,12 +501,14 @@ fn foreign_truncated_and_corrupt_states_are_refused() {
     assert_ne!(m1.info().fingerprint, m2.info().fingerprint);
     let mut s1 = Slots::new(m1, 1, 128).unwrap();
     let mut s2 = Slots::new(m2, 1, 128).unwrap();
-    s1.prefill(0, &[1, 2, 3], 8, &mut ()).unwrap();
+    s1.prefill(s1.id(0).unwrap(), &[1, 2, 3], 8, &mut ())
+        .unwrap();
     let mut foreign = Vec::new();
-    s1.save_state(0, &mut foreign, &mut |_, _| {}).unwrap();
+    s1.save_state(s1.id(0).unwrap(), &mut foreign, &mut |_, _| {})
+        .unwrap();
     let e = s2
         .restore_state(
-            0,
+            s2.id(0).unwrap(),
             &mut foreign.as_slice(),
             foreign.len() as u64,
             &mut |_, _| {},
@@ -511,7 +570,9 @@ fn every_layer_of_every_step_is_heard_in_order() {
     let mut slots = Slots::new(model.clone(), 2, 256).unwrap();
     let prompt: Vec<u32> = (0..40).map(|i| 65 + i % 26).collect();
     let mut log = LayerLog::default();
-    let logits = slots.prefill(1, &prompt, 16, &mut log).unwrap();
+    let logits = slots
+        .prefill(slots.id(1).unwrap(), &prompt, 16, &mut log)
+        .unwrap();
     let generated =
         common::generate_greedy(&mut slots, 1, logits, common::params(5, false), &mut log);
     assert_eq!(generated.tokens.len(), 5);
@@ -530,27 +591,37 @@ fn a_batched_decode_step_is_heard_for_every_slot_of_the_batch() {
     let mut slots = Slots::new(model.clone(), 3, 256).unwrap();
     let prompt: Vec<u32> = (0..10).map(|i| 65 + i).collect();
     for slot in [0, 2] {
-        slots.prefill(slot, &prompt, 64, &mut ()).unwrap();
+        slots
+            .prefill(slots.id(slot).unwrap(), &prompt, 64, &mut ())
+            .unwrap();
     }
     let mut log = LayerLog::default();
-    let out = slots.decode_batch(&[(2, 70), (0, 71)], &mut log).unwrap();
+    let id = |i| SlotId::new(i, 3).unwrap();
+    let out = slots
+        .decode_batch(&[(id(2), 70), (id(0), 71)], &mut log)
+        .unwrap();
     assert_eq!(out.len(), 2);
     // Each layer is heard once per slot of the batch, in the batch's order, layer by layer.
     let expected: Vec<_> = (1..=n_layer)
         .flat_map(|k| [(2, k, n_layer), (0, k, n_layer)])
         .collect();
     assert_eq!(log.layers, expected);
-    assert_eq!(slots.n_past(0).unwrap(), 11);
-    assert_eq!(slots.n_past(1).unwrap(), 0);
-    // A repeated, empty or out-of-range slot is refused before any work.
+    assert_eq!(slots.n_past(slots.id(0).unwrap()), 11);
+    assert_eq!(slots.n_past(slots.id(1).unwrap()), 0);
+    // A repeated or empty slot, or a token outside the vocabulary, is refused before any
+    // work; a slot out of range cannot be named at all.
+    assert!(slots.id(9).is_err());
     for bad in [
-        vec![(0, 1), (0, 2)],
-        vec![(0, 1), (1, 2)],
-        vec![(0, 1), (9, 2)],
-        vec![(0, 100_000)],
+        vec![(id(0), 1), (id(0), 2)],
+        vec![(id(0), 1), (id(1), 2)],
+        vec![(id(0), 100_000)],
     ] {
         assert!(slots.decode_batch(&bad, &mut ()).is_err(), "{bad:?}");
-        assert_eq!(slots.n_past(0).unwrap(), 11, "{bad:?} changed nothing");
+        assert_eq!(
+            slots.n_past(slots.id(0).unwrap()),
+            11,
+            "{bad:?} changed nothing"
+        );
     }
 }
 
@@ -567,11 +638,16 @@ fn batched_matches_serial(model: Arc<Model>, prompts: &[Vec<u32>], n: usize) {
     let mut next: Vec<u32> = prompts
         .iter()
         .enumerate()
-        .map(|(slot, p)| slots.prefill(slot, p, 64, &mut ()).unwrap().argmax())
+        .map(|(slot, p)| {
+            slots
+                .prefill(slots.id(slot).unwrap(), p, 64, &mut ())
+                .unwrap()
+                .argmax()
+        })
         .collect();
     let mut got = vec![Vec::new(); prompts.len()];
     for _ in 0..n {
-        let steps: Vec<(usize, u32)> = next.iter().copied().enumerate().collect();
+        let steps: Vec<(SlotId, u32)> = slots.ids().zip(next.iter().copied()).collect();
         let logits = slots.decode_batch(&steps, &mut ()).unwrap();
         for (slot, l) in logits.iter().enumerate() {
             got[slot].push(next[slot]);
@@ -626,11 +702,16 @@ fn kernels_on_the_pool_or_alone_give_the_same_logits() {
             let mut next: Vec<u32> = prompts
                 .iter()
                 .enumerate()
-                .map(|(slot, p)| slots.prefill(slot, p, 4, &mut ()).unwrap().argmax())
+                .map(|(slot, p)| {
+                    slots
+                        .prefill(slots.id(slot).unwrap(), p, 4, &mut ())
+                        .unwrap()
+                        .argmax()
+                })
                 .collect();
             let mut all = Vec::new();
             for _ in 0..16 {
-                let steps: Vec<(usize, u32)> = next.iter().copied().enumerate().collect();
+                let steps: Vec<(SlotId, u32)> = slots.ids().zip(next.iter().copied()).collect();
                 let logits = slots.decode_batch(&steps, &mut ()).unwrap();
                 next = logits.iter().map(Logits::argmax).collect();
                 all.extend(logits);

@@ -210,7 +210,9 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>, median: f
     let mut reference = Reference::load(&path, arch);
     let mut ref_logits = reference.forward(&prompt, 0);
     let mut slots = Slots::new(model.clone(), 3, 256).unwrap();
-    let mut logits = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
+    let mut logits = slots
+        .prefill(slots.id(0).unwrap(), &prompt, 64, &mut ())
+        .unwrap();
     let mut worst = 0f32;
     let mut diffs = Vec::new();
     let mut ours_tokens = Vec::new();
@@ -228,7 +230,7 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>, median: f
             gap <= NEAR_TIE,
             "{file}: step {step}: our token {next} scores {gap:e} below the reference's {ref_next}"
         );
-        logits = slots.decode_step(0, next).unwrap();
+        logits = slots.decode_step(slots.id(0).unwrap(), next).unwrap();
         ref_logits = reference.forward(&[next], prompt.len() + step);
     }
     let equal = ours_tokens
@@ -252,18 +254,30 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>, median: f
     );
 
     // Chunked prefill (chunks of 3) gives the same continuation.
-    let first = slots.prefill(1, &prompt, 3, &mut ()).unwrap();
+    let first = slots
+        .prefill(slots.id(1).unwrap(), &prompt, 3, &mut ())
+        .unwrap();
     assert_eq!(first.argmax(), ours_tokens[0], "{file}: chunked prefill");
     // A saved state restored into another slot continues the same way.
     let mut state = Vec::new();
-    slots.save_state(1, &mut state, &mut |_, _| {}).unwrap();
+    slots
+        .save_state(slots.id(1).unwrap(), &mut state, &mut |_, _| {})
+        .unwrap();
     let len = state.len() as u64;
     slots
-        .restore_state(2, &mut state.as_slice(), len, &mut |_, _| {})
+        .restore_state(
+            slots.id(2).unwrap(),
+            &mut state.as_slice(),
+            len,
+            &mut |_, _| {},
+        )
         .unwrap();
     let mut tok = ours_tokens[0];
     for (i, want) in ours_tokens.iter().enumerate().skip(1).take(8) {
-        tok = slots.decode_step(2, tok).unwrap().argmax();
+        tok = slots
+            .decode_step(slots.id(2).unwrap(), tok)
+            .unwrap()
+            .argmax();
         assert_eq!(tok, *want, "{file}: restored slot, step {i}");
     }
     equal
@@ -278,13 +292,15 @@ fn greedy_run(dir: &Path, file: &str) -> (String, Vec<u32>, Vec<Vec<f32>>) {
         .tokenizer()
         .encode(PROMPT, model.tokenizer().add_bos_by_default());
     let mut slots = Slots::new(model, 1, 256).unwrap();
-    let mut logits = slots.prefill(0, &prompt, 64, &mut ()).unwrap();
+    let mut logits = slots
+        .prefill(slots.id(0).unwrap(), &prompt, 64, &mut ())
+        .unwrap();
     let (mut tokens, mut all) = (Vec::new(), Vec::new());
     for _ in 0..STEPS {
         let next = logits.argmax();
         tokens.push(next);
         all.push(logits.as_slice().to_vec());
-        logits = slots.decode_step(0, next).unwrap();
+        logits = slots.decode_step(slots.id(0).unwrap(), next).unwrap();
     }
     (arch, tokens, all)
 }

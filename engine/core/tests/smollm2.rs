@@ -88,7 +88,9 @@ fn smollm2_answers_paris_and_matches_reference() {
     let prompt_text = Model::chatml_prompt("What is the capital of France?");
     let prompt = model.tokenizer().encode(&prompt_text, false);
     let mut slots = Slots::new(model.clone(), 1, 512).unwrap();
-    let logits = slots.prefill(0, &prompt, 32, &mut ()).unwrap();
+    let logits = slots
+        .prefill(slots.id(0).unwrap(), &prompt, 32, &mut ())
+        .unwrap();
     let out = common::generate_greedy(&mut slots, 0, logits, common::params(32, false), &mut ());
     let text = model.tokenizer().decode(&out.tokens).unwrap();
     println!("SmolLM2 says: {text:?}");

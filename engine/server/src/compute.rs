@@ -179,8 +179,8 @@ impl Compute {
             Err(e) if e.is_cancelled() => (FinishReason::Cancelled, ErrorCode::None),
             Err(e) => (FinishReason::Error, e.segment_code()),
         };
-        let n_past = self.slots.n_past(slot.get()).ok();
-        self.progress.finish(slot.get(), reason, code, n_past);
+        let n_past = self.slots.n_past(slot);
+        self.progress.finish(slot.get(), reason, code, Some(n_past));
         self.shared.cancel.ended(slot.get());
     }
 
@@ -192,19 +192,18 @@ impl Compute {
         n: usize,
         start: Instant,
     ) -> Result<PrefillResult, TaskError> {
-        let slot = slot.get();
         let (ms, per_second) = timing(start, n);
         tracing::info!(
-            slot,
+            slot = slot.get(),
             tokens = n,
             tokens_per_s = format_args!("{per_second:.1}"),
             "prefill done"
         );
         Ok(PrefillResult {
-            slot,
+            slot: slot.get(),
             task_id,
             n_prompt_tokens: n,
-            n_past: self.slots.n_past(slot)?,
+            n_past: self.slots.n_past(slot),
             prompt_ms: ms,
             prompt_per_second: per_second,
         })
@@ -217,12 +216,12 @@ impl Compute {
         slot: SlotId,
         spec: &DecodeSpec,
     ) -> Result<(Logits, Sampler, GenerateParams), TaskError> {
-        let slot = slot.get();
-        let empty = || TaskError::from(hydra_engine_core::EngineError::EmptySlot { slot });
-        if self.slots.is_empty(slot)? {
+        let empty =
+            || TaskError::from(hydra_engine_core::EngineError::EmptySlot { slot: slot.get() });
+        if self.slots.is_empty(slot) {
             return Err(empty());
         }
-        let first = self.slots.last_logits(slot)?.cloned().ok_or_else(empty)?;
+        let first = self.slots.last_logits(slot).cloned().ok_or_else(empty)?;
         let sampler = Sampler::new(spec.sampler)?;
         let params = GenerateParams {
             n_predict: spec.n_predict,
@@ -240,12 +239,11 @@ impl Compute {
         start: Instant,
         cpu_start: u64,
     ) -> Result<DecodeResult, TaskError> {
-        let slot = slot.get();
         let n = generation.tokens.len();
         let (ms, per_second) = timing(start, n);
         let cpu_ms = process_cpu_ns().saturating_sub(cpu_start) as f64 / 1e6;
         tracing::info!(
-            slot,
+            slot = slot.get(),
             tokens = n,
             tokens_per_s = format_args!("{per_second:.1}"),
             stop = ?generation.finish,
@@ -260,12 +258,12 @@ impl Compute {
             return Err(ClientError::Cancelled.into());
         }
         Ok(DecodeResult {
-            slot,
+            slot: slot.get(),
             task_id,
             content,
             tokens: generation.tokens,
             stop: generation.finish,
-            n_past: self.slots.n_past(slot)?,
+            n_past: self.slots.n_past(slot),
             predicted_ms: ms,
             predicted_per_second: per_second,
             predicted_cpu_ms: cpu_ms,
@@ -274,24 +272,20 @@ impl Compute {
 
     /// Streams `slot`'s KV state: the stream goes to the client first, then its bytes.
     fn save(&mut self, slot: SlotId, reply: Reply<SaveStream>) {
-        let len = match self.slots.state_size(slot.get()) {
-            Ok(len) => len,
-            Err(e) => return send(reply, Err(e.into())),
-        };
+        let len = self.slots.state_size(slot);
         let (tx, rx) = mpsc::unbounded_channel();
         if reply.send(Ok(SaveStream { len, chunks: rx })).is_err() {
             return; // the client went away before we started
         }
         // The reply (the stream) is already sent: a failure ends the stream with an error.
         let r = self.run_task(slot, Phase::Save, WorkUnit::Bytes, len, |c, _| {
-            let slot = slot.get();
             let mut out = ChunkSender {
                 tx,
                 buf: Vec::with_capacity(SAVE_CHUNK),
             };
             let progress = &mut c.progress;
             let written = c.slots.save_state(slot, &mut out, &mut |done, total| {
-                progress.bytes(slot, done, total)
+                progress.bytes(slot.get(), done, total)
             });
             let written = match written {
                 Ok(n) => n,
@@ -313,14 +307,13 @@ impl Compute {
     fn restore(&mut self, slot: SlotId, data: Bytes, reply: Reply<usize>) {
         let total = data.len() as u64;
         let r = self.run_task(slot, Phase::Restore, WorkUnit::Bytes, total, |c, _| {
-            let slot = slot.get();
             let progress = &mut c.progress;
             c.slots
                 .restore_state(slot, &mut &data[..], total, &mut |done, total| {
-                    progress.bytes(slot, done, total)
+                    progress.bytes(slot.get(), done, total)
                 })?;
-            let n_past = c.slots.n_past(slot)?;
-            c.progress.set_n_past(slot, n_past);
+            let n_past = c.slots.n_past(slot);
+            c.progress.set_n_past(slot.get(), n_past);
             Ok(n_past)
         });
         send(reply, r);
@@ -328,11 +321,9 @@ impl Compute {
 
     /// Empties `slot`.
     fn erase(&mut self, slot: SlotId, reply: Reply<()>) {
-        let r = self.slots.erase(slot.get()).map_err(TaskError::from);
-        if r.is_ok() {
-            self.progress.set_n_past(slot.get(), 0);
-        }
-        send(reply, r);
+        self.slots.erase(slot);
+        self.progress.set_n_past(slot.get(), 0);
+        send(reply, Ok(()));
     }
 
     /// Answers a meta query sent through the queue, from the segment.

@@ -113,15 +113,6 @@ pub enum TaskKind {
         /// Reply.
         reply: Reply<DecodeResult>,
     },
-    /// Prefill then decode, as one task.
-    Completion {
-        /// Prompt.
-        prefill: PrefillSpec,
-        /// Settings.
-        decode: DecodeSpec,
-        /// Reply.
-        reply: Reply<(PrefillResult, DecodeResult)>,
-    },
     /// Save a slot's KV state as a byte stream.
     Save {
         /// Reply: the stream, sent before the bytes are produced.
@@ -160,7 +151,6 @@ impl Task {
         match self.kind {
             TaskKind::Prefill { reply, .. } => drop(reply.send(Err(error))),
             TaskKind::Decode { reply, .. } => drop(reply.send(Err(error))),
-            TaskKind::Completion { reply, .. } => drop(reply.send(Err(error))),
             TaskKind::Save { reply } => drop(reply.send(Err(error))),
             TaskKind::Restore { reply, .. } => drop(reply.send(Err(error))),
             TaskKind::Erase { reply } => drop(reply.send(Err(error))),

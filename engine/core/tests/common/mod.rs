@@ -24,6 +24,7 @@ pub fn generate_greedy<O: hydra_engine_core::StepObserver>(
     observer: &mut O,
 ) -> hydra_engine_core::Generation {
     let mut sampler = hydra_engine_core::Sampler::greedy();
+    let slot = slots.id(slot).unwrap();
     hydra_engine_core::generate(slots, slot, first, &mut sampler, &params, observer).unwrap()
 }
 

@@ -48,21 +48,17 @@ impl Compute {
         };
         let n = spec.tokens.len();
         let reuse = if spec.cache_prompt {
-            self.slots
-                .common_prefix(slot.get(), &spec.tokens)
-                .unwrap_or(0)
+            self.slots.common_prefix(slot, &spec.tokens)
         } else {
             0
         }
         .min(n.saturating_sub(1));
-        if let Err(e) = self.slots.keep_first(slot.get(), reuse) {
-            return refuse(out, e.into());
-        }
+        self.slots.keep_first(slot, reuse);
         self.progress.set_n_past(slot.get(), reuse);
         let total = (n - reuse) as u64;
         let task_id = self.begin_task(slot, Phase::Prefill, WorkUnit::Tokens, total);
         let rest = spec.tokens[reuse..].to_vec();
-        if let Err(e) = self.slots.check_prefill(slot.get(), &rest, self.ubatch) {
+        if let Err(e) = self.slots.check_prefill(slot, &rest, self.ubatch) {
             let e = TaskError::from(e);
             self.end_task(slot, &Err::<(), _>(e.clone()));
             return refuse(out, e);
@@ -133,7 +129,7 @@ impl Compute {
             n_prompt: job.n_prompt,
             n_cached: job.n_cached,
             tokens,
-            n_past: self.slots.n_past(slot.get()).unwrap_or(0),
+            n_past: self.slots.n_past(slot),
             prompt_ms: if decoding {
                 job.prompt_ms
             } else {

@@ -70,11 +70,6 @@ pub(super) struct PromptJob {
 pub(super) enum PromptReply {
     /// A prefill: its result.
     Prefill(Reply<PrefillResult>),
-    /// A completion: it goes on to generate with `decode`.
-    Completion {
-        decode: DecodeSpec,
-        reply: Reply<(PrefillResult, DecodeResult)>,
-    },
     /// A generation task: it goes on to generate with `decode`, streaming to `job`.
     Generate {
         decode: DecodeSpec,
@@ -86,7 +81,6 @@ impl PromptReply {
     fn fail(self, error: TaskError) {
         match self {
             PromptReply::Prefill(reply) => send(reply, Err(error)),
-            PromptReply::Completion { reply, .. } => send(reply, Err(error)),
             PromptReply::Generate { job, .. } => job.out.fail(error),
         }
     }
@@ -103,7 +97,7 @@ impl PromptJob {
     ) -> Option<Job> {
         let total = tokens.len() as u64;
         let task_id = c.begin_task(slot, Phase::Prefill, WorkUnit::Tokens, total);
-        if let Err(e) = c.slots.check_prefill(slot.get(), &tokens, c.ubatch) {
+        if let Err(e) = c.slots.check_prefill(slot, &tokens, c.ubatch) {
             reply.fail(ended(c, slot, e.into()));
             return None;
         }
@@ -167,8 +161,8 @@ impl PromptJob {
         }
     }
 
-    /// The whole prompt is in `slot`: a prefill replies; a completion hands over to its
-    /// generation (the one place a prompt becomes a generation), which it returns.
+    /// The whole prompt is in `slot`: a prefill replies; a generation task hands over to
+    /// its generation (the one place a prompt becomes a generation), which it returns.
     pub(super) fn finish(self, c: &mut Compute) -> Option<Job> {
         let slot = self.slot;
         let result = c.prefill_result(slot, self.task_id, self.tokens.len(), self.start);
@@ -178,19 +172,6 @@ impl PromptJob {
                 send(reply, result);
                 None
             }
-            PromptReply::Completion { decode, reply } => match result {
-                Err(e) => {
-                    send(reply, Err(ended(c, slot, e)));
-                    None
-                }
-                Ok(prefill) => {
-                    let total = decode.n_predict as u64;
-                    c.progress
-                        .begin_phase(slot.get(), Phase::Decode, WorkUnit::Tokens, total);
-                    let reply = GenerationReply::Completion { prefill, reply };
-                    GenerationJob::begin(c, slot, self.task_id, &decode, reply)
-                }
-            },
             PromptReply::Generate { decode, mut job } => match result {
                 Err(e) => {
                     job.out.fail(ended(c, slot, e));
@@ -221,11 +202,6 @@ pub(super) struct GenerationJob {
 pub(super) enum GenerationReply {
     /// A decode: its result.
     Decode(Reply<DecodeResult>),
-    /// A completion: its prefill's result and the generation's.
-    Completion {
-        prefill: PrefillResult,
-        reply: Reply<(PrefillResult, DecodeResult)>,
-    },
     /// A generation task: its summary goes to its output.
     Generate(Box<GenJob>),
 }
@@ -234,7 +210,6 @@ impl GenerationReply {
     fn fail(self, error: TaskError) {
         match self {
             GenerationReply::Decode(reply) => send(reply, Err(error)),
-            GenerationReply::Completion { reply, .. } => send(reply, Err(error)),
             GenerationReply::Generate(job) => job.out.fail(error),
         }
     }
@@ -318,11 +293,6 @@ impl GenerationJob {
         match self.reply {
             GenerationReply::Decode(reply) => {
                 let result = decoded(c, generation);
-                c.end_task(slot, &result);
-                send(reply, result);
-            }
-            GenerationReply::Completion { prefill, reply } => {
-                let result = decoded(c, generation).map(|d| (prefill, d));
                 c.end_task(slot, &result);
                 send(reply, result);
             }

@@ -1,13 +1,13 @@
 //! The compute thread's loop: continuous batching, and the serial schedule as its special
 //! case of at most one job.
 //!
-//! The loop keeps the [`Job`] each slot is running (a prefill, decode or completion in
+//! The loop keeps the [`Job`] each slot is running (a prefill, decode or generation in
 //! its prompt or generation stage). Every iteration:
 //! - it takes what the queue holds (blocking, with the heartbeat's timeout, only when no
 //!   job runs); tasks wait in arrival order in their line: one line per slot with
 //!   `--schedule batched`, one line for every slot with `--schedule serial`;
 //! - it starts the first waiting task of every line that is free (batched: the slot runs
-//!   no job; serial: no slot does): a prefill, decode or completion becomes the slot's
+//!   no job; serial: no slot does): a prefill, decode or generation becomes the slot's
 //!   job; a save, restore, erase or meta query through the queue runs at once, between
 //!   iterations (so `?via=queue` still waits for the job ahead of it);
 //! - every slot that is generating advances by one token, all of them in ONE forward
@@ -31,7 +31,7 @@ use crate::progress::TokenKind;
 use crate::task::{Task, TaskKind};
 use crate::task_error::{ClientError, TaskError};
 use hydra_engine_core::sampling::StopReason;
-use hydra_engine_core::slots::StepObserver;
+use hydra_engine_core::slots::{Logits, SlotId, StepObserver};
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -155,16 +155,6 @@ impl Stepping<'_> {
             TaskKind::Prefill { spec, reply } => {
                 PromptJob::begin(c, slot, spec.tokens, PromptReply::Prefill(reply))
             }
-            TaskKind::Completion {
-                prefill,
-                decode,
-                reply,
-            } => PromptJob::begin(
-                c,
-                slot,
-                prefill.tokens,
-                PromptReply::Completion { decode, reply },
-            ),
             TaskKind::Decode { spec, reply } => GenerationJob::begin_decode(c, slot, &spec, reply),
             TaskKind::Generate { spec, events } => PromptJob::begin_generate(c, slot, spec, events),
             TaskKind::Save { reply } => return c.save(slot, reply),
@@ -175,78 +165,22 @@ impl Stepping<'_> {
         self.jobs[slot.get()] = job;
     }
 
-    /// One token for every generating slot, in one forward.
+    /// One token for every generating slot, in one forward: sample each slot's token
+    /// ([`Stepping::sample_all`]), run the forward over those that go on, then accept
+    /// each token ([`Stepping::accept_all`]).
     fn decode_step(&mut self) {
-        let c = &mut *self.c;
-        let model = c.slots.model().clone();
-        let n_ctx = c.slots.n_ctx();
-        let mut steps = Vec::new();
-        let mut ended = Vec::new();
-        let mut stopped = Vec::new();
-        for job in self.jobs.iter_mut() {
-            let Some(Job::Generation(g)) = job else {
-                continue;
-            };
-            let slot = g.slot.get();
-            if g.is_cancelled(c) {
-                stopped.push((slot, StopReason::Cancelled));
-                continue;
-            }
-            let n_past = c.slots.n_past(slot).unwrap_or(n_ctx);
-            match g.gen.next_token(&mut g.sampler, &model, n_past, n_ctx) {
-                Err(finish) => ended.push((slot, finish)),
-                Ok(token) => {
-                    // Sent as soon as it is sampled, before its own forward.
-                    if let ControlFlow::Break(f) = g.sampled(&c.shared.tokenizer, token) {
-                        stopped.push((slot, f));
-                        continue;
-                    }
-                    let mut publisher = step_publisher!(c, TokenKind::Generated);
-                    if publisher
-                        .before_step(&g.gen.step_start(slot, n_past))
-                        .is_break()
-                    {
-                        ended.push((slot, StopReason::Cancelled));
-                    } else {
-                        steps.push((slot, token));
-                    }
-                }
-            }
-        }
-        for (slot, finish) in ended {
-            self.finish_generation(slot, finish);
-        }
-        for (slot, finish) in stopped {
-            if let Some(Job::Generation(g)) = self.jobs[slot].take() {
-                g.stop(self.c, finish);
-            }
-        }
+        let steps = self.sample_all();
         if steps.is_empty() {
             return;
         }
         let c = &mut *self.c;
         let mut publisher = step_publisher!(c, TokenKind::Generated);
         match c.slots.decode_batch(&steps, &mut publisher) {
-            Ok(logits) => {
-                let mut cancelled = Vec::new();
-                for (&(slot, token), logits) in steps.iter().zip(logits) {
-                    let Some(Job::Generation(g)) = &mut self.jobs[slot] else {
-                        continue;
-                    };
-                    let n_past = c.slots.n_past(slot).unwrap_or(0);
-                    let done = g.gen.accept(slot, token, logits, n_past);
-                    if publisher.after_step(&done).is_break() {
-                        cancelled.push(slot);
-                    }
-                }
-                for slot in cancelled {
-                    self.finish_generation(slot, StopReason::Cancelled);
-                }
-            }
+            Ok(logits) => self.accept_all(&steps, logits),
             Err(e) => {
                 let e = TaskError::from(e);
                 for &(slot, _) in &steps {
-                    if let Some(job) = self.jobs[slot].take() {
+                    if let Some(job) = self.jobs[slot.get()].take() {
                         job.fail(self.c, e.clone());
                     }
                 }
@@ -254,8 +188,84 @@ impl Stepping<'_> {
         }
     }
 
+    /// Samples the next token of every generating slot and returns the `(slot, token)`
+    /// steps of the forward. A slot that does not go on ends here, in one of two ways:
+    /// - `ended`: its generation ended as the sampler or the step observer says (the
+    ///   length, EOS, a full context, or a shutdown), through [`Stepping::finish_generation`];
+    /// - `cut`: the request ends it before the token's forward (a stop string in the text
+    ///   sent, its client gone, or `?action=cancel`), through `GenerationJob::stop`.
+    fn sample_all(&mut self) -> Vec<(SlotId, u32)> {
+        let c = &mut *self.c;
+        let model = c.slots.model().clone();
+        let n_ctx = c.slots.n_ctx();
+        let mut steps = Vec::new();
+        let mut ended = Vec::new();
+        let mut cut = Vec::new();
+        for job in self.jobs.iter_mut() {
+            let Some(Job::Generation(g)) = job else {
+                continue;
+            };
+            let slot = g.slot;
+            if g.is_cancelled(c) {
+                cut.push((slot, StopReason::Cancelled));
+                continue;
+            }
+            let n_past = c.slots.n_past(slot);
+            let token = match g.gen.next_token(&mut g.sampler, &model, n_past, n_ctx) {
+                Err(finish) => {
+                    ended.push((slot, finish));
+                    continue;
+                }
+                Ok(token) => token,
+            };
+            // Sent as soon as it is sampled, before its own forward.
+            if let ControlFlow::Break(f) = g.sampled(&c.shared.tokenizer, token) {
+                cut.push((slot, f));
+                continue;
+            }
+            let mut publisher = step_publisher!(c, TokenKind::Generated);
+            let start = g.gen.step_start(slot.get(), n_past);
+            if publisher.before_step(&start).is_break() {
+                ended.push((slot, StopReason::Cancelled));
+            } else {
+                steps.push((slot, token));
+            }
+        }
+        for (slot, finish) in ended {
+            self.finish_generation(slot, finish);
+        }
+        for (slot, finish) in cut {
+            if let Some(Job::Generation(g)) = self.jobs[slot.get()].take() {
+                g.stop(self.c, finish);
+            }
+        }
+        steps
+    }
+
+    /// Each slot's token is in its cache: the generation takes it and the next logits; a
+    /// slot whose step observer breaks (a shutdown) ends as cancelled.
+    fn accept_all(&mut self, steps: &[(SlotId, u32)], logits: Vec<Logits>) {
+        let c = &mut *self.c;
+        let mut publisher = step_publisher!(c, TokenKind::Generated);
+        let mut cancelled = Vec::new();
+        for (&(slot, token), logits) in steps.iter().zip(logits) {
+            let Some(Job::Generation(g)) = &mut self.jobs[slot.get()] else {
+                continue;
+            };
+            let n_past = c.slots.n_past(slot);
+            let done = g.gen.accept(slot.get(), token, logits, n_past);
+            if publisher.after_step(&done).is_break() {
+                cancelled.push(slot);
+            }
+        }
+        for slot in cancelled {
+            self.finish_generation(slot, StopReason::Cancelled);
+        }
+    }
+
     /// The generation on `slot` ended for `finish`: publish, then reply.
-    fn finish_generation(&mut self, slot: usize, finish: StopReason) {
+    fn finish_generation(&mut self, slot: SlotId, finish: StopReason) {
+        let slot = slot.get();
         match self.jobs[slot].take() {
             Some(Job::Generation(g)) => g.finish(self.c, finish),
             other => self.jobs[slot] = other,
@@ -283,7 +293,7 @@ impl Stepping<'_> {
         let end = (p.done + c.ubatch).min(p.tokens.len());
         let mut publisher = step_publisher!(c, TokenKind::Prompt);
         let r = c.slots.prefill_chunk(
-            slot,
+            p.slot,
             &p.tokens[p.done..end],
             p.done,
             p.tokens.len(),
