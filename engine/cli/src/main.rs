@@ -1,6 +1,6 @@
 //! `hydra-engine`: serve a model with live per-slot progress in shared memory, or run the
-//! demo. Argument parsing and the demo ([`demo`], which belongs to the binary, not to the
-//! library); the engine itself lives in the library.
+//! demo. Argument parsing and the demo ([`demo`], which belongs to the binary); the engine
+//! itself is the two library crates, `hydra-engine-server` and `hydra-engine-core`.
 
 mod demo;
 mod perplexity_cmd;

@@ -36,3 +36,54 @@ fn modules_import_one_another_without_circles() {
         assert!(text.contains(" 0 circles"), "{src}: {text}");
     }
 }
+
+/// The engine server's compute side never names a surface (`crate::llama`,
+/// `crate::openai`) or the HTTP stack (`axum`): the two surfaces are leaves over it. Cargo
+/// keeps the crates apart; inside the server crate, this test does.
+#[test]
+fn the_compute_side_imports_no_surface_and_no_http() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/src");
+    let compute_side = [
+        "compute.rs",
+        "compute",
+        "task.rs",
+        "task",
+        "task_error.rs",
+        "progress",
+        "layer_signal.rs",
+        "config.rs",
+        "cancel.rs",
+    ];
+    let mut files = Vec::new();
+    for entry in compute_side {
+        let path = src.join(entry);
+        if path.is_dir() {
+            for f in std::fs::read_dir(&path).expect("read the folder") {
+                files.push(f.expect("an entry").path());
+            }
+        } else {
+            files.push(path);
+        }
+    }
+    assert!(files.len() >= 12, "the compute side's files: {files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read the file");
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for name in [
+                "crate::llama",
+                "crate::openai",
+                "axum::",
+                "super::llama",
+                "super::openai",
+            ] {
+                assert!(
+                    !code.contains(name),
+                    "{}:{}: the compute side names {name}: {line}",
+                    file.display(),
+                    i + 1
+                );
+            }
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! (`silu_mul_with`, whose portable form is candle's `silu` and multiply).
 //!
 //! ```text
-//! cargo bench -p hydra-engine --bench activations -- [--repeat N]
+//! cargo bench -p hydra-engine-core --bench activations -- [--repeat N]
 //! ```
 //!
 //! Row widths of the embedded model (256 in, 768 in the feed-forward block) and of

@@ -4,7 +4,7 @@
 //! loops (`Isa::PORTABLE`) and the AVX2 code the engine runs where it can (`Isa::best()`).
 //!
 //! ```text
-//! cargo bench -p hydra-engine --bench attention -- [--threads N] [--repeat N]
+//! cargo bench -p hydra-engine-core --bench attention -- [--threads N] [--repeat N]
 //! ```
 //!
 //! Head layouts of the embedded model (8 query heads over 4 K/V heads of 32) and of

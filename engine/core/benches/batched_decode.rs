@@ -4,7 +4,7 @@
 //! `scripts/bench-vs-llamacpp.sh --embedded` (BENCHMARKS.md, #13).
 //!
 //! ```text
-//! cargo bench -p hydra-engine --bench batched_decode -- \
+//! cargo bench -p hydra-engine-core --bench batched_decode -- \
 //!     [--model PATH] [--threads N] [--tokens N] [--rounds N]
 //! ```
 //!

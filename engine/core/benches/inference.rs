@@ -2,7 +2,7 @@
 //! own `quantized_llama` loop on the same weights.
 //!
 //! ```text
-//! cargo bench -p hydra-engine --bench inference -- \
+//! cargo bench -p hydra-engine-core --bench inference -- \
 //!     [--model PATH] [--threads N] [--prompt-tokens N] [--decode-tokens N] [--ubatch N]
 //! ```
 //!

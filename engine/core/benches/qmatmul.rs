@@ -3,7 +3,7 @@
 //! dequantizing once per chunk for the f32 GEMM, and the GEMM alone.
 //!
 //! ```text
-//! cargo bench -p hydra-engine --bench qmatmul -- [--threads N] [--repeat N]
+//! cargo bench -p hydra-engine-core --bench qmatmul -- [--threads N] [--repeat N]
 //! ```
 //!
 //! One SmolLM2-135M layer's seven matrices (576 x 576 Q and O, 192 x 576 K and V,

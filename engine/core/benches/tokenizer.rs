@@ -4,7 +4,7 @@
 //! text: llama.cpp's `src/llama-vocab.cpp`, `README.md` and every vocab test input
 //! (from `scripts/llama-cpp.sh src`), repeated to at least 1 MB.
 //!
-//!     cargo bench -p hydra-engine --bench tokenizer
+//!     cargo bench -p hydra-engine-core --bench tokenizer
 //!
 //! Prints tokens/s of both (median of interleaved rounds), their ratio, and whether
 //! both give the same ids.

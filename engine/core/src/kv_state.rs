@@ -150,22 +150,35 @@ impl StateHeader {
     }
 }
 
-/// Writes through to `w` while hashing and counting.
-struct Out<'a, W: Write + ?Sized> {
-    w: &'a mut W,
+/// The bytes of a state stream so far, saved or restored: their hash and count, told to
+/// `progress` as they pass.
+struct Tally<'a> {
     hash: Hasher64,
     done: u64,
     total: u64,
     progress: &'a mut dyn FnMut(u64, u64),
 }
 
+impl Tally<'_> {
+    /// `c` went through (its length already counted in `done`): hash it and tell.
+    fn passed(&mut self, c: &[u8]) {
+        self.hash.update(c);
+        (self.progress)(self.done, self.total);
+    }
+}
+
+/// Writes through to `w` while hashing and counting.
+struct Out<'a, W: Write + ?Sized> {
+    w: &'a mut W,
+    t: Tally<'a>,
+}
+
 impl<W: Write + ?Sized> Out<'_, W> {
     fn put(&mut self, bytes: &[u8]) -> Result<()> {
         for c in bytes.chunks(CHUNK) {
             self.w.write_all(c).map_err(EngineError::StateIo)?;
-            self.hash.update(c);
-            self.done += c.len() as u64;
-            (self.progress)(self.done, self.total);
+            self.t.done += c.len() as u64;
+            self.t.passed(c);
         }
         Ok(())
     }
@@ -194,10 +207,12 @@ pub(crate) fn save<W: Write + ?Sized>(
     progress(0, total);
     let mut out = Out {
         w,
-        hash: Hasher64::new(),
-        done: 0,
-        total,
-        progress,
+        t: Tally {
+            hash: Hasher64::new(),
+            done: 0,
+            total,
+            progress,
+        },
     };
     out.put(&header.encode())?;
     if n_past > 0 {
@@ -229,11 +244,11 @@ pub(crate) fn save<W: Write + ?Sized>(
         }
         out.put(&bytes)?;
     }
-    let sum = out.hash.finish();
+    let sum = out.t.hash.finish();
     out.put(&sum.to_le_bytes())?;
     out.w.flush().map_err(EngineError::StateIo)?;
-    debug_assert_eq!(out.done, total);
-    Ok(out.done)
+    debug_assert_eq!(out.t.done, total);
+    Ok(out.t.done)
 }
 
 /// Reads exactly `buf.len()` bytes, mapping a short read to `Truncated`.
@@ -283,6 +298,52 @@ pub(crate) fn restore<R: Read + ?Sized>(
     let mut hb = [0u8; HEADER_LEN];
     read_full(r, &mut hb, &mut done, min)?;
     let h = StateHeader::decode(&hb)?;
+    let (n_past, expected) = check_header(&h, cfg, fingerprint, n_ctx, total_len)?;
+    let mut hash = Hasher64::new();
+    hash.update(&hb);
+    progress(done, expected);
+    let mut body = Body {
+        r,
+        t: Tally {
+            hash,
+            done,
+            total: expected,
+            progress,
+        },
+    };
+    let (n_kv, hd) = (cfg.n_kv_head, cfg.head_dim());
+    let mut layers = Vec::with_capacity(cfg.n_layer);
+    let mut logits = None;
+    if n_past > 0 {
+        let mut bytes = vec![0u8; n_kv * n_past * hd * 4];
+        for _ in 0..cfg.n_layer {
+            let k = Tensor::from_vec(body.f32s(&mut bytes)?, (1, n_kv, n_past, hd), device)?;
+            let v = Tensor::from_vec(body.f32s(&mut bytes)?, (1, n_kv, n_past, hd), device)?;
+            layers.push((k, v));
+        }
+        let mut bytes = vec![0u8; logits_len(cfg, n_past) as usize];
+        logits = Some(body.f32s(&mut bytes)?);
+    }
+    let mut tb = [0u8; TRAILER_LEN];
+    read_full(body.r, &mut tb, &mut body.t.done, expected)?;
+    (body.t.progress)(body.t.done, expected);
+    let found = u64::from_le_bytes(tb);
+    let computed = body.t.hash.finish();
+    if found != computed {
+        return Err(StateError::Corrupt { found, computed }.into());
+    }
+    Ok((KvCache::from_layers(layers, n_past), logits))
+}
+
+/// Whether header `h` describes a state of this model that fits `n_ctx` tokens and is
+/// exactly `total_len` bytes long; its token count and length if so.
+fn check_header(
+    h: &StateHeader,
+    cfg: &LlamaConfig,
+    fingerprint: u64,
+    n_ctx: usize,
+    total_len: u64,
+) -> Result<(usize, u64)> {
     if h.fingerprint != fingerprint {
         return Err(StateError::ForeignModel {
             expected: fingerprint,
@@ -332,55 +393,25 @@ pub(crate) fn restore<R: Read + ?Sized>(
         }
         .into());
     }
-    let mut hash = Hasher64::new();
-    hash.update(&hb);
-    progress(done, expected);
-    let (n_kv, hd) = (cfg.n_kv_head, cfg.head_dim());
-    let per_tensor = n_kv * n_past * hd * 4;
-    let mut layers = Vec::with_capacity(cfg.n_layer);
-    if n_past > 0 {
-        let mut bytes = vec![0u8; per_tensor];
-        for _ in 0..cfg.n_layer {
-            let mut pair = Vec::with_capacity(2);
-            for _ in 0..2 {
-                for c in bytes.chunks_mut(CHUNK) {
-                    read_full(r, c, &mut done, expected)?;
-                    hash.update(c);
-                    progress(done, expected);
-                }
-                let vals: Vec<f32> = bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
-                pair.push(Tensor::from_vec(vals, (1, n_kv, n_past, hd), device)?);
-            }
-            let v = pair.pop();
-            let k = pair.pop();
-            layers.extend(k.zip(v));
-        }
-    }
-    let mut logits = None;
-    if n_past > 0 {
-        let mut bytes = vec![0u8; logits_len(cfg, n_past) as usize];
+    Ok((n_past, expected))
+}
+
+/// The payload of a state being read: every byte hashed and its progress told.
+struct Body<'a, R: Read + ?Sized> {
+    r: &'a mut R,
+    t: Tally<'a>,
+}
+
+impl<R: Read + ?Sized> Body<'_, R> {
+    /// Fills `bytes` from the stream, in chunks, and returns them as little-endian f32s.
+    fn f32s(&mut self, bytes: &mut [u8]) -> Result<Vec<f32>> {
         for c in bytes.chunks_mut(CHUNK) {
-            read_full(r, c, &mut done, expected)?;
-            hash.update(c);
-            progress(done, expected);
+            read_full(self.r, c, &mut self.t.done, self.t.total)?;
+            self.t.passed(c);
         }
-        logits = Some(
-            bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        );
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
     }
-    let mut tb = [0u8; TRAILER_LEN];
-    read_full(r, &mut tb, &mut done, expected)?;
-    progress(done, expected);
-    let found = u64::from_le_bytes(tb);
-    let computed = hash.finish();
-    if found != computed {
-        return Err(StateError::Corrupt { found, computed }.into());
-    }
-    Ok((KvCache::from_layers(layers, n_past), logits))
 }

@@ -3,7 +3,7 @@
 //! with a seqlock, and replies go through oneshot channels.
 //!
 //! The loop is [`schedule`]'s: it steps the running generation tasks ([`job`]: a prefill,
-//! decode or completion in its prompt or generation stage), every decoding slot by one
+//! decode or generation in its prompt or generation stage), every decoding slot by one
 //! token per forward, prefill chunks in between. `--schedule batched` runs a job on every
 //! slot at once; `--schedule serial` is the same stepping with at most one job, each task
 //! run to its end before the next starts. The task bodies and their publishing are here.
@@ -30,7 +30,7 @@ use crate::progress::Progress;
 use crate::task::{DecodeResult, DecodeSpec, PrefillResult, Reply, SaveStream, SlotId, Task};
 use crate::task_error::{ClientError, TaskError};
 use anyhow::Context as _;
-use axum::body::Bytes;
+use bytes::Bytes;
 use hydra_engine_core::model::Model;
 use hydra_engine_core::sampling::{GenerateParams, Generation, Sampler, StopReason};
 use hydra_engine_core::slots::Logits;

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use crate::progress::segment::Shared;
 use crate::serving::Running;
 use crate::task::generate::{GenEvent, GenSummary, TokenOut};
+use crate::task::SlotId;
 use crate::task_error::{ClientError, TaskError};
 use prompt_progress::{PromptFacts, PromptProgress};
 
@@ -63,88 +64,134 @@ async fn send_all(tx: &mpsc::Sender<Event>, events: Vec<Event>) -> bool {
     true
 }
 
+/// What one event of the generation asks of the stream: events to send and go on, or the
+/// last events.
+enum Step {
+    Send(Vec<Event>),
+    End(Vec<Event>),
+}
+
+/// A streamed generation's state between its events: what is known of its prompt, whether
+/// it is still evaluating it, and the last progress sent.
+struct Pump<F> {
+    shared: Arc<Shared>,
+    format: F,
+    return_progress: bool,
+    n_prompt: u64,
+    facts: Option<PromptFacts>,
+    prefilling: bool,
+    last_sent: Option<PromptProgress>,
+}
+
+impl<F: StreamFormat> Pump<F> {
+    /// The prompt's progress read from the segment now.
+    fn read(&self, slot: SlotId) -> Option<PromptProgress> {
+        let reader = self.shared.reader.as_ref()?;
+        prompt_progress::read(reader, slot.get(), self.facts.as_ref()?)
+    }
+
+    /// `p` sent as the last progress.
+    fn progress(&mut self, p: PromptProgress) -> Vec<Event> {
+        self.last_sent = Some(p);
+        self.format.progress(&p)
+    }
+
+    /// Between chunks: progress only when something moved (the layer, inside a chunk).
+    fn tick(&mut self, slot: SlotId) -> Vec<Event> {
+        match self.read(slot) {
+            Some(p) if self.last_sent != Some(p) => self.progress(p),
+            _ => Vec::new(),
+        }
+    }
+
+    /// What the compute thread's `event` (None: it stopped) sends.
+    fn on_event(&mut self, running: &Running, event: Option<GenEvent>) -> Step {
+        let slot = running.slot();
+        match event {
+            Some(GenEvent::Started { task_id, n_cached }) => {
+                let n_cached = n_cached as u64;
+                self.facts = Some(PromptFacts {
+                    task_id,
+                    n_prompt: self.n_prompt,
+                    n_cached,
+                });
+                self.prefilling = true;
+                let mut out = self.format.started(task_id, n_cached as usize);
+                if self.return_progress {
+                    // The 0% event, as llama.cpp sends it when the prompt starts.
+                    out.extend(self.progress(PromptProgress {
+                        total: self.n_prompt,
+                        cache: n_cached,
+                        processed: n_cached,
+                        time_ms: 0,
+                        layer: None,
+                    }));
+                }
+                Step::Send(out)
+            }
+            // Once per chunk, whether or not the tick saw it already.
+            Some(GenEvent::PromptChunk) if self.return_progress => Step::Send(
+                self.read(slot)
+                    .map(|p| self.progress(p))
+                    .unwrap_or_default(),
+            ),
+            Some(GenEvent::PromptChunk) => Step::Send(Vec::new()),
+            Some(GenEvent::Token(t)) => {
+                self.prefilling = false;
+                Step::Send(self.format.token(&t))
+            }
+            Some(GenEvent::Done(s)) => {
+                running.record(&s);
+                Step::End(self.format.done(&s))
+            }
+            Some(GenEvent::Failed(e)) => {
+                running.forget();
+                Step::End(self.format.failed(&e))
+            }
+            None => {
+                running.forget();
+                let e = TaskError::from(ClientError::ShuttingDown);
+                Step::End(self.format.failed(&e))
+            }
+        }
+    }
+}
+
 async fn pump(
     shared: Arc<Shared>,
     mut running: Running,
     return_progress: bool,
-    mut format: impl StreamFormat,
+    format: impl StreamFormat,
     tx: mpsc::Sender<Event>,
 ) {
     let slot = running.slot();
-    let n_prompt = running.n_prompt() as u64;
-    let mut facts: Option<PromptFacts> = None;
-    let mut prefilling = false;
-    let mut last_sent: Option<PromptProgress> = None;
+    let mut pump = Pump {
+        shared,
+        format,
+        return_progress,
+        n_prompt: running.n_prompt() as u64,
+        facts: None,
+        prefilling: false,
+        last_sent: None,
+    };
     let mut poll = tokio::time::interval(PROGRESS_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let read = |facts: &Option<PromptFacts>| {
-        let reader = shared.reader.as_ref()?;
-        prompt_progress::read(reader, slot.get(), facts.as_ref()?)
-    };
     loop {
-        let events = tokio::select! {
+        let step = tokio::select! {
             _ = tx.closed() => return,
-            _ = poll.tick(), if return_progress && prefilling => {
-                match read(&facts) {
-                    // Only when something moved (the layer, inside a chunk).
-                    Some(p) if last_sent != Some(p) => {
-                        last_sent = Some(p);
-                        format.progress(&p)
-                    }
-                    _ => Vec::new(),
+            _ = poll.tick(), if pump.return_progress && pump.prefilling => Step::Send(pump.tick(slot)),
+            event = running.events.recv() => pump.on_event(&running, event),
+        };
+        match step {
+            Step::Send(events) => {
+                if !send_all(&tx, events).await {
+                    return;
                 }
             }
-            event = running.events.recv() => match event {
-                Some(GenEvent::Started { task_id, n_cached }) => {
-                    facts = Some(PromptFacts { task_id, n_prompt, n_cached: n_cached as u64 });
-                    prefilling = true;
-                    let mut out = format.started(task_id, n_cached);
-                    if return_progress {
-                        // The 0% event, as llama.cpp sends it when the prompt starts.
-                        let p = PromptProgress {
-                            total: n_prompt,
-                            cache: n_cached as u64,
-                            processed: n_cached as u64,
-                            time_ms: 0,
-                            layer: None,
-                        };
-                        last_sent = Some(p);
-                        out.extend(format.progress(&p));
-                    }
-                    out
-                }
-                Some(GenEvent::PromptChunk) if return_progress => match read(&facts) {
-                    // Once per chunk, whether or not the tick saw it already.
-                    Some(p) => {
-                        last_sent = Some(p);
-                        format.progress(&p)
-                    }
-                    None => Vec::new(),
-                },
-                Some(GenEvent::PromptChunk) => Vec::new(),
-                Some(GenEvent::Token(t)) => {
-                    prefilling = false;
-                    format.token(&t)
-                }
-                Some(GenEvent::Done(s)) => {
-                    running.record(&s);
-                    send_all(&tx, format.done(&s)).await;
-                    return;
-                }
-                Some(GenEvent::Failed(e)) => {
-                    running.forget();
-                    send_all(&tx, format.failed(&e)).await;
-                    return;
-                }
-                None => {
-                    running.forget();
-                    send_all(&tx, format.failed(&TaskError::from(ClientError::ShuttingDown))).await;
-                    return;
-                }
-            },
-        };
-        if !send_all(&tx, events).await {
-            return;
+            Step::End(events) => {
+                send_all(&tx, events).await;
+                return;
+            }
         }
     }
 }

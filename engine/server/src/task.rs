@@ -9,7 +9,7 @@ pub mod stop;
 pub mod text_out;
 
 use crate::task_error::{ClientError, TaskError};
-use axum::body::Bytes;
+use bytes::Bytes;
 use hydra_engine_core::sampling::{SamplerConfig, StopReason};
 use hydra_layout::PendingCounter;
 use serde::Serialize;

@@ -12,7 +12,7 @@ use hydra_layout::ErrorCode;
 
 /// The part of a task's failure a client is told: why the request was refused or did not
 /// run to its end. The HTTP front end answers these as they are
-/// ([`crate::api_error::ApiError::Refused`]), and refuses bad requests of its own
+/// (classified by [`crate::api_error::ApiError`]), and refuses bad requests of its own
 /// with them too.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {

@@ -147,7 +147,9 @@ impl Drop for FinishedOnDrop {
     }
 }
 
-/// Starts the workload threads.
+/// Starts the workload threads: a long chunked prefill on slot 0, completions on the
+/// other slots (slot 1's first one handed over to the last slot by a save and restore),
+/// and the meta prober.
 pub fn start(plan: Plan) -> Running {
     let outcome = Arc::new(Mutex::new(Outcome::default()));
     // Workload threads that have finished; the meta prober stops when all have, so its
@@ -156,36 +158,7 @@ pub fn start(plan: Plan) -> Running {
     let workers = plan.slots;
     let plan = Arc::new(plan);
     let mut threads = Vec::new();
-
-    // Slot 0: a long prompt, prefilled chunk by chunk.
-    {
-        let (plan, outcome) = (plan.clone(), outcome.clone());
-        let finished = FinishedOnDrop(finished.clone());
-        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
-            let _finished = finished;
-            let agent = agent();
-            for _ in 0..plan.rounds {
-                erase(&agent, &plan, 0)?;
-                let t = Instant::now();
-                let r = post(
-                    &agent,
-                    &format!("{}/slots/0/prefill", plan.base),
-                    json!({ "tokens": plan.long_prompt }),
-                )?;
-                let request = Request {
-                    what: "prefill slot 0".into(),
-                    tokens: r["n_prompt_tokens"].as_u64().unwrap_or(0) as usize,
-                    compute_s: r["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
-                    other_compute_s: 0.0,
-                    wall_s: t.elapsed().as_secs_f64(),
-                };
-                outcome.lock().expect("outcome lock").requests.push(request);
-            }
-            Ok(())
-        }));
-    }
-    // Slots 1..: completions with long decodes; slot 1 is then saved and restored into the
-    // last slot, which continues decoding from the restored state.
+    threads.push(spawn_prefills(&plan, &outcome, &finished));
     // Slot 1 says when its first completion is done and then waits, before it erases for
     // its next round, until the last slot has saved its state.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -195,111 +168,200 @@ pub fn start(plan: Plan) -> Running {
         done: done_rx,
         saved: saved_tx,
     });
+    let last = plan.slots - 1;
     for slot in 1..plan.slots {
-        let (plan, outcome) = (plan.clone(), outcome.clone());
-        let finished = FinishedOnDrop(finished.clone());
-        let last = plan.slots - 1;
-        let saver = (slot == 1 && last != 1).then(|| (done_tx.take(), saved_rx.take()));
-        let restorer = (slot == last && last != 1)
-            .then(|| hand_over.take())
-            .flatten();
-        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
-            let _finished = finished;
-            let agent = agent();
-            for round in 0..plan.rounds {
-                if round == 0 {
-                    if let Some(hand_over) = &restorer {
-                        // Wait for slot 1's first completion to be done, then restore it
-                        // here.
-                        restore_into(&agent, &plan, last, &outcome, hand_over)?;
-                        continue;
-                    }
-                }
-                if round == 1 {
-                    if let Some((done, saved)) = &saver {
-                        if let Some(done) = done {
-                            let _ = done.send(());
-                        }
-                        if let Some(saved) = saved {
-                            // Bounded: the last slot saves within seconds (or has failed).
-                            let _ = saved.recv_timeout(Duration::from_secs(120));
-                        }
-                    }
-                }
-                erase(&agent, &plan, slot)?;
-                let t = Instant::now();
-                let r = post(
-                    &agent,
-                    &format!("{}/completion", plan.base),
-                    json!({
-                        "id_slot": slot,
-                        "prompt": format!("Slot {slot} says: "),
-                        "n_predict": plan.decode_tokens,
-                        "ignore_eos": true,
-                        "temperature": 0.8, "top_k": 40, "top_p": 0.95,
-                        "seed": slot + round * plan.slots,
-                    }),
-                )?;
-                let timings = &r["timings"];
-                let request = Request {
-                    what: format!("decode slot {slot}"),
-                    tokens: r["tokens_predicted"].as_u64().unwrap_or(0) as usize,
-                    compute_s: timings["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3,
-                    other_compute_s: timings["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
-                    wall_s: t.elapsed().as_secs_f64(),
-                };
-                outcome.lock().expect("outcome lock").requests.push(request);
-            }
-            Ok(())
-        }));
+        let roles = Roles {
+            saver: (slot == 1 && last != 1).then(|| Saver {
+                done: done_tx.take(),
+                saved: saved_rx.take(),
+            }),
+            restorer: (slot == last && last != 1)
+                .then(|| hand_over.take())
+                .flatten(),
+        };
+        threads.push(spawn_completions(slot, roles, &plan, &outcome, &finished));
     }
-    // Meta prober: while the slots are busy, ask the engine for slot metadata from the
-    // segment many times, and once through the queue (with Hydra Core's 5 s timeout).
-    {
-        let (plan, outcome, finished) = (plan.clone(), outcome.clone(), finished.clone());
-        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
-            let fast = agent();
-            std::thread::sleep(Duration::from_millis(300));
-            // The old way, in its own thread: it waits behind whatever task is running.
-            let queue_probe = {
-                let (url, outcome) = (
-                    format!("{}/slots/1/state/meta?via=queue", plan.base),
-                    outcome.clone(),
-                );
-                std::thread::spawn(move || {
-                    let slow = ureq::AgentBuilder::new()
-                        .timeout(Duration::from_secs(5))
-                        .build();
-                    let t = Instant::now();
-                    let queued = match slow.get(&url).call() {
-                        Ok(_) => Ok(t.elapsed().as_secs_f64()),
-                        Err(e) => Err(format!("{e}")),
-                    };
-                    outcome.lock().expect("outcome lock").meta_queue = Some(queued);
-                })
-            };
-            // Bounded: at most this many calls (about a minute of 10 ms pauses).
-            for _ in 0..5000 {
-                if finished.load(Ordering::Relaxed) >= workers {
-                    break;
-                }
-                let t = Instant::now();
-                fast.get(&format!("{}/slots/1/state/meta", plan.base))
-                    .call()?;
-                outcome
-                    .lock()
-                    .expect("outcome lock")
-                    .meta_segment
-                    .push(t.elapsed().as_secs_f64());
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            queue_probe
-                .join()
-                .map_err(|_| anyhow::anyhow!("the queue probe panicked"))?;
-            Ok(())
-        }));
-    }
+    threads.push(spawn_meta_prober(&plan, &outcome, &finished, workers));
     Running { threads, outcome }
+}
+
+/// A workload thread.
+type Worker = std::thread::JoinHandle<anyhow::Result<()>>;
+
+/// Slot 0: a long prompt, prefilled chunk by chunk, each round.
+fn spawn_prefills(
+    plan: &Arc<Plan>,
+    outcome: &Arc<Mutex<Outcome>>,
+    finished: &Arc<AtomicUsize>,
+) -> Worker {
+    let (plan, outcome) = (plan.clone(), outcome.clone());
+    spawn_worker(finished, move |agent| {
+        for _ in 0..plan.rounds {
+            erase(agent, &plan, 0)?;
+            let t = Instant::now();
+            let r = post(
+                agent,
+                &format!("{}/slots/0/prefill", plan.base),
+                json!({ "tokens": plan.long_prompt }),
+            )?;
+            let request = Request {
+                what: "prefill slot 0".into(),
+                tokens: r["n_prompt_tokens"].as_u64().unwrap_or(0) as usize,
+                compute_s: r["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
+                other_compute_s: 0.0,
+                wall_s: t.elapsed().as_secs_f64(),
+            };
+            outcome.lock().expect("outcome lock").requests.push(request);
+        }
+        Ok(())
+    })
+}
+
+/// What a completion slot does beside its completions: slot 1 saves its first one for
+/// the last slot, which restores it instead of its own first round.
+struct Roles {
+    saver: Option<Saver>,
+    restorer: Option<HandOver>,
+}
+
+/// Slot 1's side of the hand-over: it says when its first completion is done, then waits
+/// until the last slot has saved it.
+struct Saver {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    saved: Option<std::sync::mpsc::Receiver<()>>,
+}
+
+/// A workload thread running `body` with an agent of its own, counted as finished when it
+/// ends (also on an early error).
+fn spawn_worker(
+    finished: &Arc<AtomicUsize>,
+    body: impl FnOnce(&ureq::Agent) -> anyhow::Result<()> + Send + 'static,
+) -> Worker {
+    let finished = FinishedOnDrop(finished.clone());
+    std::thread::spawn(move || {
+        let _finished = finished;
+        body(&agent())
+    })
+}
+
+/// Slots 1..: completions with long decodes, each round.
+fn spawn_completions(
+    slot: usize,
+    roles: Roles,
+    plan: &Arc<Plan>,
+    outcome: &Arc<Mutex<Outcome>>,
+    finished: &Arc<AtomicUsize>,
+) -> Worker {
+    let (plan, outcome) = (plan.clone(), outcome.clone());
+    let last = plan.slots - 1;
+    spawn_worker(finished, move |agent| {
+        for round in 0..plan.rounds {
+            if round == 0 {
+                if let Some(hand_over) = &roles.restorer {
+                    // Wait for slot 1's first completion to be done, then restore it here.
+                    restore_into(agent, &plan, last, &outcome, hand_over)?;
+                    continue;
+                }
+            }
+            if round == 1 {
+                if let Some(Saver { done, saved }) = &roles.saver {
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
+                    if let Some(saved) = saved {
+                        // Bounded: the last slot saves within seconds (or has failed).
+                        let _ = saved.recv_timeout(Duration::from_secs(120));
+                    }
+                }
+            }
+            erase(agent, &plan, slot)?;
+            let request = completion(agent, &plan, slot, round)?;
+            outcome.lock().expect("outcome lock").requests.push(request);
+        }
+        Ok(())
+    })
+}
+
+/// One completion of `round` on `slot`, as the demo's summary counts it.
+fn completion(
+    agent: &ureq::Agent,
+    plan: &Plan,
+    slot: usize,
+    round: usize,
+) -> anyhow::Result<Request> {
+    let t = Instant::now();
+    let r = post(
+        agent,
+        &format!("{}/completion", plan.base),
+        json!({
+            "id_slot": slot,
+            "prompt": format!("Slot {slot} says: "),
+            "n_predict": plan.decode_tokens,
+            "ignore_eos": true,
+            "temperature": 0.8, "top_k": 40, "top_p": 0.95,
+            "seed": slot + round * plan.slots,
+        }),
+    )?;
+    let timings = &r["timings"];
+    Ok(Request {
+        what: format!("decode slot {slot}"),
+        tokens: r["tokens_predicted"].as_u64().unwrap_or(0) as usize,
+        compute_s: timings["predicted_ms"].as_f64().unwrap_or(0.0) / 1e3,
+        other_compute_s: timings["prompt_ms"].as_f64().unwrap_or(0.0) / 1e3,
+        wall_s: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// The meta prober: while the slots are busy, ask the engine for slot metadata from the
+/// segment many times, and once through the queue (with Hydra Core's 5 s timeout).
+fn spawn_meta_prober(
+    plan: &Arc<Plan>,
+    outcome: &Arc<Mutex<Outcome>>,
+    finished: &Arc<AtomicUsize>,
+    workers: usize,
+) -> Worker {
+    let (plan, outcome, finished) = (plan.clone(), outcome.clone(), finished.clone());
+    std::thread::spawn(move || -> anyhow::Result<()> {
+        let fast = agent();
+        std::thread::sleep(Duration::from_millis(300));
+        // The old way, in its own thread: it waits behind whatever task is running.
+        let queue_probe = {
+            let (url, outcome) = (
+                format!("{}/slots/1/state/meta?via=queue", plan.base),
+                outcome.clone(),
+            );
+            std::thread::spawn(move || {
+                let slow = ureq::AgentBuilder::new()
+                    .timeout(Duration::from_secs(5))
+                    .build();
+                let t = Instant::now();
+                let queued = match slow.get(&url).call() {
+                    Ok(_) => Ok(t.elapsed().as_secs_f64()),
+                    Err(e) => Err(format!("{e}")),
+                };
+                outcome.lock().expect("outcome lock").meta_queue = Some(queued);
+            })
+        };
+        // Bounded: at most this many calls (about a minute of 10 ms pauses).
+        for _ in 0..5000 {
+            if finished.load(Ordering::Relaxed) >= workers {
+                break;
+            }
+            let t = Instant::now();
+            fast.get(&format!("{}/slots/1/state/meta", plan.base))
+                .call()?;
+            outcome
+                .lock()
+                .expect("outcome lock")
+                .meta_segment
+                .push(t.elapsed().as_secs_f64());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        queue_probe
+            .join()
+            .map_err(|_| anyhow::anyhow!("the queue probe panicked"))?;
+        Ok(())
+    })
 }
 
 /// Empties `slot` (its cache and record), so that each round starts from nothing.

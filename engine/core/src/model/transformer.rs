@@ -25,6 +25,10 @@ use super::weight::Weight;
 use crate::error::{EngineError, Result};
 use crate::kernels::attention::{self, CachedSequence, Heads};
 
+/// How a forward's attention finds each row's position: the RoPE rotations of every row
+/// (one op for all of them), or else one causal mask per sequence.
+type Positions = (Option<[Tensor; 2]>, Vec<Option<Tensor>>);
+
 /// One sequence of a forward: the tokens to run and the cache they extend.
 pub(crate) struct Sequence<'a> {
     /// Tokens, already range-checked, at positions `cache.len()..`.
@@ -192,6 +196,54 @@ fn take(
     Ok(t)
 }
 
+impl Layer {
+    /// Layer `blk.N.` from its named tensors, taken through `get` (name, expected shape).
+    fn from_tensors(
+        cfg: &LlamaConfig,
+        get: &mut dyn FnMut(&str, &[usize]) -> Result<QTensor>,
+        device: &Device,
+    ) -> Result<Self> {
+        let parts = cfg.arch.attention_parts();
+        let (e, hd) = (cfg.n_embd, cfg.head_dim());
+        let (q_dim, kv_dim) = (cfg.n_head * hd, cfg.n_kv_head * hd);
+        let mm = |t: QTensor| Weight::new(Arc::new(t), device);
+        let bias = if parts.qkv_bias {
+            Some([
+                get("attn_q.bias", &[q_dim])?.dequantize(device)?,
+                get("attn_k.bias", &[kv_dim])?.dequantize(device)?,
+                get("attn_v.bias", &[kv_dim])?.dequantize(device)?,
+            ])
+        } else {
+            None
+        };
+        let qk_norm = if parts.qk_norm {
+            Some((
+                RmsNorm::from_qtensor(get("attn_q_norm.weight", &[hd])?, cfg.rms_eps)?,
+                RmsNorm::from_qtensor(get("attn_k_norm.weight", &[hd])?, cfg.rms_eps)?,
+            ))
+        } else {
+            None
+        };
+        Ok(Layer {
+            attn: Attention {
+                wq: mm(get("attn_q.weight", &[q_dim, e])?)?,
+                wk: mm(get("attn_k.weight", &[kv_dim, e])?)?,
+                wv: mm(get("attn_v.weight", &[kv_dim, e])?)?,
+                wo: mm(get("attn_output.weight", &[e, q_dim])?)?,
+                bias,
+                qk_norm,
+            },
+            mlp: Mlp {
+                w_gate: mm(get("ffn_gate.weight", &[cfg.n_ff, e])?)?,
+                w_down: mm(get("ffn_down.weight", &[e, cfg.n_ff])?)?,
+                w_up: mm(get("ffn_up.weight", &[cfg.n_ff, e])?)?,
+            },
+            attn_norm: RmsNorm::from_qtensor(get("attn_norm.weight", &[e])?, cfg.rms_eps)?,
+            ffn_norm: RmsNorm::from_qtensor(get("ffn_norm.weight", &[e])?, cfg.rms_eps)?,
+        })
+    }
+}
+
 impl DecoderWeights {
     /// Build from named GGUF tensors (`token_embd.weight`, `blk.N.attn_q.weight`, ...).
     /// `output.weight` is optional (tied embeddings).
@@ -207,9 +259,7 @@ impl DecoderWeights {
             path: source.to_path_buf(),
             message,
         };
-        let parts = cfg.arch.attention_parts();
-        let (e, v, hd) = (cfg.n_embd, cfg.vocab_size, cfg.head_dim());
-        let (q_dim, kv_dim) = (cfg.n_head * hd, cfg.n_kv_head * hd);
+        let (e, v) = (cfg.n_embd, cfg.vocab_size);
         let tok = take(&mut tensors, "token_embd.weight", &[v, e]).map_err(invalid)?;
         let embeddings = Embedding::new(tok.dequantize(device)?, e);
         let output = if tensors.contains_key("output.weight") {
@@ -223,47 +273,14 @@ impl DecoderWeights {
         };
         let norm = take(&mut tensors, "output_norm.weight", &[e]).map_err(invalid)?;
         let norm = RmsNorm::from_qtensor(norm, cfg.rms_eps)?;
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            let mut get = |name: &str, dims: &[usize]| -> Result<QTensor> {
-                take(&mut tensors, &format!("blk.{i}.{name}"), dims).map_err(invalid)
-            };
-            let mm = |t: QTensor| Weight::new(Arc::new(t), device);
-            let bias = if parts.qkv_bias {
-                Some([
-                    get("attn_q.bias", &[q_dim])?.dequantize(device)?,
-                    get("attn_k.bias", &[kv_dim])?.dequantize(device)?,
-                    get("attn_v.bias", &[kv_dim])?.dequantize(device)?,
-                ])
-            } else {
-                None
-            };
-            let qk_norm = if parts.qk_norm {
-                Some((
-                    RmsNorm::from_qtensor(get("attn_q_norm.weight", &[hd])?, cfg.rms_eps)?,
-                    RmsNorm::from_qtensor(get("attn_k_norm.weight", &[hd])?, cfg.rms_eps)?,
-                ))
-            } else {
-                None
-            };
-            layers.push(Layer {
-                attn: Attention {
-                    wq: mm(get("attn_q.weight", &[q_dim, e])?)?,
-                    wk: mm(get("attn_k.weight", &[kv_dim, e])?)?,
-                    wv: mm(get("attn_v.weight", &[kv_dim, e])?)?,
-                    wo: mm(get("attn_output.weight", &[e, q_dim])?)?,
-                    bias,
-                    qk_norm,
-                },
-                mlp: Mlp {
-                    w_gate: mm(get("ffn_gate.weight", &[cfg.n_ff, e])?)?,
-                    w_down: mm(get("ffn_down.weight", &[e, cfg.n_ff])?)?,
-                    w_up: mm(get("ffn_up.weight", &[cfg.n_ff, e])?)?,
-                },
-                attn_norm: RmsNorm::from_qtensor(get("attn_norm.weight", &[e])?, cfg.rms_eps)?,
-                ffn_norm: RmsNorm::from_qtensor(get("ffn_norm.weight", &[e])?, cfg.rms_eps)?,
-            });
-        }
+        let layers = (0..cfg.n_layer)
+            .map(|i| {
+                let mut get = |name: &str, dims: &[usize]| -> Result<QTensor> {
+                    take(&mut tensors, &format!("blk.{i}.{name}"), dims).map_err(invalid)
+                };
+                Layer::from_tensors(cfg, &mut get, device)
+            })
+            .collect::<Result<Vec<_>>>()?;
         let matrices = layers.iter().flat_map(|l| {
             let (a, m) = (&l.attn, &l.mlp);
             [&a.wq, &a.wk, &a.wv, &a.wo, &m.w_gate, &m.w_up, &m.w_down]
@@ -343,7 +360,9 @@ impl DecoderWeights {
         self.forward_rows(std::slice::from_mut(seq), rope, hook, Some(from))
     }
 
-    /// [`Self::forward`], or with `from` (one sequence) [`Self::forward_from`].
+    /// [`Self::forward`], or with `from` (one sequence) [`Self::forward_from`]: the
+    /// sequences checked and their caches reserved, how attention finds each row's
+    /// position, every layer, then the logits of the rows asked for.
     fn forward_rows(
         &self,
         seqs: &mut [Sequence<'_>],
@@ -351,61 +370,9 @@ impl DecoderWeights {
         hook: &mut dyn LayerHook,
         from: Option<usize>,
     ) -> Result<Tensor> {
-        let bad = |message: &str| EngineError::InvalidOption {
-            name: "forward",
-            message: message.into(),
-        };
-        if seqs.is_empty() || seqs.iter().any(|s| s.tokens.is_empty()) {
-            return Err(bad("a forward needs at least one token per sequence"));
-        }
-        for s in seqs.iter() {
-            if s.cache.len() + s.tokens.len() > rope.n_ctx || s.cache.n_layer() != self.layers.len()
-            {
-                return Err(bad(
-                    "position beyond the RoPE table or cache/layer mismatch",
-                ));
-            }
-        }
-        for s in seqs.iter_mut() {
-            let total = s.cache.len() + s.tokens.len();
-            s.cache
-                .reserve(total, rope.n_ctx, &self.cfg, &self.device)?;
-        }
-        let cfg = &self.cfg;
+        self.reserve(seqs, rope)?;
         let all: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
-        let n_rows = all.len();
-        // On the CPU, and for a decode batch anywhere, RoPE rotates every row in one op at
-        // its own position, and the CPU attends for every row in one kernel call
-        // (`attention::attend_cpu`). Chunks elsewhere go through candle's ops per
-        // sequence, with a causal mask.
-        let decode = seqs.iter().all(|s| s.tokens.len() == 1);
-        let rows = if decode || self.device.is_cpu() {
-            let positions: Vec<u32> = seqs
-                .iter()
-                .flat_map(|s| {
-                    let past = s.cache.len() as u32;
-                    (0..s.tokens.len() as u32).map(move |i| past + i)
-                })
-                .collect();
-            Some(rope.rows(&positions, &self.device)?)
-        } else {
-            None
-        };
-        let masks = match rows {
-            Some(_) => Vec::new(),
-            None => seqs
-                .iter()
-                .map(|s| match s.tokens.len() {
-                    1 => Ok(None),
-                    n => candle_transformers::utils::build_causal_mask(
-                        n,
-                        s.cache.len(),
-                        &self.device,
-                    )
-                    .map(Some),
-                })
-                .collect::<candle_core::Result<Vec<_>>>()?,
-        };
+        let (rows, masks) = self.positions(seqs, rope)?;
         let x = Tensor::new(all.as_slice(), &self.device)?.unsqueeze(0)?;
         let mut h = self.embeddings.forward(&x)?;
         let n_layers = self.layers.len();
@@ -428,7 +395,77 @@ impl DecoderWeights {
             s.cache.commit(s.tokens.len());
         }
         let h = self.norm.forward(&h)?;
-        let last = if let Some(from) = from {
+        let last = self.last_rows(&h, seqs, all.len(), from)?;
+        let logits = self.output.forward(&last)?.squeeze(0)?;
+        let logits = logits.to_dtype(DType::F32)?;
+        debug_assert_eq!(logits.dim(D::Minus1)?, self.cfg.vocab_size);
+        Ok(logits)
+    }
+
+    /// Checks that every sequence has tokens and fits the RoPE table and the layers, then
+    /// grows each cache to hold its new tokens.
+    fn reserve(&self, seqs: &mut [Sequence<'_>], rope: &Rope) -> Result<()> {
+        let bad = |message: &str| EngineError::InvalidOption {
+            name: "forward",
+            message: message.into(),
+        };
+        if seqs.is_empty() || seqs.iter().any(|s| s.tokens.is_empty()) {
+            return Err(bad("a forward needs at least one token per sequence"));
+        }
+        for s in seqs.iter() {
+            if s.cache.len() + s.tokens.len() > rope.n_ctx || s.cache.n_layer() != self.layers.len()
+            {
+                return Err(bad(
+                    "position beyond the RoPE table or cache/layer mismatch",
+                ));
+            }
+        }
+        for s in seqs.iter_mut() {
+            let total = s.cache.len() + s.tokens.len();
+            s.cache
+                .reserve(total, rope.n_ctx, &self.cfg, &self.device)?;
+        }
+        Ok(())
+    }
+
+    /// How attention finds each row's position. On the CPU, and for a decode batch
+    /// anywhere, RoPE rotates every row in one op at its own position (the rotations,
+    /// returned first), and the CPU attends for every row in one kernel call
+    /// (`attention::attend_cpu`). Chunks elsewhere go through candle's ops per sequence,
+    /// with a causal mask (returned second).
+    fn positions(&self, seqs: &[Sequence<'_>], rope: &Rope) -> Result<Positions> {
+        let decode = seqs.iter().all(|s| s.tokens.len() == 1);
+        if decode || self.device.is_cpu() {
+            let positions: Vec<u32> = seqs
+                .iter()
+                .flat_map(|s| {
+                    let past = s.cache.len() as u32;
+                    (0..s.tokens.len() as u32).map(move |i| past + i)
+                })
+                .collect();
+            return Ok((Some(rope.rows(&positions, &self.device)?), Vec::new()));
+        }
+        let masks = seqs
+            .iter()
+            .map(|s| match s.tokens.len() {
+                1 => Ok(None),
+                n => candle_transformers::utils::build_causal_mask(n, s.cache.len(), &self.device)
+                    .map(Some),
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok((None, masks))
+    }
+
+    /// The hidden rows whose logits are asked for: from row `from` on (one sequence), or
+    /// each sequence's last row.
+    fn last_rows(
+        &self,
+        h: &Tensor,
+        seqs: &[Sequence<'_>],
+        n_rows: usize,
+        from: Option<usize>,
+    ) -> Result<Tensor> {
+        Ok(if let Some(from) = from {
             h.narrow(1, from, n_rows - from)?
         } else if seqs.len() == 1 {
             h.narrow(1, n_rows - 1, 1)?
@@ -440,11 +477,7 @@ impl DecoderWeights {
                 ends.push(end - 1);
             }
             h.index_select(&Tensor::new(ends.as_slice(), &self.device)?, 1)?
-        };
-        let logits = self.output.forward(&last)?.squeeze(0)?;
-        let logits = logits.to_dtype(DType::F32)?;
-        debug_assert_eq!(logits.dim(D::Minus1)?, cfg.vocab_size);
-        Ok(logits)
+        })
     }
 
     fn heads(&self) -> Heads {

@@ -383,11 +383,9 @@ async fn completions(
             })?;
             (tokens, text.clone())
         }
-        PromptInput::Tokens(ids) => {
-            tok.check_ids(ids)
-                .map_err(|e| OpenAiError::invalid(Some("prompt"), e.to_string()))?;
-            (ids.clone(), tok.decode(ids).unwrap_or_default())
-        }
+        // Checked with every prompt ([`prompt::check`]); an id outside the vocabulary
+        // fails there, before the echo is used.
+        PromptInput::Tokens(ids) => (ids.clone(), tok.decode(ids).unwrap_or_default()),
     };
     let echo = if req.echo { echo } else { String::new() };
     // A stream's first event is the echo; a whole answer's text starts with it.

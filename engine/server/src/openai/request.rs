@@ -235,6 +235,8 @@ impl CompletionRequest {
 }
 
 impl RawParams {
+    /// The checked settings: each field in its range ([`RawParams::sampler`],
+    /// [`checked_max_tokens`]), the unsupported ones refused.
     fn check(
         self,
         max_tokens: Option<(&str, i64)>,
@@ -247,16 +249,41 @@ impl RawParams {
                 format!("n must be 1 (one choice per request), not {n}"),
             ));
         }
-        let max_tokens = match max_tokens {
-            Some((field, n)) if n < 1 => {
+        let max_tokens = checked_max_tokens(max_tokens, default_max_tokens)?;
+        let sampler = self.sampler()?;
+        for (field, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if let Some(v) = v.filter(|&v| v != 0.0) {
                 return Err(OpenAiError::invalid(
                     Some(field),
-                    format!("{field} must be at least 1, not {n}"),
-                ))
+                    format!("{field} is not supported by this engine (only 0), not {v}"),
+                ));
             }
-            Some((_, n)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
-            None => default_max_tokens,
-        };
+        }
+        let id_slot = crate::serving::requested_slot(self.id_slot)?;
+        let stream = self.stream.unwrap_or(false);
+        Ok(GenerationParams {
+            max_tokens,
+            sampler,
+            stop: stop_strings(self.stop.as_ref())?,
+            stream,
+            include_usage: stream
+                && self
+                    .stream_options
+                    .and_then(|o| o.include_usage)
+                    .unwrap_or(false),
+            logprobs,
+            id_slot,
+            return_progress: stream && self.return_progress.unwrap_or(false),
+            cache_prompt: self.cache_prompt.unwrap_or(true),
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+        })
+    }
+
+    /// The sampler's settings, each in its range.
+    fn sampler(&self) -> Result<SamplerConfig, OpenAiError> {
         let temperature = self.temperature.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {
             return Err(OpenAiError::invalid(
@@ -281,41 +308,29 @@ impl RawParams {
                 ))
             }
         };
-        for (field, v) in [
-            ("presence_penalty", self.presence_penalty),
-            ("frequency_penalty", self.frequency_penalty),
-        ] {
-            if let Some(v) = v.filter(|&v| v != 0.0) {
-                return Err(OpenAiError::invalid(
-                    Some(field),
-                    format!("{field} is not supported by this engine (only 0), not {v}"),
-                ));
-            }
-        }
-        let id_slot = crate::serving::requested_slot(self.id_slot)?;
-        let stream = self.stream.unwrap_or(false);
-        Ok(GenerationParams {
-            max_tokens,
-            sampler: SamplerConfig {
-                temperature,
-                top_k,
-                top_p,
-                // Any integer is a seed; the same seed gives the same tokens.
-                seed: self.seed.map_or_else(fresh_seed, |s| s as u64),
-            },
-            stop: stop_strings(self.stop.as_ref())?,
-            stream,
-            include_usage: stream
-                && self
-                    .stream_options
-                    .and_then(|o| o.include_usage)
-                    .unwrap_or(false),
-            logprobs,
-            id_slot,
-            return_progress: stream && self.return_progress.unwrap_or(false),
-            cache_prompt: self.cache_prompt.unwrap_or(true),
-            ignore_eos: self.ignore_eos.unwrap_or(false),
+        Ok(SamplerConfig {
+            temperature,
+            top_k,
+            top_p,
+            // Any integer is a seed; the same seed gives the same tokens.
+            seed: self.seed.map_or_else(fresh_seed, |s| s as u64),
         })
+    }
+}
+
+/// The most tokens to generate: `max_tokens` (the field's name, its value) when given,
+/// at least 1, else the endpoint's default.
+fn checked_max_tokens(
+    max_tokens: Option<(&str, i64)>,
+    default: Option<usize>,
+) -> Result<Option<usize>, OpenAiError> {
+    match max_tokens {
+        Some((field, n)) if n < 1 => Err(OpenAiError::invalid(
+            Some(field),
+            format!("{field} must be at least 1, not {n}"),
+        )),
+        Some((_, n)) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+        None => Ok(default),
     }
 }
 
