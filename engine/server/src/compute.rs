@@ -140,6 +140,17 @@ impl Compute {
         }
     }
 
+    /// `error` as the client is told it: a task stopped while the engine shuts down was
+    /// stopped by the shutdown, not cancelled.
+    fn stopped_by(&self, error: TaskError) -> TaskError {
+        match error {
+            TaskError::Client(ClientError::Cancelled) if self.is_shutting_down() => {
+                ClientError::ShuttingDown.into()
+            }
+            e => e,
+        }
+    }
+
     fn is_shutting_down(&self) -> bool {
         // Acquire: pairs with the Release store in Server::stop.
         self.shutdown.load(std::sync::atomic::Ordering::Acquire)
@@ -255,7 +266,7 @@ impl Compute {
             .decode(&generation.tokens)
             .map_err(TaskError::from)?;
         if generation.finish == StopReason::Cancelled {
-            return Err(ClientError::Cancelled.into());
+            return Err(self.stopped_by(ClientError::Cancelled.into()));
         }
         Ok(DecodeResult {
             slot: slot.get(),

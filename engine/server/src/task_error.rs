@@ -93,9 +93,13 @@ impl TaskError {
         !matches!(self, Self::Client(_))
     }
 
-    /// Whether the task was cancelled (its finish reason, not an error of the task).
+    /// Whether the task was stopped before its end, cancelled or by the engine's shutdown
+    /// (its finish reason, not an error of the task).
     pub fn is_cancelled(&self) -> bool {
-        matches!(self, Self::Client(ClientError::Cancelled))
+        matches!(
+            self,
+            Self::Client(ClientError::Cancelled | ClientError::ShuttingDown)
+        )
     }
 
     /// Logs the failure once, where it was met: an internal one as an error with its text,

@@ -52,6 +52,7 @@ impl Job {
 /// Publishes the end of the task on `slot`, failed with `error`; gives the error back for
 /// its reply.
 fn ended(c: &mut Compute, slot: SlotId, error: TaskError) -> TaskError {
+    let error = c.stopped_by(error);
     c.end_task(slot, &Err::<(), _>(error.clone()));
     error
 }
