@@ -370,17 +370,14 @@ fn bad_input_is_a_typed_error_not_a_panic() {
 fn state_save_restore_continues_identically() {
     let model = builtin();
     let mut slots = Slots::new(model.clone(), 2, 512).unwrap();
+    let (s0, s1) = (slots.id(0).unwrap(), slots.id(1).unwrap());
     let prompt = model.tokenizer().encode("Save me, restore me.", true);
-    let logits = slots
-        .prefill(slots.id(0).unwrap(), &prompt, 8, &mut ())
-        .unwrap();
-    let size = slots.state_size(slots.id(0).unwrap());
+    let logits = slots.prefill(s0, &prompt, 8, &mut ()).unwrap();
+    let size = slots.state_size(s0);
     let mut buf = Vec::new();
     let mut marks = Vec::new();
     let written = slots
-        .save_state(slots.id(0).unwrap(), &mut buf, &mut |d, t| {
-            marks.push((d, t))
-        })
+        .save_state(s0, &mut buf, &mut |d, t| marks.push((d, t)))
         .unwrap();
     assert_eq!(written, size);
     assert_eq!(buf.len() as u64, size);
@@ -389,16 +386,13 @@ fn state_save_restore_continues_identically() {
 
     let mut rmarks = Vec::new();
     slots
-        .restore_state(
-            slots.id(1).unwrap(),
-            &mut buf.as_slice(),
-            size,
-            &mut |d, t| rmarks.push((d, t)),
-        )
+        .restore_state(s1, &mut buf.as_slice(), size, &mut |d, t| {
+            rmarks.push((d, t))
+        })
         .unwrap();
     assert_eq!(rmarks.last(), Some(&(size, size)));
-    assert_eq!(slots.n_past(slots.id(1).unwrap()), prompt.len());
-    assert_eq!(slots.state_size(slots.id(1).unwrap()), size);
+    assert_eq!(slots.n_past(s1), prompt.len());
+    assert_eq!(slots.state_size(s1), size);
 
     let a = common::generate_greedy(
         &mut slots,
@@ -413,19 +407,17 @@ fn state_save_restore_continues_identically() {
 
     // An empty slot round-trips too.
     let mut empty = Vec::new();
-    slots.erase(slots.id(1).unwrap());
-    slots
-        .save_state(slots.id(1).unwrap(), &mut empty, &mut |_, _| {})
-        .unwrap();
+    slots.erase(s1);
+    slots.save_state(s1, &mut empty, &mut |_, _| {}).unwrap();
     slots
         .restore_state(
-            slots.id(0).unwrap(),
+            s0,
             &mut empty.as_slice(),
             empty.len() as u64,
             &mut |_, _| {},
         )
         .unwrap();
-    assert!(slots.is_empty(slots.id(0).unwrap()));
+    assert!(slots.is_empty(s0));
 }
 
 #[test]
@@ -634,20 +626,10 @@ fn batched_matches_serial(model: Arc<Model>, prompts: &[Vec<u32>], n: usize) {
         .map(|(slot, p)| greedy(&mut serial, slot, p, n))
         .collect();
     let mut slots = Slots::new(model.clone(), prompts.len(), 512).unwrap();
-    let mut next: Vec<u32> = prompts
-        .iter()
-        .enumerate()
-        .map(|(slot, p)| {
-            slots
-                .prefill(slots.id(slot).unwrap(), p, 64, &mut ())
-                .unwrap()
-                .argmax()
-        })
-        .collect();
+    let mut next = prefill_each(&mut slots, prompts, 64);
     let mut got = vec![Vec::new(); prompts.len()];
     for _ in 0..n {
-        let steps: Vec<(SlotId, u32)> = slots.ids().zip(next.iter().copied()).collect();
-        let logits = slots.decode_batch(&steps, &mut ()).unwrap();
+        let logits = batch_step(&mut slots, &next);
         for (slot, l) in logits.iter().enumerate() {
             got[slot].push(next[slot]);
             next[slot] = l.argmax();
@@ -698,20 +680,10 @@ fn kernels_on_the_pool_or_alone_give_the_same_logits() {
             let mut slots = Slots::new(model.clone(), prompts.len(), 512).unwrap();
             slots.set_pool_use(policy);
             assert_eq!(slots.pool_use(), policy);
-            let mut next: Vec<u32> = prompts
-                .iter()
-                .enumerate()
-                .map(|(slot, p)| {
-                    slots
-                        .prefill(slots.id(slot).unwrap(), p, 4, &mut ())
-                        .unwrap()
-                        .argmax()
-                })
-                .collect();
+            let mut next = prefill_each(&mut slots, &prompts, 4);
             let mut all = Vec::new();
             for _ in 0..16 {
-                let steps: Vec<(SlotId, u32)> = slots.ids().zip(next.iter().copied()).collect();
-                let logits = slots.decode_batch(&steps, &mut ()).unwrap();
+                let logits = batch_step(&mut slots, &next);
                 next = logits.iter().map(Logits::argmax).collect();
                 all.extend(logits);
             }
@@ -721,4 +693,19 @@ fn kernels_on_the_pool_or_alone_give_the_same_logits() {
     let (on_pool, alone) = (run(PoolUse::Always), run(PoolUse::Never));
     assert_eq!(on_pool.len(), 16 * prompts.len());
     assert!(on_pool == alone, "the logits differ between the two modes");
+}
+
+/// Prefills prompt `i` into slot `i` in chunks of `ubatch`; each slot's greedy next token.
+fn prefill_each(slots: &mut Slots, prompts: &[Vec<u32>], ubatch: usize) -> Vec<u32> {
+    let ids: Vec<SlotId> = slots.ids().collect();
+    ids.iter()
+        .zip(prompts)
+        .map(|(&slot, p)| slots.prefill(slot, p, ubatch, &mut ()).unwrap().argmax())
+        .collect()
+}
+
+/// One batched decode step: token `next[i]` into slot `i`, all in one forward.
+fn batch_step(slots: &mut Slots, next: &[u32]) -> Vec<Logits> {
+    let steps: Vec<(SlotId, u32)> = slots.ids().zip(next.iter().copied()).collect();
+    slots.decode_batch(&steps, &mut ()).unwrap()
 }

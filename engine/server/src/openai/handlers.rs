@@ -2,10 +2,7 @@
 //! `POST /v1/completions`; whole answers, or server-sent events ending with
 //! `data: [DONE]`. Every error is in OpenAI's shape.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -13,7 +10,7 @@ use axum::{Json, Router};
 use serde::Serialize;
 
 use super::error::OpenAiError;
-use super::request::{ChatRequest, CompletionRequest, GenerationParams, PromptInput};
+use super::request::{Body, ChatRequest, CompletionRequest, GenerationParams, PromptInput};
 use super::response::{
     new_id, system_fingerprint, Answer, AssistantMessage, ChatChoice, ChatLogprobs,
     ChatTokenLogprob, ChunkChoice, CompletionChoice, CompletionLogprobs, Delta, FinishReason,
@@ -52,18 +49,6 @@ async fn models(State(s): State<AppState>) -> Json<ModelList> {
             created: s.created,
             owned_by: "hydra-progress",
         }],
-    })
-}
-
-/// The body, or why it could not be read (axum's words for it, as OpenAI's servers do).
-fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, OpenAiError> {
-    body.map_err(|r| {
-        let kind = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ErrorKind::PayloadTooLarge
-        } else {
-            ErrorKind::InvalidRequest
-        };
-        ApiError::new(kind, r.body_text()).into()
     })
 }
 
@@ -107,9 +92,8 @@ fn chat_tokens(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, OpenAiError> {
 
 async fn chat(
     State(s): State<AppState>,
-    b: Result<Bytes, BytesRejection>,
+    Body(req): Body<ChatRequest>,
 ) -> Result<Response, OpenAiError> {
-    let req = ChatRequest::parse(&body(b)?)?;
     let template = s.template.as_ref().ok_or_else(|| {
         OpenAiError::invalid(
             Some("messages"),
@@ -371,9 +355,8 @@ impl StreamKind for ChatChunks {
 
 async fn completions(
     State(s): State<AppState>,
-    b: Result<Bytes, BytesRejection>,
+    Body(req): Body<CompletionRequest>,
 ) -> Result<Response, OpenAiError> {
-    let req = CompletionRequest::parse(&body(b)?)?;
     let tok = &s.shared.tokenizer;
     let (tokens, echo) = match &req.prompt {
         PromptInput::Text(text) => {

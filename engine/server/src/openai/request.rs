@@ -11,8 +11,14 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+
 use super::error::OpenAiError;
+use crate::api_error::{ApiError, ErrorKind};
 use crate::chat_template::{Message, Role};
+use crate::serving::AppState;
 use hydra_engine_core::sampling::SamplerConfig;
 
 /// Most stop strings a request may give.
@@ -153,6 +159,46 @@ fn fields<T: DeserializeOwned>(value: &Value) -> Result<T, OpenAiError> {
         };
         OpenAiError::invalid(param.as_deref(), message)
     })
+}
+
+/// A `/v1` request body, read and parsed by the surface's own parser ([`ParseBody`]):
+/// the extractor whose rejection is OpenAI's error.
+#[derive(Debug)]
+pub struct Body<T>(pub T);
+
+/// A request the `/v1` surface parses from its body's bytes.
+pub trait ParseBody: Sized {
+    /// The request, or a 400 naming the field at fault.
+    fn parse(body: &[u8]) -> Result<Self, OpenAiError>;
+}
+
+impl<T: ParseBody> FromRequest<AppState> for Body<T> {
+    type Rejection = OpenAiError;
+
+    async fn from_request(req: Request, s: &AppState) -> Result<Self, OpenAiError> {
+        let bytes = Bytes::from_request(req, s).await.map_err(|r| {
+            // axum's words for a body it could not read, as OpenAI's servers give theirs.
+            let kind = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ErrorKind::PayloadTooLarge
+            } else {
+                ErrorKind::InvalidRequest
+            };
+            OpenAiError::from(ApiError::new(kind, r.body_text()))
+        })?;
+        T::parse(&bytes).map(Self)
+    }
+}
+
+impl ParseBody for ChatRequest {
+    fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
+        Self::parse(body)
+    }
+}
+
+impl ParseBody for CompletionRequest {
+    fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
+        Self::parse(body)
+    }
 }
 
 impl ChatRequest {
