@@ -219,70 +219,22 @@ pub fn attend_cpu_with(
     isa: Isa,
 ) -> candle_core::Result<Tensor> {
     let (n_head, n_kv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
-    if n_kv == 0 || n_head % n_kv != 0 || hd == 0 {
-        candle_core::bail!("cached attention: {n_head} query heads over {n_kv} K/V heads of {hd}")
-    }
-    if seqs.is_empty() {
-        candle_core::bail!("cached attention: no sequences")
-    }
-    // Rows: one per new token.
-    let n_rows: usize = seqs.iter().map(|s| s.queries).sum();
-    if q.dims() != [n_rows, n_head, 1, hd] || q.dtype() != DType::F32 {
-        candle_core::bail!(
-            "cached attention: queries {:?} {:?}, expected ({n_rows}, {n_head}, 1, {hd}) f32",
-            q.dims(),
-            q.dtype()
-        )
-    }
+    let n_rows = check_shapes(q, seqs, heads)?;
     let (q_storage, q_layout) = q.storage_and_layout();
     let q_all = cpu_rows(&q_storage, q_layout, n_rows * n_head * hd, "queries")?;
     // Read guards of every buffer, held while the kernel runs (nothing writes them meanwhile:
     // the forward that wrote the new rows has finished its writes).
-    let guards = seqs
+    let guards: Vec<_> = seqs
         .iter()
-        .map(|s| {
-            for (name, t) in [("keys", s.k), ("values", s.v)] {
-                let d = t.dims();
-                if d.len() != 4 || d[0] != 1 || d[1] != n_kv || d[3] != hd || s.len > d[2] {
-                    candle_core::bail!(
-                        "cached attention: {name} buffer {d:?} cannot hold {} positions of \
-                         ({n_kv}, {hd})",
-                        s.len
-                    )
-                }
-                if s.queries == 0 || s.queries > s.len {
-                    candle_core::bail!(
-                        "cached attention: {} new tokens in {} positions",
-                        s.queries,
-                        s.len
-                    )
-                }
-            }
-            Ok((s.k.storage_and_layout(), s.v.storage_and_layout(), s))
-        })
-        .collect::<candle_core::Result<Vec<_>>>()?;
-    let mut views = Vec::with_capacity(n_rows);
-    for ((ks, kl), (vs, vl), s) in &guards {
-        let capacity = kl.dims()[2];
-        let n = n_kv * capacity * hd;
-        let (k, v) = (cpu_rows(ks, kl, n, "keys")?, cpu_rows(vs, vl, n, "values")?);
-        for i in 0..s.queries {
-            views.push(RowView {
-                k,
-                v,
-                capacity,
-                len: s.len - s.queries + i + 1,
-            });
-        }
-    }
+        .map(|s| (s.k.storage_and_layout(), s.v.storage_and_layout(), s))
+        .collect();
+    let views = row_views(&guards, n_rows, n_kv * hd)?;
 
     let n_rep = n_head / n_kv;
     let scale = 1.0 / (hd as f32).sqrt();
     let mut out = vec![0f32; n_rows * n_head * hd];
     #[cfg(target_arch = "x86_64")]
     let avx2 = isa.has_avx2() && hd.is_multiple_of(8);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = isa;
     // Group `t = j * n_kv + g`: the n_rep query heads of row j that share K/V head g, whose
     // outputs are adjacent in `out` ((rows, n_head, head_dim) order). Each K and V row is
     // read once for all n_rep heads. A group over a long cache is split into blocks of
@@ -298,41 +250,95 @@ pub fn attend_cpu_with(
     let split: usize = (0..n_rows * n_kv).map(blocks).filter(|&b| b > 1).sum();
     let mut block_out = vec![0f32; split * n_rep * hd];
     let mut block_stats = vec![0f32; split * 2 * n_rep];
-    let mut tasks = Vec::with_capacity(n_rows * n_kv + split);
-    {
-        let mut outs = block_out.chunks_mut(n_rep * hd);
-        let mut stats = block_stats.chunks_mut(2 * n_rep);
-        for (t, o) in out.chunks_mut(n_rep * hd).enumerate() {
-            let (len, n_blocks) = (views[t / n_kv].len, blocks(t));
-            if n_blocks == 1 {
-                tasks.push(Task {
-                    t,
-                    positions: 0..len,
-                    o,
-                    stats: None,
-                });
-                continue;
-            }
-            for b in 0..n_blocks {
-                tasks.push(Task {
-                    t,
-                    positions: b * SPLIT_BLOCK..((b + 1) * SPLIT_BLOCK).min(len),
-                    o: outs.next().expect("a block output per block"),
-                    stats: stats.next(),
-                });
-            }
+    let tasks = plan_tasks(
+        &mut out,
+        &mut block_out,
+        &mut block_stats,
+        (n_rep, hd),
+        |t| (views[t / n_kv].len, blocks(t)),
+    );
+    let groups = Groups {
+        views: &views,
+        q_all,
+        heads,
+        scale,
+        isa,
+        #[cfg(target_arch = "x86_64")]
+        avx2,
+    };
+    let task = |t: Task<'_>| groups.run(t);
+    let work: usize = views.iter().map(|v| v.len).sum::<usize>() * n_head * hd;
+    if work >= PARALLEL_MIN_WORK && threads > 1 {
+        tasks.into_par_iter().for_each(task);
+    } else {
+        tasks.into_iter().for_each(task);
+    }
+    merge_split(&mut out, &block_out, &block_stats, n_rep, hd, blocks);
+    drop(views);
+    drop(guards);
+    drop(q_storage);
+    Tensor::from_vec(out, (1, n_rows, n_head * hd), q.device())
+}
+
+/// A buffer's read guard and layout, held while the kernel reads it.
+type Guard<'a> = (candle_core::StorageRef<'a>, &'a candle_core::Layout);
+
+/// One [`RowView`] per new token of every sequence (`guards`: its K and V buffers), each
+/// seeing its sequence's positions up to itself; `kv_row` is `n_kv_head * head_dim`.
+fn row_views<'g>(
+    guards: &'g [(Guard<'_>, Guard<'_>, &CachedSequence<'_>)],
+    n_rows: usize,
+    kv_row: usize,
+) -> candle_core::Result<Vec<RowView<'g>>> {
+    let mut views = Vec::with_capacity(n_rows);
+    for ((ks, kl), (vs, vl), s) in guards {
+        let capacity = kl.dims()[2];
+        let n = capacity * kv_row;
+        let (k, v) = (cpu_rows(ks, kl, n, "keys")?, cpu_rows(vs, vl, n, "values")?);
+        for i in 0..s.queries {
+            views.push(RowView {
+                k,
+                v,
+                capacity,
+                len: s.len - s.queries + i + 1,
+            });
         }
     }
-    let task = |Task {
-                    t,
-                    positions,
-                    o,
-                    stats,
-                }: Task<'_>| {
+    Ok(views)
+}
+
+/// What every task of one [`attend_cpu_with`] call reads: the rows' caches, the queries,
+/// the heads and the code to run.
+struct Groups<'a> {
+    views: &'a [RowView<'a>],
+    q_all: &'a [f32],
+    heads: Heads,
+    scale: f32,
+    isa: Isa,
+    #[cfg(target_arch = "x86_64")]
+    avx2: bool,
+}
+
+impl Groups<'_> {
+    /// Runs task `t`: group `t` (row `t / n_kv`, K/V head `t % n_kv`) over its positions.
+    #[inline]
+    fn run(&self, task: Task<'_>) {
+        let Task {
+            t,
+            positions,
+            o,
+            stats,
+        } = task;
+        let Heads {
+            n_head,
+            n_kv_head: n_kv,
+            head_dim: hd,
+        } = self.heads;
+        let n_rep = n_head / n_kv;
         let (j, g) = (t / n_kv, t % n_kv);
-        let RowView { k, v, capacity, .. } = views[j];
+        let RowView { k, v, capacity, .. } = self.views[j];
         let rows = g * capacity * hd + positions.start * hd..g * capacity * hd + positions.end * hd;
-        let q = &q_all[(j * n_head + g * n_rep) * hd..(j * n_head + (g + 1) * n_rep) * hd];
+        let q = &self.q_all[(j * n_head + g * n_rep) * hd..(j * n_head + (g + 1) * n_rep) * hd];
         let hg = HeadGroup {
             q,
             k: &k[rows.clone()],
@@ -341,22 +347,111 @@ pub fn attend_cpu_with(
             n_rep,
             hd,
             len: positions.len(),
-            scale,
+            scale: self.scale,
             stats,
         };
         #[cfg(target_arch = "x86_64")]
-        if avx2 {
-            return x86::attend(isa, hg);
+        if self.avx2 {
+            return x86::attend(self.isa, hg);
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = self.isa;
         // The loops are compiled for the best instruction set the CPU has, chosen at run time.
         pulp::Arch::new().dispatch(hg);
-    };
-    let work: usize = views.iter().map(|v| v.len).sum::<usize>() * n_head * hd;
-    if work >= PARALLEL_MIN_WORK && threads > 1 {
-        tasks.into_par_iter().for_each(task);
-    } else {
-        tasks.into_iter().for_each(task);
     }
+}
+
+/// Checks the heads, the queries and every sequence's buffers of [`attend_cpu_with`];
+/// the number of rows (new tokens) when they agree.
+fn check_shapes(
+    q: &Tensor,
+    seqs: &[CachedSequence<'_>],
+    heads: Heads,
+) -> candle_core::Result<usize> {
+    let (n_head, n_kv, hd) = (heads.n_head, heads.n_kv_head, heads.head_dim);
+    if n_kv == 0 || n_head % n_kv != 0 || hd == 0 {
+        candle_core::bail!("cached attention: {n_head} query heads over {n_kv} K/V heads of {hd}")
+    }
+    if seqs.is_empty() {
+        candle_core::bail!("cached attention: no sequences")
+    }
+    // Rows: one per new token.
+    let n_rows: usize = seqs.iter().map(|s| s.queries).sum();
+    if q.dims() != [n_rows, n_head, 1, hd] || q.dtype() != DType::F32 {
+        candle_core::bail!(
+            "cached attention: queries {:?} {:?}, expected ({n_rows}, {n_head}, 1, {hd}) f32",
+            q.dims(),
+            q.dtype()
+        )
+    }
+    for s in seqs {
+        for (name, t) in [("keys", s.k), ("values", s.v)] {
+            let d = t.dims();
+            if d.len() != 4 || d[0] != 1 || d[1] != n_kv || d[3] != hd || s.len > d[2] {
+                candle_core::bail!(
+                    "cached attention: {name} buffer {d:?} cannot hold {} positions of \
+                     ({n_kv}, {hd})",
+                    s.len
+                )
+            }
+            if s.queries == 0 || s.queries > s.len {
+                candle_core::bail!(
+                    "cached attention: {} new tokens in {} positions",
+                    s.queries,
+                    s.len
+                )
+            }
+        }
+    }
+    Ok(n_rows)
+}
+
+/// The kernel's tasks: each group `t` of `out` (`n_rep` heads of `hd` values) whole, or
+/// in blocks of [`SPLIT_BLOCK`] positions writing to `block_out` and `block_stats`;
+/// `shape(t)` is the group's positions and its number of blocks.
+fn plan_tasks<'a>(
+    out: &'a mut [f32],
+    block_out: &'a mut [f32],
+    block_stats: &'a mut [f32],
+    (n_rep, hd): (usize, usize),
+    shape: impl Fn(usize) -> (usize, usize),
+) -> Vec<Task<'a>> {
+    let capacity = out.len() / (n_rep * hd) + block_stats.len() / (2 * n_rep);
+    let mut tasks = Vec::with_capacity(capacity);
+    let mut outs = block_out.chunks_mut(n_rep * hd);
+    let mut stats = block_stats.chunks_mut(2 * n_rep);
+    for (t, o) in out.chunks_mut(n_rep * hd).enumerate() {
+        let (len, n_blocks) = shape(t);
+        if n_blocks == 1 {
+            tasks.push(Task {
+                t,
+                positions: 0..len,
+                o,
+                stats: None,
+            });
+            continue;
+        }
+        for b in 0..n_blocks {
+            tasks.push(Task {
+                t,
+                positions: b * SPLIT_BLOCK..((b + 1) * SPLIT_BLOCK).min(len),
+                o: outs.next().expect("a block output per block"),
+                stats: stats.next(),
+            });
+        }
+    }
+    tasks
+}
+
+/// Each split group of `out` from its blocks' outputs and statistics ([`merge_blocks`]).
+fn merge_split(
+    out: &mut [f32],
+    block_out: &[f32],
+    block_stats: &[f32],
+    n_rep: usize,
+    hd: usize,
+    blocks: impl Fn(usize) -> usize,
+) {
     let mut at = 0;
     for (t, o) in out.chunks_mut(n_rep * hd).enumerate() {
         let n = blocks(t);
@@ -371,10 +466,6 @@ pub fn attend_cpu_with(
             at += n;
         }
     }
-    drop(views);
-    drop(guards);
-    drop(q_storage);
-    Tensor::from_vec(out, (1, n_rows, n_head * hd), q.device())
 }
 
 /// The `n` f32 values a contiguous CPU tensor's layout covers.
@@ -572,55 +663,61 @@ mod tests {
                 vec![5, 70, 1100],
             ),
         ] {
-            let Heads {
-                n_head,
-                n_kv_head,
-                head_dim,
-            } = heads;
-            let capacity = lens.iter().max().unwrap() + 9;
-            let bufs: Vec<(Tensor, Tensor)> = (0..lens.len() as u64)
-                .map(|j| {
-                    (
-                        seeded((1, n_kv_head, capacity, head_dim), 2 * j + 1),
-                        seeded((1, n_kv_head, capacity, head_dim), 2 * j + 2),
-                    )
-                })
-                .collect();
-            let q = seeded((lens.len(), n_head, 1, head_dim), 99);
-            let seqs: Vec<CachedSequence<'_>> = bufs
-                .iter()
-                .zip(&lens)
-                .map(|((k, v), &len)| CachedSequence {
-                    k,
-                    v,
-                    len,
-                    queries: 1,
-                })
-                .collect();
-            // On two threads, so that long caches of batches with few groups are split
-            // into blocks (1500 and 1100 here) on any machine.
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(2)
-                .build()
+            decode_rows_match_the_candle_ops(heads, &lens);
+        }
+    }
+
+    /// One decode row per sequence of `lens` with `heads`, checked against the candle ops
+    /// in every code this CPU has, on two threads.
+    fn decode_rows_match_the_candle_ops(heads: Heads, lens: &[usize]) {
+        let Heads {
+            n_head,
+            n_kv_head,
+            head_dim,
+        } = heads;
+        let capacity = lens.iter().max().unwrap() + 9;
+        let bufs: Vec<(Tensor, Tensor)> = (0..lens.len() as u64)
+            .map(|j| {
+                (
+                    seeded((1, n_kv_head, capacity, head_dim), 2 * j + 1),
+                    seeded((1, n_kv_head, capacity, head_dim), 2 * j + 2),
+                )
+            })
+            .collect();
+        let q = seeded((lens.len(), n_head, 1, head_dim), 99);
+        let seqs: Vec<CachedSequence<'_>> = bufs
+            .iter()
+            .zip(lens)
+            .map(|((k, v), &len)| CachedSequence {
+                k,
+                v,
+                len,
+                queries: 1,
+            })
+            .collect();
+        // On two threads, so that long caches of batches with few groups are split
+        // into blocks (1500 and 1100 here) on any machine.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for isa in Isa::available() {
+            let got = pool.install(|| attend_cpu_with(&q, &seqs, heads, isa).unwrap());
+            assert_eq!(got.dims(), [1, lens.len(), n_head * head_dim]);
+            for (j, ((k, v), &len)) in bufs.iter().zip(lens).enumerate() {
+                let want = attend(
+                    &q.narrow(0, j, 1).unwrap(),
+                    &k.narrow(2, 0, len).unwrap(),
+                    &v.narrow(2, 0, len).unwrap(),
+                    None,
+                    heads,
+                )
                 .unwrap();
-            for isa in Isa::available() {
-                let got = pool.install(|| attend_cpu_with(&q, &seqs, heads, isa).unwrap());
-                assert_eq!(got.dims(), [1, lens.len(), n_head * head_dim]);
-                for (j, ((k, v), &len)) in bufs.iter().zip(&lens).enumerate() {
-                    let want = attend(
-                        &q.narrow(0, j, 1).unwrap(),
-                        &k.narrow(2, 0, len).unwrap(),
-                        &v.narrow(2, 0, len).unwrap(),
-                        None,
-                        heads,
-                    )
-                    .unwrap();
-                    let diff = max_abs_diff(&got.narrow(1, j, 1).unwrap(), &want);
-                    assert!(
-                        diff < 1e-5,
-                        "{isa:?} {heads:?} sequence {j} of length {len}: {diff}"
-                    );
-                }
+                let diff = max_abs_diff(&got.narrow(1, j, 1).unwrap(), &want);
+                assert!(
+                    diff < 1e-5,
+                    "{isa:?} {heads:?} sequence {j} of length {len}: {diff}"
+                );
             }
         }
     }
