@@ -75,7 +75,7 @@ impl Forecaster {
     /// [`step_started`](Self::step_started) for a step whose shape the writer knows better
     /// than the record says (a decode batch of several rows: `StepShape::decode(rows,
     /// context_sum)`); `None`: not a forward.
-    pub fn step_started_as(
+    fn step_started_as(
         &mut self,
         slot: usize,
         state: &SlotState,
