@@ -172,17 +172,7 @@ impl Slot {
     }
 }
 
-/// Whether `slot` is one of `n_slots` slots: the one check of a slot's bound, for
-/// [`Slots`] and for the server's requests alike.
-pub fn check_slot(slot: usize, n_slots: usize) -> Result<()> {
-    if slot < n_slots {
-        Ok(())
-    } else {
-        Err(EngineError::NoSuchSlot { slot, n_slots })
-    }
-}
-
-/// A slot index checked against the engine's slot count ([`check_slot`], the one home of
+/// A slot index checked against the engine's slot count ([`SlotId::new`], the one home of
 /// that bound): whoever holds one never checks the bound again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SlotId(usize);
@@ -190,8 +180,11 @@ pub struct SlotId(usize);
 impl SlotId {
     /// `slot`, when it is one of `n_slots` slots.
     pub fn new(slot: usize, n_slots: usize) -> Result<Self> {
-        check_slot(slot, n_slots)?;
-        Ok(Self(slot))
+        if slot < n_slots {
+            Ok(Self(slot))
+        } else {
+            Err(EngineError::NoSuchSlot { slot, n_slots })
+        }
     }
 
     /// Every one of `n_slots` slots, in order.

@@ -191,7 +191,7 @@ impl Compute {
             Err(e) => (FinishReason::Error, e.segment_code()),
         };
         let n_past = self.slots.n_past(slot);
-        self.progress.finish(slot.get(), reason, code, Some(n_past));
+        self.progress.finish(slot.get(), reason, code, n_past);
         self.shared.cancel.ended(slot.get());
     }
 

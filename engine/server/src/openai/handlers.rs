@@ -16,7 +16,7 @@ use super::response::{
     ChatTokenLogprob, ChunkChoice, CompletionChoice, CompletionLogprobs, Delta, FinishReason,
     ModelCard, ModelList, TopLogprob, Usage,
 };
-use crate::api_error::{ApiError, ErrorKind};
+use crate::api_error::ApiError;
 use crate::prompt::{self, Purpose};
 use crate::serving::{collect, AppState, Collected};
 use crate::stream::prompt_progress::PromptProgress;
@@ -59,8 +59,9 @@ pub fn generation_spec(
     s: &AppState,
     tokens: Vec<u32>,
     params: &GenerationParams,
+    prompt_field: &str,
 ) -> Result<GenerateSpec, OpenAiError> {
-    prompt::check(&s.shared, &tokens, Purpose::Generate)?;
+    prompt::check(&s.shared, &tokens, Purpose::Generate).map_err(|e| e.at(prompt_field))?;
     let room = s.shared.n_ctx - tokens.len();
     Ok(GenerateSpec {
         tokens,
@@ -106,13 +107,7 @@ async fn chat(
         .render(&req.messages, true)
         .map_err(|e| OpenAiError::invalid(Some("messages"), e.to_string()))?;
     let tokens = chat_tokens(&s.shared.tokenizer, &text)?;
-    let generated = generate(&s, tokens, &req.params, "chatcmpl", ChatChunks).await;
-    // The prompt the client wrote is its messages.
-    let generated = generated.map_err(|e| match e.0.kind {
-        ErrorKind::ContextOverflow => OpenAiError(e.0.at("messages")),
-        _ => e,
-    })?;
-    let (head, c) = match generated {
+    let (head, c) = match generate(&s, tokens, &req.params, "chatcmpl", ChatChunks).await? {
         Generated::Whole(head, c) => (head, c),
         Generated::Streamed(response) => return Ok(response),
     };
@@ -152,7 +147,7 @@ async fn generate<K: StreamKind>(
     id_prefix: &str,
     kind: K,
 ) -> Result<Generated, OpenAiError> {
-    let spec = generation_spec(s, tokens, params)?;
+    let spec = generation_spec(s, tokens, params, K::PROMPT_FIELD)?;
     let running = s.start(spec, params.id_slot).await?;
     let head = AnswerHead {
         serving: s.clone(),
@@ -263,6 +258,8 @@ struct EventStream<K> {
 trait StreamKind: Send + 'static {
     /// The events' object type.
     const OBJECT: &'static str;
+    /// The request field the prompt came from (a refused prompt's `error.param`).
+    const PROMPT_FIELD: &'static str;
     /// The endpoint's kind of choice.
     type Choice: Serialize;
     /// The choice of the first event, when there is one.
@@ -326,6 +323,7 @@ struct ChatChunks;
 
 impl StreamKind for ChatChunks {
     const OBJECT: &'static str = "chat.completion.chunk";
+    const PROMPT_FIELD: &'static str = "messages";
     type Choice = ChunkChoice;
 
     fn first(&mut self) -> Option<ChunkChoice> {
@@ -400,6 +398,7 @@ struct CompletionChunks {
 
 impl StreamKind for CompletionChunks {
     const OBJECT: &'static str = "text_completion";
+    const PROMPT_FIELD: &'static str = "prompt";
     type Choice = CompletionChoice;
 
     fn first(&mut self) -> Option<CompletionChoice> {

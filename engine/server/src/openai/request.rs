@@ -190,20 +190,8 @@ impl<T: ParseBody> FromRequest<AppState> for Body<T> {
 }
 
 impl ParseBody for ChatRequest {
-    fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
-        Self::parse(body)
-    }
-}
-
-impl ParseBody for CompletionRequest {
-    fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
-        Self::parse(body)
-    }
-}
-
-impl ChatRequest {
     /// Parses and checks a chat request body.
-    pub fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
+    fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
         let value = parse(body)?;
         let raw: RawChat = fields(&value)?;
         let params: RawParams = fields(&value)?;
@@ -253,9 +241,9 @@ impl ChatRequest {
     }
 }
 
-impl CompletionRequest {
+impl ParseBody for CompletionRequest {
     /// Parses and checks a completion request body.
-    pub fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
+    fn parse(body: &[u8]) -> Result<Self, OpenAiError> {
         let value = parse(body)?;
         let raw: RawCompletion = fields(&value)?;
         let params: RawParams = fields(&value)?;

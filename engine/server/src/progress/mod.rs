@@ -258,20 +258,13 @@ impl Progress {
     }
 
     /// The task on `slot` ended: back to idle with its finish reason and error code, and
-    /// the cache as it is now (`n_past`, when known: a failed forward pass erases the
-    /// slot), in one update.
-    pub fn finish(
-        &mut self,
-        slot: usize,
-        reason: FinishReason,
-        code: ErrorCode,
-        n_past: Option<usize>,
-    ) {
+    /// the cache as it is now (`n_past` tokens), in one update.
+    pub fn finish(&mut self, slot: usize, reason: FinishReason, code: ErrorCode, n_past: usize) {
         if !self.enabled() {
             return;
         }
-        if let Some(n) = n_past.filter(|&n| self.slots[slot].n_past != n as u64) {
-            self.record_cache(slot, n);
+        if self.slots[slot].n_past != n_past as u64 {
+            self.record_cache(slot, n_past);
         }
         self.forecast.step_abandoned(slot);
         self.slots[slot].finish(reason, code);

@@ -142,11 +142,6 @@ mod tests {
         let p = from_snapshot(&snapshot(s, None), &facts, 50 * ms).unwrap();
         assert_eq!((p.processed, p.total, p.layer), (100, 100, None));
     }
-}
-
-#[cfg(test)]
-mod shape_tests {
-    use super::*;
 
     #[test]
     fn prompt_progress_has_llama_cpp_shape_plus_the_layer() {
