@@ -41,3 +41,21 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancellation_is_llama_servers_400_and_a_shutdown_a_503() {
+        let cancelled = ApiError::new(ErrorKind::Cancelled, "cancelled");
+        let r = cancelled.clone().into_response();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(body(&cancelled)["error"]["code"], "cancelled");
+        let r2 = ApiError::new(ErrorKind::ShuttingDown, "stopping").into_response();
+        assert_eq!(r2.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+        let busy = ApiError::new(ErrorKind::Busy, "full").into_response();
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+    }
+}
