@@ -71,11 +71,14 @@ extern "C" {
 /* Readers accept exactly this major and ANY minor (never test the minor for equality). */
 #define HYDRA_VERSION_MAJOR UINT64_C(1)
 /* The minor this header describes. */
-#define HYDRA_VERSION_MINOR UINT64_C(2)
+#define HYDRA_VERSION_MINOR UINT64_C(3)
 /* The first minor whose writers publish the substep words (the layer position). */
 #define HYDRA_SUBSTEP_MINOR UINT64_C(1)
 /* The first minor whose writers may publish the prediction words (the cost model). */
 #define HYDRA_PREDICTION_MINOR UINT64_C(2)
+/* The first minor whose segments may carry regions after the slot table (statistics, the
+   flight recorder, devices; FORMAT.md sections 16-19). */
+#define HYDRA_REGIONS_MINOR UINT64_C(3)
 
 /* v1.0 header length: what a writer of v1.0 writes and the minimum a reader accepts. */
 #define HYDRA_HEADER_LEN 1024
@@ -160,7 +163,14 @@ enum hydra_capability {
     HYDRA_CAP_STATE_SAVE_RESTORE = 1 << 1, /* KV state save and restore */
     HYDRA_CAP_CHUNKED_PREFILL = 1 << 2,    /* chunked prefill with per-chunk progress */
     HYDRA_CAP_LAYER_PROGRESS = 1 << 3,     /* v1.1: publishes the layer position in a step */
-    HYDRA_CAP_STEP_PREDICTION = 1 << 4     /* v1.2: publishes the cost model's predictions */
+    HYDRA_CAP_STEP_PREDICTION = 1 << 4,    /* v1.2: publishes the cost model's predictions */
+    HYDRA_CAP_SLOT_STATS = 1 << 5,         /* v1.3: fills the step-derived slot statistics */
+    HYDRA_CAP_ARRIVAL_TIMES = 1 << 6,      /* v1.3: the host gives task arrival times */
+    HYDRA_CAP_FINISH_CAUSES = 1 << 7,      /* v1.3: the host gives finish causes */
+    HYDRA_CAP_FLIGHT_RECORDER = 1 << 8,    /* v1.3: keeps the flight recorder */
+    HYDRA_CAP_DEVICES = 1 << 9,            /* v1.3: publishes its devices and layer map */
+    HYDRA_CAP_DEVICE_WAIT = 1 << 10,       /* v1.3: publishes the device a step waits on */
+    HYDRA_CAP_LAYERS_SENT = 1 << 11        /* v1.3: publishes how far a step was sent */
 };
 
 /* Results of the helpers below. */
@@ -212,7 +222,9 @@ typedef struct hydra_header_v1 {
     uint64_t kv_cells_total;         /* 176 gauge */
     uint64_t model_capabilities;     /* 184 enum hydra_capability bits */
     uint64_t closed_ns;              /* 192 CLOCK_MONOTONIC at clean close, else 0 */
-    uint64_t reserved_words[7];      /* 200 zero; future minors append words here */
+    uint64_t region_dir_offset;      /* 200 v1.3: byte offset of the region directory, 0 = none */
+    uint64_t region_count;           /* 208 v1.3: entries in the region directory */
+    uint64_t reserved_words[5];      /* 216 zero; future minors append words here */
     uint8_t engine_id[HYDRA_ENGINE_ID_LEN];     /* 256 */
     uint8_t boot_id[HYDRA_BOOT_ID_LEN];         /* 320 */
     uint8_t model_name[HYDRA_MODEL_NAME_LEN];   /* 384 */
@@ -338,7 +350,9 @@ HYDRA_ASSERT_OFFSET(hydra_header_v1, kv_cells_used, 168);
 HYDRA_ASSERT_OFFSET(hydra_header_v1, kv_cells_total, 176);
 HYDRA_ASSERT_OFFSET(hydra_header_v1, model_capabilities, 184);
 HYDRA_ASSERT_OFFSET(hydra_header_v1, closed_ns, 192);
-HYDRA_ASSERT_OFFSET(hydra_header_v1, reserved_words, 200);
+HYDRA_ASSERT_OFFSET(hydra_header_v1, region_dir_offset, 200);
+HYDRA_ASSERT_OFFSET(hydra_header_v1, region_count, 208);
+HYDRA_ASSERT_OFFSET(hydra_header_v1, reserved_words, 216);
 HYDRA_ASSERT_OFFSET(hydra_header_v1, engine_id, 256);
 HYDRA_ASSERT_OFFSET(hydra_header_v1, boot_id, 320);
 HYDRA_ASSERT_OFFSET(hydra_header_v1, model_name, 384);

@@ -6,15 +6,18 @@
 #   scripts/llama-cpp.sh src      print the vendored llama.cpp source directory
 #   scripts/llama-cpp.sh vocab    print the directory of ggml-vocab-*.gguf{,.inp,.out}
 #   scripts/llama-cpp.sh build    build (once) and print the install prefix, which holds
-#                                 bin/llama-server and lib/libllama.so (shared ggml too)
+#                                 bin/llama-server, the ggml RPC peer bin/ggml-rpc-server
+#                                 and lib/libllama.so (shared ggml, with its RPC backend)
 #   scripts/llama-cpp.sh bench    as build, and bin/llama-bench as well (the benchmarks)
 #   scripts/llama-cpp.sh check    exit 0 if the build is there, 1 if not (prints nothing)
 #   scripts/llama-cpp.sh prefix   print the install prefix (built or not)
 #   scripts/llama-cpp.sh bench-tools  as bench, and bin/llama-quantize and
 #                                 bin/llama-perplexity (benchmarks only; tests and CI never do)
+#   scripts/llama-cpp.sh rpc-server  print the RPC peer's name in this generation
+#                                 (ggml-rpc-server; legacy-rpc-server: rpc-server)
 #   scripts/llama-cpp.sh legacy-build|legacy-check|legacy-prefix|legacy-src
 #                                 the same for the older API generation (llama_decode,
-#                                 llama_memory_seq_rm): llama-server only
+#                                 llama_memory_seq_rm): llama-server and bin/rpc-server
 #   scripts/llama-cpp.sh valgrind-bench
 #                                 llama-bench of 0c1e570 for AVX2 (no AVX-512), which
 #                                 valgrind can run (scripts/bench-preload.sh)
@@ -30,22 +33,25 @@ cache_root=${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}
 native=(-DGGML_NATIVE=ON)
 
 # generation current|legacy: the sdist, its source directory, the install prefix (keyed by
-# version) and the targets built for it.
+# version) and its ggml RPC peer's target, which the tests' two-peer rig runs.
 generation() {
   case "$1" in
     current)
       SDIST_VERSION=0.3.36
       key=0c1e570
+      rpc_target=ggml-rpc-server
       ;;
     legacy)
       SDIST_VERSION=0.3.16
       key=llama-cpp-python-0.3.16
+      rpc_target=rpc-server
       ;;
     avx2)
       # 0c1e570 without -march=native: AVX2/FMA/F16C only, which valgrind (3.19) decodes
       # (it has no AVX-512); for the instruction counts of scripts/bench-preload.sh.
       SDIST_VERSION=0.3.36
       key=0c1e570-avx2
+      rpc_target=ggml-rpc-server
       native=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
         -DGGML_AVX512=OFF -DGGML_BMI2=ON)
       ;;
@@ -59,7 +65,7 @@ generation current
 say() { printf 'llama-cpp: %s\n' "$*" >&2; }
 
 usage() {
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -111,10 +117,12 @@ build() {
   local t0=$SECONDS
   # -mno-amx-*: some VMs advertise AMX in cpuid but fault on its instructions; the
   # flags are harmless where AMX is absent. RPATH to $ORIGIN/../lib so the binaries find
-  # the shared libllama/ggml next to them without LD_LIBRARY_PATH. GIT_CEILING_DIRECTORIES:
+  # the shared libllama/ggml next to them without LD_LIBRARY_PATH. GGML_RPC: the RPC
+  # backend in libggml and the peer target (a cache built without it is reconfigured in
+  # its build directory: only ggml's RPC files and the links are new). GIT_CEILING_DIRECTORIES:
   # the build-info step must not take the commit of a repository that holds the cache.
   GIT_CEILING_DIRECTORIES=$cache_root cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=Release \
-    "${native[@]}" -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    "${native[@]}" -DGGML_RPC=ON -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
     -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
     -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
@@ -129,18 +137,20 @@ build() {
   say "built in $((SECONDS - t0)) s"
 }
 
-# The tests need llama-server only; the benchmarks need llama-bench too (bench).
+# The tests need llama-server and the RPC peer; the benchmarks need llama-bench too (bench).
 case "${1:-}" in
   src) fetch_source; echo "$src" ;;
   vocab) fetch_source; echo "$src/models" ;;
-  build) build llama-server; echo "$prefix" ;;
-  bench) build llama-server llama-bench; echo "$prefix" ;;
-  bench-tools) build llama-server llama-bench llama-quantize llama-perplexity; echo "$prefix" ;;
-  check) has llama-server ;;
+  build) build llama-server "$rpc_target"; echo "$prefix" ;;
+  bench) build llama-server "$rpc_target" llama-bench; echo "$prefix" ;;
+  bench-tools) build llama-server "$rpc_target" llama-bench llama-quantize llama-perplexity; echo "$prefix" ;;
+  check) has llama-server "$rpc_target" ;;
   prefix) echo "$prefix" ;;
+  rpc-server) echo "$rpc_target" ;;
   legacy-src) generation legacy; fetch_source; echo "$src" ;;
-  legacy-build) generation legacy; build llama-server; echo "$prefix" ;;
-  legacy-check) generation legacy; has llama-server ;;
+  legacy-build) generation legacy; build llama-server "$rpc_target"; echo "$prefix" ;;
+  legacy-check) generation legacy; has llama-server "$rpc_target" ;;
+  legacy-rpc-server) generation legacy; echo "$rpc_target" ;;
   legacy-prefix) generation legacy; echo "$prefix" ;;
   valgrind-bench) generation avx2; build llama-bench; echo "$prefix" ;;
   *) usage ;;

@@ -24,7 +24,7 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// Every kind, in label order (each is exported from the start, at 0): the reader's
     /// kinds that [`Self::of_layout`] keeps apart, between `directory` and `other`.
-    pub const ALL: [ErrorKind; 16] = {
+    pub const ALL: [ErrorKind; 17] = {
         use hydra_layout::ErrorKind as L;
         [
             Self::Directory,
@@ -42,6 +42,7 @@ impl ErrorKind {
             Self::Segment(L::BadState),
             Self::Segment(L::Torn),
             Self::Segment(L::EngineIdMismatch),
+            Self::Segment(L::BadRegion),
             Self::Other,
         ]
     };
@@ -79,7 +80,8 @@ impl ErrorKind {
             | L::NotReady
             | L::BadState
             | L::Torn
-            | L::EngineIdMismatch => Self::Segment(kind),
+            | L::EngineIdMismatch
+            | L::BadRegion => Self::Segment(kind),
             L::InvalidArgument | L::EngineIdInUse | L::UnsafeDirectory | L::SlotOutOfRange => {
                 Self::Other
             }

@@ -279,7 +279,8 @@ impl Abi for WriterAbi {
             | ErrorKind::NotReady
             | ErrorKind::BadState
             | ErrorKind::Torn
-            | ErrorKind::EngineIdMismatch => HYDRA_WRITER_E_INTERNAL,
+            | ErrorKind::EngineIdMismatch
+            | ErrorKind::BadRegion => HYDRA_WRITER_E_INTERNAL,
         }
     }
 

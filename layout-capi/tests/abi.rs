@@ -206,7 +206,11 @@ fn calls_publish_the_records_the_reader_expects() {
     assert_eq!(h.counters.requests_waiting, 1);
     assert!(h.heartbeat_ns >= s.state.step_start_ns);
     assert_eq!(reader.identity().description.model_alias, "alias");
-    assert_eq!(reader.identity().description.capabilities, 11);
+    // The host's bits, and the families every writer derives by itself (format v1.3).
+    assert_eq!(
+        reader.identity().description.capabilities,
+        11 | hydra_layout::header::capabilities::WRITER_DERIVED
+    );
 
     // SAFETY: `w` is the open handle; it is closed last.
     unsafe {

@@ -104,7 +104,11 @@ fn c_writer_is_read_and_classified_by_the_rust_probe() {
     let v = capture(&reader, &t);
     assert_eq!(v.health, EngineHealth::Live);
     assert_eq!(v.identity.description.model_name, "demo-llama");
-    assert_eq!(v.identity.description.capabilities, 1);
+    // The C host's one bit, and the families every writer derives by itself (v1.3).
+    assert_eq!(
+        v.identity.description.capabilities,
+        1 | hydra_layout::header::capabilities::WRITER_DERIVED
+    );
     assert_eq!(v.slots.len(), 2);
     assert!(v.slots.iter().all(|s| s.class == SlotClass::Idle));
 

@@ -217,6 +217,65 @@ pub enum Error {
         /// Attempts made.
         attempts: u32,
     },
+    /// An item of a region (v1.3: a slot's statistics, the device table) stayed odd: its
+    /// writer stopped (or died) in the middle of an update of it.
+    #[error(
+        "{} is torn: its writer stopped in the middle of an update (seq {seq})",
+        region_item(*.slot, .region)
+    )]
+    RegionTorn {
+        /// The slot of a per-slot region; none for the engine's one item (devices).
+        slot: Option<usize>,
+        /// The region ("statistics", "device table").
+        region: &'static str,
+        /// The odd sequence value.
+        seq: u64,
+    },
+    /// An item of a region kept changing under the reader for the whole retry budget.
+    #[error(
+        "{} changed on every one of {attempts} read attempts",
+        region_item(*.slot, .region)
+    )]
+    RegionContended {
+        /// The slot of a per-slot region; none for the engine's one item (devices).
+        slot: Option<usize>,
+        /// The region ("statistics", "device table").
+        region: &'static str,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// A slot's statistics fail the format's checks (FORMAT §17.7): a faulty or hostile
+    /// writer.
+    #[error("slot {slot}'s statistics are invalid: {defect}")]
+    BadStats {
+        /// The slot.
+        slot: usize,
+        /// What is wrong.
+        defect: crate::stats::StatsDefect,
+    },
+    /// A device table a writer was asked to publish breaks the format's rules (FORMAT
+    /// §19), or the segment was created without the `devices` capability.
+    #[error("cannot publish the device table: {reason}")]
+    BadDevices {
+        /// Why.
+        reason: String,
+    },
+    /// A slot's flight recorder has fixed words no ring can have (FORMAT §18.1).
+    #[error("slot {slot}'s flight recorder is unusable: {reason}")]
+    BadRing {
+        /// The slot.
+        slot: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// How an error names a region's item: "slot 3's statistics", "the device table".
+fn region_item(slot: Option<usize>, region: &str) -> String {
+    match slot {
+        Some(slot) => format!("slot {slot}'s {region}"),
+        None => format!("the {region}"),
+    }
 }
 
 /// What kind of failure an [`Error`] is: the one classification every surface (the C ABIs'
@@ -265,6 +324,8 @@ pub enum ErrorKind {
     Torn,
     /// A segment whose header names another engine than its file name.
     EngineIdMismatch,
+    /// A region item (v1.3: statistics, flight recorder) that fails the format's checks.
+    BadRegion,
 }
 
 impl ErrorKind {
@@ -278,7 +339,7 @@ impl ErrorKind {
     }
 
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 19] = [
+    pub const ALL: [ErrorKind; 20] = [
         Self::NotFound,
         Self::Io,
         Self::InvalidArgument,
@@ -298,6 +359,7 @@ impl ErrorKind {
         Self::SlotOutOfRange,
         Self::Torn,
         Self::EngineIdMismatch,
+        Self::BadRegion,
     ];
 
     /// The kind's name in snake case ("not_found", "bad_magic", ...): the one spelling
@@ -323,6 +385,7 @@ impl ErrorKind {
             Self::SlotOutOfRange => "slot_out_of_range",
             Self::Torn => "torn",
             Self::EngineIdMismatch => "engine_id_mismatch",
+            Self::BadRegion => "bad_region",
         }
     }
 
@@ -348,7 +411,8 @@ impl ErrorKind {
             | Self::UnsupportedVersion
             | Self::SizeChanged
             | Self::SlotOutOfRange
-            | Self::EngineIdMismatch => false,
+            | Self::EngineIdMismatch
+            | Self::BadRegion => false,
         }
     }
 }
@@ -358,9 +422,9 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::Io { source, .. } => ErrorKind::of_io(source),
-            Self::InvalidEngineId { .. } | Self::SlotCountOutOfRange { .. } => {
-                ErrorKind::InvalidArgument
-            }
+            Self::InvalidEngineId { .. }
+            | Self::SlotCountOutOfRange { .. }
+            | Self::BadDevices { .. } => ErrorKind::InvalidArgument,
             Self::UnsafeDirectory { .. } => ErrorKind::UnsafeDirectory,
             Self::EngineIdInUse { .. } => ErrorKind::EngineIdInUse,
             Self::SymlinkFile { .. } | Self::SymlinkDirectory { .. } => ErrorKind::Symlink,
@@ -377,8 +441,12 @@ impl Error {
             Self::NotReady { .. } => ErrorKind::NotReady,
             Self::BadState { .. } => ErrorKind::BadState,
             Self::SlotOutOfRange { .. } => ErrorKind::SlotOutOfRange,
-            Self::Torn { .. } | Self::Contended { .. } => ErrorKind::Torn,
+            Self::Torn { .. }
+            | Self::Contended { .. }
+            | Self::RegionTorn { .. }
+            | Self::RegionContended { .. } => ErrorKind::Torn,
             Self::EngineIdMismatch { .. } => ErrorKind::EngineIdMismatch,
+            Self::BadStats { .. } | Self::BadRing { .. } => ErrorKind::BadRegion,
         }
     }
 

@@ -10,7 +10,7 @@
 //!      0    8  MAGIC "HYDRPROG"            at creation
 //!      8    8  BYTE_ORDER 0x0102030405060708
 //!     16    8  VERSION_MAJOR (1)
-//!     24    8  VERSION_MINOR (2)
+//!     24    8  VERSION_MINOR (3)
 //!     32    8  HEADER_LEN                 (bytes; 1024 in v1.0)
 //!     40    8  SLOT_OFFSET                (128-aligned, >= HEADER_LEN)
 //!     48    8  SLOT_STRIDE                (multiple of 128, >= 256 in v1.0)
@@ -32,7 +32,9 @@
 //!    176    8  KV_CELLS_TOTAL             gauge
 //!    184    8  MODEL_CAPABILITIES         bit set, immutable
 //!    192    8  CLOSED_NS                  CLOCK_MONOTONIC at clean close, else 0
-//!    200   56  reserved (zero)
+//!    200    8  REGION_DIR_OFFSET          v1.3: byte offset of the region directory (0 = none)
+//!    208    8  REGION_COUNT               v1.3: entries in the region directory
+//!    216   40  reserved (zero)
 //!    256   64  ENGINE_ID                  string
 //!    320   64  BOOT_ID                    string (/proc/sys/kernel/random/boot_id)
 //!    384  128  MODEL_NAME                 string
@@ -54,8 +56,9 @@ pub const BYTE_ORDER_MARK_SWAPPED: u64 = BYTE_ORDER_MARK.swap_bytes();
 /// Format major version this crate writes and reads. Readers accept only this major.
 pub const VERSION_MAJOR: u64 = 1;
 /// Format minor version this crate writes (1: the substep words of the slot record; 2: the
-/// cost model's prediction words). Readers accept any minor.
-pub const VERSION_MINOR: u64 = 2;
+/// cost model's prediction words; 3: the regions after the slot table: statistics and the
+/// flight recorder). Readers accept any minor.
+pub const VERSION_MINOR: u64 = 3;
 
 /// Bytes of one header or slot word: every numeric field is a `u64`.
 pub const WORD_LEN: usize = 8;
@@ -110,8 +113,14 @@ pub const KV_CELLS_TOTAL_OFFSET: usize = KV_CELLS_USED_OFFSET + WORD_LEN;
 pub const MODEL_CAPABILITIES_OFFSET: usize = KV_CELLS_TOTAL_OFFSET + WORD_LEN;
 /// Offset of the clean-close timestamp (CLOCK_MONOTONIC ns, 0 while open).
 pub const CLOSED_NS_OFFSET: usize = MODEL_CAPABILITIES_OFFSET + WORD_LEN;
+/// v1.3: offset of the byte offset of the region directory ([`crate::region`]); 0 = none.
+pub const REGION_DIR_OFFSET: usize = CLOSED_NS_OFFSET + WORD_LEN;
+/// v1.3: offset of the number of region directory entries.
+pub const REGION_COUNT_OFFSET: usize = REGION_DIR_OFFSET + WORD_LEN;
+/// First minor version whose segments may carry regions (v1.3).
+pub const REGIONS_MINOR: u64 = 3;
 /// End of the word area; the bytes up to [`STRINGS_OFFSET`] are reserved and zero.
-pub const WORDS_END: usize = CLOSED_NS_OFFSET + WORD_LEN;
+pub const WORDS_END: usize = REGION_COUNT_OFFSET + WORD_LEN;
 
 /// Start of the string area.
 pub const STRINGS_OFFSET: usize = 256;
@@ -157,6 +166,7 @@ const _: () = assert!(WORDS_END <= STRINGS_OFFSET);
 const _: () = assert!(STRINGS_END <= HEADER_LEN);
 const _: () = assert!(HEADER_LEN % 128 == 0);
 const _: () = assert!(CLOSED_NS_OFFSET == 192);
+const _: () = assert!(REGION_DIR_OFFSET == 200 && REGION_COUNT_OFFSET == 208);
 const _: () = assert!(STRINGS_END == 960);
 
 /// Largest slot count a segment may have (readers refuse more, so a hostile count cannot
@@ -253,4 +263,24 @@ pub mod capabilities {
     /// is known, and an error bound. Without it a reader has no prediction, whatever the
     /// minor, and falls back to the observed rate.
     pub const STEP_PREDICTION: u64 = 1 << 4;
+    /// v1.3: the writer fills the slot statistics derived from its steps (counts, busy
+    /// times, step, inter-token, prefill and decode histograms). Set by every
+    /// `SegmentWriter`.
+    pub const SLOT_STATS: u64 = 1 << 5;
+    /// v1.3: the host gives task arrival times, so time to first token, queue wait and
+    /// end-to-end time are filled. Set by the host, never guessed.
+    pub const ARRIVAL_TIMES: u64 = 1 << 6;
+    /// v1.3: the host gives finish causes, so tasks by cause and by error code are filled.
+    /// Set by the host, never guessed.
+    pub const FINISH_CAUSES: u64 = 1 << 7;
+    /// v1.3: the writer keeps the flight recorder. Set by every `SegmentWriter`.
+    pub const FLIGHT_RECORDER: u64 = 1 << 8;
+    /// v1.3: the writer publishes its device table and layer map.
+    pub const DEVICES: u64 = 1 << 9;
+    /// v1.3: the writer publishes the device a step waits on.
+    pub const DEVICE_WAIT: u64 = 1 << 10;
+    /// v1.3: the writer publishes how far the step in flight was sent to its devices.
+    pub const LAYERS_SENT: u64 = 1 << 11;
+    /// The bits every `SegmentWriter` sets by itself, since it derives their families.
+    pub const WRITER_DERIVED: u64 = SLOT_STATS | FLIGHT_RECORDER;
 }

@@ -11,6 +11,11 @@
 //! - [`costmodel`] is the writer's online cost model (how long a step should take, learnt
 //!   from the writer's own steps) and [`forecast`] its use by writers whose slots step on
 //!   their own; their [`Prediction`]s are published with the record (v1.2).
+//! - [`region`] places what follows the slot table (v1.3): per slot, [`stats`] (histograms
+//!   and counters) and the [`flight`] recorder (a ring of the last finished steps), which
+//!   the writer derives from the records it publishes, and the engine's [`devices`] (the
+//!   device table and layer map; with the slot's [`StepDevices`], the device a step waits
+//!   on).
 //! - [`SegmentReader`] maps a segment read-only, validates it against the file's real size,
 //!   probes the writer's liveness with `flock`, and takes consistent snapshots with bounded
 //!   retries (a writer that died mid-update is reported as [`Error::Torn`], never spun on).
@@ -41,29 +46,40 @@
 
 pub mod clock;
 pub mod costmodel;
+pub mod devices;
 pub mod directory;
 mod error;
+pub mod flight;
 pub mod forecast;
 mod fsutil;
 pub mod header;
 pub mod naming;
 mod primitive;
 mod reader;
+pub mod region;
 mod seqlock;
 pub mod slot;
+pub mod stats;
 mod words;
 mod writer;
 
 pub use costmodel::{CostModel, Estimate, ModelConfig, Observed, StepKind, StepShape};
+pub use devices::{Device, DeviceTable, Devices, LayerRange, PublishedDevices};
 pub use error::{Error, ErrorKind, Result};
+pub use flight::{FlightEntry, History};
 pub use forecast::{Forecaster, PhaseEnd};
 pub use header::{EngineDescription, Lifecycle, MAX_SLOTS};
 pub use reader::{
     EngineCounters, HeaderSnapshot, Identity, Liveness, OpenOptions, OwnerPolicy, SegmentReader,
     SlotSnapshot, Snapshot,
 };
+pub use region::Regions;
 pub use seqlock::ReadPolicy;
-pub use slot::{ErrorCode, FinishReason, Phase, Prediction, SlotState, Substep, WorkUnit};
+pub use slot::{
+    DeviceKind, ErrorCode, FinishCause, FinishReason, Phase, Prediction, SlotState, StepDevices,
+    StepResult, Substep, WorkUnit,
+};
+pub use stats::{Histogram, HistogramKind, SlotStats, StatsDefect};
 pub use writer::{
     segment_len, PendingCounter, SegmentConfig, SegmentWriter, SubstepPublisher, WriterCounters,
     SEGMENT_MODE,

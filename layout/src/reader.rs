@@ -11,11 +11,15 @@
 //! check and the loads) needs write access to the file, which only its owner has (mode
 //! 0640) and which the writer never uses to resize; segments are fixed-size by design.
 
+use crate::devices::{self, DeviceTable, PublishedDevices};
 use crate::error::{Error, Result};
+use crate::flight::{self, History};
 use crate::fsutil::{self, LockProbe};
 use crate::header::{self as h, EngineDescription, Lifecycle, MAX_SLOTS};
+use crate::region::Regions;
 use crate::seqlock::{self, MappedRecord, ReadFailure, ReadPolicy};
-use crate::slot::{self, Prediction, SlotState, Substep};
+use crate::slot::{self, Prediction, SlotState, StepDevices, Substep};
+use crate::stats::{self, SlotStats};
 use crate::words::MappedWords;
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
@@ -107,6 +111,28 @@ impl Identity {
             && self.description.capabilities & h::capabilities::STEP_PREDICTION != 0
     }
 
+    /// Whether the writer publishes the device a step waits on (`WAIT_DEVICE`,
+    /// `WAIT_SINCE_NS`): format v1.3 or later and the `DEVICE_WAIT` capability.
+    pub fn publishes_device_waits(&self) -> bool {
+        self.has_v1_3(h::capabilities::DEVICE_WAIT)
+    }
+
+    /// Whether the writer publishes `LAYERS_SENT`: format v1.3 or later and the
+    /// `LAYERS_SENT` capability.
+    pub fn publishes_layers_sent(&self) -> bool {
+        self.has_v1_3(h::capabilities::LAYERS_SENT)
+    }
+
+    /// Whether the writer publishes its device table and layer map: format v1.3 or later
+    /// and the `DEVICES` capability.
+    pub fn publishes_devices(&self) -> bool {
+        self.has_v1_3(h::capabilities::DEVICES)
+    }
+
+    fn has_v1_3(&self, capability: u64) -> bool {
+        self.version_minor >= slot::DEVICES_MINOR && self.description.capabilities & capability != 0
+    }
+
     /// Converts a CLOCK_MONOTONIC timestamp of this boot to Unix-epoch ns using the anchors.
     pub fn to_realtime_ns(&self, monotonic_ns: u64) -> u64 {
         let offset = self.created_realtime_ns as i128 - self.created_monotonic_ns as i128;
@@ -163,6 +189,15 @@ pub struct SlotSnapshot {
     /// `STEP_PREDICTION` capability). Use [`SlotSnapshot::step_expected_ns`] and
     /// [`SlotSnapshot::phase_end_ns`] for the current step's and phase's.
     pub prediction: Option<Prediction>,
+    /// The step in flight's device words (format v1.3), read in the same consistent copy
+    /// as `state`; None when the writer publishes neither the wait nor the layers sent (an
+    /// older minor, or neither `DEVICE_WAIT` nor `LAYERS_SENT`): both unknown. A word whose
+    /// capability is missing reads 0 here. Use [`SlotSnapshot::wait`] and
+    /// [`SlotSnapshot::layers_sent`] for the step in flight's.
+    pub devices: Option<StepDevices>,
+    /// Whether the writer publishes device waits: without it, no wait means unknown, not
+    /// none.
+    pub waits_published: bool,
     /// Sequence value of the copy (even).
     pub seq: u64,
     /// Failed attempts before the consistent one.
@@ -184,6 +219,18 @@ impl SlotSnapshot {
     /// When the writer predicts the current phase's work done (v1.2), CLOCK_MONOTONIC ns.
     pub fn phase_end_ns(&self) -> Option<u64> {
         self.prediction.and_then(|p| p.phase_end(&self.state))
+    }
+
+    /// The device the step in flight waits on now and since when, `(device id, since
+    /// ns)` (v1.3): none between steps, without a wait, or when waits are not published.
+    pub fn wait(&self) -> Option<(u64, u64)> {
+        self.devices.and_then(|d| d.wait_in_step(&self.state))
+    }
+
+    /// Layers of the step in flight handed to their devices (v1.3); none when unknown or
+    /// none were sent.
+    pub fn layers_sent(&self) -> Option<u64> {
+        self.devices.and_then(|d| d.sent_in_step(&self.state))
     }
 }
 
@@ -216,6 +263,11 @@ pub struct SegmentReader {
     geometry: Geometry,
     identity: Identity,
     policy: ReadPolicy,
+    /// The regions found at open (v1.3).
+    regions: Regions,
+    /// Per slot, its ring's validated `(capacity, entry_len)`, read once at open (a
+    /// hostile owner could change them later); `Err` says why the ring is unusable.
+    rings: Vec<std::result::Result<(usize, usize), String>>,
 }
 
 impl SegmentReader {
@@ -379,6 +431,30 @@ impl SegmentReader {
                 });
             }
         }
+        let slot_end =
+            geometry.slot_offset as u64 + geometry.slot_count as u64 * geometry.slot_stride as u64;
+        let regions = Regions::find(
+            &words,
+            identity.version_minor,
+            slot_end,
+            geometry.slot_count as u64,
+            len,
+        );
+        let rings = match regions.flight {
+            Some(region) => (0..geometry.slot_count)
+                .map(|i| {
+                    flight::ring_geometry(&words, region.item(i), region.stride).ok_or_else(|| {
+                        format!(
+                            "bad ring: capacity {}, entry length {} in a {}-byte item",
+                            words.load(region.item(i) + flight::FR_CAPACITY_OFFSET),
+                            words.load(region.item(i) + flight::FR_ENTRY_LEN_OFFSET),
+                            region.stride
+                        )
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(Self {
             identity,
             map,
@@ -387,7 +463,77 @@ impl SegmentReader {
             path,
             geometry,
             policy: options.read_policy,
+            regions,
+            rings,
         })
+    }
+
+    /// The regions after the slot table that the open found and validated (v1.3; none in
+    /// an older segment), and why one was refused, if one was.
+    pub fn regions(&self) -> &Regions {
+        &self.regions
+    }
+
+    /// A consistent copy of slot `slot`'s statistics (v1.3, FORMAT §17.7), checked; `None`
+    /// when the segment has none (an older segment, or a writer without `slot_stats`).
+    /// A block left mid-update is [`Error::RegionTorn`]; one that fails the format's checks
+    /// is [`Error::BadStats`].
+    pub fn stats(&self, slot: usize) -> Result<Option<SlotStats>> {
+        self.check_slot(slot)?;
+        let caps = self.identity.description.capabilities;
+        let Some(region) = self.regions.stats else {
+            return Ok(None);
+        };
+        if caps & h::capabilities::SLOT_STATS == 0 {
+            return Ok(None);
+        }
+        self.check_size()?;
+        let block = MappedRecord {
+            words: self.words,
+            base: region.item(slot),
+        };
+        const REGION: &str = "statistics";
+        match seqlock::read::<_, { stats::STATS_DATA_WORDS }>(&block, self.policy) {
+            Ok(ok) => {
+                let mut words = Vec::with_capacity(stats::STATS_DATA_WORDS + 1);
+                words.push(ok.seq);
+                words.extend_from_slice(&ok.words);
+                let copy = SlotStats::from_block(words.into_boxed_slice(), caps);
+                copy.check()
+                    .map_err(|defect| Error::BadStats { slot, defect })?;
+                Ok(Some(copy))
+            }
+            Err(failure) => Err(region_failure(Some(slot), REGION, failure)),
+        }
+    }
+
+    /// Slot `slot`'s flight recorder (v1.3, FORMAT §18.4): its last finished steps, oldest
+    /// first, each one vouched for by its own sequence; `None` when the segment has none.
+    /// Readable at any time, a dead writer's segment included.
+    pub fn history(&self, slot: usize) -> Result<Option<History>> {
+        self.check_slot(slot)?;
+        let Some(region) = self.regions.flight else {
+            return Ok(None);
+        };
+        if self.identity.description.capabilities & h::capabilities::FLIGHT_RECORDER == 0 {
+            return Ok(None);
+        }
+        let (capacity, entry_len) = match &self.rings[slot] {
+            Ok(geometry) => *geometry,
+            Err(reason) => {
+                return Err(Error::BadRing {
+                    slot,
+                    reason: reason.clone(),
+                })
+            }
+        };
+        self.check_size()?;
+        Ok(Some(flight::read_ring(
+            &self.words,
+            region.item(slot),
+            capacity,
+            entry_len,
+        )))
     }
 
     /// Path the segment was opened at.
@@ -512,7 +658,8 @@ impl SegmentReader {
         };
         let pending = || self.words.load(record.base + slot::PENDING_OFFSET);
         let substeps = self.identity.publishes_substeps();
-        let snapshot = |words: &[u64], seq: u64, retries: u32, prediction| {
+        let waits = self.identity.publishes_device_waits();
+        let snapshot = |words: &[u64], seq: u64, retries: u32, prediction, devices| {
             let v10: &[u64; slot::DATA_WORDS] = words[..slot::DATA_WORDS]
                 .try_into()
                 .expect("every copy holds the v1.0 words");
@@ -528,17 +675,41 @@ impl SegmentReader {
                 pending: pending(),
                 substep,
                 prediction,
+                devices,
+                waits_published: waits,
                 seq,
                 retries,
             }
         };
+        if waits || self.identity.publishes_layers_sent() {
+            // v1.3: one copy from TASK_ID to the end of the record.
+            return match seqlock::read::<_, { slot::DATA_WORDS_V1_3 }>(&record, self.policy) {
+                Ok(ok) => {
+                    let (prediction, devices) = self.split_v1_3(&ok.words);
+                    Ok(snapshot(
+                        &ok.words,
+                        ok.seq,
+                        ok.retries,
+                        prediction,
+                        Some(devices),
+                    ))
+                }
+                Err(e) => Err(read_failure(slot, e)),
+            };
+        }
         if self.identity.publishes_predictions() {
             // v1.2: one copy from TASK_ID to the end of the prediction words (the copy of
             // PENDING inside it is ignored: PENDING is not guarded).
             return match seqlock::read::<_, { slot::DATA_WORDS_V1_2 }>(&record, self.policy) {
                 Ok(ok) => {
                     let prediction = split_prediction(&ok.words);
-                    Ok(snapshot(&ok.words, ok.seq, ok.retries, Some(prediction)))
+                    Ok(snapshot(
+                        &ok.words,
+                        ok.seq,
+                        ok.retries,
+                        Some(prediction),
+                        None,
+                    ))
                 }
                 Err(e) => Err(read_failure(slot, e)),
             };
@@ -547,13 +718,67 @@ impl SegmentReader {
             // A v1.0 writer, or one that does not publish layer positions: the words mean
             // nothing and the position is unknown.
             return match seqlock::read::<_, { slot::DATA_WORDS }>(&record, self.policy) {
-                Ok(ok) => Ok(snapshot(&ok.words, ok.seq, ok.retries, None)),
+                Ok(ok) => Ok(snapshot(&ok.words, ok.seq, ok.retries, None, None)),
                 Err(e) => Err(read_failure(slot, e)),
             };
         }
         match seqlock::read::<_, { slot::DATA_WORDS_V1_1 }>(&record, self.policy) {
-            Ok(ok) => Ok(snapshot(&ok.words, ok.seq, ok.retries, None)),
+            Ok(ok) => Ok(snapshot(&ok.words, ok.seq, ok.retries, None, None)),
             Err(e) => Err(read_failure(slot, e)),
+        }
+    }
+
+    /// The prediction (when published) and the device words of one v1.3 copy, a word
+    /// whose capability the writer lacks read as 0.
+    fn split_v1_3(
+        &self,
+        words: &[u64; slot::DATA_WORDS_V1_3],
+    ) -> (Option<Prediction>, StepDevices) {
+        let v1_2: &[u64; slot::DATA_WORDS_V1_2] = words[..slot::DATA_WORDS_V1_2]
+            .try_into()
+            .expect("a v1.3 copy holds the v1.2 words");
+        let prediction = self
+            .identity
+            .publishes_predictions()
+            .then(|| split_prediction(v1_2));
+        let mut d = StepDevices::from_words(
+            words[slot::DATA_WORDS_V1_2..]
+                .try_into()
+                .expect("the device words end the copy"),
+        );
+        if !self.identity.publishes_layers_sent() {
+            d.layers_sent = 0;
+        }
+        if !self.identity.publishes_device_waits() {
+            d.wait_device = 0;
+            d.wait_since_ns = 0;
+        }
+        (prediction, d)
+    }
+
+    /// The engine's devices and layer map (v1.3, FORMAT §19.4): one consistent copy of the
+    /// devices item. [`DeviceTable::Absent`] when the segment has none,
+    /// [`DeviceTable::NotYetKnown`] before the writer's first publication. An item left
+    /// mid-update is [`Error::RegionTorn`].
+    pub fn devices(&self) -> Result<DeviceTable> {
+        let Some(region) = self.regions.devices else {
+            return Ok(DeviceTable::Absent);
+        };
+        if !self.identity.publishes_devices() {
+            return Ok(DeviceTable::Absent);
+        }
+        self.check_size()?;
+        let item = MappedRecord {
+            words: self.words,
+            base: region.item(0),
+        };
+        const REGION: &str = "device table";
+        match seqlock::read::<_, { devices::DATA_WORDS }>(&item, self.policy) {
+            Ok(ok) if ok.seq == 0 => Ok(DeviceTable::NotYetKnown),
+            Ok(ok) => Ok(DeviceTable::Known(PublishedDevices::from_words(
+                &ok.words, ok.seq,
+            ))),
+            Err(failure) => Err(region_failure(None, REGION, failure)),
         }
     }
 
@@ -583,6 +808,23 @@ fn split_prediction(words: &[u64; slot::DATA_WORDS_V1_2]) -> Prediction {
         .try_into()
         .expect("the prediction tail ends the copy");
     Prediction::from_words(step_expected, tail)
+}
+
+/// A failed bounded read of a region's item (of `slot`, or the engine's one) as the
+/// reader's error.
+fn region_failure<const N: usize>(
+    slot: Option<usize>,
+    region: &'static str,
+    failure: ReadFailure<N>,
+) -> Error {
+    match failure {
+        ReadFailure::Torn { seq, .. } => Error::RegionTorn { slot, region, seq },
+        ReadFailure::Contended { attempts } => Error::RegionContended {
+            slot,
+            region,
+            attempts,
+        },
+    }
 }
 
 /// A failed bounded read as the reader's error; a torn copy keeps its best-effort v1.0

@@ -116,6 +116,32 @@ pub(crate) fn write_at<S: WordSource, const N: usize>(
 /// last stored (even) sequence value; returns the new one. One writer at a time.
 #[inline]
 pub(crate) fn write_parts<S: WordSource>(src: &S, seq: u64, parts: &[(usize, &[u64])]) -> u64 {
+    write_with(src, seq, |src| {
+        for &(first, words) in parts {
+            for (i, &w) in words.iter().enumerate() {
+                src.store(first + i * 8, w, Ordering::Relaxed);
+            }
+        }
+    })
+}
+
+/// Publishes single words scattered over the record, each `(offset, value)` stored in
+/// order (a later store of the same offset wins), as **one** update: the statistics block
+/// (format v1.3) stores only the few words an event changes. `seq` is the last stored
+/// (even) sequence value; returns the new one. One writer at a time.
+#[inline]
+pub(crate) fn write_scattered<S: WordSource>(src: &S, seq: u64, words: &[(usize, u64)]) -> u64 {
+    write_with(src, seq, |src| {
+        for &(offset, w) in words {
+            src.store(offset, w, Ordering::Relaxed);
+        }
+    })
+}
+
+/// The write protocol around `data`, which stores the data words (Relaxed): the one home
+/// of the writer's orderings.
+#[inline]
+fn write_with<S: WordSource>(src: &S, seq: u64, data: impl FnOnce(&S)) -> u64 {
     debug_assert!(
         seq % 2 == 0,
         "writer's own sequence must be even between updates"
@@ -124,11 +150,7 @@ pub(crate) fn write_parts<S: WordSource>(src: &S, seq: u64, parts: &[(usize, &[u
     // Pairs with the reader's fence(Acquire) before its second SEQ load: a reader that sees
     // any data store below also sees SEQ = seq + 1 (or later) and retries.
     fence(Ordering::Release);
-    for &(first, words) in parts {
-        for (i, &w) in words.iter().enumerate() {
-            src.store(first + i * 8, w, Ordering::Relaxed);
-        }
-    }
+    data(src);
     let next = seq.wrapping_add(2);
     // Pairs with the reader's Relaxed load + fence(Acquire) of SEQ: a reader that sees
     // `next` sees every data store above.
@@ -164,6 +186,15 @@ impl WriterGuard {
     pub(crate) fn update_parts<S: WordSource>(&self, src: &S, parts: &[(usize, &[u64])]) {
         let mut seq = self.0.lock().unwrap_or_else(|e| e.into_inner());
         *seq = write_parts(src, *seq, parts);
+    }
+
+    /// Runs `f` holding the lock, so that no other thread of the writer updates the record
+    /// meanwhile: a consistent view of words only this guard's holders write (the
+    /// substep words, which a layer callback publishes).
+    #[inline]
+    pub(crate) fn hold<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _seq = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        f()
     }
 
     /// Leaves the record mid-update; see [`abandon_mid_update`].

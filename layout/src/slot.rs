@@ -37,7 +37,9 @@
 //!    208    8  TASK_EXPECTED_END_NS v1.2: CLOCK_MONOTONIC when WORK_TOTAL is predicted done
 //!    216    8  EXPECTED_PHASE     v1.2: PHASE_START_NS of the phase that end is for
 //!    224    8  EXPECTED_ERROR_PPM v1.2: relative error bound of the predictions, ppm (0 = none)
-//!    232   24  reserved (zero)
+//!    232    8  LAYERS_SENT        v1.3: layers of the step in flight handed to their devices
+//!    240    8  WAIT_DEVICE        v1.3: device id the step in flight is blocked on (0 = none)
+//!    248    8  WAIT_SINCE_NS      v1.3: CLOCK_MONOTONIC when that wait began
 //!    256       end of the v1.0 record
 //! ```
 
@@ -144,6 +146,26 @@ pub const DATA_WORDS_V1_2: usize = data_index(PREDICTION_END);
 /// `STEP_EXPECTED_NS`).
 pub const PREDICTION_TAIL_WORDS: usize = (PREDICTION_END - EXPECTED_STEP_OFFSET) / WORD_LEN;
 
+/// First minor version whose writers may publish the step's device words (v1.3).
+pub const DEVICES_MINOR: u64 = 3;
+/// v1.3: layers of the step in flight's forward handed to their devices (0 = none sent, or
+/// not published).
+pub const LAYERS_SENT_OFFSET: usize = PREDICTION_END;
+/// v1.3: the device id (FORMAT §19.2) the step in flight is blocked on now; 0 = none.
+pub const WAIT_DEVICE_OFFSET: usize = LAYERS_SENT_OFFSET + WORD_LEN;
+/// v1.3: CLOCK_MONOTONIC when that wait began; 0 when `WAIT_DEVICE` is 0.
+pub const WAIT_SINCE_NS_OFFSET: usize = WAIT_DEVICE_OFFSET + WORD_LEN;
+/// End of the words a v1.3 reader takes in one seqlock read (the end of the record).
+pub const DEVICE_WORDS_END: usize = WAIT_SINCE_NS_OFFSET + WORD_LEN;
+/// Words of the step's device group (what [`StepDevices`] round-trips through).
+pub const DEVICE_WORDS: usize = (DEVICE_WORDS_END - LAYERS_SENT_OFFSET) / WORD_LEN;
+/// Guarded data words a v1.3 reader takes in one seqlock read: `TASK_ID` up to the end of
+/// the record (`PENDING`'s copy inside it is ignored).
+pub const DATA_WORDS_V1_3: usize = data_index(DEVICE_WORDS_END);
+
+const _: () = assert!(LAYERS_SENT_OFFSET == 232 && WAIT_SINCE_NS_OFFSET == 248);
+const _: () = assert!(DEVICE_WORDS_END == SLOT_LEN);
+const _: () = assert!(DATA_WORDS_V1_3 == 31 && DEVICE_WORDS == 3);
 const _: () = assert!(SUBSTEP_END <= PENDING_OFFSET);
 const _: () = assert!(STEP_EXPECTED_NS_OFFSET == 184);
 const _: () = assert!(STEP_EXPECTED_NS_OFFSET + WORD_LEN == PENDING_OFFSET);
@@ -286,6 +308,100 @@ wire_enum! {
         Compute = 5 => "compute",
         /// Any other internal error.
         Internal = 6 => "internal",
+    }
+}
+
+wire_enum! {
+    /// Why a task ended, as finely as the host knows it (format v1.3). Never stored in the
+    /// record, whose `FINISH_REASON` keeps its v1.0 values: it indexes the statistics'
+    /// tasks-by-cause counters. Each cause implies one [`FinishReason`] ([`Self::reason`]).
+    FinishCause {
+        /// Completed, and the writer was not told why.
+        #[default]
+        Unspecified = 0 => "unspecified",
+        /// The model produced its end-of-generation token.
+        Eos = 1 => "eos",
+        /// The most tokens the task may generate were generated.
+        Length = 2 => "length",
+        /// A stop string of the request matched.
+        StopString = 3 => "stop_string",
+        /// The slot's context is full.
+        ContextFull = 4 => "context_full",
+        /// A task that generates nothing (prefill, save, restore) did all its work.
+        Done = 5 => "done",
+        /// Cancelled (client gone, cancel request, shutdown).
+        Cancelled = 6 => "cancelled",
+        /// Failed; the error is the record's `ERROR_CODE`.
+        Error = 7 => "error",
+    }
+}
+
+impl FinishCause {
+    /// The record's finish reason this cause implies.
+    pub fn reason(self) -> FinishReason {
+        match self {
+            Self::Cancelled => FinishReason::Cancelled,
+            Self::Error => FinishReason::Error,
+            _ => FinishReason::Completed,
+        }
+    }
+
+    /// The cause a writer derives when it was told only a finish reason (FORMAT §6.7):
+    /// `cancelled` and `error` map to themselves, anything else to `unspecified`.
+    pub fn from_reason(reason: FinishReason) -> Self {
+        match reason {
+            FinishReason::Cancelled => Self::Cancelled,
+            FinishReason::Error => Self::Error,
+            _ => Self::Unspecified,
+        }
+    }
+}
+
+wire_enum! {
+    /// How a step of the flight recorder ended (format v1.3).
+    StepResult {
+        /// No step (an entry never written).
+        #[default]
+        None = 0 => "none",
+        /// The step ended and `WORK_DONE` advanced.
+        Advanced = 1 => "advanced",
+        /// The step ended without advancing `WORK_DONE`.
+        NoProgress = 2 => "no_progress",
+        /// The step was in flight when its task ended cancelled.
+        Cancelled = 3 => "cancelled",
+        /// The step was in flight when its task ended in error.
+        Failed = 4 => "failed",
+        /// The step was in flight when its phase changed, a new task began, or its task
+        /// ended completed.
+        Interrupted = 5 => "interrupted",
+    }
+}
+
+impl StepResult {
+    /// The result of a step in flight abandoned by a task that ended with `reason`.
+    pub fn abandoned_by(reason: FinishReason) -> Self {
+        match reason {
+            FinishReason::Cancelled => Self::Cancelled,
+            FinishReason::Error => Self::Failed,
+            _ => Self::Interrupted,
+        }
+    }
+}
+
+wire_enum! {
+    /// What kind of device a device table entry is (format v1.3, FORMAT §6.9).
+    DeviceKind {
+        /// Not stated.
+        #[default]
+        Unspecified = 0 => "unspecified",
+        /// The host's CPU.
+        Cpu = 1 => "cpu",
+        /// A local GPU (CUDA, Metal, Vulkan, ...).
+        Gpu = 2 => "gpu",
+        /// A remote device reached over the network (ggml RPC); its endpoint names it.
+        Rpc = 3 => "rpc",
+        /// A local accelerator that is not a GPU (a BLAS or AMX backend).
+        Accel = 4 => "accel",
     }
 }
 
@@ -496,6 +612,52 @@ impl Substep {
     pub fn in_step(&self, state: &SlotState) -> Option<Self> {
         (state.step_start_ns != 0 && self.step_start_ns == state.step_start_ns && self.total != 0)
             .then_some(*self)
+    }
+}
+
+/// The step in flight's devices (format v1.3, FORMAT §5.6): how many of its forward's
+/// layers were handed to their devices, and the device its thread is blocked on now.
+/// Published only by the thread that publishes the slot's step events; every step
+/// boundary of a v1.3 writer clears them, so a previous step's values never show with a
+/// new step ([`StepDevices::sent_in_step`], [`StepDevices::wait_in_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepDevices {
+    /// Layers issued to their devices (`k`: layers `0..k-1`); 0 = none or not published.
+    pub layers_sent: u64,
+    /// Device id the thread is blocked on (FORMAT §19.2); 0 = none.
+    pub wait_device: u64,
+    /// CLOCK_MONOTONIC when that wait began; 0 without a wait.
+    pub wait_since_ns: u64,
+}
+
+impl StepDevices {
+    /// Encodes the value as the device words (offsets `LAYERS_SENT` .. `DEVICE_WORDS_END`).
+    pub fn to_words(&self) -> [u64; DEVICE_WORDS] {
+        [self.layers_sent, self.wait_device, self.wait_since_ns]
+    }
+
+    /// Decodes the device words. Never fails.
+    pub fn from_words(w: &[u64; DEVICE_WORDS]) -> Self {
+        Self {
+            layers_sent: w[0],
+            wait_device: w[1],
+            wait_since_ns: w[2],
+        }
+    }
+
+    /// The layers sent of `state`'s step in flight: a step runs and some were sent.
+    pub fn sent_in_step(&self, state: &SlotState) -> Option<u64> {
+        (state.step_start_ns != 0 && self.layers_sent != 0).then_some(self.layers_sent)
+    }
+
+    /// The wait of `state`'s step in flight, `(device id, since ns)`: a step runs, a device
+    /// is named, and the wait began within the step (a record that breaks this shows no
+    /// wait).
+    pub fn wait_in_step(&self, state: &SlotState) -> Option<(u64, u64)> {
+        (state.step_start_ns != 0
+            && self.wait_device != 0
+            && self.wait_since_ns >= state.step_start_ns)
+            .then_some((self.wait_device, self.wait_since_ns))
     }
 }
 

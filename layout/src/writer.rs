@@ -9,13 +9,17 @@
 //! in the writer's own memory (`seqlock::WriterGuard`), so the two never overlap.
 
 use crate::clock;
+use crate::devices::Devices;
 use crate::directory::{self, SegmentDir};
 use crate::error::{Error, Result};
+use crate::flight;
 use crate::header::{self as h, EngineDescription, MAX_SLOTS};
 use crate::naming;
 use crate::primitive::Ordering;
+use crate::region::Layout;
 use crate::seqlock::{MappedRecord, WriterGuard};
-use crate::slot::{self, Prediction, SlotState, Substep};
+use crate::slot::{self, FinishCause, Prediction, SlotState, StepDevices, Substep};
+use crate::stats::recorder::{Place, SlotRecorder};
 use crate::words::MappedWords;
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{AtFlags, FallocateFlags, FlockOperation, Mode, OFlags};
@@ -64,11 +68,44 @@ struct Mapping {
     words: MappedWords,
     file: File,
     slot_count: usize,
+    /// Where the regions are (v1.3).
+    layout: Layout,
     /// One per slot: serialises the slot's seqlock updates across the writer's threads.
     guards: Box<[WriterGuard]>,
+    /// The capability bits written in the header (immutable).
+    capabilities: u64,
+    /// The devices item's seqlock (v1.3).
+    devices_guard: WriterGuard,
 }
 
 impl Mapping {
+    /// The slot's statistics and flight recorder items.
+    fn place(&self, slot: usize) -> Place {
+        Place {
+            stats: self.layout.stats.item(slot),
+            ring: self.layout.flight.item(slot),
+        }
+    }
+
+    /// The slot's substep words as last published, read under its writer lock (a layer
+    /// callback on another thread publishes them).
+    fn substep(&self, slot: usize) -> Substep {
+        let record = self.record(slot);
+        let read = || {
+            let mut w = [0u64; slot::SUBSTEP_WORDS];
+            for (i, word) in w.iter_mut().enumerate() {
+                *word = self
+                    .words
+                    .load(record.base + slot::SUBSTEP_DONE_OFFSET + i * 8);
+            }
+            Substep::from_words(&w)
+        };
+        match self.guards.get(slot) {
+            Some(guard) => guard.hold(read),
+            None => Substep::default(),
+        }
+    }
+
     fn record(&self, slot: usize) -> MappedRecord {
         MappedRecord {
             words: self.words,
@@ -97,36 +134,61 @@ impl Mapping {
 
     /// One update of the prediction words, with the record's v1.0 words when `state` is
     /// given: `STEP_EXPECTED_NS` (before `PENDING`) and the words after `PENDING`, never
-    /// `PENDING` itself nor the substep words.
+    /// `PENDING` itself nor the substep words; the step's device words cleared too when
+    /// `state` crosses a step boundary (`cleared`, FORMAT §5.6).
     #[inline]
     fn publish_parts(
         &self,
         slot: usize,
-        state: Option<&SlotState>,
+        state: Option<(&SlotState, bool)>,
         prediction: &Prediction,
     ) -> Result<()> {
         let (record, guard) = self.slot(slot)?;
         let expected = [prediction.step_expected_ns];
         let tail = prediction.tail_words();
-        let words = state.map(SlotState::to_words);
         let prediction_parts = [
             (slot::STEP_EXPECTED_NS_OFFSET, &expected[..]),
             (slot::EXPECTED_STEP_OFFSET, &tail[..]),
         ];
-        match &words {
-            Some(w) => guard.update_parts(
-                &record,
-                &[
+        match state {
+            Some((state, cleared)) => {
+                let w = state.to_words();
+                let parts = [
                     (slot::TASK_ID_OFFSET, &w[..]),
                     prediction_parts[0],
                     prediction_parts[1],
-                ],
-            ),
+                    (slot::LAYERS_SENT_OFFSET, &NO_STEP_DEVICES[..]),
+                ];
+                guard.update_parts(&record, &parts[..if cleared { 4 } else { 3 }]);
+            }
             None => guard.update_parts(&record, &prediction_parts),
         }
         Ok(())
     }
+
+    /// One update of the record's v1.0 words, with the step's device words cleared when
+    /// `cleared` (a step boundary, FORMAT §5.6).
+    #[inline]
+    fn publish_state(&self, slot: usize, state: &SlotState, cleared: bool) -> Result<()> {
+        let (record, guard) = self.slot(slot)?;
+        let w = state.to_words();
+        if cleared {
+            guard.update_parts(
+                &record,
+                &[
+                    (slot::TASK_ID_OFFSET, &w[..]),
+                    (slot::LAYERS_SENT_OFFSET, &NO_STEP_DEVICES[..]),
+                ],
+            );
+        } else {
+            guard.update(&record, slot::TASK_ID_OFFSET, &w);
+        }
+        Ok(())
+    }
 }
+
+/// The step device words of a record between steps: nothing sent, no wait.
+const NO_STEP_DEVICES: [u64; slot::DEVICE_WORDS] = [0; slot::DEVICE_WORDS];
 
 /// Publishes the layer position inside a slot's step in flight (the substep words, format
 /// v1.1) from any thread of the writer process: the thread that sees a layer finish, such
@@ -201,6 +263,8 @@ impl std::fmt::Debug for PendingCounter {
 /// marks it CLOSED and unlinks it on [`close`](Self::close) or drop.
 pub struct SegmentWriter {
     mapping: Arc<Mapping>,
+    /// One per slot: what the statistics and the flight recorder derive from (v1.3).
+    recorders: Box<[SlotRecorder]>,
     dir: SegmentDir,
     file_name: String,
     path: PathBuf,
@@ -219,9 +283,10 @@ impl std::fmt::Debug for SegmentWriter {
     }
 }
 
-/// Total file length of a v1 segment with `slot_count` slots.
+/// Total file length of the segment this crate writes with `slot_count` slots: header,
+/// slot table, region directory and regions (v1.3, FORMAT §16.3).
 pub fn segment_len(slot_count: usize) -> usize {
-    h::HEADER_LEN + slot_count * slot::SLOT_STRIDE
+    Layout::for_slots(slot_count).total_len
 }
 
 impl SegmentWriter {
@@ -293,8 +358,12 @@ impl SegmentWriter {
             let _ = rustix::fs::unlinkat(dir.fd(), tmp_name.as_str(), AtFlags::empty());
             return Err(Error::io("rename into place", &path, e));
         }
+        let recorders = (0..mapping.slot_count)
+            .map(|_| SlotRecorder::default())
+            .collect();
         Ok(Self {
             mapping: Arc::new(mapping),
+            recorders,
             dir,
             file_name,
             path,
@@ -317,7 +386,8 @@ impl SegmentWriter {
         // segment without a live writer's lock.
         rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
             .map_err(|e| Error::io("lock segment", tmp_path, e))?;
-        let len = segment_len(config.slot_count);
+        let layout = Layout::for_slots(config.slot_count);
+        let len = layout.total_len;
         match rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, len as u64) {
             Ok(()) => {}
             Err(Errno::OPNOTSUPP) | Err(Errno::NOSYS) => {
@@ -341,14 +411,21 @@ impl SegmentWriter {
             words.store(off, 0, Ordering::Relaxed);
         }
         write_header(&words, config, len, pid, instance_id);
+        layout.write(&words);
+        for i in 0..config.slot_count {
+            flight::init_ring(&words, layout.flight.item(i));
+        }
         Ok(Mapping {
             _map: map,
             words,
             file,
             slot_count: config.slot_count,
+            layout,
             guards: (0..config.slot_count)
                 .map(|_| WriterGuard::default())
                 .collect(),
+            capabilities: header_capabilities(&config.description),
+            devices_guard: WriterGuard::default(),
         })
     }
 
@@ -382,14 +459,55 @@ impl SegmentWriter {
         }
     }
 
-    /// Publishes `state` as slot `slot`'s record (seqlock write; never blocks on readers).
-    /// The substep words are not touched: they have their own event,
-    /// [`publish_substep`](Self::publish_substep).
+    /// Publishes `state` as slot `slot`'s record (seqlock write; never blocks on readers),
+    /// then the statistics and flight recorder entries the change from the slot's previous
+    /// record makes (v1.3, FORMAT §17.5). The substep words are not touched: they have
+    /// their own event, [`publish_substep`](Self::publish_substep).
     #[inline]
     pub fn publish(&mut self, slot: usize, state: &SlotState) -> Result<()> {
-        let (record, guard) = self.mapping.slot(slot)?;
-        guard.update(&record, slot::TASK_ID_OFFSET, &state.to_words());
+        let cleared = self.recorder(slot)?.crosses_step(state);
+        self.mapping.publish_state(slot, state, cleared)?;
+        self.derive(slot, state);
         Ok(())
+    }
+
+    /// The statistics of slot `slot`'s new record (the slot index is checked).
+    #[inline]
+    fn derive(&mut self, slot: usize, state: &SlotState) {
+        let mapping = &self.mapping;
+        self.recorders[slot].observe(
+            state,
+            || mapping.substep(slot),
+            clock::monotonic_ns,
+            &mapping.words,
+            mapping.place(slot),
+        );
+    }
+
+    /// The host's arrival time for the next task to begin on `slot` (CLOCK_MONOTONIC ns,
+    /// when the task was queued, before it waited): its queue wait, time to first token
+    /// and end-to-end time start there (v1.3). A writer that gives arrivals sets
+    /// [`h::capabilities::ARRIVAL_TIMES`]; a task begun without one counts as such.
+    pub fn note_arrival(&mut self, slot: usize, arrival_ns: u64) -> Result<()> {
+        self.recorder(slot)?.note_arrival(arrival_ns);
+        Ok(())
+    }
+
+    /// Why the running task on `slot` ends, and when (CLOCK_MONOTONIC ns): given before
+    /// the record that ends it is published (v1.3). The record's finish reason should be
+    /// `cause.reason()`. A writer that gives causes sets
+    /// [`h::capabilities::FINISH_CAUSES`]; a task ended without one counts as
+    /// `unspecified` (or `cancelled`, `error` from its finish reason).
+    pub fn note_finish(&mut self, slot: usize, cause: FinishCause, now_ns: u64) -> Result<()> {
+        self.recorder(slot)?.note_finish(cause, now_ns);
+        Ok(())
+    }
+
+    fn recorder(&mut self, slot: usize) -> Result<&mut SlotRecorder> {
+        let count = self.mapping.slot_count;
+        self.recorders
+            .get_mut(slot)
+            .ok_or(Error::SlotOutOfRange { slot, count })
     }
 
     /// Publishes `state` and the cost model's `prediction` for it (format v1.2) as **one**
@@ -403,14 +521,61 @@ impl SegmentWriter {
         state: &SlotState,
         prediction: &Prediction,
     ) -> Result<()> {
-        self.mapping.publish_parts(slot, Some(state), prediction)
+        let cleared = self.recorder(slot)?.crosses_step(state);
+        self.mapping
+            .publish_parts(slot, Some((state, cleared)), prediction)?;
+        self.recorders[slot].note_prediction(prediction);
+        self.derive(slot, state);
+        Ok(())
     }
 
     /// Publishes only the prediction words of slot `slot` (format v1.2), leaving the rest
     /// of the record as it is.
     #[inline]
     pub fn publish_prediction(&mut self, slot: usize, prediction: &Prediction) -> Result<()> {
-        self.mapping.publish_parts(slot, None, prediction)
+        self.mapping.publish_parts(slot, None, prediction)?;
+        self.recorders[slot].note_prediction(prediction);
+        Ok(())
+    }
+
+    /// Publishes the step in flight's device words of slot `slot` (v1.3, FORMAT §5.6):
+    /// the layers handed to their devices, and the device the step's thread is about to
+    /// block on (`wait_device`, since `wait_since_ns`) or 0 right after the wait returned.
+    /// One seqlock update of those three words; from the thread that publishes the slot's
+    /// step events. The flight recorder takes each step's last device and time waited
+    /// from these calls. A writer that publishes them sets
+    /// [`h::capabilities::DEVICE_WAIT`] and (for `layers_sent`)
+    /// [`h::capabilities::LAYERS_SENT`]; every step boundary clears them.
+    #[inline]
+    pub fn publish_step_devices(&mut self, slot: usize, devices: &StepDevices) -> Result<()> {
+        let (record, guard) = self.mapping.slot(slot)?;
+        guard.update(&record, slot::LAYERS_SENT_OFFSET, &devices.to_words());
+        self.recorders[slot].note_devices(devices, clock::monotonic_ns);
+        Ok(())
+    }
+
+    /// Publishes the engine's devices and layer map (v1.3, FORMAT §19) as one seqlock
+    /// update of the devices item; again when the placement changes. Refused (and nothing
+    /// written) when the table breaks the format's rules or the segment was created
+    /// without [`h::capabilities::DEVICES`].
+    pub fn publish_devices(&mut self, devices: &Devices) -> Result<()> {
+        if self.mapping.capabilities & h::capabilities::DEVICES == 0 {
+            return Err(Error::BadDevices {
+                reason: "the segment was created without the devices capability".into(),
+            });
+        }
+        devices
+            .check()
+            .map_err(|reason| Error::BadDevices { reason })?;
+        let item = MappedRecord {
+            words: self.mapping.words,
+            base: self.mapping.layout.devices.item(0),
+        };
+        let words = devices.to_words();
+        self.mapping
+            .devices_guard
+            .update_parts(&item, &[(crate::devices::DEVICE_COUNT_OFFSET, &words[..])]);
+        Ok(())
     }
 
     /// Publishes the layer position inside slot `slot`'s step in flight (v1.1), from the
@@ -510,6 +675,12 @@ impl Drop for SegmentWriter {
     }
 }
 
+/// The capability word a writer of `d` publishes: the host's bits, and the families every
+/// writer derives by itself (v1.3), which are always filled.
+fn header_capabilities(d: &EngineDescription) -> u64 {
+    d.capabilities | h::capabilities::WRITER_DERIVED
+}
+
 fn write_header(w: &MappedWords, c: &SegmentConfig, len: usize, pid: u32, instance_id: u64) {
     let r = Ordering::Relaxed;
     w.store(h::MAGIC_OFFSET, u64::from_ne_bytes(h::MAGIC), r);
@@ -535,7 +706,8 @@ fn write_header(w: &MappedWords, c: &SegmentConfig, len: usize, pid: u32, instan
     w.store(h::CREATED_REALTIME_NS_OFFSET, real, r);
     w.store(h::CREATED_MONOTONIC_NS_OFFSET, mono, r);
     w.store(h::HEARTBEAT_NS_OFFSET, mono, r);
-    w.store(h::MODEL_CAPABILITIES_OFFSET, c.description.capabilities, r);
+    let capabilities = header_capabilities(&c.description);
+    w.store(h::MODEL_CAPABILITIES_OFFSET, capabilities, r);
     let d = &c.description;
     w.write_str(h::ENGINE_ID_OFFSET, h::ENGINE_ID_LEN, &c.engine_id);
     w.write_str(h::BOOT_ID_OFFSET, h::BOOT_ID_LEN, &clock::boot_id());

@@ -111,6 +111,8 @@ fn expected_layout() -> BTreeMap<String, String> {
         ("kv_cells_total", h::KV_CELLS_TOTAL_OFFSET, 8),
         ("model_capabilities", h::MODEL_CAPABILITIES_OFFSET, 8),
         ("closed_ns", h::CLOSED_NS_OFFSET, 8),
+        ("region_dir_offset", h::REGION_DIR_OFFSET, 8),
+        ("region_count", h::REGION_COUNT_OFFSET, 8),
         (
             "reserved_words",
             h::WORDS_END,
@@ -181,6 +183,7 @@ fn expected_layout() -> BTreeMap<String, String> {
         ("HYDRA_VERSION_MINOR", h::VERSION_MINOR),
         ("HYDRA_SUBSTEP_MINOR", s::SUBSTEP_MINOR),
         ("HYDRA_PREDICTION_MINOR", s::PREDICTION_MINOR),
+        ("HYDRA_REGIONS_MINOR", h::REGIONS_MINOR),
         ("HYDRA_HEADER_LEN", h::HEADER_LEN as u64),
         ("HYDRA_SLOT_LEN", s::SLOT_LEN as u64),
         ("HYDRA_SLOT_STRIDE", s::SLOT_STRIDE as u64),
@@ -237,6 +240,13 @@ fn expected_layout() -> BTreeMap<String, String> {
         ("HYDRA_CAP_CHUNKED_PREFILL", capabilities::CHUNKED_PREFILL),
         ("HYDRA_CAP_LAYER_PROGRESS", capabilities::LAYER_PROGRESS),
         ("HYDRA_CAP_STEP_PREDICTION", capabilities::STEP_PREDICTION),
+        ("HYDRA_CAP_SLOT_STATS", capabilities::SLOT_STATS),
+        ("HYDRA_CAP_ARRIVAL_TIMES", capabilities::ARRIVAL_TIMES),
+        ("HYDRA_CAP_FINISH_CAUSES", capabilities::FINISH_CAUSES),
+        ("HYDRA_CAP_FLIGHT_RECORDER", capabilities::FLIGHT_RECORDER),
+        ("HYDRA_CAP_DEVICES", capabilities::DEVICES),
+        ("HYDRA_CAP_DEVICE_WAIT", capabilities::DEVICE_WAIT),
+        ("HYDRA_CAP_LAYERS_SENT", capabilities::LAYERS_SENT),
     ];
     for &(name, value) in constants {
         put(name, value.to_string());
@@ -350,7 +360,9 @@ fn c_reader_reads_a_rust_segment() {
     assert_eq!(get(&out, "version_minor"), h::VERSION_MINOR.to_string());
     assert_eq!(get(&out, "slot_count"), "3");
     assert_eq!(get(&out, "pid"), std::process::id().to_string());
-    assert_eq!(get(&out, "capabilities"), "29");
+    // What the host asked for, and the families every writer derives by itself.
+    let caps = 29 | capabilities::WRITER_DERIVED;
+    assert_eq!(get(&out, "capabilities"), caps.to_string());
     assert_eq!(get(&out, "liveness"), "live");
 
     // Slot 0: only a substep published (one update), its v1.0 words all zero.

@@ -186,7 +186,10 @@ fn unicode_strings_round_trip_and_long_ones_are_cut_at_a_char_boundary() {
     assert_eq!(got.tokenizer, d.tokenizer);
     assert_eq!(got.model_alias.len(), h::MODEL_ALIAS_LEN - 1);
     assert_eq!(got.device, d.device);
-    assert_eq!(got.capabilities, d.capabilities);
+    assert_eq!(
+        got.capabilities,
+        d.capabilities | h::capabilities::WRITER_DERIVED
+    );
 
     // On disk every string field ends in NUL padding.
     let bytes = std::fs::read(w.path()).unwrap();
@@ -212,7 +215,13 @@ fn empty_strings_and_invalid_utf8_on_disk() {
     let scratch = Scratch::new();
     let w = create_with(scratch.path(), EngineDescription::default());
     let r = SegmentReader::open(w.path()).unwrap();
-    assert_eq!(r.identity().description, EngineDescription::default());
+    assert_eq!(
+        r.identity().description,
+        EngineDescription {
+            capabilities: h::capabilities::WRITER_DERIVED,
+            ..EngineDescription::default()
+        }
+    );
 
     // A foreign writer's invalid UTF-8 is replaced, not rejected; a field with no NUL at all
     // is read to its end.
@@ -253,8 +262,8 @@ fn v1_0_and_v1_1_writers_and_readers_agree_on_the_v1_0_words() {
     let mut v11 = std::fs::read(w.path()).unwrap();
     assert_eq!(
         word(&v11, h::VERSION_MINOR_OFFSET),
-        2,
-        "this crate writes v1.2"
+        3,
+        "this crate writes v1.3"
     );
     // What a v1.1 writer leaves for the same events: the same bytes with minor 1.
     set_word(&mut v11, h::VERSION_MINOR_OFFSET, 1);
@@ -338,7 +347,11 @@ fn v1_1_and_v1_2_writers_and_readers_agree() {
     w.pending_counter().queued(0);
     let layer = publish_layer(&mut w, &state, 3);
     let v12 = std::fs::read(w.path()).unwrap();
-    assert_eq!(word(&v12, h::VERSION_MINOR_OFFSET), 2);
+    assert_eq!(
+        word(&v12, h::VERSION_MINOR_OFFSET),
+        3,
+        "this crate writes v1.3"
+    );
 
     // A v1.1 reader on the v1.2 file: its words, decoded from the bytes.
     let slot = h::HEADER_LEN;
@@ -424,4 +437,72 @@ fn v1_1_and_v1_2_writers_and_readers_agree() {
         next,
         "a prediction alone leaves the record"
     );
+}
+
+/// Format v1.3 against v1.2, both ways. The v1.3 regions follow the slot table and change
+/// no v1.2 word: a v1.2 reader (it validates `TOTAL_LEN` against the file and reads the
+/// slot table only) sees every record exactly as before. A v1.3 reader of a v1.2 writer's
+/// file (minor 2, no directory, the slot table ending the file), or of a v1.3 file
+/// relabelled minor 2 (its directory words are then reserved words that mean nothing),
+/// finds no statistics and no flight recorder: absent, not zero.
+#[test]
+fn v1_2_and_v1_3_writers_and_readers_agree() {
+    let scratch = Scratch::new();
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        description: EngineDescription {
+            capabilities: h::capabilities::LAYER_PROGRESS | h::capabilities::STEP_PREDICTION,
+            ..Default::default()
+        },
+        ..config(scratch.path(), "v13", 2)
+    })
+    .unwrap();
+    let mut state = sample_state(0);
+    state.start_step(64, state.last_progress_ns + 10);
+    w.publish(0, &state).unwrap();
+    state.finish_step(state.work_done + 64, state.step_start_ns + 5_000_000);
+    w.publish(0, &state).unwrap();
+    w.publish(1, &sample_state(1)).unwrap();
+    let v13 = std::fs::read(w.path()).unwrap();
+    assert_eq!(v13.len(), hydra_layout::segment_len(2));
+    assert!(v13.len() > h::HEADER_LEN + 2 * s::SLOT_STRIDE);
+
+    // The v1.2 file of the same events: the slot table ends it, no directory, minor 2.
+    let mut v12 = v13[..h::HEADER_LEN + 2 * s::SLOT_STRIDE].to_vec();
+    let v12_len = v12.len() as u64;
+    set_word(&mut v12, h::VERSION_MINOR_OFFSET, 2);
+    set_word(&mut v12, h::TOTAL_LEN_OFFSET, v12_len);
+    set_word(&mut v12, h::REGION_DIR_OFFSET, 0);
+    set_word(&mut v12, h::REGION_COUNT_OFFSET, 0);
+    set_word(
+        &mut v12,
+        h::MODEL_CAPABILITIES_OFFSET,
+        h::capabilities::LAYER_PROGRESS | h::capabilities::STEP_PREDICTION,
+    );
+    let mut relabelled = v13.clone();
+    set_word(&mut relabelled, h::VERSION_MINOR_OFFSET, 2);
+
+    let open = |name: &str, bytes: &[u8]| {
+        let dir = scratch.subdir(name);
+        SegmentReader::open(write_segment(&dir, "v13.hps", bytes)).unwrap()
+    };
+    let new = open("new", &v13);
+    assert!(new.stats(0).unwrap().is_some());
+    let last = *new.history(0).unwrap().unwrap().entries.last().unwrap();
+    assert_eq!((last.duration_ns, last.advanced), (5_000_000, 64));
+    for (what, r) in [
+        ("v1.2", open("old", &v12)),
+        ("relabelled", open("relabelled", &relabelled)),
+    ] {
+        for slot in 0..2 {
+            let (a, b) = (new.slot(slot).unwrap(), r.slot(slot).unwrap());
+            assert_eq!(
+                (a.state, a.substep, a.prediction, a.seq),
+                (b.state, b.substep, b.prediction, b.seq),
+                "{what}: slot {slot}"
+            );
+            assert!(r.stats(slot).unwrap().is_none(), "{what}: no statistics");
+            assert!(r.history(slot).unwrap().is_none(), "{what}: no ring");
+        }
+        assert_eq!(r.regions(), &hydra_layout::Regions::default(), "{what}");
+    }
 }

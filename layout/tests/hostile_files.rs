@@ -89,7 +89,8 @@ fn copy_under_another_engine_name_is_refused() {
 #[test]
 fn truncated_files_name_what_is_missing() {
     let scratch = Scratch::new();
-    let bytes = valid_segment(SLOTS);
+    // The slot table ends a v1.2 file; a v1.3 file's regions follow it (cut below).
+    let bytes = common::v1_2_segment(SLOTS);
     let cases: [(usize, u64, &str); 5] = [
         (0, 8, "magic"),
         (7, 8, "magic"),
@@ -224,7 +225,7 @@ fn other_major_versions_are_refused() {
 #[test]
 fn slot_table_past_end_of_file() {
     let scratch = Scratch::new();
-    let bytes = valid_segment(SLOTS);
+    let bytes = common::v1_2_segment(SLOTS);
     let len = bytes.len() as u128;
     let cases: [(&str, Patch, u128); 3] = [
         (

@@ -68,7 +68,9 @@ impl Abi for ProbeAbi {
             | ErrorKind::BadGeometry
             | ErrorKind::NotReady
             | ErrorKind::BadState
-            | ErrorKind::Torn => HYDRA_PROBE_E_NOT_A_SEGMENT,
+            | ErrorKind::Torn
+            // Words the format forbids, in a region rather than the header: the same class.
+            | ErrorKind::BadRegion => HYDRA_PROBE_E_NOT_A_SEGMENT,
             // Only creating a segment can find its id in use: never a reader's failure.
             ErrorKind::EngineIdInUse => HYDRA_PROBE_E_INTERNAL,
         }

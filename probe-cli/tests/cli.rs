@@ -299,7 +299,11 @@ fn meta_has_every_slotmeta_field_with_its_json_type() {
     assert_eq!(m["progress"], 0.25);
     assert_eq!(m["n_past"], 40);
     assert_eq!(m["model_alias"], "tiny");
-    assert_eq!(m["model_capabilities"], 3);
+    // The writer's two bits, and the families every writer derives by itself (v1.3).
+    assert_eq!(
+        m["model_capabilities"],
+        3 | hydra_layout::header::capabilities::WRITER_DERIVED
+    );
     assert_eq!(m["classification"], "progressing");
     assert_eq!(m["engine_liveness"], "live");
     assert!(m["elapsed_ms"].as_u64().unwrap() >= 3000);

@@ -35,7 +35,7 @@ use hydra_engine_core::model::Model;
 use hydra_engine_core::sampling::{GenerateParams, Generation, Sampler, StopReason};
 use hydra_engine_core::slots::Logits;
 use hydra_engine_core::slots::Slots;
-use hydra_layout::{ErrorCode, FinishReason, Phase, WorkUnit};
+use hydra_layout::{ErrorCode, FinishCause, Phase, WorkUnit};
 use hydra_probe::Thresholds;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Receiver;
@@ -58,6 +58,8 @@ pub struct Compute {
     ubatch: usize,
     schedule: Schedule,
     next_task_id: u64,
+    /// When the request of the task being started arrived (taken by its task's begin).
+    arrival_ns: Option<u64>,
     shutdown: Arc<AtomicBool>,
 }
 
@@ -112,6 +114,7 @@ impl Compute {
                 ubatch: config.ubatch,
                 schedule: config.schedule,
                 next_task_id: 0,
+                arrival_ns: None,
                 shutdown,
             },
             shared,
@@ -176,22 +179,34 @@ impl Compute {
     fn begin_task(&mut self, slot: SlotId, phase: Phase, unit: WorkUnit, total: u64) -> u64 {
         self.next_task_id += 1;
         let task_id = self.next_task_id;
+        let arrival_ns = self.arrival_ns.take();
         self.progress
-            .begin_task(slot.get(), task_id, phase, unit, total);
+            .begin_task(slot.get(), task_id, phase, unit, total, arrival_ns);
         self.shared.cancel.started(slot.get(), task_id);
         task_id
     }
 
-    /// Publishes the end of the task on `slot`: the finish reason and error code of its
-    /// result, and the cache as it is now.
+    /// Publishes the end of a task that generates nothing (a prefill, save or restore) on
+    /// `slot`: `done` when it succeeded, else as its error says, and the cache as it is now.
     fn end_task<T>(&mut self, slot: SlotId, result: &Result<T, TaskError>) {
-        let (reason, code) = match result {
-            Ok(_) => (FinishReason::Completed, ErrorCode::None),
-            Err(e) if e.is_cancelled() => (FinishReason::Cancelled, ErrorCode::None),
-            Err(e) => (FinishReason::Error, e.segment_code()),
+        self.end_task_for(slot, result, FinishCause::Done);
+    }
+
+    /// Publishes the end of the task on `slot`: `completed` for the cause it completed
+    /// for, or cancelled or failed as its error says, and the cache as it is now.
+    fn end_task_for<T>(
+        &mut self,
+        slot: SlotId,
+        result: &Result<T, TaskError>,
+        completed: FinishCause,
+    ) {
+        let (cause, code) = match result {
+            Ok(_) => (completed, ErrorCode::None),
+            Err(e) if e.is_cancelled() => (FinishCause::Cancelled, ErrorCode::None),
+            Err(e) => (FinishCause::Error, e.segment_code()),
         };
         let n_past = self.slots.n_past(slot);
-        self.progress.finish(slot.get(), reason, code, n_past);
+        self.progress.finish(slot.get(), cause, code, n_past);
         self.shared.cancel.ended(slot.get());
     }
 

@@ -155,10 +155,7 @@ impl Serving {
         make: impl FnOnce(Reply<T>) -> TaskKind,
     ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel();
-        self.tasks.post(Task {
-            slot,
-            kind: make(tx),
-        })?;
+        self.tasks.post(Task::new(slot, make(tx)))?;
         let reply = rx
             .await
             .map_err(|_| ApiError::from(ClientError::ShuttingDown))?;
@@ -172,6 +169,9 @@ impl Serving {
         spec: GenerateSpec,
         want: Option<usize>,
     ) -> Result<Running, ApiError> {
+        // The request arrives before it waits for a slot: that wait is part of its queue
+        // wait.
+        let arrival_ns = hydra_layout::clock::monotonic_ns();
         let want = want.map(|slot| self.slot(slot)).transpose()?;
         let lease = self.pool.acquire(want, &spec.tokens).await?;
         let (tx, events) = mpsc::unbounded_channel();
@@ -179,6 +179,7 @@ impl Serving {
         self.tasks.post(Task {
             slot: lease.slot(),
             kind: TaskKind::Generate { spec, events: tx },
+            arrival_ns,
         })?;
         Ok(Running {
             lease,

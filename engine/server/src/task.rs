@@ -95,6 +95,10 @@ pub struct Task {
     pub slot: SlotId,
     /// What to do, and where the reply goes.
     pub kind: TaskKind,
+    /// CLOCK_MONOTONIC ns when its request reached the request path, before it waited for
+    /// a slot and in the queue: the task's queue wait, time to first token and end-to-end
+    /// time in the segment's statistics start here.
+    pub arrival_ns: u64,
 }
 
 /// What a task does, each kind with its own reply.
@@ -146,6 +150,15 @@ pub enum TaskKind {
 }
 
 impl Task {
+    /// A task whose request arrives now.
+    pub fn new(slot: SlotId, kind: TaskKind) -> Self {
+        Self {
+            slot,
+            kind,
+            arrival_ns: hydra_layout::clock::monotonic_ns(),
+        }
+    }
+
     /// Answers the task with `error` without running it.
     pub fn reject(self, error: TaskError) {
         match self.kind {

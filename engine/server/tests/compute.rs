@@ -3,7 +3,7 @@
 
 use hydra_engine_core::sampling::{SamplerConfig, StopReason};
 use hydra_engine_server::task::generate::{GenEvent, GenerateSpec};
-use hydra_engine_server::task::{DecodeSpec, PrefillSpec, SlotId, Task, TaskKind};
+use hydra_engine_server::task::{DecodeSpec, PrefillSpec, SlotId, TaskKind};
 use hydra_engine_server::task_error::{ClientError, TaskError};
 use tokio::sync::{mpsc, oneshot};
 
@@ -29,9 +29,9 @@ fn generation(
     n_predict: usize,
 ) -> mpsc::UnboundedReceiver<GenEvent> {
     let (tx, rx) = mpsc::unbounded_channel();
-    rig.post(Task {
-        slot: rig.state.slot(slot).expect("a slot"),
-        kind: TaskKind::Generate {
+    rig.post(
+        rig.state.slot(slot).expect("a slot"),
+        TaskKind::Generate {
             spec: GenerateSpec {
                 tokens: prompt,
                 cache_prompt: false,
@@ -41,7 +41,7 @@ fn generation(
             },
             events: tx,
         },
-    });
+    );
     rx
 }
 
@@ -134,13 +134,13 @@ async fn each_refusal_has_its_error_class() {
     let slot = |i| rig.state.slot(i).expect("a slot");
     // Decode on an empty slot.
     let (tx, rx) = oneshot::channel();
-    rig.post(Task {
-        slot: slot(1),
-        kind: TaskKind::Decode {
+    rig.post(
+        slot(1),
+        TaskKind::Decode {
             spec: decode(2),
             reply: tx,
         },
-    });
+    );
     assert!(matches!(
         reply(rx).await,
         Err(TaskError::Client(ClientError::EmptySlot(_)))
@@ -148,15 +148,15 @@ async fn each_refusal_has_its_error_class() {
     // A prefill past the context, after one that fills most of it.
     for (n, fits) in [(30, true), (5, false)] {
         let (tx, rx) = oneshot::channel();
-        rig.post(Task {
-            slot: slot(0),
-            kind: TaskKind::Prefill {
+        rig.post(
+            slot(0),
+            TaskKind::Prefill {
                 spec: PrefillSpec {
                     tokens: prompt(&rig, n),
                 },
                 reply: tx,
             },
-        });
+        );
         match reply(rx).await {
             Ok(r) => assert!(fits, "{n} tokens fit: {r:?}"),
             Err(e) => {
@@ -170,13 +170,13 @@ async fn each_refusal_has_its_error_class() {
     }
     // A state that is not one.
     let (tx, rx) = oneshot::channel();
-    rig.post(Task {
-        slot: slot(0),
-        kind: TaskKind::Restore {
+    rig.post(
+        slot(0),
+        TaskKind::Restore {
             data: axum::body::Bytes::from_static(b"not a state"),
             reply: tx,
         },
-    });
+    );
     assert!(matches!(
         reply(rx).await,
         Err(TaskError::Client(ClientError::StateRejected(_)))

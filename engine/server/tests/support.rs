@@ -13,7 +13,7 @@ use axum::Router;
 use hydra_engine_server::compute::Compute;
 use hydra_engine_server::config::ServerConfig;
 use hydra_engine_server::serving::{AppState, Serving};
-use hydra_engine_server::task::{Task, TaskSender};
+use hydra_engine_server::task::{SlotId, Task, TaskKind, TaskSender};
 use tower::ServiceExt as _;
 
 /// How long a test waits for any one reply before it fails.
@@ -58,7 +58,8 @@ impl Rig {
     }
 
     /// The compute thread's queue, as the front end posts on it.
-    pub fn post(&self, task: Task) {
+    pub fn post(&self, slot: SlotId, kind: TaskKind) {
+        let task = Task::new(slot, kind);
         self.tx.as_ref().expect("running").send(task).expect("post");
     }
 

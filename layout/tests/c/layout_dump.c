@@ -44,6 +44,8 @@ int main(void) {
     H(kv_cells_total);
     H(model_capabilities);
     H(closed_ns);
+    H(region_dir_offset);
+    H(region_count);
     H(reserved_words);
     H(engine_id);
     H(boot_id);
@@ -94,6 +96,7 @@ int main(void) {
     NUM(HYDRA_VERSION_MINOR);
     NUM(HYDRA_SUBSTEP_MINOR);
     NUM(HYDRA_PREDICTION_MINOR);
+    NUM(HYDRA_REGIONS_MINOR);
     NUM(HYDRA_HEADER_LEN);
     NUM(HYDRA_SLOT_LEN);
     NUM(HYDRA_SLOT_STRIDE);
@@ -147,5 +150,12 @@ int main(void) {
     NUM(HYDRA_CAP_CHUNKED_PREFILL);
     NUM(HYDRA_CAP_LAYER_PROGRESS);
     NUM(HYDRA_CAP_STEP_PREDICTION);
+    NUM(HYDRA_CAP_SLOT_STATS);
+    NUM(HYDRA_CAP_ARRIVAL_TIMES);
+    NUM(HYDRA_CAP_FINISH_CAUSES);
+    NUM(HYDRA_CAP_FLIGHT_RECORDER);
+    NUM(HYDRA_CAP_DEVICES);
+    NUM(HYDRA_CAP_DEVICE_WAIT);
+    NUM(HYDRA_CAP_LAYERS_SENT);
     return 0;
 }

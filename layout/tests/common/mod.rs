@@ -143,6 +143,24 @@ pub fn valid_segment(slot_count: usize) -> Vec<u8> {
     bytes
 }
 
+/// Bytes of the segment a v1.2 writer leaves for the same events as [`valid_segment`]: the
+/// slot table ends the file (no region directory), minor 2, no v1.3 capability bits.
+pub fn v1_2_segment(slot_count: usize) -> Vec<u8> {
+    let bytes = valid_segment(slot_count);
+    let end = h::HEADER_LEN + slot_count * hydra_layout::slot::SLOT_STRIDE;
+    let caps = word(&bytes, h::MODEL_CAPABILITIES_OFFSET) & (h::capabilities::SLOT_STATS - 1);
+    patched(
+        &bytes[..end],
+        &[
+            (h::VERSION_MINOR_OFFSET, 2),
+            (h::TOTAL_LEN_OFFSET, end as u64),
+            (h::REGION_DIR_OFFSET, 0),
+            (h::REGION_COUNT_OFFSET, 0),
+            (h::MODEL_CAPABILITIES_OFFSET, caps),
+        ],
+    )
+}
+
 /// The native-endian word at byte `offset` of `bytes`.
 pub fn word(bytes: &[u8], offset: usize) -> u64 {
     u64::from_ne_bytes(bytes[offset..offset + 8].try_into().expect("8 bytes"))

@@ -10,7 +10,7 @@ use crate::task::generate::{GenEvent, GenOutput, GenSummary, GenerateSpec};
 use crate::task::SlotId;
 use crate::task_error::{ClientError, TaskError};
 use hydra_engine_core::sampling::StopReason;
-use hydra_layout::{Phase, WorkUnit};
+use hydra_layout::{FinishCause, Phase, WorkUnit};
 
 /// The generation task's part of a running job: where its events go and what its summary
 /// needs.
@@ -121,7 +121,7 @@ impl Compute {
         } else {
             Ok(())
         };
-        self.end_task(slot, &result);
+        self.end_task_for(slot, &result, finish_cause(finish));
         let decoding = job.cpu_start != 0;
         let summary = GenSummary {
             task_id: job.task_id,
@@ -148,5 +148,16 @@ impl Compute {
         };
         tracing::debug!(slot = slot.get(), finish = ?finish, tokens = summary.tokens.len(), "generation done");
         job.out.finish(summary);
+    }
+}
+
+/// The segment's finish cause of a generation that ended for `stop` (FORMAT §6.7).
+pub(super) fn finish_cause(stop: StopReason) -> FinishCause {
+    match stop {
+        StopReason::Eos => FinishCause::Eos,
+        StopReason::StopWord => FinishCause::StopString,
+        StopReason::Length => FinishCause::Length,
+        StopReason::ContextFull => FinishCause::ContextFull,
+        StopReason::Cancelled => FinishCause::Cancelled,
     }
 }

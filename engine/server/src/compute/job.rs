@@ -294,7 +294,7 @@ impl GenerationJob {
         match self.reply {
             GenerationReply::Decode(reply) => {
                 let result = decoded(c, generation);
-                c.end_task(slot, &result);
+                c.end_task_for(slot, &result, super::generation::finish_cause(finish));
                 send(reply, result);
             }
             GenerationReply::Generate(job) => {

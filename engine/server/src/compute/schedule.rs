@@ -149,20 +149,50 @@ impl Stepping<'_> {
         }
     }
 
-    fn start(&mut self, Task { slot, kind }: Task) {
+    fn start(&mut self, task: Task) {
+        let Task {
+            slot,
+            kind,
+            arrival_ns,
+        } = task;
         let c = &mut *self.c;
+        // Taken by the task's begin; cleared after a task that begins none (an erase).
+        c.arrival_ns = Some(arrival_ns);
+        // Some(job) for the tasks that run as a job of the slot's (None when refused).
         let job = match kind {
-            TaskKind::Prefill { spec, reply } => {
-                PromptJob::begin(c, slot, spec.tokens, PromptReply::Prefill(reply))
+            TaskKind::Prefill { spec, reply } => Some(PromptJob::begin(
+                c,
+                slot,
+                spec.tokens,
+                PromptReply::Prefill(reply),
+            )),
+            TaskKind::Decode { spec, reply } => {
+                Some(GenerationJob::begin_decode(c, slot, &spec, reply))
             }
-            TaskKind::Decode { spec, reply } => GenerationJob::begin_decode(c, slot, &spec, reply),
-            TaskKind::Generate { spec, events } => PromptJob::begin_generate(c, slot, spec, events),
-            TaskKind::Save { reply } => return c.save(slot, reply),
-            TaskKind::Restore { data, reply } => return c.restore(slot, data, reply),
-            TaskKind::Erase { reply } => return c.erase(slot, reply),
-            TaskKind::MetaViaQueue { reply } => return c.meta_via_queue(slot, reply),
+            TaskKind::Generate { spec, events } => {
+                Some(PromptJob::begin_generate(c, slot, spec, events))
+            }
+            TaskKind::Save { reply } => {
+                c.save(slot, reply);
+                None
+            }
+            TaskKind::Restore { data, reply } => {
+                c.restore(slot, data, reply);
+                None
+            }
+            TaskKind::Erase { reply } => {
+                c.erase(slot, reply);
+                None
+            }
+            TaskKind::MetaViaQueue { reply } => {
+                c.meta_via_queue(slot, reply);
+                None
+            }
         };
-        self.jobs[slot.get()] = job;
+        c.arrival_ns = None;
+        if let Some(job) = job {
+            self.jobs[slot.get()] = job;
+        }
     }
 
     /// One token for every generating slot, in one forward: sample each slot's token

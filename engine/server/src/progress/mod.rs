@@ -24,8 +24,8 @@ use hydra_engine_core::kv_state;
 use hydra_engine_core::model::config::LlamaConfig;
 use hydra_engine_core::slots::{StepDone, StepObserver, StepStart};
 use hydra_layout::{
-    clock, ErrorCode, FinishReason, Forecaster, Phase, PhaseEnd, SegmentWriter, SlotState,
-    WorkUnit, WriterCounters,
+    clock, ErrorCode, FinishCause, Forecaster, Phase, PhaseEnd, SegmentWriter, SlotState, WorkUnit,
+    WriterCounters,
 };
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,7 +123,9 @@ impl Progress {
         }
     }
 
-    /// A task starts on `slot`, in `phase`, with `total` units of `unit` to do.
+    /// A task starts on `slot`, in `phase`, with `total` units of `unit` to do; its
+    /// request arrived at `arrival_ns` (CLOCK_MONOTONIC; none for a task without a
+    /// request), where its queue wait, time to first token and end-to-end time start.
     pub fn begin_task(
         &mut self,
         slot: usize,
@@ -131,9 +133,16 @@ impl Progress {
         phase: Phase,
         unit: WorkUnit,
         total: u64,
+        arrival_ns: Option<u64>,
     ) {
-        if !self.enabled() {
+        let Some(w) = self.writer.as_mut() else {
             return;
+        };
+        if let Some(arrival_ns) = arrival_ns {
+            // The slot index was validated by the caller; an error here is a bug, not input.
+            if let Err(e) = w.note_arrival(slot, arrival_ns) {
+                tracing::error!("noting slot {slot}'s arrival: {e}");
+            }
         }
         self.forecast.step_abandoned(slot);
         let s = &mut self.slots[slot];
@@ -257,12 +266,16 @@ impl Progress {
             (self.counters.kv_cells_used + n_past as u64).saturating_sub(old);
     }
 
-    /// The task on `slot` ended: back to idle with its finish reason and error code, and
-    /// the cache as it is now (`n_past` tokens), in one update.
-    pub fn finish(&mut self, slot: usize, reason: FinishReason, code: ErrorCode, n_past: usize) {
-        if !self.enabled() {
+    /// The task on `slot` ended for `cause`: back to idle with its finish reason and error
+    /// code, and the cache as it is now (`n_past` tokens), in one update.
+    pub fn finish(&mut self, slot: usize, cause: FinishCause, code: ErrorCode, n_past: usize) {
+        let Some(w) = self.writer.as_mut() else {
             return;
+        };
+        if let Err(e) = w.note_finish(slot, cause, clock::monotonic_ns()) {
+            tracing::error!("noting slot {slot}'s finish: {e}");
         }
+        let reason = cause.reason();
         if self.slots[slot].n_past != n_past as u64 {
             self.record_cache(slot, n_past);
         }

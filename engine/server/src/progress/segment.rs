@@ -20,7 +20,11 @@ const CAPABILITIES: u64 = capabilities::COMPLETION
     | capabilities::STATE_SAVE_RESTORE
     | capabilities::CHUNKED_PREFILL
     | capabilities::LAYER_PROGRESS
-    | capabilities::STEP_PREDICTION;
+    | capabilities::STEP_PREDICTION
+    // v1.3: the front end stamps each request's arrival, and the compute thread knows why
+    // each task ends (the statistics' arrival-based histograms and tasks by cause).
+    | capabilities::ARRIVAL_TIMES
+    | capabilities::FINISH_CAUSES;
 
 /// The engine's segment, open for writing and reading back (all `None` with publishing
 /// off).

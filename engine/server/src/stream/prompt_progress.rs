@@ -95,6 +95,8 @@ mod tests {
             pending: 0,
             substep,
             prediction: None,
+            devices: None,
+            waits_published: false,
             seq: 2,
             retries: 0,
         }

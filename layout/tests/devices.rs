@@ -1,0 +1,299 @@
+//! The devices of format v1.3 (FORMAT §5.6, §19) through the real writer and reader: the
+//! device table and layer map, the step's device words (layers sent, the wait), their
+//! clearing at each step boundary, the flight recorder's wait columns, what a reader is
+//! told without the capabilities, and a table left mid-update.
+
+mod common;
+
+use common::{config, Scratch};
+use hydra_layout::header::capabilities as caps;
+use hydra_layout::{
+    Device, DeviceKind, DeviceTable, Devices, Error, ErrorKind, FinishCause, FinishReason,
+    LayerRange, Phase, SegmentReader, SegmentWriter, SlotState, StepDevices, WorkUnit,
+};
+
+const DEVICE_CAPS: u64 = caps::DEVICES | caps::DEVICE_WAIT | caps::LAYERS_SENT;
+
+fn writer(scratch: &Scratch, capabilities: u64) -> SegmentWriter {
+    let mut c = config(scratch.path(), "engine-0", 2);
+    c.description.capabilities = capabilities;
+    SegmentWriter::create(&c).expect("create")
+}
+
+fn reader(scratch: &Scratch) -> SegmentReader {
+    SegmentReader::open_engine(scratch.path(), "engine-0").expect("open")
+}
+
+/// A host with its CPU and two RPC peers, 30 layers split 16/14, output on the second
+/// peer: what llama-server with `--rpc a,b -ts 1,1` runs.
+fn rpc_split() -> Devices {
+    let rpc = |name: &str, endpoint: &str| Device {
+        kind: DeviceKind::Rpc,
+        name: name.into(),
+        endpoint: endpoint.into(),
+    };
+    Devices {
+        devices: vec![
+            Device {
+                kind: DeviceKind::Cpu,
+                name: "CPU".into(),
+                endpoint: String::new(),
+            },
+            rpc("RPC0", "127.0.0.1:50052"),
+            rpc("RPC1", "127.0.0.1:50053"),
+        ],
+        layer_count: 30,
+        ranges: vec![
+            LayerRange {
+                first: 0,
+                last: 15,
+                device: 2,
+            },
+            LayerRange {
+                first: 16,
+                last: 29,
+                device: 3,
+            },
+        ],
+        output_device: 3,
+    }
+}
+
+#[test]
+fn the_table_is_not_yet_known_then_known_and_republished() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    let r = reader(&scratch);
+    assert_eq!(r.devices().unwrap(), DeviceTable::NotYetKnown);
+    let devices = rpc_split();
+    w.publish_devices(&devices).unwrap();
+    let DeviceTable::Known(first) = r.devices().unwrap() else {
+        panic!("published")
+    };
+    assert_eq!(first.devices, devices);
+    assert_eq!(first.seq, 2);
+    assert_eq!(first.devices.describe(3), "RPC1 127.0.0.1:50053");
+    // The placement changes (a reload): one more update, a new sequence.
+    let single = Devices::single(
+        Device {
+            kind: DeviceKind::Cpu,
+            name: "cpu".into(),
+            endpoint: String::new(),
+        },
+        30,
+    );
+    w.publish_devices(&single).unwrap();
+    let DeviceTable::Known(second) = r.devices().unwrap() else {
+        panic!("republished")
+    };
+    assert_eq!(second.devices, single);
+    assert_eq!(second.seq, 4);
+}
+
+#[test]
+fn a_bad_table_or_a_missing_capability_is_refused_and_nothing_is_written() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    let mut bad = rpc_split();
+    bad.ranges[1].first = 10;
+    let e = w.publish_devices(&bad).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("overlaps"), "{e}");
+    assert_eq!(
+        reader(&scratch).devices().unwrap(),
+        DeviceTable::NotYetKnown
+    );
+
+    let other = Scratch::new();
+    let mut w = writer(&other, 0);
+    let e = w.publish_devices(&rpc_split()).unwrap_err();
+    assert!(matches!(e, Error::BadDevices { .. }), "{e}");
+    let r = reader(&other);
+    assert_eq!(r.devices().unwrap(), DeviceTable::Absent);
+}
+
+/// Starts a 512-token prefill step on slot 0 at `start`.
+fn prefill_step(w: &mut SegmentWriter, s: &mut SlotState, start: u64) {
+    s.begin_task(7, Phase::Prefill, WorkUnit::Tokens, 512, start - 1_000);
+    w.publish(0, s).unwrap();
+    s.start_step(512, start);
+    w.publish(0, s).unwrap();
+}
+
+#[test]
+fn a_wait_and_the_layers_sent_belong_to_the_step_in_flight_only() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    w.publish_devices(&rpc_split()).unwrap();
+    let r = reader(&scratch);
+    let mut s = SlotState::default();
+    let start = hydra_layout::clock::monotonic_ns();
+    prefill_step(&mut w, &mut s, start);
+    let snap = r.slot(0).unwrap();
+    assert!(snap.waits_published);
+    assert_eq!((snap.wait(), snap.layers_sent()), (None, None));
+
+    // The host sent all 30 layers and blocks on the second peer.
+    let since = start + 2_000;
+    let waiting = StepDevices {
+        layers_sent: 30,
+        wait_device: 3,
+        wait_since_ns: since,
+    };
+    w.publish_step_devices(0, &waiting).unwrap();
+    let snap = r.slot(0).unwrap();
+    assert_eq!(snap.wait(), Some((3, since)));
+    assert_eq!(snap.layers_sent(), Some(30));
+    assert_eq!(snap.state, s, "the record is untouched");
+
+    // The step ends with the wait still published: the end clears it in the same update.
+    s.finish_step(512, start + 50_000_000);
+    w.publish(0, &s).unwrap();
+    let snap = r.slot(0).unwrap();
+    assert_eq!(snap.devices, Some(StepDevices::default()));
+    // The next step starts with nothing sent and no wait.
+    s.start_step(1, start + 60_000_000);
+    w.publish(0, &s).unwrap();
+    let snap = r.slot(0).unwrap();
+    assert_eq!((snap.wait(), snap.layers_sent()), (None, None));
+    // The other slot never moved.
+    assert_eq!(r.slot(1).unwrap().devices, Some(StepDevices::default()));
+}
+
+#[test]
+fn the_flight_recorder_keeps_each_steps_last_device_and_time_waited() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    let r = reader(&scratch);
+    let mut s = SlotState::default();
+    let start = hydra_layout::clock::monotonic_ns();
+    prefill_step(&mut w, &mut s, start);
+    // Two waits: 1 ms on device 2 that ends, then one on device 3 still open at the end.
+    let wait = |device, since| StepDevices {
+        layers_sent: 16,
+        wait_device: device,
+        wait_since_ns: since,
+    };
+    w.publish_step_devices(0, &wait(2, start + 1_000)).unwrap();
+    // Republishing the same wait (more layers sent) does not end it.
+    w.publish_step_devices(
+        0,
+        &StepDevices {
+            layers_sent: 30,
+            ..wait(2, start + 1_000)
+        },
+    )
+    .unwrap();
+    let ended_at = hydra_layout::clock::monotonic_ns();
+    w.publish_step_devices(0, &StepDevices::default()).unwrap();
+    let after_first = hydra_layout::clock::monotonic_ns();
+    let third = after_first + 1_000;
+    w.publish_step_devices(0, &wait(3, third)).unwrap();
+    let end = third + 5_000_000;
+    s.finish_step(512, end);
+    w.publish(0, &s).unwrap();
+    // A step without waits after it.
+    s.start_step(1, end + 1_000);
+    w.publish(0, &s).unwrap();
+    w.note_finish(0, FinishCause::Done, end + 2_000).unwrap();
+    s.finish_step(513, end + 2_000);
+    w.publish(0, &s).unwrap();
+    s.finish(FinishReason::Completed, hydra_layout::ErrorCode::None);
+    w.publish(0, &s).unwrap();
+
+    let history = r.history(0).unwrap().expect("a flight recorder");
+    let entries = &history.entries;
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let first = entries[0];
+    assert_eq!(first.wait_device, 3, "the last device it waited on");
+    let first_wait_min = ended_at - (start + 1_000);
+    let first_wait_max = after_first - (start + 1_000);
+    let open_wait = end - third;
+    assert!(
+        (first_wait_min + open_wait..=first_wait_max + open_wait).contains(&first.wait_ns),
+        "{} not in {}..={}",
+        first.wait_ns,
+        first_wait_min + open_wait,
+        first_wait_max + open_wait
+    );
+    assert_eq!((entries[1].wait_device, entries[1].wait_ns), (0, 0));
+}
+
+#[test]
+fn without_the_capabilities_the_device_words_are_unknown_not_none() {
+    let scratch = Scratch::new();
+    // Waits only: layers sent stay unknown even when a writer stores them.
+    let mut w = writer(&scratch, caps::DEVICE_WAIT);
+    let r = reader(&scratch);
+    let mut s = SlotState::default();
+    let start = hydra_layout::clock::monotonic_ns();
+    prefill_step(&mut w, &mut s, start);
+    w.publish_step_devices(
+        0,
+        &StepDevices {
+            layers_sent: 12,
+            wait_device: 1,
+            wait_since_ns: start + 5,
+        },
+    )
+    .unwrap();
+    let snap = r.slot(0).unwrap();
+    assert_eq!(snap.layers_sent(), None);
+    assert_eq!(snap.wait(), Some((1, start + 5)));
+    assert_eq!(r.devices().unwrap(), DeviceTable::Absent);
+
+    let other = Scratch::new();
+    let mut w = writer(&other, 0);
+    prefill_step(&mut w, &mut s, start);
+    let snap = reader(&other).slot(0).unwrap();
+    assert!(!snap.waits_published);
+    assert_eq!(snap.devices, None, "unknown, not none");
+}
+
+#[test]
+fn a_wait_that_began_before_its_step_is_not_shown() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    let mut s = SlotState::default();
+    let start = hydra_layout::clock::monotonic_ns();
+    prefill_step(&mut w, &mut s, start);
+    w.publish_step_devices(
+        0,
+        &StepDevices {
+            layers_sent: 0,
+            wait_device: 2,
+            wait_since_ns: start - 1,
+        },
+    )
+    .unwrap();
+    assert_eq!(reader(&scratch).slot(0).unwrap().wait(), None);
+}
+
+#[test]
+fn a_table_left_mid_update_is_torn_and_the_records_still_read() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    w.publish_devices(&rpc_split()).unwrap();
+    let path = w.path().to_path_buf();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = hydra_layout::region::Layout::for_slots(2).devices.offset;
+    bytes[at..at + 8].copy_from_slice(&5u64.to_ne_bytes());
+    let dir = scratch.subdir("torn");
+    let r =
+        SegmentReader::open(common::write_segment(&dir, "engine-0.hps", &bytes)).expect("opens");
+    let e = r.devices().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::RegionTorn {
+                slot: None,
+                seq: 5,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(e.kind(), ErrorKind::Torn);
+    assert!(e.to_string().starts_with("the device table is torn"), "{e}");
+    assert!(r.slot(0).is_ok());
+}
