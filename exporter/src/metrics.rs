@@ -48,6 +48,7 @@ pub use crate::exposition::Format;
 /// order. Tests check dashboards and alert rules against this list.
 pub const METRIC_NAMES: &[&str] = &[
     "hydra_engine_info",
+    "hydra_engine_device_info",
     "hydra_engine_liveness",
     "hydra_engine_heartbeat_timestamp_seconds",
     "hydra_engine_heartbeat_age_seconds",
@@ -77,6 +78,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_slot_layers_done",
     "hydra_slot_step_layers",
     "hydra_slot_layer_age_seconds",
+    "hydra_slot_device_wait_seconds",
     "hydra_slot_phase_start_timestamp_seconds",
     "hydra_slot_state_size_bytes",
     "hydra_slot_n_past_tokens",
@@ -326,6 +328,48 @@ fn if_active<V>(
     move |e, s| s.is_active().then(|| value(e, s)).flatten()
 }
 
+/// `hydra_engine_device_info`: one series per device of each engine that publishes its
+/// device table (format v1.3).
+fn device_info(x: &mut Exposition, rows: &Rows) {
+    x.family(
+        "hydra_engine_device_info",
+        "A device the engine computes on (value 1): its id in the engine's device table, name, kind (cpu, gpu, rpc, accel), an RPC peer's host:port, and the layers it runs (first-last, comma-separated)",
+        Kind::Gauge,
+        |f| {
+            let mut sets = LabelSets::default();
+            let mut id = itoa::Buffer::new();
+            for (e, _) in &rows.engines {
+                let Some(d) = &e.devices else { continue };
+                for (j, dev) in d.devices.iter().enumerate() {
+                    let device = j as u64 + 1;
+                    let layers = layers_of(d, device);
+                    sets.clear();
+                    let k = sets.add(&[
+                        ("engine", &e.engine_id),
+                        ("device", id.format(device)),
+                        ("name", &dev.name),
+                        ("kind", dev.kind.as_str()),
+                        ("endpoint", &dev.endpoint),
+                        ("layers", &layers),
+                    ]);
+                    f.sample(sets.get(k), 1u64);
+                }
+            }
+        },
+    );
+}
+
+/// The layers device `device` runs, as `0-15` (ranges comma-separated; empty for none).
+fn layers_of(d: &hydra_layout::Devices, device: u64) -> String {
+    let ranges: Vec<String> = d
+        .ranges
+        .iter()
+        .filter(|r| r.device == device)
+        .map(|r| format!("{}-{}", r.first, r.last))
+        .collect();
+    ranges.join(",")
+}
+
 fn engine_families(x: &mut Exposition, rows: &Rows) {
     use Kind::{Counter, Gauge};
     x.family(
@@ -349,6 +393,7 @@ fn engine_families(x: &mut Exposition, rows: &Rows) {
             }
         },
     );
+    device_info(x, rows);
     let liveness = StateSet::new("liveness", LIVENESS.iter().map(|h| h.as_str()));
     x.family(
         "hydra_engine_liveness",
@@ -537,6 +582,18 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
     per_slot(x, rows, "hydra_slot_layers_done", "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_done().map(int)));
     per_slot(x, rows, "hydra_slot_step_layers", "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_total().map(int)));
     per_slot(x, rows, "hydra_slot_layer_age_seconds", "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_age_ns().map(secs)));
+    x.family(
+        "hydra_slot_device_wait_seconds",
+        "How long the step in flight has been blocked on a device, labelled with it (its name and, for an RPC peer, host:port; absent without a wait, and for writers that do not publish waits)",
+        Kind::Gauge,
+        |f| {
+            for (_, s, labels) in &rows.slots {
+                if let Some(w) = s.wait.as_ref().filter(|_| s.is_active()) {
+                    f.sample_with(*labels, &ExtraLabel::new("device", &w.name), secs(w.age_ns));
+                }
+            }
+        },
+    );
     per_slot(
         x,
         rows,

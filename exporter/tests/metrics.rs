@@ -30,6 +30,9 @@ hydra_engine_busy_slots{engine="live"} 2
 # The layer position inside slot 0's step.
 hydra_slot_layers_done{engine="live",slot="0"} 7
 hydra_slot_step_layers{engine="live",slot="0"} 30
+# Its devices (format v1.3).
+hydra_engine_device_info{engine="live",device="1",name="CPU",kind="cpu",endpoint="",layers="0-15"} 1
+hydra_engine_device_info{engine="live",device="2",name="RPC0[127.0.0.1:50052]",kind="rpc",endpoint="127.0.0.1:50052",layers="16-29"} 1
 # Stalled, dead (orphaned, torn) and closed engines.
 hydra_slot_class{engine="stalled",slot="0",class="stalled"} 1
 hydra_engine_liveness{engine="stalled",liveness="live"} 1
@@ -106,6 +109,14 @@ fn scrape_with_every_engine_state_passes_promtool() {
         "last progress {lp} vs now {now_unix}"
     );
 
+    // Slot 0's step has waited on the peer since it began (10 ms before the writer
+    // published it).
+    let wait = sample(
+        body,
+        r#"hydra_slot_device_wait_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
+    );
+    assert!(wait.is_some_and(|w| w >= 0.01), "{wait:?}\n{}", ctx());
+
     assert!(sample(body, "hydra_exporter_torn_reads_total").unwrap() >= 1.0);
     expect("hydra_exporter_engines", 4.0);
 
@@ -140,7 +151,7 @@ fn scrape_with_every_engine_state_passes_promtool() {
             assert!(
                 [
                     "engine", "slot", "phase", "class", "liveness", "model", "quant", "device",
-                    "pid", "kind", "reason", "source"
+                    "pid", "kind", "reason", "source", "name", "endpoint", "layers"
                 ]
                 .contains(&name),
                 "unexpected label {name} in {line}"

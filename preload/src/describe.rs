@@ -69,6 +69,10 @@ pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
     if crate::layers::available() {
         description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS;
     }
+    if crate::devices::available() {
+        description.capabilities |= hydra_layout::header::capabilities::DEVICES
+            | hydra_layout::header::capabilities::DEVICE_WAIT;
+    }
     // Every step start is published with the cost model's prediction (format v1.2).
     description.capabilities |= hydra_layout::header::capabilities::STEP_PREDICTION;
     ContextFacts {

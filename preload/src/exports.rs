@@ -4,6 +4,7 @@
 //! since the host only calls what its libllama has) is logged once and answered with the
 //! function's failure value.
 
+use crate::devices;
 use crate::ext;
 use crate::ffi::*;
 use crate::interpose;
@@ -394,7 +395,101 @@ pub unsafe extern "C-unwind" fn ggml_backend_sched_set_eval_callback(
 #[no_mangle]
 pub unsafe extern "C-unwind" fn ggml_backend_sched_free(sched: *mut GgmlSched) {
     let real = real!(sched_free);
-    interpose::record(|| crate::layers::sched_freed(sched));
+    interpose::record(|| {
+        crate::layers::sched_freed(sched);
+        crate::devices::sched_freed(sched);
+    });
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(sched) }
+}
+
+// ---- the calls in which the host thread waits on a device (FORMAT §5.6) ----
+
+/// `void ggml_backend_synchronize(ggml_backend_t backend)` (libggml-base): waits for the
+/// backend's queued work.
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_synchronize`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_synchronize(backend: *mut GgmlBackend) {
+    let real = real!(backend_synchronize);
+    let _wait = devices::Wait::begin(interpose::lookup(|| devices::of_backend(backend)));
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { real(backend) }
+}
+
+/// `void ggml_backend_event_synchronize(ggml_backend_event_t event)` (libggml-base): waits
+/// for an event recorded on a device (the scheduler's pipeline copies).
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_event_synchronize`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_event_synchronize(event: *mut GgmlEvent) {
+    let real = real!(event_synchronize);
+    // SAFETY: the host passes a live event (the real function reads it too).
+    let device = interpose::lookup(|| devices::of_device(unsafe { event_device(event) }));
+    let _wait = devices::Wait::begin(device);
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { real(event) }
+}
+
+/// `void ggml_backend_tensor_get(const struct ggml_tensor * tensor, void * data, size_t
+/// offset, size_t size)` (libggml-base): copies a tensor out of its device, after the
+/// device's work on it (the logits; a split's output fetched from an RPC peer).
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_tensor_get`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_tensor_get(
+    tensor: *const GgmlTensor,
+    data: *mut std::ffi::c_void,
+    offset: usize,
+    size: usize,
+) {
+    let real = real!(tensor_get);
+    // SAFETY: the host passes a live tensor (the real function reads it too).
+    let device = interpose::lookup(|| unsafe { devices::of_tensor(tensor) });
+    let _wait = devices::Wait::begin(device);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(tensor, data, offset, size) }
+}
+
+/// `void ggml_backend_tensor_copy(struct ggml_tensor * src, struct ggml_tensor * dst)`
+/// (libggml-base): a blocking copy between devices (a split's inputs). It waits on the
+/// source's device, or on the destination's when the source is in host memory.
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_tensor_copy`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_tensor_copy(
+    src: *const GgmlTensor,
+    dst: *mut GgmlTensor,
+) {
+    let real = real!(tensor_copy);
+    // SAFETY: the host passes live tensors (the real function reads them too).
+    let device = interpose::lookup(|| unsafe {
+        devices::of_tensor(src).or_else(|| devices::of_tensor(dst))
+    });
+    let _wait = devices::Wait::begin(device);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(src, dst) }
+}
+
+/// `enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t backend, struct
+/// ggml_cgraph * cgraph)` (libggml-base): a split on one backend. For an RPC backend this
+/// is a whole round trip in the 0.3.16 generation, and the send of the command in
+/// 0c1e570.
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_graph_compute_async`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_graph_compute_async(
+    backend: *mut GgmlBackend,
+    graph: *mut GgmlGraph,
+) -> i32 {
+    // GGML_STATUS_FAILED (-1) when there is no real one (never: the host links ggml).
+    let real = real!(backend_compute, -1);
+    let _wait = devices::Wait::begin(interpose::lookup(|| devices::of_backend(backend)));
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(backend, graph) }
 }

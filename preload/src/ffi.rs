@@ -200,8 +200,48 @@ opaque! {
     GgmlSched;
     /// Opaque `struct ggml_cgraph`.
     GgmlGraph;
-    /// Opaque `struct ggml_tensor` (only its name is read, through `ggml_get_name`).
+    /// `struct ggml_tensor`: its name is read through `ggml_get_name`, and its `buffer`
+    /// (the second field in every ggml generation) through [`tensor_buffer`].
     GgmlTensor;
+    /// Opaque `struct ggml_backend` (`ggml_backend_t`).
+    GgmlBackend;
+    /// Opaque `struct ggml_backend_device` (`ggml_backend_dev_t`).
+    GgmlDevice;
+    /// Opaque `struct ggml_backend_buffer` (`ggml_backend_buffer_t`).
+    GgmlBuffer;
+    /// Opaque `struct ggml_backend_buffer_type` (`ggml_backend_buffer_type_t`).
+    GgmlBufferType;
+    /// `struct ggml_backend_event`: `{ ggml_backend_dev_t device; void * context; }` in
+    /// every ggml generation (ggml-backend-impl.h); only `device` is read.
+    GgmlEvent;
+}
+
+/// The `buffer` field of a live `ggml_tensor`: `struct ggml_tensor { enum ggml_type type;
+/// struct ggml_backend_buffer * buffer; ... }` in every ggml generation (the enum is an
+/// `int`, so the pointer is at the pointer alignment).
+///
+/// # Safety
+/// `t` is null or points to a live `ggml_tensor`.
+pub unsafe fn tensor_buffer(t: *const GgmlTensor) -> *mut GgmlBuffer {
+    if t.is_null() {
+        return std::ptr::null_mut();
+    }
+    let at = std::mem::size_of::<*mut GgmlBuffer>();
+    // SAFETY: per the contract `t` is a live tensor, whose second field is the buffer
+    // pointer at offset `at` (4-byte enum, padded to the pointer's alignment).
+    unsafe { t.cast::<u8>().add(at).cast::<*mut GgmlBuffer>().read() }
+}
+
+/// The `device` field of a live `ggml_backend_event` (its first field).
+///
+/// # Safety
+/// `e` is null or points to a live `ggml_backend_event`.
+pub unsafe fn event_device(e: *const GgmlEvent) -> *mut GgmlDevice {
+    if e.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: per the contract; the device pointer is the event's first field.
+    unsafe { e.cast::<*mut GgmlDevice>().read() }
 }
 
 /// `typedef bool (*ggml_backend_sched_eval_callback)(struct ggml_tensor * t, bool ask,
@@ -227,3 +267,36 @@ pub type GraphNodeFn = unsafe extern "C-unwind" fn(*mut GgmlGraph, i32) -> *mut 
 pub type GetNameFn = unsafe extern "C-unwind" fn(*const GgmlTensor) -> *const c_char;
 /// `int32_t llama_model_n_layer(const struct llama_model *)`.
 pub type ModelNLayerFn = unsafe extern "C-unwind" fn(*const LlamaModel) -> i32;
+
+/// `int ggml_backend_sched_get_n_backends(ggml_backend_sched_t)`.
+pub type SchedNBackendsFn = unsafe extern "C-unwind" fn(*mut GgmlSched) -> i32;
+/// `ggml_backend_t ggml_backend_sched_get_backend(ggml_backend_sched_t, int i)`.
+pub type SchedBackendFn = unsafe extern "C-unwind" fn(*mut GgmlSched, i32) -> *mut GgmlBackend;
+/// `ggml_backend_t ggml_backend_sched_get_tensor_backend(ggml_backend_sched_t, struct
+/// ggml_tensor *)`.
+pub type SchedTensorBackendFn =
+    unsafe extern "C-unwind" fn(*mut GgmlSched, *mut GgmlTensor) -> *mut GgmlBackend;
+/// `const char * ggml_backend_name(ggml_backend_t)`.
+pub type BackendNameFn = unsafe extern "C-unwind" fn(*mut GgmlBackend) -> *const c_char;
+/// `ggml_backend_dev_t ggml_backend_get_device(ggml_backend_t)`.
+pub type BackendDeviceFn = unsafe extern "C-unwind" fn(*mut GgmlBackend) -> *mut GgmlDevice;
+/// `enum ggml_backend_dev_type ggml_backend_dev_type(ggml_backend_dev_t)` (an `int`).
+pub type DevTypeFn = unsafe extern "C-unwind" fn(*mut GgmlDevice) -> i32;
+/// `const char * ggml_backend_dev_description(ggml_backend_dev_t)`.
+pub type DevDescriptionFn = unsafe extern "C-unwind" fn(*mut GgmlDevice) -> *const c_char;
+/// `ggml_backend_buffer_type_t ggml_backend_buffer_get_type(ggml_backend_buffer_t)`.
+pub type BufferTypeFn = unsafe extern "C-unwind" fn(*mut GgmlBuffer) -> *mut GgmlBufferType;
+/// `ggml_backend_dev_t ggml_backend_buft_get_device(ggml_backend_buffer_type_t)`.
+pub type BufferTypeDeviceFn = unsafe extern "C-unwind" fn(*mut GgmlBufferType) -> *mut GgmlDevice;
+/// `void ggml_backend_synchronize(ggml_backend_t)`.
+pub type BackendSynchronizeFn = unsafe extern "C-unwind" fn(*mut GgmlBackend);
+/// `void ggml_backend_event_synchronize(ggml_backend_event_t)`.
+pub type EventSynchronizeFn = unsafe extern "C-unwind" fn(*mut GgmlEvent);
+/// `void ggml_backend_tensor_get(const struct ggml_tensor *, void * data, size_t offset,
+/// size_t size)`.
+pub type TensorGetFn =
+    unsafe extern "C-unwind" fn(*const GgmlTensor, *mut std::ffi::c_void, usize, usize);
+/// `void ggml_backend_tensor_copy(struct ggml_tensor * src, struct ggml_tensor * dst)`.
+pub type TensorCopyFn = unsafe extern "C-unwind" fn(*const GgmlTensor, *mut GgmlTensor);
+/// `enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t, struct ggml_cgraph *)`.
+pub type BackendComputeFn = unsafe extern "C-unwind" fn(*mut GgmlBackend, *mut GgmlGraph) -> i32;

@@ -4,6 +4,7 @@
 //! off (logged once) and every later call goes straight through.
 
 use crate::describe;
+use crate::devices;
 use crate::ext;
 use crate::ffi::*;
 use crate::layers;
@@ -30,6 +31,18 @@ fn guarded<R>(f: impl FnOnce() -> Option<R>) -> Option<R> {
             None
         }
     }
+}
+
+/// Runs bookkeeping `f` that says whether it did something; false when the preload is off
+/// or `f` panicked (which turns it off).
+pub(crate) fn guarded_bool(f: impl FnOnce() -> bool) -> bool {
+    guarded(|| Some(f())).unwrap_or(false)
+}
+
+/// Which device a blocking ggml call waits on, looked up panic-proof (none when the
+/// preload is off).
+pub fn lookup(f: impl FnOnce() -> Option<u64>) -> Option<u64> {
+    guarded(f)
 }
 
 /// Facts of `ctx` read through the process's libllama.
@@ -68,12 +81,10 @@ pub unsafe fn decode_with(
         })
     })
     .unwrap_or(false);
+    let mut call = EndCall::new(ctx, started);
     // SAFETY: forwarded from this function's contract.
     let ret = unsafe { real(ctx, batch) };
-    if started {
-        end_call(ctx, ret);
-    }
-    ret
+    call.returned(ret)
 }
 
 /// The recorded call of `ctx` (its step just started in `t`) is about to run on this
@@ -82,6 +93,39 @@ fn begin_call(ctx: *mut LlamaContext, t: &crate::tracker::Tracker) {
     let policy = layers::Policy::get();
     let start = t.call_start(|n| layers::available() && policy.arms(n));
     layers::call_begin(ctx, start, t.call_slots());
+}
+
+/// Ends a recorded call when it is dropped: with the real function's result after a
+/// normal return, or as failed (-1) when a C++ exception unwinds through the wrapper, so
+/// that no call and no step stays in flight.
+struct EndCall {
+    ctx: *mut LlamaContext,
+    started: bool,
+    ret: i32,
+}
+
+impl EndCall {
+    fn new(ctx: *mut LlamaContext, started: bool) -> Self {
+        Self {
+            ctx,
+            started,
+            ret: -1,
+        }
+    }
+
+    /// The real function returned `ret`; the call ends now. Returns `ret`.
+    fn returned(&mut self, ret: i32) -> i32 {
+        self.ret = ret;
+        ret
+    }
+}
+
+impl Drop for EndCall {
+    fn drop(&mut self) {
+        if self.started {
+            end_call(self.ctx, self.ret);
+        }
+    }
 }
 
 /// The recorded call of `ctx` returned `ret`: the rest of its tokens are credited.
@@ -109,7 +153,10 @@ pub unsafe fn sched_compute_with(
         guarded(|| Some(unsafe { layers::plan(sched, graph) })).unwrap_or(layers::Plan::Pass);
     if plan == layers::Plan::Pass {
         // SAFETY: forwarded from this function's contract.
-        return unsafe { real(sched, graph) };
+        let status = unsafe { real(sched, graph) };
+        // SAFETY: the live scheduler and the graph it just computed.
+        unsafe { learn_devices(sched, graph) };
+        return status;
     }
     /// Puts the host's callback back even if the compute unwinds.
     struct Restore(Option<(SchedSetEvalCallbackFn, *mut GgmlSched)>);
@@ -134,6 +181,8 @@ pub unsafe fn sched_compute_with(
     // SAFETY: forwarded from this function's contract.
     let status = unsafe { real(sched, graph) };
     drop(restore);
+    // SAFETY: the live scheduler and the graph it just computed.
+    unsafe { learn_devices(sched, graph) };
     guarded(|| {
         let (ctx, covered) = layers::forward_done(status)?;
         let start =
@@ -142,6 +191,24 @@ pub unsafe fn sched_compute_with(
         Some(())
     });
     status
+}
+
+/// After `sched` computed `graph` on a thread running a tracked call: the scheduler's
+/// devices and layer map, published once (FORMAT §19), the first time a forward graph
+/// shows them.
+///
+/// # Safety
+/// `sched` and `graph` are the host's live scheduler and the graph it just computed.
+unsafe fn learn_devices(sched: *mut GgmlSched, graph: *mut GgmlGraph) {
+    guarded(|| {
+        let (ctx, n_layer) = layers::call_context()?;
+        if !devices::available() {
+            return None;
+        }
+        // SAFETY: forwarded from this function's contract.
+        let table = unsafe { devices::learn(sched, graph, n_layer) }?;
+        registry::with_existing(ctx, |t| t.publish_devices(&table))
+    });
 }
 
 /// `llama_decode` around `real`, describing new contexts through libllama.
@@ -188,12 +255,10 @@ pub unsafe fn process_with(
             })
         })
         .unwrap_or(false);
+    let mut call = EndCall::new(ctx, started);
     // SAFETY: forwarded from this function's contract.
     let ret = unsafe { real(ctx, kind, batch) };
-    if started {
-        end_call(ctx, ret);
-    }
-    ret
+    call.returned(ret)
 }
 
 /// Runs a builder-call record update, panic-proof.

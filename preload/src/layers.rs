@@ -240,6 +240,18 @@ pub fn call_begin(ctx: *mut LlamaContext, start: CallStart, slots: impl Iterator
     });
 }
 
+/// Runs `f` with the context and the slots of the tracked call on this thread; none when
+/// no call is in flight here (or its state is in use further up this thread's stack).
+pub fn with_call_slots<R>(f: impl FnOnce(*mut LlamaContext, &[usize]) -> R) -> Option<R> {
+    with_call(|c| c.active.then(|| f(c.ctx as *mut LlamaContext, &c.slots))).flatten()
+}
+
+/// The context of the tracked call on this thread and its model's layer count (0 =
+/// unknown); none when no call is in flight here.
+pub fn call_context() -> Option<(*mut LlamaContext, u64)> {
+    with_call(|c| c.active.then_some((c.ctx as *mut LlamaContext, c.n_layer))).flatten()
+}
+
 /// The tracked call on this thread returned.
 pub fn call_end() {
     with_call(|c| {

@@ -20,6 +20,8 @@
 //! - [`tracker`]: one context's publisher over hydra-layout's [`hydra_layout::SegmentWriter`]
 //!   and its shared slot transitions (prefill/decode steps, idle, save/restore).
 //! - [`registry`]: context -> tracker, segment creation, idle sweeper, exit hook.
+//! - [`devices`]: the scheduler's devices and layer map, and the device a step waits on
+//!   (`ggml_backend_synchronize` and the other blocking ggml calls, interposed).
 //! - [`layers`]: inside one decode call, the ubatch and the layer (the scheduler's compute
 //!   and eval callback, interposed in libggml-base), published as the substep words.
 //! - [`interpose`]: the wrapper bodies (panic-proof, generic over the real function).
@@ -37,6 +39,7 @@
 
 pub mod batch;
 pub mod describe;
+pub mod devices;
 pub mod exports;
 pub mod ext;
 pub mod ffi;

@@ -117,6 +117,34 @@ symbols! {
     graph_node: GraphNodeFn = c"ggml_graph_node";
     /// `ggml_get_name` (libggml-base).
     get_name: GetNameFn = c"ggml_get_name";
+    /// `ggml_backend_sched_get_n_backends` (libggml-base).
+    sched_n_backends: SchedNBackendsFn = c"ggml_backend_sched_get_n_backends";
+    /// `ggml_backend_sched_get_backend` (libggml-base).
+    sched_backend: SchedBackendFn = c"ggml_backend_sched_get_backend";
+    /// `ggml_backend_sched_get_tensor_backend` (libggml-base).
+    sched_tensor_backend: SchedTensorBackendFn = c"ggml_backend_sched_get_tensor_backend";
+    /// `ggml_backend_name` (libggml-base).
+    backend_name: BackendNameFn = c"ggml_backend_name";
+    /// `ggml_backend_get_device` (libggml-base).
+    backend_device: BackendDeviceFn = c"ggml_backend_get_device";
+    /// `ggml_backend_dev_type` (libggml-base).
+    dev_type: DevTypeFn = c"ggml_backend_dev_type";
+    /// `ggml_backend_dev_description` (libggml-base).
+    dev_description: DevDescriptionFn = c"ggml_backend_dev_description";
+    /// `ggml_backend_buffer_get_type` (libggml-base).
+    buffer_type: BufferTypeFn = c"ggml_backend_buffer_get_type";
+    /// `ggml_backend_buft_get_device` (libggml-base).
+    buffer_type_device: BufferTypeDeviceFn = c"ggml_backend_buft_get_device";
+    /// `ggml_backend_synchronize` (libggml-base).
+    backend_synchronize: BackendSynchronizeFn = c"ggml_backend_synchronize";
+    /// `ggml_backend_event_synchronize` (libggml-base).
+    event_synchronize: EventSynchronizeFn = c"ggml_backend_event_synchronize";
+    /// `ggml_backend_tensor_get` (libggml-base).
+    tensor_get: TensorGetFn = c"ggml_backend_tensor_get";
+    /// `ggml_backend_tensor_copy` (libggml-base).
+    tensor_copy: TensorCopyFn = c"ggml_backend_tensor_copy";
+    /// `ggml_backend_graph_compute_async` (libggml-base).
+    backend_compute: BackendComputeFn = c"ggml_backend_graph_compute_async";
 }
 
 impl Symbols {
@@ -125,6 +153,22 @@ impl Symbols {
     pub fn layers_available(&self) -> bool {
         self.sched_compute.is_some()
             && self.sched_set_eval_callback.is_some()
+            && self.graph_n_nodes.is_some()
+            && self.graph_node.is_some()
+            && self.get_name.is_some()
+    }
+
+    /// Whether the devices can be learnt (the scheduler's backends, their names, devices
+    /// and types, and the backend of a layer's output) without any call that talks to a
+    /// device: the device table and layer map, and the waits on them.
+    pub fn devices_available(&self) -> bool {
+        self.sched_n_backends.is_some()
+            && self.sched_backend.is_some()
+            && self.sched_tensor_backend.is_some()
+            && self.backend_name.is_some()
+            && self.backend_device.is_some()
+            && self.dev_type.is_some()
+            && self.dev_description.is_some()
             && self.graph_n_nodes.is_some()
             && self.graph_node.is_some()
             && self.get_name.is_some()

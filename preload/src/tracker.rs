@@ -275,6 +275,22 @@ impl Tracker {
         now
     }
 
+    /// Publishes the device words of `slots`' step in flight (a wait begins or ends,
+    /// FORMAT §5.6). A slot index out of range is skipped.
+    pub fn step_devices(&mut self, slots: &[usize], d: &hydra_layout::StepDevices) {
+        for &slot in slots {
+            let _ = self.writer.publish_step_devices(slot, d);
+        }
+    }
+
+    /// Publishes the context's devices and layer map (FORMAT §19); a table the format
+    /// refuses is logged once and left out.
+    pub fn publish_devices(&mut self, devices: &hydra_layout::Devices) {
+        if let Err(e) = self.writer.publish_devices(devices) {
+            crate::log::warn_once!("the device table was not published: {e}");
+        }
+    }
+
     /// The segment's writer (path, slot count).
     pub fn writer(&self) -> &SegmentWriter {
         &self.writer

@@ -10,23 +10,14 @@
 
 mod common;
 
-use hydra_fault::{process, process::Server, require};
+use common::llama::*;
+
+use hydra_fault::{process, process::Server};
 use hydra_layout::Phase;
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// One llama-server at a time: each uses both cores.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-const ENGINE: &str = "llama-preload-test";
-
-/// SmolLM2-135M's transformer layers.
-const N_LAYER: u64 = 30;
 
 /// Tokens of the long generation: 1,000, or `HYDRA_PRELOAD_TEST_N_PREDICT` on a machine
 /// too loaded to decode that many within the deadlines.
@@ -36,24 +27,6 @@ fn n_predict() -> u32 {
         .and_then(|v| v.parse().ok())
         .filter(|&n| n >= 8)
         .unwrap_or(1000)
-}
-
-/// A llama.cpp API generation, and the `scripts/llama-cpp.sh` command that builds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Gen {
-    /// 0c1e570: `llama_process` over `llama_batch_ext`.
-    Current,
-    /// The llama.cpp of llama-cpp-python 0.3.16: `llama_decode(ctx, llama_batch)`.
-    Legacy,
-}
-
-impl Gen {
-    fn build_command(self) -> &'static str {
-        match self {
-            Gen::Current => "build",
-            Gen::Legacy => "legacy-build",
-        }
-    }
 }
 
 /// A test of each scenario against each llama.cpp generation: `$current` for the current
@@ -85,176 +58,6 @@ on_both_builds! {
     stalled_at_layer:
         a_compute_stopped_inside_a_layer_is_stalled_at_that_layer,
         legacy_a_compute_stopped_inside_a_layer_is_stalled_at_that_layer;
-}
-
-/// The install prefix of `gen` from `scripts/llama-cpp.sh` (returns at once when cached);
-/// `None` if it cannot be had.
-fn llama_prefix(gen: Gen) -> Option<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/llama-cpp.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(gen.build_command())
-        .stderr(Stdio::inherit())
-        .output()
-        .ok()?;
-    let prefix = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    (out.status.success() && prefix.join("bin/llama-server").is_file()).then_some(prefix)
-}
-
-/// What a test needs: the turn to run a llama-server (one at a time), the llama.cpp
-/// prefix, the model and the preload library; or a skip (only with HYDRA_ALLOW_SKIP=1).
-fn prerequisites(
-    test: &str,
-    gen: Gen,
-) -> Option<(MutexGuard<'static, ()>, PathBuf, PathBuf, PathBuf)> {
-    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let prefix = require::or_skip(
-        test,
-        llama_prefix(gen),
-        "llama.cpp is missing (scripts/llama-cpp.sh build or legacy-build failed)",
-        "run scripts/llama-cpp.sh build and scripts/llama-cpp.sh legacy-build",
-    )?;
-    let model = require::smollm2_gguf(test)?;
-    Some((serial, prefix, model, common::preload_so()))
-}
-
-/// How a test starts llama-server.
-struct Launch<'a> {
-    /// The preload library, or none.
-    preload: Option<&'a Path>,
-    /// `-b 512 -ub 512` (prompts in 512-token calls) instead of the server's defaults
-    /// (`-b 2048 -ub 512`: 2,048-token calls of four ubatches).
-    small_batches: bool,
-    /// More environment for the server.
-    env: Vec<(&'static str, String)>,
-}
-
-impl<'a> Launch<'a> {
-    fn preloaded(so: &'a Path) -> Self {
-        Self {
-            preload: Some(so),
-            small_batches: true,
-            env: vec![],
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
-}
-
-/// A llama-server child, killed and reaped on drop; its log goes to a file.
-struct LlamaServer {
-    child: Child,
-    base: String,
-    log: PathBuf,
-}
-
-impl LlamaServer {
-    fn start(prefix: &Path, model: &Path, scratch: &Path, launch: &Launch<'_>) -> Self {
-        let port = free_port();
-        let log = scratch.join(format!("llama-server-{port}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
-        let mut cmd = Command::new(prefix.join("bin/llama-server"));
-        cmd.arg("-m")
-            .arg(model)
-            .args(["-np", "2", "-c", "8192", "-t", "2"])
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().expect("log fd"))
-            .stderr(file);
-        if launch.small_batches {
-            cmd.args(["-b", "512", "-ub", "512"]);
-        }
-        if let Some(so) = launch.preload {
-            cmd.env("LD_PRELOAD", so)
-                .env("HYDRA_PROGRESS_DIR", scratch.join("segments"))
-                .env("HYDRA_ENGINE_ID", ENGINE)
-                .env("HYDRA_PRELOAD_IDLE_MS", "500")
-                .envs(launch.env.iter().map(|(k, v)| (k, v)));
-        }
-        let child = cmd.spawn().expect("spawn llama-server");
-        let mut s = LlamaServer {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Ok(r) = agent().get(&format!("{}/health", s.base)).call() {
-                if r.status() == 200 {
-                    break;
-                }
-            }
-            if let Ok(Some(status)) = s.child.try_wait() {
-                panic!(
-                    "llama-server exited ({status}) while starting:\n{}",
-                    s.log_tail()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "llama-server not healthy in 180 s:\n{}",
-                s.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        s
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn kill9(&mut self) {
-        // SAFETY: kill(2) on our own child's pid, which is not reaped yet.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGKILL) };
-        assert_eq!(rc, 0, "kill -9 llama-server");
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for LlamaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(900))
-        .build()
-}
-
-/// POST /completion; returns the JSON answer.
-fn complete(base: &str, body: serde_json::Value) -> Result<serde_json::Value, String> {
-    let r = agent()
-        .post(&format!("{base}/completion"))
-        .send_json(body)
-        .map_err(|e| e.to_string())?;
-    r.into_json().map_err(|e| e.to_string())
-}
-
-/// A request body: greedy, fixed seed, on `slot`.
-fn request(prompt: &str, n_predict: u32, slot: u32) -> serde_json::Value {
-    serde_json::json!({
-        "prompt": prompt,
-        "n_predict": n_predict,
-        "ignore_eos": true,
-        "temperature": 0.0,
-        "top_k": 1,
-        "seed": 42,
-        "id_slot": slot,
-        "cache_prompt": false,
-    })
 }
 
 /// One probe sample of a slot: (task id, phase, work done, classification).
@@ -405,18 +208,6 @@ fn decode_steps_are_predicted<T>(dir: &Path, slot: usize, gen: &std::thread::Joi
         (10_000..5_000_000_000).contains(&expected),
         "{expected} ns predicted for a decode step: {state:?}"
     );
-}
-
-/// About 18 tokens of prose, `n` times.
-fn prose(n: usize) -> String {
-    let s =
-        "The quick brown fox jumps over the lazy dog while the farmer counts sheep in the valley. ";
-    s.repeat(n)
-}
-
-/// About 3,000 tokens of prose.
-fn long_prompt() -> String {
-    prose(165)
 }
 
 fn publishes_progress(test: &str, gen: Gen) {

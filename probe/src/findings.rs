@@ -34,8 +34,9 @@ pub fn findings(view: &EngineView, t: &Thresholds) -> Vec<Finding> {
             slot: None,
             kind: "dead".into(),
             message: format!(
-                "engine {id} (pid {pid}) is dead: its lock is free but it never closed; last heartbeat {} ago",
-                human::duration_ns(view.heartbeat_age_ns)
+                "engine {id} (pid {pid}) is dead: its lock is free but it never closed; last heartbeat {} ago{}",
+                human::duration_ns(view.heartbeat_age_ns),
+                last_waits(view)
             ),
         }),
         EngineHealth::Hung => out.push(Finding {
@@ -77,6 +78,37 @@ fn work(s: &SlotView) -> String {
     )
 }
 
+/// ", waiting on RPC1 127.0.0.1:50053 for 4.2s" while the slot's step waits on a device.
+fn waiting(s: &SlotView) -> String {
+    s.wait_text().map(|w| format!(", {w}")).unwrap_or_default()
+}
+
+/// " on RPC0[127.0.0.1:50052]": the device of the layer being computed, when the engine's
+/// layer map gives it.
+fn on_device(s: &SlotView) -> String {
+    s.layer_device
+        .as_deref()
+        .map(|d| format!(" on {d}"))
+        .unwrap_or_default()
+}
+
+/// "; slot 0 was waiting on RPC1 127.0.0.1:50053 (since 4.2s ago)" for each slot whose
+/// step was waiting on a device when its engine stopped.
+fn last_waits(view: &EngineView) -> String {
+    view.slots
+        .iter()
+        .filter_map(|s| {
+            let w = s.wait.as_ref()?;
+            Some(format!(
+                "; slot {} was waiting on {} (since {} ago)",
+                s.slot,
+                w.name,
+                human::duration_ns(w.age_ns)
+            ))
+        })
+        .collect()
+}
+
 fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
     let id = &view.engine_id;
     let n = s.slot;
@@ -92,13 +124,15 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
             human::age(s.substep_age_ns()),
         ),
         SlotClass::Stalled if s.stalled_at_layer().is_some() => format!(
-            "{id} slot {n} stalled at {}: {}, layer counter frozen for {} (threshold {}), step of {} in flight for {}",
+            "{id} slot {n} stalled at {}{}: {}, layer counter frozen for {} (threshold {}), step of {} in flight for {}{}",
             s.layer_text().unwrap_or_default(),
+            on_device(s),
             work(s),
             human::age(s.substep_age_ns()),
             human::duration_ns(s.stall_threshold_ns()),
             s.state.step_size,
             human::age(s.derived.step_age_ns),
+            waiting(s),
         ),
         SlotClass::Slow => format!(
             "{id} slot {n} slow: {}, ETA {} exceeds budget {} at {}",
@@ -117,10 +151,11 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
                 None => String::new(),
             };
             format!(
-                "{id} slot {n} stalled: {}, no progress for {} (threshold {}){step}",
+                "{id} slot {n} stalled: {}, no progress for {} (threshold {}){step}{}",
                 work(s),
                 human::age(s.derived.last_progress_age_ns),
                 human::duration_ns(s.stall_threshold_ns()),
+                waiting(s),
             )
         }
         SlotClass::Orphaned => format!(
@@ -135,5 +170,148 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
                 .unwrap_or("no consistent copy could be read")
         ),
         c => format!("{id} slot {n} {}", c.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hydra_layout::header::capabilities as caps;
+    use hydra_layout::{
+        clock, Device, DeviceKind, Devices, LayerRange, Phase, SegmentConfig, SegmentReader,
+        SegmentWriter, SlotState, StepDevices, Substep, WorkUnit,
+    };
+    use std::time::Duration;
+
+    const S: u64 = 1_000_000_000;
+
+    /// An engine whose 30 layers run on two RPC peers (16/14), its slot 0 in a prefill
+    /// step stopped after layer 12 and waiting on the second peer for 5 s.
+    fn split_engine(dir: &std::path::Path) -> (SegmentWriter, u64) {
+        let mut w = SegmentWriter::create(&SegmentConfig {
+            dir: dir.to_path_buf(),
+            engine_id: "rpc".into(),
+            slot_count: 1,
+            description: hydra_layout::EngineDescription {
+                capabilities: caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT,
+                ..Default::default()
+            },
+        })
+        .expect("create");
+        let rpc = |name: &str, endpoint: &str| Device {
+            kind: DeviceKind::Rpc,
+            name: name.into(),
+            endpoint: endpoint.into(),
+        };
+        w.publish_devices(&Devices {
+            devices: vec![
+                rpc("RPC0[127.0.0.1:50052]", "127.0.0.1:50052"),
+                rpc("RPC1", "127.0.0.1:50053"),
+            ],
+            layer_count: 30,
+            ranges: vec![
+                LayerRange {
+                    first: 0,
+                    last: 15,
+                    device: 1,
+                },
+                LayerRange {
+                    first: 16,
+                    last: 29,
+                    device: 2,
+                },
+            ],
+            output_device: 2,
+        })
+        .expect("devices");
+        let now = clock::monotonic_ns();
+        let start = now - 6 * S;
+        let mut s = SlotState::default();
+        s.begin_task(1, Phase::Prefill, WorkUnit::Tokens, 4000, start - S);
+        w.publish(0, &s).unwrap();
+        s.start_step(512, start);
+        w.publish(0, &s).unwrap();
+        let layer = Substep {
+            done: 16,
+            total: 30,
+            at_ns: start + S / 2,
+            step_start_ns: start,
+        };
+        w.publish_substep(0, &layer).unwrap();
+        let wait = StepDevices {
+            layers_sent: 0,
+            wait_device: 2,
+            wait_since_ns: now - 5 * S,
+        };
+        w.publish_step_devices(0, &wait).unwrap();
+        (w, now)
+    }
+
+    fn view_at(dir: &std::path::Path, now: u64, t: &Thresholds) -> EngineView {
+        let r = SegmentReader::open_engine(dir, "rpc").expect("open");
+        EngineView::capture(&r, now, t).expect("view")
+    }
+
+    #[test]
+    fn a_step_stalled_on_a_device_names_the_device_and_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_w, now) = split_engine(dir.path());
+        let t = Thresholds {
+            stall_floor: Duration::from_secs(1),
+            ..Thresholds::default()
+        };
+        let view = view_at(dir.path(), now, &t);
+        let s = &view.slots[0];
+        assert_eq!(s.class, SlotClass::Stalled);
+        assert_eq!(s.layer_device.as_deref(), Some("RPC1 127.0.0.1:50053"));
+        let wait = s.wait.as_ref().expect("a wait");
+        assert_eq!((wait.device, wait.age_ns), (2, 5 * S));
+        let f = findings(&view, &t);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].message
+                .starts_with("rpc slot 0 stalled at layer 16/30 on RPC1 127.0.0.1:50053:"),
+            "{}",
+            f[0].message
+        );
+        assert!(
+            f[0].message
+                .ends_with(", waiting on RPC1 127.0.0.1:50053 for 5.0s"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn a_dead_engine_names_the_device_its_slot_last_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, now) = split_engine(dir.path());
+        w.simulate_crash();
+        let view = view_at(dir.path(), now, &Thresholds::default());
+        assert_eq!(view.health, EngineHealth::Dead);
+        let f = findings(&view, &Thresholds::default());
+        let dead = f.iter().find(|f| f.kind == "dead").expect("dead");
+        assert!(
+            dead.message
+                .ends_with("; slot 0 was waiting on RPC1 127.0.0.1:50053 (since 5.0s ago)"),
+            "{}",
+            dead.message
+        );
+    }
+
+    #[test]
+    fn without_a_wait_the_messages_are_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, now) = split_engine(dir.path());
+        w.publish_step_devices(0, &StepDevices::default()).unwrap();
+        let t = Thresholds {
+            stall_floor: Duration::from_secs(1),
+            ..Thresholds::default()
+        };
+        let view = view_at(dir.path(), now, &t);
+        assert_eq!(view.slots[0].wait, None);
+        assert!(view.slots[0].waits_published);
+        let f = findings(&view, &t);
+        assert!(!f[0].message.contains("waiting on"), "{}", f[0].message);
     }
 }

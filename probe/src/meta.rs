@@ -421,7 +421,11 @@ mod tests {
             (Phase::Prefill, 0.25, 3000)
         );
         assert_eq!(m.classification, SlotClass::Progressing);
-        assert_eq!(m.model_capabilities, 3);
+        // The writer's bits, and the families every writer derives by itself (v1.3).
+        assert_eq!(
+            m.model_capabilities,
+            3 | hydra_layout::header::capabilities::WRITER_DERIVED
+        );
         let q = HydraMeta::from_view(&v, 1).unwrap();
         assert_eq!(
             (q.operation.as_str(), q.queued, q.is_processing),

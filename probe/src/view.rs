@@ -8,8 +8,8 @@ use crate::error::ProbeError;
 use crate::ser::{serialize_struct, StateJson};
 use crate::thresholds::Thresholds;
 use hydra_layout::{
-    HeaderSnapshot, Identity, Liveness, Prediction, SegmentReader, SlotSnapshot, SlotState,
-    Substep, WorkUnit,
+    Devices, HeaderSnapshot, Identity, Liveness, Prediction, SegmentReader, SlotSnapshot,
+    SlotState, Substep, WorkUnit,
 };
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
@@ -18,6 +18,18 @@ use std::path::PathBuf;
 /// Extra attempts [`EngineView::capture`] makes on a slot that changed on every read of the
 /// layout's own retry budget, before reporting it unreadable.
 const CONTENDED_REREADS: usize = 3;
+
+/// The device a slot's step in flight waits on (format v1.3, FORMAT §5.6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceWait {
+    /// The device id (1-based position in the engine's device table).
+    pub device: u64,
+    /// How to name it: its name and endpoint from the table (`RPC0[127.0.0.1:50052]`,
+    /// `RPC1 127.0.0.1:50053`), or `device #k` without a table.
+    pub name: String,
+    /// `now - WAIT_SINCE_NS`: how long the step's thread has been blocked on it.
+    pub age_ns: u64,
+}
 
 /// One slot at one moment: the record (or the last values of a torn one), its class and
 /// the figures derived from it. Serialises with the record nested under `state` and the
@@ -44,6 +56,14 @@ pub struct SlotView {
     /// Whether the writer publishes the layer position inside a step (format v1.1); when
     /// false the layer figures are unknown, not absent.
     pub substeps_published: bool,
+    /// Whether the writer publishes the device a step waits on (format v1.3); when false
+    /// `wait` is unknown, not none.
+    pub waits_published: bool,
+    /// The device the step in flight waits on now, and for how long.
+    pub wait: Option<DeviceWait>,
+    /// The device of the layer being computed (the next one after the layers done), from
+    /// the engine's layer map (format v1.3).
+    pub layer_device: Option<String>,
 }
 
 impl SlotView {
@@ -87,7 +107,48 @@ impl SlotView {
             derived,
             predictions_published: prediction.is_some(),
             substeps_published: substep.is_some(),
+            waits_published: false,
+            wait: None,
+            layer_device: None,
         }
+    }
+
+    /// Adds what the record's device words and the engine's device table (`devices`, when
+    /// known) say (format v1.3): the device the step in flight waits on, and the device
+    /// of the layer it computes.
+    pub fn with_devices(
+        mut self,
+        snap: &SlotSnapshot,
+        devices: Option<&Devices>,
+        now_ns: u64,
+    ) -> Self {
+        let name = |id: u64| match devices {
+            Some(d) => d.describe(id),
+            None => format!("device #{id}"),
+        };
+        self.waits_published = snap.waits_published;
+        self.wait = snap.wait().map(|(device, since)| DeviceWait {
+            device,
+            name: name(device),
+            age_ns: now_ns.saturating_sub(since),
+        });
+        self.layer_device = match (self.derived.layer, devices) {
+            (Some(l), Some(d)) if l.done < l.total => d.device_of_layer(l.done).map(name),
+            _ => None,
+        };
+        self
+    }
+
+    /// "waiting on RPC1 127.0.0.1:50053 for 4.2s" while the step in flight waits on a
+    /// device; `None` otherwise.
+    pub fn wait_text(&self) -> Option<String> {
+        self.wait.as_ref().map(|w| {
+            format!(
+                "waiting on {} for {}",
+                w.name,
+                crate::human::duration_ns(w.age_ns)
+            )
+        })
     }
 
     /// Silence beyond which this slot counts as stalled (the layer's threshold while the
@@ -219,6 +280,9 @@ impl Serialize for SlotView {
             "substep_total": &self.substep_total(),
             "substep_age_ns": &self.substep_age_ns(),
             "stalled_at_layer": &self.stalled_at_layer(),
+            "waits_published": &self.waits_published,
+            "wait": &self.wait,
+            "layer_device": &self.layer_device,
         })
     }
 }
@@ -244,6 +308,9 @@ pub struct EngineView {
     pub heartbeat_age_ns: u64,
     /// One view per slot, in slot order.
     pub slots: Vec<SlotView>,
+    /// The engine's devices and layer map (format v1.3), when its writer published them.
+    #[serde(skip)]
+    pub devices: Option<Devices>,
 }
 
 impl EngineView {
@@ -289,25 +356,32 @@ impl EngineView {
                 other => other,
             })
             .collect();
+        // A device table that cannot be read (left mid-update) leaves the devices unnamed;
+        // the slots still read.
+        let devices = reader.devices().ok();
         Self::from_parts(
             reader.identity().clone(),
             reader.path().to_path_buf(),
             snapshot.header,
             liveness,
             slots,
+            devices.as_ref().and_then(|d| d.known()),
             now_ns,
             thresholds,
         )
     }
 
-    /// Builds a view from already-read parts (pure apart from the error conversion: no I/O).
-    /// Slot errors other than torn and contended reads are returned as errors.
+    /// Builds a view from already-read parts, with the engine's device table when known
+    /// (pure apart from the error conversion: no I/O). Slot errors other than torn and
+    /// contended reads are returned as errors.
+    #[allow(clippy::too_many_arguments)]
     pub fn from_parts(
         identity: Identity,
         path: PathBuf,
         header: HeaderSnapshot,
         liveness: Liveness,
         slots: Vec<hydra_layout::Result<SlotSnapshot>>,
+        devices: Option<&Devices>,
         now_ns: u64,
         t: &Thresholds,
     ) -> Result<EngineView, ProbeError> {
@@ -326,7 +400,8 @@ impl EngineView {
                         now_ns,
                         t,
                     )
-                },
+                }
+                .with_devices(&snap, devices, now_ns),
                 Err(e) => {
                     let reason = e.to_string();
                     match e {
@@ -352,6 +427,7 @@ impl EngineView {
             identity,
             header,
             slots: views,
+            devices: devices.cloned(),
         })
     }
 
@@ -496,6 +572,9 @@ mod tests {
             "substep_total",
             "substep_age_ns",
             "stalled_at_layer",
+            "waits_published",
+            "wait",
+            "layer_device",
         ];
         let at: Vec<usize> = keys
             .iter()

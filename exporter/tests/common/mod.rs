@@ -37,10 +37,43 @@ pub fn save(now: u64, done: u64, total: u64) -> SlotState {
     }
 }
 
+/// A CPU running layers 0-15 and an RPC peer running 16-29 and the output head.
+pub fn rpc_split() -> hydra_layout::Devices {
+    use hydra_layout::{Device, DeviceKind, LayerRange};
+    hydra_layout::Devices {
+        devices: vec![
+            Device {
+                kind: DeviceKind::Cpu,
+                name: "CPU".into(),
+                endpoint: String::new(),
+            },
+            Device {
+                kind: DeviceKind::Rpc,
+                name: "RPC0[127.0.0.1:50052]".into(),
+                endpoint: "127.0.0.1:50052".into(),
+            },
+        ],
+        layer_count: 30,
+        ranges: vec![
+            LayerRange {
+                first: 0,
+                last: 15,
+                device: 1,
+            },
+            LayerRange {
+                first: 16,
+                last: 29,
+                device: 2,
+            },
+        ],
+        output_device: 2,
+    }
+}
+
 /// Engines in every state, kept alive by the returned writers:
 /// - `live` (publishes layer positions): slot 0 decoding 123/456 (progressing), inside a
-///   step at layer 7 of 30; slot 1 idle, slot 2 saving (bytes), slot 3 idle with a task
-///   pending (queued);
+///   step at layer 7 of 30 waiting on an RPC peer (its layers split as [`rpc_split`]);
+///   slot 1 idle, slot 2 saving (bytes), slot 3 idle with a task pending (queued);
 /// - `stalled`: slot 0 decoding with its last progress 120 s ago (default floor 30 s);
 /// - `dead`: crashed with slot 0 decoding (orphaned) and slot 1 torn;
 /// - `closed`: exited cleanly (file kept).
@@ -48,7 +81,9 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
     let now = clock::monotonic_ns();
     let mut description = hydra_fault::segments::description();
     description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS
-        | hydra_layout::header::capabilities::STEP_PREDICTION;
+        | hydra_layout::header::capabilities::STEP_PREDICTION
+        | hydra_layout::header::capabilities::DEVICES
+        | hydra_layout::header::capabilities::DEVICE_WAIT;
     let mut live = SegmentWriter::create(&hydra_layout::SegmentConfig {
         dir: s.dir.clone(),
         engine_id: "live".into(),
@@ -87,6 +122,18 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
             total: 30,
             at_ns: now,
             step_start_ns,
+        },
+    )
+    .unwrap();
+    // Its layers split over the host's CPU and an RPC peer (format v1.3), and slot 0's
+    // step waiting on the peer since it began.
+    live.publish_devices(&rpc_split()).unwrap();
+    live.publish_step_devices(
+        0,
+        &hydra_layout::StepDevices {
+            layers_sent: 0,
+            wait_device: 2,
+            wait_since_ns: step_start_ns,
         },
     )
     .unwrap();

@@ -211,6 +211,58 @@ impl EngineMetrics {
                 )
             }),
         )?;
+        // Devices (format v1.3): one series per device of each engine that publishes them.
+        let devices: Vec<(&EngineView, [String; 5])> = self
+            .engines()
+            .flat_map(|e| {
+                let table = e.devices.iter().flat_map(|d| {
+                    d.devices.iter().enumerate().map(move |(j, dev)| {
+                        let id = j as u64 + 1;
+                        let layers: Vec<String> = d
+                            .ranges
+                            .iter()
+                            .filter(|r| r.device == id)
+                            .map(|r| format!("{}-{}", r.first, r.last))
+                            .collect();
+                        [
+                            id.to_string(),
+                            dev.name.clone(),
+                            dev.kind.as_str().to_owned(),
+                            dev.endpoint.clone(),
+                            layers.join(","),
+                        ]
+                    })
+                });
+                table.map(move |labels| (e, labels))
+            })
+            .collect();
+        let device_labels: Vec<[(&'static str, &str); 5]> = devices
+            .iter()
+            .map(|(_, v)| {
+                [
+                    ("device", v[0].as_str()),
+                    ("name", v[1].as_str()),
+                    ("kind", v[2].as_str()),
+                    ("endpoint", v[3].as_str()),
+                    ("layers", v[4].as_str()),
+                ]
+            })
+            .collect();
+        f.family(
+            "hydra_engine_device_info",
+            "A device the engine computes on (value 1): its id in the engine's device table, name, kind (cpu, gpu, rpc, accel), an RPC peer's host:port, and the layers it runs (first-last, comma-separated)",
+            Gauge,
+            devices.iter().zip(&device_labels).map(|((e, _), extra)| {
+                (
+                    L {
+                        engine: &e.engine_id,
+                        slot: None,
+                        extra,
+                    },
+                    1i64,
+                )
+            }),
+        )?;
         let health: Vec<[(&'static str, &str); 1]> = LIVENESS
             .iter()
             .map(|h| [("liveness", h.as_str())])
@@ -470,6 +522,25 @@ impl EngineMetrics {
             Gauge,
             self.active()
                 .filter_map(|(e, s)| s.substep_age_ns().map(|a| (sl(e, s), secs(a)))),
+        )?;
+        type Wait<'v> = (&'v EngineView, &'v SlotView, [(&'static str, &'v str); 1]);
+        let waits: Vec<Wait> = self
+            .active()
+            .filter_map(|(e, s)| Some((e, s, [("device", s.wait.as_ref()?.name.as_str())])))
+            .collect();
+        f.family(
+            "hydra_slot_device_wait_seconds",
+            "How long the step in flight has been blocked on a device, labelled with it (its name and, for an RPC peer, host:port; absent without a wait, and for writers that do not publish waits)",
+            Gauge,
+            waits.iter().map(|(e, s, extra)| {
+                (
+                    L {
+                        extra,
+                        ..sl(e, s)
+                    },
+                    secs(s.wait.as_ref().map_or(0, |w| w.age_ns)),
+                )
+            }),
         )?;
         f.family(
             "hydra_slot_phase_start_timestamp_seconds",

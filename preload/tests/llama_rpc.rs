@@ -1,0 +1,238 @@
+//! llama-server over ggml RPC: the model's layers split across two peers on loopback
+//! ports (`ggml-rpc-server` of 0c1e570, `rpc-server` of the 0.3.16 generation, built with
+//! `GGML_RPC=ON` into the cached llama.cpp builds), `--rpc a,b -ngl 99 -ts 1,1`, with
+//! and without `LD_PRELOAD=libhydra_preload.so`: the deployment's RPC split, run for real.
+//!
+//! Fails when llama.cpp or the model is unavailable, unless HYDRA_ALLOW_SKIP=1.
+
+mod common;
+
+use common::llama::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A test of each scenario against each llama.cpp generation.
+macro_rules! on_both_rpc_builds {
+    ($($scenario:ident: $current:ident, $legacy:ident;)*) => {$(
+        #[test]
+        fn $current() {
+            $scenario(stringify!($current), Gen::Current);
+        }
+
+        #[test]
+        fn $legacy() {
+            $scenario(stringify!($legacy), Gen::Legacy);
+        }
+    )*};
+}
+
+on_both_rpc_builds! {
+    rpc_identical_text:
+        rpc_split_text_is_identical_with_and_without_the_preload,
+        legacy_rpc_split_text_is_identical_with_and_without_the_preload;
+    rpc_frozen_peer:
+        a_frozen_rpc_peer_is_named_by_the_stalled_verdict,
+        legacy_a_frozen_rpc_peer_is_named_by_the_stalled_verdict;
+}
+
+/// Two fresh peers, and llama-server split across them (preloaded or not).
+fn rpc_rig(
+    gen: Gen,
+    prefix: &Path,
+    model: &Path,
+    scratch: &Path,
+    preload: Option<&Path>,
+) -> ([RpcPeer; 2], LlamaServer) {
+    let peers = [
+        RpcPeer::start(gen, prefix, scratch),
+        RpcPeer::start(gen, prefix, scratch),
+    ];
+    let launch = Launch {
+        preload,
+        small_batches: false,
+        env: vec![],
+        args: rpc_split_args(&peers),
+    };
+    let server = LlamaServer::start(prefix, model, scratch, &launch);
+    (peers, server)
+}
+
+/// llama-server connected to both peers (each peer logs every client it accepts, in both
+/// generations).
+fn assert_connected(peers: &[RpcPeer]) {
+    for peer in peers {
+        assert!(
+            peer.log_text().contains("Accepted client connection"),
+            "llama-server never connected to {}:\n{}",
+            peer.endpoint,
+            peer.log_text()
+        );
+    }
+}
+
+/// The preload's device table names both peers, each running some of the 30 layers, in
+/// two contiguous shares (layer split `-ts 1,1`), and every layer is on a peer.
+fn assert_split_published(r: &hydra_layout::SegmentReader, peers: &[RpcPeer]) {
+    let table = r.devices().expect("device table");
+    let devices = table
+        .known()
+        .unwrap_or_else(|| panic!("devices not known: {table:?}"));
+    assert_eq!(devices.layer_count, N_LAYER, "{devices:?}");
+    let mut covered = 0;
+    for peer in peers {
+        let id = devices
+            .devices
+            .iter()
+            .position(|d| d.kind == hydra_layout::DeviceKind::Rpc && d.endpoint == peer.endpoint)
+            .unwrap_or_else(|| panic!("{} not in the table: {devices:?}", peer.endpoint))
+            as u64
+            + 1;
+        let ranges: Vec<_> = devices.ranges.iter().filter(|r| r.device == id).collect();
+        assert_eq!(ranges.len(), 1, "one share per peer: {devices:?}");
+        covered += ranges[0].last - ranges[0].first + 1;
+    }
+    assert_eq!(covered, N_LAYER, "every layer on a peer: {devices:?}");
+}
+
+/// Waits (at most 20 s) until slot 0 is idle again, and returns its record.
+fn idle_slot(r: &hydra_layout::SegmentReader) -> hydra_layout::SlotSnapshot {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let snap = r.slot(0).expect("slot 0");
+        if snap.state.phase == hydra_layout::Phase::Idle {
+            return snap;
+        }
+        assert!(Instant::now() < deadline, "slot 0 not idle: {snap:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The text of one greedy completion on slot 0.
+fn text_of(server: &LlamaServer) -> String {
+    let answer = complete(&server.base, request(&prose(20), 24, 0)).expect("completion");
+    answer["content"].as_str().expect("content").to_owned()
+}
+
+fn rpc_identical_text(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
+        return;
+    };
+    let scratch = tempfile::tempdir().expect("scratch");
+    let plain = {
+        let (peers, server) = rpc_rig(gen, &prefix, &model, scratch.path(), None);
+        let text = text_of(&server);
+        assert_connected(&peers);
+        text
+    };
+    assert!(!plain.is_empty(), "the split server generated nothing");
+    let (mut peers, server) = rpc_rig(gen, &prefix, &model, scratch.path(), Some(&so));
+    let preloaded = text_of(&server);
+    assert_connected(&peers);
+    assert_eq!(
+        preloaded, plain,
+        "the preload changed the text of an RPC split"
+    );
+
+    // The preload published the split and the request: slot 0's last task prefilled the
+    // prompt and generated the 24 tokens, and ended completed, with no wait left behind.
+    let dir = scratch.path().join("segments");
+    let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE).expect("segment");
+    assert_split_published(&r, &peers);
+    let snap = idle_slot(&r);
+    assert_eq!(snap.wait(), None, "{snap:?}");
+    assert_eq!(
+        snap.state.finish_reason,
+        hydra_layout::FinishReason::Completed,
+        "{snap:?}"
+    );
+    assert!(snap.state.n_past >= 24, "{snap:?}");
+    for peer in &mut peers {
+        assert!(
+            matches!(peer.child.try_wait(), Ok(None)),
+            "the peer {} died:\n{}",
+            peer.endpoint,
+            peer.log_text()
+        );
+    }
+}
+
+/// `hydra-probe check` until slot 0 is reported stalled with `endpoint` in its message
+/// (at most `within`); returns the exit code, the message and how long it took.
+fn stalled_naming(dir: &Path, endpoint: &str, within: Duration) -> (i32, String, Duration) {
+    let started = Instant::now();
+    loop {
+        let args = ["check", ENGINE, "--stall-floor", "1s", "--json"];
+        let (code, out) = common::run_probe(dir, &args);
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let found = report["findings"].as_array().and_then(|f| {
+            f.iter().find_map(|f| {
+                let m = f["message"].as_str()?;
+                (f["kind"] == "stalled" && f["slot"] == 0 && m.contains(endpoint))
+                    .then(|| m.to_owned())
+            })
+        });
+        if let Some(message) = found {
+            return (code, message, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < within,
+            "no stalled verdict naming {endpoint} in {within:?}; last report: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits (at most 120 s) until slot 0 prefills task `after`'s successor with some work
+/// done.
+fn prefilling(r: &hydra_layout::SegmentReader, after: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let snap = r.slot(0).expect("slot 0");
+        let s = snap.state;
+        if s.task_id != after && s.phase == hydra_layout::Phase::Prefill && s.work_done > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no prefill with progress: {snap:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A peer stopped with SIGSTOP in the middle of a long prefill: a separate probe reports
+/// the slot stalled and names that peer's endpoint, exiting 2; after SIGCONT the request
+/// completes and the slot is idle again with no wait left.
+fn rpc_frozen_peer(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
+        return;
+    };
+    let scratch = tempfile::tempdir().expect("scratch");
+    let (peers, server) = rpc_rig(gen, &prefix, &model, scratch.path(), Some(&so));
+    let dir = scratch.path().join("segments");
+    // A first long prompt: the preload learns the devices and the cost of a ubatch.
+    complete(&server.base, request(&long_prompt(), 1, 0)).expect("warm-up prompt");
+    let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE).expect("segment");
+    let before = idle_slot(&r).state.task_id;
+    assert_split_published(&r, &peers);
+
+    let base = server.base.clone();
+    let prompt = format!("Another story. {}", long_prompt());
+    let work = std::thread::spawn(move || complete(&base, request(&prompt, 4, 0)));
+    prefilling(&r, before);
+    let frozen = &peers[1];
+    frozen.signal(libc::SIGSTOP);
+    let (code, message, took) = stalled_naming(&dir, &frozen.endpoint, Duration::from_secs(60));
+    frozen.signal(libc::SIGCONT);
+    eprintln!("{test}: stalled verdict after {took:?}: {message}");
+    assert_eq!(code, 2, "check exits 2 on a stalled slot: {message}");
+    assert!(message.contains("waiting on"), "{message}");
+
+    let answer = work
+        .join()
+        .expect("request thread")
+        .expect("completes after SIGCONT");
+    assert_eq!(answer["tokens_predicted"], 4, "{answer}");
+    let snap = idle_slot(&r);
+    assert_eq!(snap.wait(), None, "{snap:?}");
+}
