@@ -91,7 +91,7 @@ impl Compute {
         let n_ctx = slots.n_ctx();
         let llama = model.config().clone();
 
-        let segment = Segment::open(config, &info)?;
+        let segment = Segment::open(config, &info, llama.n_layer)?;
         let progress = Progress::new(segment.writer, config.slots, n_ctx, llama.clone());
         let shared = Arc::new(Shared {
             segment_path: segment.path,

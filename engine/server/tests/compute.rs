@@ -184,3 +184,31 @@ async fn each_refusal_has_its_error_class() {
     // The slot bound is checked once, where the slot is named.
     assert!(SlotId::new(2, 2).is_err());
 }
+
+#[tokio::test]
+async fn the_segment_names_the_engines_one_device_running_every_layer() {
+    let rig = Rig::new(2, 0);
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    assert!(reader.identity().publishes_device_waits());
+    let table = reader.devices().expect("device table");
+    let devices = table.known().expect("published at start");
+    assert_eq!(devices.devices.len(), 1, "{devices:?}");
+    let cpu = &devices.devices[0];
+    assert_eq!(
+        (cpu.kind, cpu.name.as_str()),
+        (hydra_layout::DeviceKind::Cpu, "cpu")
+    );
+    assert!(devices.layer_count > 0);
+    assert_eq!(
+        devices.ranges,
+        vec![hydra_layout::LayerRange {
+            first: 0,
+            last: devices.layer_count - 1,
+            device: 1
+        }]
+    );
+    assert_eq!(devices.output_device, 1);
+    // The compute thread never waits on the CPU it computes on: a wait is "none", known.
+    let snap = reader.slot(0).expect("slot 0");
+    assert!(snap.waits_published && snap.wait().is_none());
+}

@@ -6,11 +6,12 @@ use crate::config::ServerConfig;
 use crate::task::SlotId;
 use crate::task_error::{ClientError, TaskError};
 use anyhow::Context as _;
+use hydra_engine_core::device::DeviceSpec;
 use hydra_engine_core::model::ModelInfo;
 use hydra_engine_core::tokenizer::Tokenizer;
 use hydra_layout::{
-    header::capabilities, EngineDescription, PendingCounter, SegmentConfig, SegmentReader,
-    SegmentWriter,
+    header::capabilities, Device, DeviceKind, Devices, EngineDescription, PendingCounter,
+    SegmentConfig, SegmentReader, SegmentWriter,
 };
 use hydra_probe::{EngineView, HydraMeta, Thresholds};
 use std::path::PathBuf;
@@ -24,7 +25,12 @@ const CAPABILITIES: u64 = capabilities::COMPLETION
     // v1.3: the front end stamps each request's arrival, and the compute thread knows why
     // each task ends (the statistics' arrival-based histograms and tasks by cause).
     | capabilities::ARRIVAL_TIMES
-    | capabilities::FINISH_CAUSES;
+    | capabilities::FINISH_CAUSES
+    // v1.3: its one device and layer map, and the device a step waits on. The compute
+    // thread never waits on the CPU it computes on (its 0 is a true "none"); on CUDA the
+    // forward is issued ahead and synchronised once per step, not per layer.
+    | capabilities::DEVICES
+    | capabilities::DEVICE_WAIT;
 
 /// The engine's segment, open for writing and reading back (all `None` with publishing
 /// off).
@@ -40,9 +46,10 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// Creates the segment of an engine serving `info` as `config` says (or nothing, with
-    /// publishing off), and opens it for reading back.
-    pub fn open(config: &ServerConfig, info: &ModelInfo) -> anyhow::Result<Self> {
+    /// Creates the segment of an engine serving `info` (`n_layer` transformer layers) as
+    /// `config` says (or nothing, with publishing off), publishes its one device, and opens
+    /// it for reading back.
+    pub fn open(config: &ServerConfig, info: &ModelInfo, n_layer: usize) -> anyhow::Result<Self> {
         if !config.publish {
             tracing::warn!("progress publishing is OFF (--no-publish): for benchmarks only");
             return Ok(Self {
@@ -52,13 +59,16 @@ impl Segment {
                 path: None,
             });
         }
-        let writer = SegmentWriter::create(&SegmentConfig {
+        let mut writer = SegmentWriter::create(&SegmentConfig {
             dir: config.progress_dir.clone(),
             engine_id: config.engine_id.clone(),
             slot_count: config.slots,
             description: description(config, info),
         })
         .context("cannot create the progress segment")?;
+        writer
+            .publish_devices(&devices(info, n_layer))
+            .context("cannot publish the engine's device")?;
         let path = writer.path().to_path_buf();
         let reader = SegmentReader::open(&path).context("cannot read back the progress segment")?;
         let pending = writer.pending_counter();
@@ -69,6 +79,21 @@ impl Segment {
             path: Some(path),
         })
     }
+}
+
+/// The engine's one device, running every layer and the output head (FORMAT §19.4), so
+/// that readers name it as they name a llama.cpp server's devices.
+fn devices(info: &ModelInfo, n_layer: usize) -> Devices {
+    let kind = match info.device {
+        DeviceSpec::Cpu => DeviceKind::Cpu,
+        DeviceSpec::Cuda(_) => DeviceKind::Gpu,
+    };
+    let device = Device {
+        kind,
+        name: info.device.to_string(),
+        endpoint: String::new(),
+    };
+    Devices::single(device, n_layer as u64)
 }
 
 /// The engine as the segment's header describes it.
