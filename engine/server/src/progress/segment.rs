@@ -26,11 +26,8 @@ const CAPABILITIES: u64 = capabilities::COMPLETION
     // each task ends (the statistics' arrival-based histograms and tasks by cause).
     | capabilities::ARRIVAL_TIMES
     | capabilities::FINISH_CAUSES
-    // v1.3: its one device and layer map, and the device a step waits on. The compute
-    // thread never waits on the CPU it computes on (its 0 is a true "none"); on CUDA the
-    // forward is issued ahead and synchronised once per step, not per layer.
-    | capabilities::DEVICES
-    | capabilities::DEVICE_WAIT;
+    // v1.3: its one device and layer map.
+    | capabilities::DEVICES;
 
 /// The engine's segment, open for writing and reading back (all `None` with publishing
 /// off).
@@ -96,6 +93,16 @@ fn devices(info: &ModelInfo, n_layer: usize) -> Devices {
     Devices::single(device, n_layer as u64)
 }
 
+/// `device_wait` where the engine's "no wait" is true: the compute thread never waits on
+/// the CPU it computes on. On CUDA it synchronises the stream without publishing that
+/// wait (yet), so there a wait stays unknown rather than a false "none".
+fn device_wait(device: DeviceSpec) -> u64 {
+    match device {
+        DeviceSpec::Cpu => capabilities::DEVICE_WAIT,
+        DeviceSpec::Cuda(_) => 0,
+    }
+}
+
 /// The engine as the segment's header describes it.
 fn description(config: &ServerConfig, info: &ModelInfo) -> EngineDescription {
     EngineDescription {
@@ -109,7 +116,7 @@ fn description(config: &ServerConfig, info: &ModelInfo) -> EngineDescription {
         tokenizer: info.tokenizer_family.clone(),
         model_alias: config.model_id(info),
         device: info.device.to_string(),
-        capabilities: CAPABILITIES,
+        capabilities: CAPABILITIES | device_wait(info.device),
     }
 }
 
