@@ -14,13 +14,14 @@
 //!
 //! **The waits.** The calls in which the host thread blocks on a device are interposed
 //! (`ggml_backend_synchronize`, `ggml_backend_event_synchronize`, `ggml_backend_tensor_get`,
-//! `ggml_backend_tensor_copy`, and `ggml_backend_graph_compute_async`, which is a whole
+//! `ggml_backend_tensor_set`, `ggml_backend_tensor_copy`, and `ggml_backend_graph_compute_async`, which is a whole
 //! round trip for an RPC backend of the 0.3.16 generation and the send of the command in
 //! 0c1e570). Inside one of them, on a thread running a tracked call, on a device that is
 //! not a CPU, [`Wait`] publishes "waiting on device D since t" for the call's slots and
-//! clears it when the call returns or unwinds. Only the outermost such call publishes
-//! (they nest: a copy may synchronise). Until a table with a device other than a CPU is
-//! known, every wrapper goes straight through after one relaxed load.
+//! clears it when the call returns or unwinds. They nest (a copy between two peers gets
+//! from one and sets into the other): the innermost names the device, and when it ends
+//! the one around it is published again, with its own start. Until a table with a device
+//! other than a CPU is known, every wrapper goes straight through after one relaxed load.
 
 use crate::ffi::*;
 use crate::layers;
@@ -54,8 +55,8 @@ static TABLES: RwLock<Vec<SchedTable>> = RwLock::new(Vec::new());
 static ANY_WAITABLE: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
-    /// Waits in progress on this thread (they nest; only the outermost publishes).
-    static WAIT_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// The wait published for this thread's call now: `(device id, since ns)`.
+    static CURRENT: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
 }
 
 /// Whether this process can learn devices and publish waits (the `devices` and
@@ -323,11 +324,12 @@ pub unsafe fn of_tensor(t: *const GgmlTensor) -> Option<u64> {
 }
 
 /// A wait of this thread's tracked call on a device, published while it lasts: made by
-/// [`Wait::begin`], cleared when dropped (a normal return or an unwinding exception).
+/// [`Wait::begin`]; when dropped (a normal return or an unwinding exception) the wait
+/// around it, if any, is published again, else none.
 #[must_use = "the wait is cleared when this is dropped"]
 pub struct Wait {
-    counted: bool,
-    published: bool,
+    /// The wait around this one (`None` inside: none), when this one was published.
+    outer: Option<Option<(u64, u64)>>,
 }
 
 impl Wait {
@@ -335,33 +337,36 @@ impl Wait {
     /// and nothing is published).
     pub fn begin(device: Option<u64>) -> Self {
         let Some(device) = device else {
-            return Self {
-                counted: false,
-                published: false,
-            };
+            return Self { outer: None };
         };
-        let depth = WAIT_DEPTH.try_with(|d| d.replace(d.get() + 1)).ok();
-        let published = depth == Some(0)
-            && publish(&StepDevices {
-                layers_sent: 0,
-                wait_device: device,
-                wait_since_ns: clock::monotonic_ns(),
-            });
-        Self {
-            counted: depth.is_some(),
-            published,
+        let now = clock::monotonic_ns();
+        let Ok(outer) = CURRENT.try_with(|c| c.replace(Some((device, now)))) else {
+            return Self { outer: None };
+        };
+        if !publish(&wait_words(Some((device, now)))) {
+            let _ = CURRENT.try_with(|c| c.set(outer));
+            return Self { outer: None };
         }
+        Self { outer: Some(outer) }
     }
 }
 
 impl Drop for Wait {
     fn drop(&mut self) {
-        if self.counted {
-            let _ = WAIT_DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        if let Some(outer) = self.outer {
+            let _ = CURRENT.try_with(|c| c.set(outer));
+            publish(&wait_words(outer));
         }
-        if self.published {
-            publish(&StepDevices::default());
-        }
+    }
+}
+
+/// The step's device words for a wait on `(device, since)`, or for none.
+fn wait_words(wait: Option<(u64, u64)>) -> StepDevices {
+    let (wait_device, wait_since_ns) = wait.unwrap_or((0, 0));
+    StepDevices {
+        layers_sent: 0,
+        wait_device,
+        wait_since_ns,
     }
 }
 
@@ -453,14 +458,26 @@ mod tests {
 
     #[test]
     fn no_wait_is_published_without_a_tracked_call_or_a_device() {
-        // Not a waitable device: nothing counted, nothing to clear.
-        let w = Wait::begin(None);
-        assert!(!w.counted && !w.published);
-        drop(w);
-        // A device, but no tracked call on this thread: counted, nothing published.
-        let w = Wait::begin(Some(3));
-        assert!(w.counted && !w.published);
-        drop(w);
-        assert_eq!(WAIT_DEPTH.with(Cell::get), 0);
+        // Not a waitable device, or no tracked call on this thread: nothing published,
+        // nothing to restore, and no wait left behind.
+        for device in [None, Some(3)] {
+            let w = Wait::begin(device);
+            assert!(w.outer.is_none());
+            drop(w);
+            assert_eq!(CURRENT.with(Cell::get), None);
+        }
+    }
+
+    #[test]
+    fn the_words_of_a_wait_and_of_none() {
+        assert_eq!(
+            wait_words(Some((2, 77))),
+            StepDevices {
+                layers_sent: 0,
+                wait_device: 2,
+                wait_since_ns: 77
+            }
+        );
+        assert_eq!(wait_words(None), StepDevices::default());
     }
 }

@@ -454,9 +454,31 @@ pub unsafe extern "C-unwind" fn ggml_backend_tensor_get(
     unsafe { real(tensor, data, offset, size) }
 }
 
+/// `void ggml_backend_tensor_set(struct ggml_tensor * tensor, const void * data, size_t
+/// offset, size_t size)` (libggml-base): copies host memory into a tensor on its device
+/// (a split's inputs sent to an RPC peer, inside a copy between two peers).
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_tensor_set`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_tensor_set(
+    tensor: *mut GgmlTensor,
+    data: *const std::ffi::c_void,
+    offset: usize,
+    size: usize,
+) {
+    let real = real!(tensor_set);
+    // SAFETY: the host passes a live tensor (the real function reads it too).
+    let device = interpose::lookup(|| unsafe { devices::of_tensor(tensor) });
+    let _wait = devices::Wait::begin(device);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(tensor, data, offset, size) }
+}
+
 /// `void ggml_backend_tensor_copy(struct ggml_tensor * src, struct ggml_tensor * dst)`
 /// (libggml-base): a blocking copy between devices (a split's inputs). It waits on the
-/// source's device, or on the destination's when the source is in host memory.
+/// source's device, or on the destination's when the source is in host memory; the get
+/// and set it makes between two devices name each side while they run.
 ///
 /// # Safety
 /// ggml-backend.h's contract for `ggml_backend_tensor_copy`.

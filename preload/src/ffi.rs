@@ -296,6 +296,10 @@ pub type EventSynchronizeFn = unsafe extern "C-unwind" fn(*mut GgmlEvent);
 /// size_t size)`.
 pub type TensorGetFn =
     unsafe extern "C-unwind" fn(*const GgmlTensor, *mut std::ffi::c_void, usize, usize);
+/// `void ggml_backend_tensor_set(struct ggml_tensor *, const void * data, size_t offset,
+/// size_t size)`.
+pub type TensorSetFn =
+    unsafe extern "C-unwind" fn(*mut GgmlTensor, *const std::ffi::c_void, usize, usize);
 /// `void ggml_backend_tensor_copy(struct ggml_tensor * src, struct ggml_tensor * dst)`.
 pub type TensorCopyFn = unsafe extern "C-unwind" fn(*const GgmlTensor, *mut GgmlTensor);
 /// `enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t, struct ggml_cgraph *)`.

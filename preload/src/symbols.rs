@@ -141,6 +141,8 @@ symbols! {
     event_synchronize: EventSynchronizeFn = c"ggml_backend_event_synchronize";
     /// `ggml_backend_tensor_get` (libggml-base).
     tensor_get: TensorGetFn = c"ggml_backend_tensor_get";
+    /// `ggml_backend_tensor_set` (libggml-base).
+    tensor_set: TensorSetFn = c"ggml_backend_tensor_set";
     /// `ggml_backend_tensor_copy` (libggml-base).
     tensor_copy: TensorCopyFn = c"ggml_backend_tensor_copy";
     /// `ggml_backend_graph_compute_async` (libggml-base).

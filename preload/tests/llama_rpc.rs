@@ -33,6 +33,9 @@ on_both_rpc_builds! {
     rpc_frozen_peer:
         a_frozen_rpc_peer_is_named_by_the_stalled_verdict,
         legacy_a_frozen_rpc_peer_is_named_by_the_stalled_verdict;
+    rpc_killed_peer:
+        a_killed_rpc_peer_is_named_by_the_dead_verdict,
+        legacy_a_killed_rpc_peer_is_named_by_the_dead_verdict;
 }
 
 /// Two fresh peers, and llama-server split across them (preloaded or not).
@@ -235,4 +238,58 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
     assert_eq!(answer["tokens_predicted"], 4, "{answer}");
     let snap = idle_slot(&r);
     assert_eq!(snap.wait(), None, "{snap:?}");
+}
+
+/// A peer killed with SIGKILL in the middle of a long prefill: llama-server aborts (the
+/// RPC client has no way to return an error), and a separate probe reports the engine
+/// dead, naming the peer its slot was waiting on.
+fn rpc_killed_peer(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
+        return;
+    };
+    let scratch = tempfile::tempdir().expect("scratch");
+    let (peers, mut server) = rpc_rig(gen, &prefix, &model, scratch.path(), Some(&so));
+    let dir = scratch.path().join("segments");
+    complete(&server.base, request(&long_prompt(), 1, 0)).expect("warm-up prompt");
+    let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE).expect("segment");
+    let before = idle_slot(&r).state.task_id;
+
+    let base = server.base.clone();
+    let prompt = format!("Another story. {}", long_prompt());
+    let work = std::thread::spawn(move || complete(&base, request(&prompt, 4, 0)));
+    prefilling(&r, before);
+    let killed = &peers[1];
+    killed.signal(libc::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().expect("llama-server status") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "llama-server still running 60 s after its peer died:\n{}",
+            server.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "llama-server exits abnormally: {status}");
+    assert!(
+        work.join().expect("request thread").is_err(),
+        "the request fails"
+    );
+
+    let (code, out) = common::run_probe(&dir, &["check", ENGINE, "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&out).expect("check's JSON");
+    let dead = report["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["kind"] == "dead"))
+        .unwrap_or_else(|| panic!("no dead verdict: {out}"));
+    let message = dead["message"].as_str().expect("message");
+    eprintln!("{test}: {message}");
+    assert_eq!(code, 2, "check exits 2 on a dead engine: {out}");
+    assert!(
+        message.contains("was waiting on") && message.contains(&killed.endpoint),
+        "the dead verdict names the peer {}: {message}",
+        killed.endpoint
+    );
 }
