@@ -17,7 +17,7 @@
 //! `ggml_backend_tensor_set`, `ggml_backend_tensor_copy`, and `ggml_backend_graph_compute_async`, which is a whole
 //! round trip for an RPC backend of the 0.3.16 generation and the send of the command in
 //! 0c1e570). Inside one of them, on a thread running a tracked call, on a device that is
-//! not a CPU, [`Wait`] publishes "waiting on device D since t" for the call's slots and
+//! not a CPU, [`crate::waits::Wait`] publishes "waiting on device D since t" for the call's slots and
 //! clears it when the call returns or unwinds. They nest (a copy between two peers gets
 //! from one and sets into the other): the innermost names the device, and when it ends
 //! the one around it is published again, with its own start. Until a table with a device
@@ -25,10 +25,8 @@
 
 use crate::ffi::*;
 use crate::layers;
-use crate::registry;
 use crate::symbols::{self, Symbols};
-use hydra_layout::{clock, Device, DeviceKind, Devices, LayerRange, StepDevices};
-use std::cell::Cell;
+use hydra_layout::{Device, DeviceKind, Devices, LayerRange};
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
@@ -53,11 +51,6 @@ struct SchedTable {
 static TABLES: RwLock<Vec<SchedTable>> = RwLock::new(Vec::new());
 /// Some learnt table has a device other than a CPU: only then do the wrappers look.
 static ANY_WAITABLE: AtomicBool = AtomicBool::new(false);
-
-thread_local! {
-    /// The wait published for this thread's call now: `(device id, since ns)`.
-    static CURRENT: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
-}
 
 /// Whether this process can learn devices and publish waits (the `devices` and
 /// `device_wait` capabilities).
@@ -323,64 +316,6 @@ pub unsafe fn of_tensor(t: *const GgmlTensor) -> Option<u64> {
     of_device(device)
 }
 
-/// A wait of this thread's tracked call on a device, published while it lasts: made by
-/// [`Wait::begin`]; when dropped (a normal return or an unwinding exception) the wait
-/// around it, if any, is published again, else none.
-#[must_use = "the wait is cleared when this is dropped"]
-pub struct Wait {
-    /// The wait around this one (`None` inside: none), when this one was published.
-    outer: Option<Option<(u64, u64)>>,
-}
-
-impl Wait {
-    /// The host thread is about to block on device `device` (none: not a waitable device,
-    /// and nothing is published).
-    pub fn begin(device: Option<u64>) -> Self {
-        let Some(device) = device else {
-            return Self { outer: None };
-        };
-        let now = clock::monotonic_ns();
-        let Ok(outer) = CURRENT.try_with(|c| c.replace(Some((device, now)))) else {
-            return Self { outer: None };
-        };
-        if !publish(&wait_words(Some((device, now)))) {
-            let _ = CURRENT.try_with(|c| c.set(outer));
-            return Self { outer: None };
-        }
-        Self { outer: Some(outer) }
-    }
-}
-
-impl Drop for Wait {
-    fn drop(&mut self) {
-        if let Some(outer) = self.outer {
-            let _ = CURRENT.try_with(|c| c.set(outer));
-            publish(&wait_words(outer));
-        }
-    }
-}
-
-/// The step's device words for a wait on `(device, since)`, or for none.
-fn wait_words(wait: Option<(u64, u64)>) -> StepDevices {
-    let (wait_device, wait_since_ns) = wait.unwrap_or((0, 0));
-    StepDevices {
-        layers_sent: 0,
-        wait_device,
-        wait_since_ns,
-    }
-}
-
-/// Publishes `d` for the slots of this thread's tracked call; false when there is none.
-fn publish(d: &StepDevices) -> bool {
-    crate::interpose::guarded_bool(|| {
-        layers::with_call_slots(|ctx, slots| {
-            registry::with_existing(ctx, |t| t.step_devices(slots, d))
-        })
-        .flatten()
-        .is_some()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,30 +389,5 @@ mod tests {
             ]
         );
         assert!(ranges_of(vec![]).is_empty());
-    }
-
-    #[test]
-    fn no_wait_is_published_without_a_tracked_call_or_a_device() {
-        // Not a waitable device, or no tracked call on this thread: nothing published,
-        // nothing to restore, and no wait left behind.
-        for device in [None, Some(3)] {
-            let w = Wait::begin(device);
-            assert!(w.outer.is_none());
-            drop(w);
-            assert_eq!(CURRENT.with(Cell::get), None);
-        }
-    }
-
-    #[test]
-    fn the_words_of_a_wait_and_of_none() {
-        assert_eq!(
-            wait_words(Some((2, 77))),
-            StepDevices {
-                layers_sent: 0,
-                wait_device: 2,
-                wait_since_ns: 77
-            }
-        );
-        assert_eq!(wait_words(None), StepDevices::default());
     }
 }

@@ -10,6 +10,7 @@ use crate::ffi::*;
 use crate::interpose;
 use crate::log::warn_once;
 use crate::symbols;
+use crate::waits;
 use hydra_layout::Phase;
 use std::ffi::c_char;
 
@@ -413,7 +414,7 @@ pub unsafe extern "C-unwind" fn ggml_backend_sched_free(sched: *mut GgmlSched) {
 #[no_mangle]
 pub unsafe extern "C-unwind" fn ggml_backend_synchronize(backend: *mut GgmlBackend) {
     let real = real!(backend_synchronize);
-    let _wait = devices::Wait::begin(interpose::lookup(|| devices::of_backend(backend)));
+    let _wait = waits::Wait::begin(interpose::lookup(|| devices::of_backend(backend)));
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(backend) }
 }
@@ -428,7 +429,7 @@ pub unsafe extern "C-unwind" fn ggml_backend_event_synchronize(event: *mut GgmlE
     let real = real!(event_synchronize);
     // SAFETY: the host passes a live event (the real function reads it too).
     let device = interpose::lookup(|| devices::of_device(unsafe { event_device(event) }));
-    let _wait = devices::Wait::begin(device);
+    let _wait = waits::Wait::begin(device);
     // SAFETY: the host's argument goes to the real function unchanged.
     unsafe { real(event) }
 }
@@ -449,7 +450,7 @@ pub unsafe extern "C-unwind" fn ggml_backend_tensor_get(
     let real = real!(tensor_get);
     // SAFETY: the host passes a live tensor (the real function reads it too).
     let device = interpose::lookup(|| unsafe { devices::of_tensor(tensor) });
-    let _wait = devices::Wait::begin(device);
+    let _wait = waits::Wait::begin(device);
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { real(tensor, data, offset, size) }
 }
@@ -470,7 +471,7 @@ pub unsafe extern "C-unwind" fn ggml_backend_tensor_set(
     let real = real!(tensor_set);
     // SAFETY: the host passes a live tensor (the real function reads it too).
     let device = interpose::lookup(|| unsafe { devices::of_tensor(tensor) });
-    let _wait = devices::Wait::begin(device);
+    let _wait = waits::Wait::begin(device);
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { real(tensor, data, offset, size) }
 }
@@ -492,7 +493,7 @@ pub unsafe extern "C-unwind" fn ggml_backend_tensor_copy(
     let device = interpose::lookup(|| unsafe {
         devices::of_tensor(src).or_else(|| devices::of_tensor(dst))
     });
-    let _wait = devices::Wait::begin(device);
+    let _wait = waits::Wait::begin(device);
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { real(src, dst) }
 }
@@ -511,7 +512,7 @@ pub unsafe extern "C-unwind" fn ggml_backend_graph_compute_async(
 ) -> i32 {
     // GGML_STATUS_FAILED (-1) when there is no real one (never: the host links ggml).
     let real = real!(backend_compute, -1);
-    let _wait = devices::Wait::begin(interpose::lookup(|| devices::of_backend(backend)));
+    let _wait = waits::Wait::begin(interpose::lookup(|| devices::of_backend(backend)));
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { real(backend, graph) }
 }

@@ -20,8 +20,9 @@
 //! - [`tracker`]: one context's publisher over hydra-layout's [`hydra_layout::SegmentWriter`]
 //!   and its shared slot transitions (prefill/decode steps, idle, save/restore).
 //! - [`registry`]: context -> tracker, segment creation, idle sweeper, exit hook.
-//! - [`devices`]: the scheduler's devices and layer map, and the device a step waits on
-//!   (`ggml_backend_synchronize` and the other blocking ggml calls, interposed).
+//! - [`devices`]: the scheduler's devices and layer map, and which device a blocking ggml
+//!   call (`ggml_backend_synchronize` and the others, interposed) waits on.
+//! - [`waits`]: that wait, published for the tracked call's slots while it lasts.
 //! - [`layers`]: inside one decode call, the ubatch and the layer (the scheduler's compute
 //!   and eval callback, interposed in libggml-base), published as the substep words.
 //! - [`interpose`]: the wrapper bodies (panic-proof, generic over the real function).
@@ -51,3 +52,4 @@ pub mod symbols;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 pub mod tracker;
+pub mod waits;
