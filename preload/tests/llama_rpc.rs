@@ -11,22 +11,7 @@ use common::llama::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// A test of each scenario against each llama.cpp generation.
-macro_rules! on_both_rpc_builds {
-    ($($scenario:ident: $current:ident, $legacy:ident;)*) => {$(
-        #[test]
-        fn $current() {
-            $scenario(stringify!($current), Gen::Current);
-        }
-
-        #[test]
-        fn $legacy() {
-            $scenario(stringify!($legacy), Gen::Legacy);
-        }
-    )*};
-}
-
-on_both_rpc_builds! {
+on_both_builds! {
     rpc_identical_text:
         rpc_split_text_is_identical_with_and_without_the_preload,
         legacy_rpc_split_text_is_identical_with_and_without_the_preload;

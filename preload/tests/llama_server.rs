@@ -29,22 +29,6 @@ fn n_predict() -> u32 {
         .unwrap_or(1000)
 }
 
-/// A test of each scenario against each llama.cpp generation: `$current` for the current
-/// one, `$legacy` for the legacy one, each passing its own name to the scenario.
-macro_rules! on_both_builds {
-    ($($scenario:ident: $current:ident, $legacy:ident;)*) => {$(
-        #[test]
-        fn $current() {
-            $scenario(stringify!($current), Gen::Current);
-        }
-
-        #[test]
-        fn $legacy() {
-            $scenario(stringify!($legacy), Gen::Legacy);
-        }
-    )*};
-}
-
 on_both_builds! {
     publishes_progress:
         llama_server_publishes_progress_through_the_preload,

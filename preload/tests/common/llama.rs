@@ -9,6 +9,26 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// A test of each scenario against each llama.cpp generation: `$current` for the current
+/// one, `$legacy` for the legacy one, each passing its own name to the scenario (`use
+/// common::llama::*` brings it and [`Gen`]).
+#[allow(unused_macros)] // only the real-server test binaries define scenarios
+macro_rules! on_both_builds {
+    ($($scenario:ident: $current:ident, $legacy:ident;)*) => {$(
+        #[test]
+        fn $current() {
+            $scenario(stringify!($current), Gen::Current);
+        }
+
+        #[test]
+        fn $legacy() {
+            $scenario(stringify!($legacy), Gen::Legacy);
+        }
+    )*};
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_builds;
+
 /// One llama-server at a time: each uses both cores.
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
