@@ -27,7 +27,10 @@
 //!   none past the last;
 //! - once the file's size differs from the size at open, every snapshot-like call fails
 //!   with `Error::SizeChanged` (the fstat check of the SIGBUS policy), never touching the
-//!   lost pages.
+//!   lost pages;
+//! - the v1.3 regions (statistics, flight recorders, devices) read as a value, absent, or a
+//!   clear region error, never past their items: a history is ordered, a device table
+//!   within the format's bounds ([`exercise_regions`]).
 
 use clap::Parser;
 use hydra_layout::header as h;
@@ -505,6 +508,8 @@ fn exercise_reader(
         }
     }
 
+    exercise_regions(reader, n, same_size, &size_err);
+
     let base = match &snapshot {
         Ok(s) => s.header.heartbeat_ns.max(id.created_monotonic_ns),
         Err(_) => id.created_monotonic_ns,
@@ -517,6 +522,62 @@ fn exercise_reader(
         }
         Err(hydra_probe::ProbeError::Layout(e)) if !same_size => size_err("capture", &e),
         Err(e) => panic!("capture after {action:?}: {e:?}"),
+    }
+}
+
+/// The v1.3 regions (FORMAT §16-§19): each slot's statistics and flight recorder, and the
+/// device table, read whatever the directory, the rings and the tables say. While the
+/// file keeps its size, a read is a value, absent, or a torn, contended or invalid region;
+/// once it changed, absent or `SizeChanged`. A history is ordered and within its ring, a
+/// device table within the format's bounds.
+fn exercise_regions(
+    reader: &SegmentReader,
+    n: usize,
+    same_size: bool,
+    size_err: &dyn Fn(&str, &Error),
+) {
+    let region_err = |what: &str, e: &Error| match e {
+        Error::RegionTorn { .. } | Error::RegionContended { .. } if same_size => {}
+        Error::BadStats { .. } | Error::BadRing { .. } => {}
+        e if !same_size => size_err(what, e),
+        e => panic!("{what}: {e:?}"),
+    };
+    let _ = format!("{:?}", reader.regions());
+    for i in 0..n.min(8) {
+        match reader.stats(i) {
+            Ok(Some(stats)) => {
+                assert!(same_size, "statistics read after a resize");
+                let _ = format!("{stats:?}");
+            }
+            Ok(None) => {}
+            Err(e) => region_err("stats", &e),
+        }
+        match reader.history(i) {
+            Ok(Some(h)) => {
+                assert!(same_size, "history read after a resize");
+                assert!(h.entries.len() as u64 <= hydra_layout::flight::MAX_CAPACITY);
+                let ordinals: Vec<u64> = h.entries.iter().map(|e| e.ordinal).collect();
+                assert!(ordinals.windows(2).all(|w| w[0] < w[1]), "{ordinals:?}");
+            }
+            Ok(None) => {}
+            Err(e) => region_err("history", &e),
+        }
+    }
+    match reader.devices() {
+        Ok(hydra_layout::DeviceTable::Known(p)) => {
+            assert!(same_size, "devices read after a resize");
+            let d = &p.devices;
+            assert!(d.devices.len() <= hydra_layout::devices::MAX_DEVICES);
+            assert!(d.ranges.len() <= hydra_layout::devices::MAX_RANGES);
+            assert!(d.ranges.windows(2).all(|w| w[0].last < w[1].first));
+            for r in &d.ranges {
+                assert!(r.first <= r.last && r.device >= 1);
+                assert!(d.device(r.device).is_some(), "{r:?} names no device");
+                let _ = d.describe(r.device);
+            }
+        }
+        Ok(_) => {}
+        Err(e) => region_err("devices", &e),
     }
 }
 

@@ -144,9 +144,15 @@ fn rpc_identical_text(test: &str, gen: Gen) {
     }
 }
 
-/// `hydra-probe check` until slot 0 is reported stalled with `endpoint` in its message
-/// (at most `within`); returns the exit code, the message and how long it took.
-fn stalled_naming(dir: &Path, endpoint: &str, within: Duration) -> (i32, String, Duration) {
+/// `hydra-probe check` until slot 0 is reported stalled (at most `within`), with
+/// `endpoint` in its message when `named` (else any device it names must be that one);
+/// returns the exit code, the message and how long it took.
+fn stalled_verdict(
+    dir: &Path,
+    endpoint: &str,
+    named: bool,
+    within: Duration,
+) -> (i32, String, Duration) {
     let started = Instant::now();
     loop {
         let args = ["check", ENGINE, "--stall-floor", "1s", "--json"];
@@ -155,12 +161,20 @@ fn stalled_naming(dir: &Path, endpoint: &str, within: Duration) -> (i32, String,
         let found = report["findings"].as_array().and_then(|f| {
             f.iter().find_map(|f| {
                 let m = f["message"].as_str()?;
-                (f["kind"] == "stalled" && f["slot"] == 0 && m.contains(endpoint))
-                    .then(|| m.to_owned())
+                (f["kind"] == "stalled" && f["slot"] == 0).then(|| m.to_owned())
             })
         });
         if let Some(message) = found {
-            return (code, message, started.elapsed());
+            if message.contains("waiting on") {
+                assert!(
+                    message.contains(endpoint),
+                    "names another device: {message}"
+                );
+                return (code, message, started.elapsed());
+            }
+            if !named {
+                return (code, message, started.elapsed());
+            }
         }
         assert!(
             started.elapsed() < within,
@@ -210,11 +224,17 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
     prefilling(&r, before);
     let frozen = &peers[1];
     frozen.signal(libc::SIGSTOP);
-    let (code, message, took) = stalled_naming(&dir, &frozen.endpoint, Duration::from_secs(60));
+    // The 0.3.16 generation blocks in the peer's synchronous graph compute, which the
+    // preload interposes: the verdict names the peer. 0c1e570 judges the whole
+    // pipeline-parallel call (about 45 s on 2 idle cores, 10 x the expected call), and its
+    // host may block where no wait is published yet: there any device named must be the
+    // frozen peer. The deadline leaves room for a loaded machine.
+    let named = gen == Gen::Legacy;
+    let within = Duration::from_secs(240);
+    let (code, message, took) = stalled_verdict(&dir, &frozen.endpoint, named, within);
     frozen.signal(libc::SIGCONT);
     eprintln!("{test}: stalled verdict after {took:?}: {message}");
     assert_eq!(code, 2, "check exits 2 on a stalled slot: {message}");
-    assert!(message.contains("waiting on"), "{message}");
 
     let answer = work
         .join()

@@ -84,7 +84,13 @@ fn segment(scratch: &Path, slots: usize, end: End, f: impl FnOnce(&mut SegmentWr
                 | h::capabilities::STATE_SAVE_RESTORE
                 | h::capabilities::CHUNKED_PREFILL
                 | h::capabilities::LAYER_PROGRESS
-                | h::capabilities::STEP_PREDICTION,
+                | h::capabilities::STEP_PREDICTION
+                // v1.3: a writer that publishes its devices and waits, and whose host
+                // gives arrivals and finish causes: every region family filled.
+                | h::capabilities::DEVICES
+                | h::capabilities::DEVICE_WAIT
+                | h::capabilities::ARRIVAL_TIMES
+                | h::capabilities::FINISH_CAUSES,
         },
     })
     .expect("create a segment");
@@ -239,6 +245,106 @@ fn patched(base: &[u8], words: &[(usize, u64)]) -> Vec<u8> {
     b
 }
 
+/// Format v1.3: a dead engine whose 30 layers ran on a CPU and two RPC peers, whose slot 0
+/// finished two tasks (statistics and flight recorder entries) and died in a third, its
+/// step waiting on the second peer.
+fn rpc_split(scratch: &Path) -> Vec<u8> {
+    use hydra_layout::{Device, DeviceKind, Devices, FinishCause, LayerRange, StepDevices};
+    segment(scratch, 2, End::Crashed, |w| {
+        let rpc = |n: u32| Device {
+            kind: DeviceKind::Rpc,
+            name: format!("RPC{n}[10.0.0.{n}:50052]"),
+            endpoint: format!("10.0.0.{n}:50052"),
+        };
+        let cpu = Device {
+            kind: DeviceKind::Cpu,
+            name: "CPU".into(),
+            endpoint: String::new(),
+        };
+        let range = |first, last, device| LayerRange {
+            first,
+            last,
+            device,
+        };
+        w.publish_devices(&Devices {
+            devices: vec![cpu, rpc(1), rpc(2)],
+            layer_count: 30,
+            ranges: vec![range(0, 15, 2), range(16, 29, 3)],
+            output_device: 3,
+        })
+        .unwrap();
+        let mut t = BASE - 20 * S;
+        for task in 1..=3u64 {
+            w.note_arrival(0, t - S).unwrap();
+            let mut s = SlotState::default();
+            s.begin_task(task, Phase::Prefill, WorkUnit::Tokens, 512, t);
+            w.publish(0, &s).unwrap();
+            s.start_step(512, t + 1000);
+            w.publish(0, &s).unwrap();
+            let wait = StepDevices {
+                layers_sent: 30,
+                wait_device: 3,
+                wait_since_ns: t + 2000,
+            };
+            w.publish_step_devices(0, &wait).unwrap();
+            if task == 3 {
+                break;
+            }
+            w.publish_step_devices(0, &StepDevices::default()).unwrap();
+            s.finish_step(512, t + S);
+            w.publish(0, &s).unwrap();
+            w.note_finish(0, FinishCause::Done, t + S).unwrap();
+            s.finish(FinishReason::Completed, ErrorCode::None);
+            w.publish(0, &s).unwrap();
+            t += 2 * S;
+        }
+    })
+}
+
+/// The v1.3 seed and its hostile regions: a ring head that points anywhere, bucket counts
+/// that do not add up, a statistics block left mid-update, a device table with an
+/// impossible count and a range on no device, and a region directory inside the slots.
+fn add_hostile_regions(add: &mut impl FnMut(&str, [u8; 3], Vec<u8>), plain: [u8; 3], rpc: &[u8]) {
+    use hydra_layout::region::Layout;
+    use hydra_layout::{devices, flight, stats};
+    let l = Layout::for_slots(2);
+    let ring = l.flight.item(0);
+    let block = l.stats.item(0);
+    let table = l.devices.item(0);
+    let first_bucket = block + stats::HISTOGRAMS_OFFSET + stats::HIST_BUCKETS_OFFSET;
+    add("valid-2slots-v1.3-rpc-split", plain, rpc.to_vec());
+    let cases: [(&str, Vec<(usize, u64)>); 6] = [
+        (
+            "ring-head-max",
+            vec![(ring + flight::FR_HEAD_OFFSET, u64::MAX)],
+        ),
+        (
+            "ring-capacity-huge",
+            vec![(ring + flight::FR_CAPACITY_OFFSET, 1 << 40)],
+        ),
+        ("stats-bucket-backwards", vec![(first_bucket, u64::MAX)]),
+        ("stats-torn", vec![(block + stats::STATS_SEQ_OFFSET, 7)]),
+        (
+            "devices-hostile",
+            vec![
+                (table + devices::DEVICE_COUNT_OFFSET, 99),
+                (table + devices::RANGE_COUNT_OFFSET, u64::MAX),
+                (
+                    table + devices::MAP_OFFSET + devices::range::RANGE_DEVICE,
+                    0,
+                ),
+            ],
+        ),
+        (
+            "region-dir-in-slots",
+            vec![(h::REGION_DIR_OFFSET, h::HEADER_LEN as u64)],
+        ),
+    ];
+    for (name, words) in cases {
+        add(&format!("hostile-v1.3-{name}"), plain, patched(rpc, &words));
+    }
+}
+
 fn main() {
     let out = std::env::args_os()
         .nth(1)
@@ -355,6 +461,7 @@ fn main() {
         };
         w.publish_with_prediction(2, &stale, &old).unwrap();
     });
+    let rpc = rpc_split(&scratch);
     let _ = fs::remove_dir_all(&scratch);
 
     add("valid-1slot-idle", plain, idle1.clone());
@@ -363,6 +470,7 @@ fn main() {
     add("valid-2slots-closed", plain, closed.clone());
     add("valid-3slots-dead-torn", plain, torn.clone());
     add("valid-2slots-dead-stalled", plain, stalled.clone());
+    add_hostile_regions(&mut add, plain, &rpc);
 
     // --- the probe's classification at other instants and thresholds ------------------
     for now in 1..8u8 {
