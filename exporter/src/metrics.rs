@@ -359,6 +359,23 @@ fn device_info(x: &mut Exposition, rows: &Rows) {
     );
 }
 
+/// `hydra_slot_device_wait_seconds{device}`: the wait of each active slot's step on a
+/// device (format v1.3).
+fn device_wait(x: &mut Exposition, rows: &Rows) {
+    x.family(
+        "hydra_slot_device_wait_seconds",
+        "How long the step in flight has been blocked on a device, labelled with it (its name and, for an RPC peer, host:port; absent without a wait, and for writers that do not publish waits)",
+        Kind::Gauge,
+        |f| {
+            for (_, s, labels) in &rows.slots {
+                if let Some(w) = s.wait.as_ref().filter(|_| s.is_active()) {
+                    f.sample_with(*labels, &ExtraLabel::new("device", &w.name), secs(w.age_ns));
+                }
+            }
+        },
+    );
+}
+
 /// The layers device `device` runs, as `0-15` (ranges comma-separated; empty for none).
 fn layers_of(d: &hydra_layout::Devices, device: u64) -> String {
     let ranges: Vec<String> = d
@@ -582,18 +599,7 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
     per_slot(x, rows, "hydra_slot_layers_done", "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_done().map(int)));
     per_slot(x, rows, "hydra_slot_step_layers", "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_total().map(int)));
     per_slot(x, rows, "hydra_slot_layer_age_seconds", "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_age_ns().map(secs)));
-    x.family(
-        "hydra_slot_device_wait_seconds",
-        "How long the step in flight has been blocked on a device, labelled with it (its name and, for an RPC peer, host:port; absent without a wait, and for writers that do not publish waits)",
-        Kind::Gauge,
-        |f| {
-            for (_, s, labels) in &rows.slots {
-                if let Some(w) = s.wait.as_ref().filter(|_| s.is_active()) {
-                    f.sample_with(*labels, &ExtraLabel::new("device", &w.name), secs(w.age_ns));
-                }
-            }
-        },
-    );
+    device_wait(x, rows);
     per_slot(
         x,
         rows,

@@ -267,7 +267,7 @@ pub struct SegmentReader {
     regions: Regions,
     /// Per slot, its ring's validated `(capacity, entry_len)`, read once at open (a
     /// hostile owner could change them later); `Err` says why the ring is unusable.
-    rings: Vec<std::result::Result<(usize, usize), String>>,
+    rings: Rings,
 }
 
 impl SegmentReader {
@@ -431,30 +431,7 @@ impl SegmentReader {
                 });
             }
         }
-        let slot_end =
-            geometry.slot_offset as u64 + geometry.slot_count as u64 * geometry.slot_stride as u64;
-        let regions = Regions::find(
-            &words,
-            identity.version_minor,
-            slot_end,
-            geometry.slot_count as u64,
-            len,
-        );
-        let rings = match regions.flight {
-            Some(region) => (0..geometry.slot_count)
-                .map(|i| {
-                    flight::ring_geometry(&words, region.item(i), region.stride).ok_or_else(|| {
-                        format!(
-                            "bad ring: capacity {}, entry length {} in a {}-byte item",
-                            words.load(region.item(i) + flight::FR_CAPACITY_OFFSET),
-                            words.load(region.item(i) + flight::FR_ENTRY_LEN_OFFSET),
-                            region.stride
-                        )
-                    })
-                })
-                .collect(),
-            None => Vec::new(),
-        };
+        let (regions, rings) = find_regions(&words, &geometry, identity.version_minor, len);
         Ok(Self {
             identity,
             map,
@@ -808,6 +785,32 @@ fn split_prediction(words: &[u64; slot::DATA_WORDS_V1_2]) -> Prediction {
         .try_into()
         .expect("the prediction tail ends the copy");
     Prediction::from_words(step_expected, tail)
+}
+
+/// The regions after the slot table (v1.3) of a segment whose geometry passed, and each
+/// slot's ring geometry, validated once at open (a hostile owner could change the fixed
+/// words later); `Err` says why a ring is unusable.
+type Rings = Vec<std::result::Result<(usize, usize), String>>;
+
+fn find_regions(words: &MappedWords, g: &Geometry, minor: u64, len: u64) -> (Regions, Rings) {
+    let slot_end = g.slot_offset as u64 + g.slot_count as u64 * g.slot_stride as u64;
+    let regions = Regions::find(words, minor, slot_end, g.slot_count as u64, len);
+    let rings = match regions.flight {
+        Some(region) => (0..g.slot_count)
+            .map(|i| {
+                flight::ring_geometry(words, region.item(i), region.stride).ok_or_else(|| {
+                    format!(
+                        "bad ring: capacity {}, entry length {} in a {}-byte item",
+                        words.load(region.item(i) + flight::FR_CAPACITY_OFFSET),
+                        words.load(region.item(i) + flight::FR_ENTRY_LEN_OFFSET),
+                        region.stride
+                    )
+                })
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    (regions, rings)
 }
 
 /// A failed bounded read of a region's item (of `slot`, or the engine's one) as the

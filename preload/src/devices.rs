@@ -27,8 +27,9 @@ use crate::ffi::*;
 use crate::layers;
 use crate::symbols::{self, Symbols};
 use hydra_layout::{Device, DeviceKind, Devices, LayerRange};
+use std::cell::Cell;
 use std::ffi::{c_char, CStr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 /// One backend of a scheduler, as its table entry.
@@ -51,6 +52,15 @@ struct SchedTable {
 static TABLES: RwLock<Vec<SchedTable>> = RwLock::new(Vec::new());
 /// Some learnt table has a device other than a CPU: only then do the wrappers look.
 static ANY_WAITABLE: AtomicBool = AtomicBool::new(false);
+/// Bumped when a scheduler is freed, so that a thread's [`KNOWN`] is not taken for a new
+/// scheduler at the same address.
+static FREED: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The scheduler whose table this thread last found known, and [`FREED`] then: every
+    /// forward graph asks [`learn`], which then returns without taking the tables' lock.
+    static KNOWN: Cell<(usize, usize)> = const { Cell::new((0, usize::MAX)) };
+}
 
 /// Whether this process can learn devices and publish waits (the `devices` and
 /// `device_wait` capabilities).
@@ -230,8 +240,13 @@ unsafe fn placement(
 /// # Safety
 /// `sched` and `graph` are the host's live scheduler and the graph it just computed.
 pub unsafe fn learn(sched: *mut GgmlSched, graph: *mut GgmlGraph, n_layer: u64) -> Option<Devices> {
+    let this = (sched as usize, FREED.load(Ordering::Acquire));
+    if KNOWN.try_with(Cell::get).ok() == Some(this) {
+        return None;
+    }
     let known = |tables: &Vec<SchedTable>| tables.iter().any(|t| t.sched == sched as usize);
     if known(&TABLES.read().unwrap_or_else(|e| e.into_inner())) {
+        let _ = KNOWN.try_with(|k| k.set(this));
         return None;
     }
     let s = symbols::get();
@@ -265,6 +280,7 @@ pub fn sched_freed(sched: *mut GgmlSched) {
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .retain(|t| t.sched != sched as usize);
+    FREED.fetch_add(1, Ordering::Release);
 }
 
 /// The device id of the first learnt backend that `matches`, unless it is a CPU.
