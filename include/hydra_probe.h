@@ -34,7 +34,11 @@
 // Minor 3 added `HydraProbePrediction` as version 3 of `HydraProbeMeta` (the writer's
 // cost model, format v1.2: where the ETA comes from, the predicted step), and the
 // `eta_source`, `step_expected_ms` and `prediction_error` fields of the meta JSON.
-#define HYDRA_PROBE_ABI_MINOR 3
+// Minor 4 added the engine's devices and the device a step waits on (format v1.3):
+// `hydra_probe_read_devices`, `hydra_probe_read_wait`, `HydraProbeWait` as version 4 of
+// `HydraProbeMeta`, `HYDRA_PROBE_VALUE_DEVICE_KIND`, and the `wait_device`, `wait_ms` and
+// `layer_device` fields of the meta JSON.
+#define HYDRA_PROBE_ABI_MINOR 4
 
 // `HydraProbePrediction::eta_source`: no ETA.
 #define HYDRA_PROBE_ETA_NONE 0
@@ -84,6 +88,50 @@
 
 // Kind for `hydra_probe_value_name`: an engine health (`HydraProbeEngineHealth`).
 #define HYDRA_PROBE_VALUE_ENGINE_HEALTH 5
+
+// Kind for `hydra_probe_value_name`: a device kind (`HydraProbeDevice::kind`: "cpu",
+// "gpu", "rpc", ...). Added in ABI minor 4.
+#define HYDRA_PROBE_VALUE_DEVICE_KIND 6
+
+// `HydraProbeDeviceTable::state`: the engine publishes no device table (a writer before
+// format v1.3, or one without the `devices` capability).
+#define HYDRA_PROBE_DEVICES_ABSENT 0
+
+// `HydraProbeDeviceTable::state`: the engine publishes its devices but has not yet (it is
+// still loading its model).
+#define HYDRA_PROBE_DEVICES_NOT_YET_KNOWN 1
+
+// `HydraProbeDeviceTable::state`: the table below is the engine's.
+#define HYDRA_PROBE_DEVICES_KNOWN 2
+
+// `HydraProbeDeviceTable::state`: no consistent copy could be read (the writer stopped in
+// the middle of publishing it); read again, or read the devices as unknown.
+#define HYDRA_PROBE_DEVICES_UNREADABLE 3
+
+// Most devices a table holds (FORMAT §19.2): an array of this many `HydraProbeDevice`
+// always has room for every device.
+#define HYDRA_PROBE_MAX_DEVICES 16
+
+// Most layer ranges a table holds: an array of this many `HydraProbeLayerRange` always
+// has room for every range.
+#define HYDRA_PROBE_MAX_LAYER_RANGES 64
+
+// Bytes of `HydraProbeDevice::name`: the longest name the format keeps (63 bytes) plus
+// its NUL.
+#define HYDRA_PROBE_DEVICE_NAME_LEN 64
+
+// Bytes of `HydraProbeDevice::endpoint`: the longest endpoint the format keeps (127
+// bytes) plus its NUL.
+#define HYDRA_PROBE_DEVICE_ENDPOINT_LEN 128
+
+// Bytes of `HydraProbeDevice::label`: a name, a space and an endpoint, plus the NUL.
+#define HYDRA_PROBE_DEVICE_LABEL_LEN 192
+
+// `HydraProbeDevice::flags`: the writer cut the device's name to fit.
+#define HYDRA_PROBE_DEVICE_NAME_TRUNCATED 1
+
+// `HydraProbeDevice::flags`: the writer cut the device's endpoint to fit.
+#define HYDRA_PROBE_DEVICE_ENDPOINT_TRUNCATED 2
 
 // Success.
 #define HYDRA_PROBE_OK 0
@@ -296,14 +344,31 @@ typedef struct HydraProbePrediction {
   uint32_t reserved;
 } HydraProbePrediction;
 
+// The device a slot's step in flight waits on (segment format v1.3), and the device of
+// the layer it computes. Added in ABI minor 4, also as version 4 of `HydraProbeMeta`.
+typedef struct HydraProbeWait {
+  // 1 when the engine publishes the device a step waits on; 0 when not: then a wait is
+  // unknown, not absent, and the fields below are 0 or -1.
+  uint32_t published;
+  // 1 while the step in flight is blocked on a device, else 0.
+  uint32_t waiting;
+  // The id of that device (see `hydra_probe_read_devices`); 0 when none.
+  uint64_t device;
+  // ns the step has been blocked on it; -1 when not waiting.
+  int64_t wait_age_ns;
+  // The id of the device of the layer the step in flight computes, from the engine's
+  // layer map; 0 when unknown (between steps, or no layer map).
+  uint64_t layer_device;
+} HydraProbeWait;
+
 // One slot's Hydra meta as numbers (filled by `hydra_probe_read_meta`): the slot read
 // with its class and the engine's health, plus the figures the meta JSON derives from
 // it. With `hydra_probe_describe`'s strings this is every field of the meta JSON but a
 // torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
 // are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
 // version 2 (ABI minor 2) appends `layer` (408 bytes); version 3 (ABI minor 3) appends
-// `prediction` (440 bytes). A caller built against version 1 sets `size` 368 and gets the
-// version 1 fields.
+// `prediction` (440 bytes); version 4 (ABI minor 4) appends `wait` (472 bytes). A caller
+// built against version 1 sets `size` 368 and gets the version 1 fields.
 typedef struct HydraProbeMeta {
   // Set by the caller to `sizeof(HydraProbeMeta)` before the call; the library stores
   // the bytes it filled (fields added later go at the end).
@@ -346,7 +411,66 @@ typedef struct HydraProbeMeta {
   struct HydraProbeLayer layer;
   // Version 3 (ABI minor 3): the writer's cost model and the ETA's source.
   struct HydraProbePrediction prediction;
+  // Version 4 (ABI minor 4): the device the step in flight waits on, as
+  // `hydra_probe_read_wait` gives it for the same read.
+  struct HydraProbeWait wait;
 } HydraProbeMeta;
+
+// The engine's device table (filled by `hydra_probe_read_devices`): its state, counts
+// and layer map summary; the devices and the ranges go to the caller's arrays. Version 1
+// is 56 bytes.
+typedef struct HydraProbeDeviceTable {
+  // Set by the caller to `sizeof(HydraProbeDeviceTable)` before the call; the library
+  // stores the bytes it filled (fields added later go at the end).
+  uint32_t size;
+  // `HYDRA_PROBE_DEVICES_ABSENT`, `_NOT_YET_KNOWN`, `_KNOWN` or `_UNREADABLE`; the
+  // fields below are 0 unless KNOWN.
+  uint32_t state;
+  // The table's sequence word: it changes whenever the writer publishes the table again.
+  uint64_t seq;
+  // Transformer layers of the model (0 = unknown).
+  uint64_t layer_count;
+  // Device id of the output head (0 = unknown).
+  uint64_t output_device;
+  // Devices in the table (at most `HYDRA_PROBE_MAX_DEVICES`).
+  uint64_t device_count;
+  // Usable layer ranges (at most `HYDRA_PROBE_MAX_LAYER_RANGES`).
+  uint64_t range_count;
+  // Ranges the writer published that are unusable and left out (reversed, past the
+  // layer count, on a device the table lacks, or overlapping an earlier one).
+  uint64_t ranges_ignored;
+} HydraProbeDeviceTable;
+
+// One device of the table.
+typedef struct HydraProbeDevice {
+  // Its id: position in the table + 1 (what `HydraProbeWait::device` and
+  // `HydraProbeLayerRange::device` hold).
+  uint64_t id;
+  // Raw kind: 0 unspecified, 1 cpu, 2 gpu, 3 rpc, 4 accel (named by
+  // `hydra_probe_value_name(HYDRA_PROBE_VALUE_DEVICE_KIND, kind)`).
+  uint64_t kind;
+  // `HYDRA_PROBE_DEVICE_*_TRUNCATED` bits.
+  uint64_t flags;
+  // Its name as its backend gives it (`CPU`, `CUDA0`, `RPC0`, `RPC[10.0.0.5:50052]`),
+  // UTF-8, NUL-terminated.
+  char name[HYDRA_PROBE_DEVICE_NAME_LEN];
+  // For an RPC device the peer as `host:port`, else empty; NUL-terminated.
+  char endpoint[HYDRA_PROBE_DEVICE_ENDPOINT_LEN];
+  // How the probe names the device in its verdicts and the meta JSON's `wait_device`
+  // and `layer_device`: the name, and the endpoint when the name lacks it
+  // (`RPC1 127.0.0.1:50053`, `RPC[10.0.0.5:50052]`, `CPU`); NUL-terminated.
+  char label[HYDRA_PROBE_DEVICE_LABEL_LEN];
+} HydraProbeDevice;
+
+// Layers `first_layer..=last_layer` (0-based) run on device `device`.
+typedef struct HydraProbeLayerRange {
+  // First layer of the run.
+  uint64_t first_layer;
+  // Last layer of the run, inclusive.
+  uint64_t last_layer;
+  // The device id.
+  uint64_t device;
+} HydraProbeLayerRange;
 
 // No task.
 #define HYDRA_PROBE_SLOT_CLASS_IDLE 0
@@ -538,6 +662,40 @@ int32_t hydra_probe_meta_json(const struct HydraProbe *probe,
                               char *buf,
                               size_t cap,
                               size_t *needed);
+
+// Reads the engine's device table and layer map now (one consistent copy) into
+// `*table`, `devices[0..min(device_count, device_cap)]` and
+// `ranges[0..min(range_count, range_cap)]`. Arrays of `HYDRA_PROBE_MAX_DEVICES` and
+// `HYDRA_PROBE_MAX_LAYER_RANGES` entries always have room. When an array is shorter than
+// its count, the call fills what fits and returns `HYDRA_PROBE_E_BUFFER_TOO_SMALL`, with
+// the counts stored. An engine without a table is not an error: `table->state` says
+// ABSENT, NOT_YET_KNOWN or UNREADABLE. Set `table->size` to
+// `sizeof(HydraProbeDeviceTable)` first. `devices` (`ranges`) may be NULL when
+// `device_cap` (`range_cap`) is 0. Added in ABI minor 4.
+//
+// Errors: `HYDRA_PROBE_E_IO` when the file changed size.
+//
+// # Safety
+// `probe` is NULL or an open handle; `table` is NULL or readable and writable;
+// `devices` is NULL or writable for `device_cap` entries, `ranges` for `range_cap`.
+int32_t hydra_probe_read_devices(const struct HydraProbe *probe,
+                                 struct HydraProbeDeviceTable *table,
+                                 struct HydraProbeDevice *devices,
+                                 size_t device_cap,
+                                 struct HydraProbeLayerRange *ranges,
+                                 size_t range_cap);
+
+// Reads slot `slot` now (the same read and classification as `hydra_probe_read_slot`)
+// and fills `*out` with the device its step in flight waits on and the device of the
+// layer it computes. Added in ABI minor 4: check `hydra_probe_abi_minor() >= 4` first.
+//
+// Errors: those of `hydra_probe_read_slot`.
+//
+// # Safety
+// `probe` is NULL or an open handle; `out` is NULL or writable.
+int32_t hydra_probe_read_wait(const struct HydraProbe *probe,
+                              uint32_t slot,
+                              struct HydraProbeWait *out);
 
 #ifdef __cplusplus
 }  // extern "C"

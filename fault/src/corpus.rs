@@ -520,8 +520,24 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             c.file(id, &bytes, name, Expect::Readable);
         }
     }
+    // A well-formed v1.3 engine split across two RPC peers, its slot 0 waiting on the
+    // second: what each reader must name (its writer gone, so the slot reads orphaned).
+    let split = crate::scratch("hydra-corpus-split.");
+    let (w, _) = crate::segments::rpc_split(split.path(), RPC_SPLIT_ID);
+    let bytes = std::fs::read(w.path()).expect("read the RPC split segment");
+    drop(w);
+    c.file(
+        RPC_SPLIT_ID,
+        &bytes,
+        "an engine split across two RPC peers, slot 0 waiting on the second",
+        Expect::Readable,
+    );
     c.cases
 }
+
+/// The corpus entry of a well-formed engine on two RPC peers
+/// ([`crate::segments::rpc_split`]).
+pub const RPC_SPLIT_ID: &str = "devices-rpc-split";
 
 /// Slot words and engine counters that no conforming writer leaves, in `template`'s
 /// well-formed segment.

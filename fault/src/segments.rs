@@ -5,8 +5,10 @@
 //! The tests of the probe CLI, the exporter and the reader C ABI all build on it, so a
 //! test segment looks the same to every reader surface.
 
+use hydra_layout::header::capabilities as caps;
 use hydra_layout::{
-    EngineDescription, Phase, SegmentConfig, SegmentReader, SegmentWriter, SlotState, WorkUnit,
+    clock, Device, DeviceKind, Devices, EngineDescription, LayerRange, Phase, SegmentConfig,
+    SegmentReader, SegmentWriter, SlotState, StepDevices, Substep, WorkUnit,
 };
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -57,6 +59,11 @@ impl Scratch {
             description: d,
         })
         .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", self.describe()))
+    }
+
+    /// [`rpc_split`] in this directory.
+    pub fn rpc_split(&self, id: &str) -> (SegmentWriter, u64) {
+        rpc_split(&self.dir, id)
     }
 
     /// Leaves a CLOSED segment for `id` in the directory: a clean close unlinks the file,
@@ -140,4 +147,68 @@ pub fn decode(now: u64, done: u64, total: u64, phase_age: u64, progress_age: u64
         steps_done: done,
         ..Default::default()
     }
+}
+
+/// The device table of a model whose 30 layers run on two ggml RPC peers (16/14), named
+/// as llama.cpp 0c1e570 names them, with the output head on the second.
+pub fn rpc_split_devices() -> Devices {
+    let rpc = |name: &str, endpoint: &str| Device {
+        kind: DeviceKind::Rpc,
+        name: name.into(),
+        endpoint: endpoint.into(),
+    };
+    let range = |first, last, device| LayerRange {
+        first,
+        last,
+        device,
+    };
+    Devices {
+        devices: vec![
+            rpc("RPC0[127.0.0.1:50052]", "127.0.0.1:50052"),
+            rpc("RPC1", "127.0.0.1:50053"),
+        ],
+        layer_count: 30,
+        ranges: vec![range(0, 15, 1), range(16, 29, 2)],
+        output_device: 2,
+    }
+}
+
+/// Engine `id` in `dir` on [`rpc_split_devices`], with 2 slots: slot 0 in a 4,000-token
+/// prefill whose 512-token step finished 16 of 30 layers 5.5 s ago and has waited on the
+/// second peer (device 2, `RPC1 127.0.0.1:50053`) for 5 s; slot 1 idle. Returns the
+/// writer (the engine reads as live while it is held) and the `now` those ages hold at.
+pub fn rpc_split(dir: &Path, id: &str) -> (SegmentWriter, u64) {
+    const S: u64 = 1_000_000_000;
+    let mut d = description();
+    d.capabilities |= caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT;
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: dir.to_path_buf(),
+        engine_id: id.into(),
+        slot_count: 2,
+        description: d,
+    })
+    .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", describe_dir(dir)));
+    w.publish_devices(&rpc_split_devices())
+        .expect("publish devices");
+    let now = clock::monotonic_ns();
+    let start = now - 6 * S;
+    let mut s = SlotState::default();
+    s.begin_task(1, Phase::Prefill, WorkUnit::Tokens, 4000, start - S);
+    w.publish(0, &s).expect("publish");
+    s.start_step(512, start);
+    w.publish(0, &s).expect("publish");
+    let layer = Substep {
+        done: 16,
+        total: 30,
+        at_ns: start + S / 2,
+        step_start_ns: start,
+    };
+    w.publish_substep(0, &layer).expect("publish layer");
+    let wait = StepDevices {
+        layers_sent: 0,
+        wait_device: 2,
+        wait_since_ns: now - 5 * S,
+    };
+    w.publish_step_devices(0, &wait).expect("publish wait");
+    (w, now)
 }

@@ -25,7 +25,10 @@
 
 #![deny(missing_docs)]
 
+mod devices;
 mod error;
+
+pub use devices::*;
 
 /// The reader ABI's error-code mapping (`hydra_ffi_support::Abi::code_of`), for tests that
 /// check what the C ABI returns for each error kind.
@@ -39,7 +42,9 @@ pub use error::{
 
 use error::{guard, probe_error};
 use hydra_ffi_support::{arg_str, copy_out, out_ptr, ErrorKind, FfiError, Overflow};
-use hydra_layout::{clock, naming, ErrorCode, FinishReason, Phase, SegmentReader, WorkUnit};
+use hydra_layout::{
+    clock, naming, DeviceKind, ErrorCode, FinishReason, Phase, SegmentReader, WorkUnit,
+};
 use hydra_probe::{
     EngineHealth, EngineView, HydraMeta, MetaFigures, ProbeError, SlotClass, SlotView, Thresholds,
 };
@@ -61,7 +66,11 @@ pub const HYDRA_PROBE_ABI_VERSION: u32 = 1;
 /// Minor 3 added `HydraProbePrediction` as version 3 of `HydraProbeMeta` (the writer's
 /// cost model, format v1.2: where the ETA comes from, the predicted step), and the
 /// `eta_source`, `step_expected_ms` and `prediction_error` fields of the meta JSON.
-pub const HYDRA_PROBE_ABI_MINOR: u32 = 3;
+/// Minor 4 added the engine's devices and the device a step waits on (format v1.3):
+/// `hydra_probe_read_devices`, `hydra_probe_read_wait`, `HydraProbeWait` as version 4 of
+/// `HydraProbeMeta`, `HYDRA_PROBE_VALUE_DEVICE_KIND`, and the `wait_device`, `wait_ms` and
+/// `layer_device` fields of the meta JSON.
+pub const HYDRA_PROBE_ABI_MINOR: u32 = 4;
 
 /// `HydraProbePrediction::eta_source`: no ETA.
 pub const HYDRA_PROBE_ETA_NONE: u32 = 0;
@@ -99,6 +108,10 @@ pub const HYDRA_PROBE_VALUE_ERROR_CODE: u32 = 3;
 pub const HYDRA_PROBE_VALUE_SLOT_CLASS: u32 = 4;
 /// Kind for `hydra_probe_value_name`: an engine health (`HydraProbeEngineHealth`).
 pub const HYDRA_PROBE_VALUE_ENGINE_HEALTH: u32 = 5;
+
+/// Kind for `hydra_probe_value_name`: a device kind (`HydraProbeDevice::kind`: "cpu",
+/// "gpu", "rpc", ...). Added in ABI minor 4.
+pub const HYDRA_PROBE_VALUE_DEVICE_KIND: u32 = 6;
 
 // Every raw phase constant is the wire value of its `Phase` (the writer ABI asserts the
 // same of its constants, so the two ABIs agree).
@@ -497,8 +510,8 @@ pub struct HydraProbeDescription {
 /// torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
 /// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
 /// version 2 (ABI minor 2) appends `layer` (408 bytes); version 3 (ABI minor 3) appends
-/// `prediction` (440 bytes). A caller built against version 1 sets `size` 368 and gets the
-/// version 1 fields.
+/// `prediction` (440 bytes); version 4 (ABI minor 4) appends `wait` (472 bytes). A caller
+/// built against version 1 sets `size` 368 and gets the version 1 fields.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HydraProbeMeta {
@@ -543,10 +556,13 @@ pub struct HydraProbeMeta {
     pub layer: HydraProbeLayer,
     /// Version 3 (ABI minor 3): the writer's cost model and the ETA's source.
     pub prediction: HydraProbePrediction,
+    /// Version 4 (ABI minor 4): the device the step in flight waits on, as
+    /// `hydra_probe_read_wait` gives it for the same read.
+    pub wait: HydraProbeWait,
 }
 
 const _: () = assert!(std::mem::size_of::<HydraProbeDescription>() == 128);
-const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 440);
+const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 472);
 
 impl HydraProbeMeta {
     fn from_view(engine: &EngineView, v: &SlotView) -> Self {
@@ -571,6 +587,7 @@ impl HydraProbeMeta {
             heartbeat_age_ms: f.heartbeat_age_ms,
             layer: HydraProbeLayer::from_view(v),
             prediction: HydraProbePrediction::from_view(v),
+            wait: HydraProbeWait::from_view(v),
         }
     }
 }
@@ -683,6 +700,7 @@ fn value_name(kind: u32, raw: u64) -> Option<&'static str> {
         HYDRA_PROBE_VALUE_ENGINE_HEALTH => {
             ENGINE_HEALTHS.get(index).map_or(unknown, |h| h.as_str())
         }
+        HYDRA_PROBE_VALUE_DEVICE_KIND => DeviceKind::from_raw(raw).as_str(),
         _ => return None,
     })
 }

@@ -222,10 +222,17 @@ fn reads_a_segment_and_sizes_buffers() {
 /// every field of `HydraMeta` is in `HydraProbeMeta`, the description or a value name.
 /// A layer field of the meta from the numbers: absent when the writer publishes no layer
 /// positions, null outside a step.
+/// How readers name device `id` of an engine without a device table.
+fn device_name(id: u64) -> String {
+    format!("device #{id}")
+}
+
 fn layer_field(l: &HydraProbeLayer, value: u64) -> Option<Option<u64>> {
     (l.published == 1).then_some((l.in_step == 1).then_some(value))
 }
 
+/// Checks that the meta numbers `n` with description `d` give meta `m`, field for field
+/// and as JSON (for an engine without a device table: tests/devices.rs has the others).
 fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta) {
     let name = |kind: u32, raw: u64| {
         // SAFETY: a known kind gives a static NUL-terminated string.
@@ -304,6 +311,10 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
         substep_age_ms: (n.layer.published == 1)
             .then(|| opt(n.layer.layer_age_ns).map(|ns| ns / 1_000_000)),
         stalled_at_layer: opt(n.layer.stalled_at_layer),
+        wait_device: (n.wait.published == 1)
+            .then(|| (n.wait.waiting == 1).then(|| device_name(n.wait.device))),
+        wait_ms: (n.wait.published == 1).then(|| opt(n.wait.wait_age_ns).map(|ns| ns / 1_000_000)),
+        layer_device: (n.wait.layer_device != 0).then(|| device_name(n.wait.layer_device)),
     };
     assert_eq!(&got, m);
     assert_eq!(got.to_json(), m.to_json());
@@ -432,7 +443,8 @@ fn value_names_are_the_json_words() {
     assert_eq!(name(HYDRA_PROBE_VALUE_SLOT_CLASS, 4), Some("stalled"));
     assert_eq!(name(HYDRA_PROBE_VALUE_SLOT_CLASS, 7), Some("unknown"));
     assert_eq!(name(HYDRA_PROBE_VALUE_ENGINE_HEALTH, 3), Some("dead"));
-    assert_eq!(name(6, 0), None);
+    assert_eq!(name(HYDRA_PROBE_VALUE_DEVICE_KIND, 3), Some("rpc"));
+    assert_eq!(name(7, 0), None);
     // The same name twice is the same static string.
     assert_eq!(
         hydra_probe_value_name(HYDRA_PROBE_VALUE_PHASE, 3),

@@ -47,6 +47,10 @@ fn c_fields(header: &str, name: &str) -> Vec<(String, String)> {
             let (ty, field) = l
                 .rsplit_once(' ')
                 .unwrap_or_else(|| panic!("field line {l:?}"));
+            // `char name[LEN]`: the length belongs to the type.
+            if let Some((field, len)) = field.split_once('[') {
+                return (format!("{}[{len}", ty.trim()), field.to_owned());
+            }
             // `const char *ptr`: the star belongs to the type.
             let stars = field.len() - field.trim_start_matches('*').len();
             let ty = format!("{}{}", ty.trim(), &field[..stars]);
@@ -55,11 +59,12 @@ fn c_fields(header: &str, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `(type, name)` of each `public <type> <Name>;` field of `struct <name>` in C#.
+/// `(type, name)` of each `public <type> <Name>;` field of `struct <name>` in C#; a fixed
+/// buffer `public fixed byte <Name>[N];` is `("fixed byte[N]", Name)`.
 fn cs_fields(source: &str, name: &str) -> Vec<(String, String)> {
     between(
         source,
-        &format!("public struct {name}\n"),
+        &format!(" struct {name}\n"),
         "\n    }",
         "Interop.cs",
     )
@@ -68,6 +73,10 @@ fn cs_fields(source: &str, name: &str) -> Vec<(String, String)> {
     .filter(|l| l.starts_with("public ") && l.ends_with(';'))
     .map(|l| {
         let words: Vec<_> = l.trim_end_matches(';').split_whitespace().collect();
+        if let ["public", "fixed", ty, array] = words[..] {
+            let (name, len) = array.split_once('[').expect("a fixed buffer's length");
+            return (format!("fixed {ty}[{len}"), name.to_owned());
+        }
         assert_eq!(
             words.len(),
             3,
@@ -105,6 +114,10 @@ fn cs_type(c: &str) -> &'static str {
         "struct HydraProbeStr" => "HydraProbeStr",
         "struct HydraProbeLayer" => "HydraProbeLayer",
         "struct HydraProbePrediction" => "HydraProbePrediction",
+        "struct HydraProbeWait" => "HydraProbeWait",
+        "char[HYDRA_PROBE_DEVICE_NAME_LEN]" => "fixed byte[64]",
+        "char[HYDRA_PROBE_DEVICE_ENDPOINT_LEN]" => "fixed byte[128]",
+        "char[HYDRA_PROBE_DEVICE_LABEL_LEN]" => "fixed byte[192]",
         other => panic!("no C# mapping for C type {other:?}; extend this table"),
     }
 }
@@ -122,6 +135,10 @@ fn csharp_structs_match_the_header() {
         "HydraProbeStr",
         "HydraProbeLayer",
         "HydraProbePrediction",
+        "HydraProbeWait",
+        "HydraProbeDeviceTable",
+        "HydraProbeDevice",
+        "HydraProbeLayerRange",
     ] {
         let (c_name, cs_name) = (name, name);
         let want: Vec<(String, String)> = c_fields(&header, c_name)

@@ -87,8 +87,8 @@ fn waiting(s: &SlotView) -> String {
 /// layer map gives it.
 fn on_device(s: &SlotView) -> String {
     s.layer_device
-        .as_deref()
-        .map(|d| format!(" on {d}"))
+        .as_ref()
+        .map(|d| format!(" on {}", d.name))
         .unwrap_or_default()
 }
 
@@ -176,76 +176,11 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hydra_layout::header::capabilities as caps;
-    use hydra_layout::{
-        clock, Device, DeviceKind, Devices, LayerRange, Phase, SegmentConfig, SegmentReader,
-        SegmentWriter, SlotState, StepDevices, Substep, WorkUnit,
-    };
+    use crate::test_support::split_engine;
+    use hydra_layout::{SegmentReader, StepDevices};
     use std::time::Duration;
 
     const S: u64 = 1_000_000_000;
-
-    /// An engine whose 30 layers run on two RPC peers (16/14), its slot 0 in a prefill
-    /// step stopped after layer 12 and waiting on the second peer for 5 s.
-    fn split_engine(dir: &std::path::Path) -> (SegmentWriter, u64) {
-        let mut w = SegmentWriter::create(&SegmentConfig {
-            dir: dir.to_path_buf(),
-            engine_id: "rpc".into(),
-            slot_count: 1,
-            description: hydra_layout::EngineDescription {
-                capabilities: caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT,
-                ..Default::default()
-            },
-        })
-        .expect("create");
-        let rpc = |name: &str, endpoint: &str| Device {
-            kind: DeviceKind::Rpc,
-            name: name.into(),
-            endpoint: endpoint.into(),
-        };
-        w.publish_devices(&Devices {
-            devices: vec![
-                rpc("RPC0[127.0.0.1:50052]", "127.0.0.1:50052"),
-                rpc("RPC1", "127.0.0.1:50053"),
-            ],
-            layer_count: 30,
-            ranges: vec![
-                LayerRange {
-                    first: 0,
-                    last: 15,
-                    device: 1,
-                },
-                LayerRange {
-                    first: 16,
-                    last: 29,
-                    device: 2,
-                },
-            ],
-            output_device: 2,
-        })
-        .expect("devices");
-        let now = clock::monotonic_ns();
-        let start = now - 6 * S;
-        let mut s = SlotState::default();
-        s.begin_task(1, Phase::Prefill, WorkUnit::Tokens, 4000, start - S);
-        w.publish(0, &s).unwrap();
-        s.start_step(512, start);
-        w.publish(0, &s).unwrap();
-        let layer = Substep {
-            done: 16,
-            total: 30,
-            at_ns: start + S / 2,
-            step_start_ns: start,
-        };
-        w.publish_substep(0, &layer).unwrap();
-        let wait = StepDevices {
-            layers_sent: 0,
-            wait_device: 2,
-            wait_since_ns: now - 5 * S,
-        };
-        w.publish_step_devices(0, &wait).unwrap();
-        (w, now)
-    }
 
     fn view_at(dir: &std::path::Path, now: u64, t: &Thresholds) -> EngineView {
         let r = SegmentReader::open_engine(dir, "rpc").expect("open");
@@ -263,7 +198,8 @@ mod tests {
         let view = view_at(dir.path(), now, &t);
         let s = &view.slots[0];
         assert_eq!(s.class, SlotClass::Stalled);
-        assert_eq!(s.layer_device.as_deref(), Some("RPC1 127.0.0.1:50053"));
+        let on = s.layer_device.as_ref().expect("the layer's device");
+        assert_eq!((on.device, on.name.as_str()), (2, "RPC1 127.0.0.1:50053"));
         let wait = s.wait.as_ref().expect("a wait");
         assert_eq!((wait.device, wait.age_ns), (2, 5 * S));
         let f = findings(&view, &t);

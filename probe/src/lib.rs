@@ -65,4 +65,4 @@ pub use findings::{findings, Finding};
 pub use gc::{gc, temporary_engine_id, GcAction, GcEntry, GcOptions};
 pub use meta::{HydraMeta, MetaFigures};
 pub use thresholds::{parse_duration, Thresholds};
-pub use view::{EngineView, SlotView};
+pub use view::{DeviceRef, DeviceWait, EngineView, SlotView};

@@ -150,6 +150,27 @@ pub struct HydraMeta {
     /// The layer counter a stalled slot stopped at (only when stalled with a known layer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled_at_layer: Option<u64>,
+    /// The device the step in flight waits on now, named as the probe names it
+    /// (`RPC1 127.0.0.1:50053`): absent when the writer publishes no device waits (before
+    /// v1.3), null when the step waits on none.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub wait_device: Option<Option<String>>,
+    /// Milliseconds the step has waited on that device: absent before v1.3, null when
+    /// there is no wait.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub wait_ms: Option<Option<u64>>,
+    /// The device of the layer the step in flight computes, from the engine's layer map
+    /// (only when both are known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_device: Option<String>,
 }
 
 fn ms(ns: u64) -> u64 {
@@ -208,6 +229,15 @@ pub struct MetaFigures {
     pub substep_total: Option<u64>,
     /// Milliseconds since the last layer finished.
     pub substep_age_ms: Option<u64>,
+    /// Whether the writer publishes the device a step waits on (format v1.3); else the
+    /// wait is unknown.
+    pub waits_published: bool,
+    /// The id of the device the step in flight waits on (1-based in the device table).
+    pub wait_device: Option<u64>,
+    /// Milliseconds the step has waited on it.
+    pub wait_ms: Option<u64>,
+    /// The id of the device of the layer the step in flight computes.
+    pub layer_device: Option<u64>,
 }
 
 impl MetaFigures {
@@ -258,6 +288,10 @@ impl MetaFigures {
             substep_done: v.substep_done(),
             substep_total: v.substep_total(),
             substep_age_ms: v.substep_age_ns().map(ms),
+            waits_published: v.waits_published,
+            wait_device: v.wait.as_ref().map(|w| w.device),
+            wait_ms: v.wait.as_ref().map(|w| ms(w.age_ns)),
+            layer_device: v.layer_device.as_ref().map(|d| d.device),
         }
     }
 }
@@ -317,6 +351,11 @@ impl HydraMeta {
             substep_total: f.substeps_published.then_some(f.substep_total),
             substep_age_ms: f.substeps_published.then_some(f.substep_age_ms),
             stalled_at_layer: v.stalled_at_layer(),
+            wait_device: f
+                .waits_published
+                .then(|| v.wait.as_ref().map(|w| w.name.clone())),
+            wait_ms: f.waits_published.then_some(f.wait_ms),
+            layer_device: v.layer_device.as_ref().map(|d| d.name.clone()),
         })
     }
 
@@ -549,6 +588,49 @@ mod tests {
                 json.get(field).is_none(),
                 "{field} present for a v1.0 writer"
             );
+        }
+    }
+
+    /// The device fields (v1.3): the device a step waits on and its layer's device on an
+    /// RPC split; null between waits; absent for an engine that publishes no waits.
+    #[test]
+    fn meta_device_fields_on_an_rpc_split_and_without_waits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut w, now) = crate::test_support::split_engine(tmp.path());
+        let t = Thresholds::default();
+        let r = SegmentReader::open_engine(tmp.path(), "rpc").unwrap();
+        let meta = || HydraMeta::from_view(&EngineView::capture(&r, now, &t).unwrap(), 0).unwrap();
+        let m = meta();
+        assert_eq!(m.wait_device, Some(Some("RPC1 127.0.0.1:50053".into())));
+        assert_eq!(m.wait_ms, Some(Some(5000)));
+        assert_eq!(m.layer_device.as_deref(), Some("RPC1 127.0.0.1:50053"));
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(json["wait_device"], "RPC1 127.0.0.1:50053");
+        assert_eq!(json["wait_ms"], 5000);
+        assert_eq!(serde_json::from_value::<HydraMeta>(json).unwrap(), m);
+        let view = EngineView::capture(&r, now, &t).unwrap();
+        let f = MetaFigures::of(&view, &view.slots[0]);
+        assert_eq!((f.wait_device, f.layer_device), (Some(2), Some(2)));
+
+        // The wait ends: present and null.
+        w.publish_step_devices(0, &hydra_layout::StepDevices::default())
+            .unwrap();
+        let m = meta();
+        assert_eq!((m.wait_device.clone(), m.wait_ms), (Some(None), Some(None)));
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert!(json.get("wait_device").is_some_and(|v| v.is_null()));
+
+        // A writer without the device-wait capability: absent.
+        let plain = crate::test_support::writer(tmp.path(), "plain", 1);
+        let r = SegmentReader::open(plain.path()).unwrap();
+        let m = HydraMeta::from_view(&EngineView::capture(&r, now, &t).unwrap(), 0).unwrap();
+        assert_eq!(
+            (&m.wait_device, m.wait_ms, &m.layer_device),
+            (&None, None, &None)
+        );
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        for field in ["wait_device", "wait_ms", "layer_device"] {
+            assert!(json.get(field).is_none(), "{field}: {json}");
         }
     }
 }

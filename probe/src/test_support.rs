@@ -1,7 +1,13 @@
 //! Helpers of the unit tests.
 
-use hydra_layout::{SegmentConfig, SegmentWriter};
+use hydra_layout::header::capabilities as caps;
+use hydra_layout::{
+    clock, Device, DeviceKind, Devices, LayerRange, Phase, SegmentConfig, SegmentWriter, SlotState,
+    StepDevices, Substep, WorkUnit,
+};
 use std::path::Path;
+
+const S: u64 = 1_000_000_000;
 
 /// A live engine `id` with `slots` idle slots in `dir` (created if missing).
 pub(crate) fn writer(dir: &Path, id: &str, slots: usize) -> SegmentWriter {
@@ -12,4 +18,66 @@ pub(crate) fn writer(dir: &Path, id: &str, slots: usize) -> SegmentWriter {
         description: Default::default(),
     })
     .expect("create a segment")
+}
+
+/// An engine whose 30 layers run on two RPC peers (16/14), its slot 0 in a prefill
+/// step stopped after layer 12 and waiting on the second peer for 5 s.
+pub(crate) fn split_engine(dir: &std::path::Path) -> (SegmentWriter, u64) {
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: dir.to_path_buf(),
+        engine_id: "rpc".into(),
+        slot_count: 1,
+        description: hydra_layout::EngineDescription {
+            capabilities: caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT,
+            ..Default::default()
+        },
+    })
+    .expect("create");
+    let rpc = |name: &str, endpoint: &str| Device {
+        kind: DeviceKind::Rpc,
+        name: name.into(),
+        endpoint: endpoint.into(),
+    };
+    w.publish_devices(&Devices {
+        devices: vec![
+            rpc("RPC0[127.0.0.1:50052]", "127.0.0.1:50052"),
+            rpc("RPC1", "127.0.0.1:50053"),
+        ],
+        layer_count: 30,
+        ranges: vec![
+            LayerRange {
+                first: 0,
+                last: 15,
+                device: 1,
+            },
+            LayerRange {
+                first: 16,
+                last: 29,
+                device: 2,
+            },
+        ],
+        output_device: 2,
+    })
+    .expect("devices");
+    let now = clock::monotonic_ns();
+    let start = now - 6 * S;
+    let mut s = SlotState::default();
+    s.begin_task(1, Phase::Prefill, WorkUnit::Tokens, 4000, start - S);
+    w.publish(0, &s).unwrap();
+    s.start_step(512, start);
+    w.publish(0, &s).unwrap();
+    let layer = Substep {
+        done: 16,
+        total: 30,
+        at_ns: start + S / 2,
+        step_start_ns: start,
+    };
+    w.publish_substep(0, &layer).unwrap();
+    let wait = StepDevices {
+        layers_sent: 0,
+        wait_device: 2,
+        wait_since_ns: now - 5 * S,
+    };
+    w.publish_step_devices(0, &wait).unwrap();
+    (w, now)
 }

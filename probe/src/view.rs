@@ -31,6 +31,15 @@ pub struct DeviceWait {
     pub age_ns: u64,
 }
 
+/// A device of the engine's table, by id and by the name a reader gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceRef {
+    /// The device id (1-based position in the engine's device table).
+    pub device: u64,
+    /// How to name it, as [`DeviceWait::name`].
+    pub name: String,
+}
+
 /// One slot at one moment: the record (or the last values of a torn one), its class and
 /// the figures derived from it. Serialises with the record nested under `state` and the
 /// derived figures beside the view's own fields.
@@ -63,7 +72,7 @@ pub struct SlotView {
     pub wait: Option<DeviceWait>,
     /// The device of the layer being computed (the next one after the layers done), from
     /// the engine's layer map (format v1.3).
-    pub layer_device: Option<String>,
+    pub layer_device: Option<DeviceRef>,
 }
 
 impl SlotView {
@@ -133,7 +142,12 @@ impl SlotView {
             age_ns: now_ns.saturating_sub(since),
         });
         self.layer_device = match (self.derived.layer, devices) {
-            (Some(l), Some(d)) if l.done < l.total => d.device_of_layer(l.done).map(name),
+            (Some(l), Some(d)) if l.done < l.total => {
+                d.device_of_layer(l.done).map(|device| DeviceRef {
+                    device,
+                    name: name(device),
+                })
+            }
             _ => None,
         };
         self

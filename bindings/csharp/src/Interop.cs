@@ -125,7 +125,63 @@ namespace Hydra.Progress.Interop
     }
 
     /// <summary>
-    /// <c>HydraProbeMeta</c> (version 3: 440 bytes): one slot's Hydra meta as numbers, the
+    /// <c>HydraProbeWait</c> (32 bytes, ABI minor 4): the device a slot's step in flight
+    /// waits on, and the device of the layer it computes (segment format v1.3). Use
+    /// <see cref="Hydra.Progress.DeviceWait"/> instead.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeWait
+    {
+        public uint Published;
+        public uint Waiting;
+        public ulong Device;
+        public long WaitAgeNs;
+        public ulong LayerDevice;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeDeviceTable</c> (version 1: 56 bytes, ABI minor 4): the state and counts
+    /// of an engine's device table. Use <see cref="Hydra.Progress.DeviceTable"/> instead.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeDeviceTable
+    {
+        public uint Size;
+        public uint State;
+        public ulong Seq;
+        public ulong LayerCount;
+        public ulong OutputDevice;
+        public ulong DeviceCount;
+        public ulong RangeCount;
+        public ulong RangesIgnored;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeDevice</c> (408 bytes, ABI minor 4): one device of the table, its
+    /// strings NUL-terminated UTF-8 in place.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public unsafe struct HydraProbeDevice
+    {
+        public ulong Id;
+        public ulong Kind;
+        public ulong Flags;
+        public fixed byte Name[64];
+        public fixed byte Endpoint[128];
+        public fixed byte Label[192];
+    }
+
+    /// <summary><c>HydraProbeLayerRange</c> (24 bytes, ABI minor 4): layers on one device.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeLayerRange
+    {
+        public ulong FirstLayer;
+        public ulong LastLayer;
+        public ulong Device;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeMeta</c> (version 4: 472 bytes): one slot's Hydra meta as numbers, the
     /// slot read plus the figures the meta derives from it. Unknown values are -1;
     /// <see cref="Hydra.Progress.SlotMeta"/> turns them into <c>null</c>.
     /// </summary>
@@ -151,6 +207,7 @@ namespace Hydra.Progress.Interop
         public ulong HeartbeatAgeMs;
         public HydraProbeLayer Layer;
         public HydraProbePrediction Prediction;
+        public HydraProbeWait Wait;
     }
 
     /// <summary>Constants of include/hydra_probe.h.</summary>
@@ -160,7 +217,7 @@ namespace Hydra.Progress.Interop
         public const uint AbiVersion = 1;
 
         /// <summary><c>HYDRA_PROBE_ABI_MINOR</c>: the least minor version these bindings need.</summary>
-        public const uint AbiMinor = 3;
+        public const uint AbiMinor = 4;
 
         /// <summary><c>HYDRA_PROBE_ETA_NONE</c>: no ETA.</summary>
         public const uint EtaNone = 0;
@@ -181,6 +238,21 @@ namespace Hydra.Progress.Interop
         public const uint ValueSlotClass = 4;
         /// <summary><c>HYDRA_PROBE_VALUE_ENGINE_HEALTH</c>.</summary>
         public const uint ValueEngineHealth = 5;
+        /// <summary><c>HYDRA_PROBE_VALUE_DEVICE_KIND</c>.</summary>
+        public const uint ValueDeviceKind = 6;
+
+        /// <summary><c>HYDRA_PROBE_DEVICES_ABSENT</c>: the engine publishes no device table.</summary>
+        public const uint DevicesAbsent = 0;
+        /// <summary><c>HYDRA_PROBE_DEVICES_NOT_YET_KNOWN</c>: not published yet.</summary>
+        public const uint DevicesNotYetKnown = 1;
+        /// <summary><c>HYDRA_PROBE_DEVICES_KNOWN</c>.</summary>
+        public const uint DevicesKnown = 2;
+        /// <summary><c>HYDRA_PROBE_DEVICES_UNREADABLE</c>: left mid-update.</summary>
+        public const uint DevicesUnreadable = 3;
+        /// <summary><c>HYDRA_PROBE_MAX_DEVICES</c>.</summary>
+        public const int MaxDevices = 16;
+        /// <summary><c>HYDRA_PROBE_MAX_LAYER_RANGES</c>.</summary>
+        public const int MaxLayerRanges = 64;
 
         /// <summary><c>HYDRA_PROBE_ENGINE_ID_LEN</c>: bytes of one <c>HydraProbeEngineId</c>.</summary>
         public const int EngineIdLen = 64;

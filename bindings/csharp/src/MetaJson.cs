@@ -23,7 +23,7 @@ namespace Hydra.Progress
             "eta_s", "eta_source", "step_expected_ms", "prediction_error", "phase_start_ns", "phase_start_unix_ms", "step_age_ms", "step_size",
             "stall_threshold_ms", "finish_reason", "error_code", "n_ctx", "tokens_cached",
             "device", "heartbeat_age_ms", "read_error", "substep_done", "substep_total",
-            "substep_age_ms", "stalled_at_layer",
+            "substep_age_ms", "stalled_at_layer", "wait_device", "wait_ms", "layer_device",
         };
         // The first key of the layer fields: any of the three substep keys, null or not,
         // means the engine publishes layer positions.
@@ -31,6 +31,9 @@ namespace Hydra.Progress
         // The prediction fields (segment format v1.2): either key, null or not, means the
         // engine publishes predictions.
         const int PredictionFields = 29;
+        // The device-wait fields (segment format v1.3): either key, null or not, means the
+        // engine publishes device waits.
+        const int WaitFields = 47;
         const int HydraFields = 15;
 
         static readonly byte[][] Keys = KeyNames.Select(k => Encoding.ASCII.GetBytes(k)).ToArray();
@@ -97,6 +100,8 @@ namespace Hydra.Progress
                             m.HasSubsteps = true;
                         if (field >= PredictionFields && field < PredictionFields + 2)
                             m.HasPredictions = true;
+                        if (field >= WaitFields && field < WaitFields + 2)
+                            m.HasDeviceWaits = true;
                     }
                     SkipWs(p, len, ref i);
                     if (i < len && p[i] == (byte)',')

@@ -89,6 +89,8 @@ namespace Hydra.Progress
                 SubstepTotal = m.Layer.InStep != 0 ? m.Layer.NLayers : (ulong?)null,
                 SubstepAgeMs = m.Layer.LayerAgeNs < 0 ? (ulong?)null : (ulong)m.Layer.LayerAgeNs / 1000000,
                 StalledAtLayer = Known(m.Layer.StalledAtLayer),
+                HasDeviceWaits = m.Wait.Published != 0,
+                WaitMs = m.Wait.Waiting != 0 ? (ulong)m.Wait.WaitAgeNs / 1000000 : (ulong?)null,
             };
         }
     }

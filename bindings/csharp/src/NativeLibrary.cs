@@ -55,6 +55,11 @@ namespace Hydra.Progress
         public delegate int ReadMetaFn(IntPtr probe, uint slot, HydraProbeMeta* output);
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         public delegate int ReadLayerFn(IntPtr probe, uint slot, HydraProbeLayer* output);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate int ReadWaitFn(IntPtr probe, uint slot, HydraProbeWait* output);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate int ReadDevicesFn(IntPtr probe, HydraProbeDeviceTable* table, HydraProbeDevice* devices,
+            UIntPtr deviceCap, HydraProbeLayerRange* ranges, UIntPtr rangeCap);
 
         // Names of raw values below this are kept once fetched (per kind).
         const int CachedNames = 64;
@@ -74,8 +79,10 @@ namespace Hydra.Progress
         public readonly DescribeFn Describe;
         public readonly ReadMetaFn ReadMeta;
         public readonly ReadLayerFn ReadLayer;
+        public readonly ReadWaitFn ReadWait;
+        public readonly ReadDevicesFn ReadDevices;
         readonly ValueNameFn valueName;
-        readonly string[][] names = new string[HydraProbeAbi.ValueEngineHealth + 1][];
+        readonly string[][] names = new string[HydraProbeAbi.ValueDeviceKind + 1][];
 
         static readonly Lazy<NativeApi> Instance =
             new Lazy<NativeApi>(Load, System.Threading.LazyThreadSafetyMode.ExecutionAndPublication);
@@ -114,6 +121,8 @@ namespace Hydra.Progress
             Describe = Bind<DescribeFn>(lib, "hydra_probe_describe");
             ReadMeta = Bind<ReadMetaFn>(lib, "hydra_probe_read_meta");
             ReadLayer = Bind<ReadLayerFn>(lib, "hydra_probe_read_layer");
+            ReadWait = Bind<ReadWaitFn>(lib, "hydra_probe_read_wait");
+            ReadDevices = Bind<ReadDevicesFn>(lib, "hydra_probe_read_devices");
         }
 
         /// <summary>

@@ -27,6 +27,9 @@ namespace Hydra.Progress
         readonly NativeApi api;
         readonly ProbeHandle handle;
         readonly EngineDescription description;
+        // The device table last read (replaced when the engine publishes a new one); reads
+        // of a slot name its devices from it, so a read allocates no label.
+        volatile DeviceTable devices;
         Thresholds thresholds;
 
         // One growable buffer per thread for the meta JSON (never shared, never freed).
@@ -225,7 +228,92 @@ namespace Hydra.Progress
             // case: its writer died or stalled in the middle of an update).
             if (m.Slot.SlotClass == SlotClass.Torn)
                 return ReadMetaFromJson(slot);
-            return description.Meta(ref m, api);
+            SlotMeta meta = description.Meta(ref m, api);
+            if (m.Wait.Waiting != 0 || m.Wait.LayerDevice != 0)
+            {
+                DeviceTable table = CurrentDevices();
+                if (m.Wait.Waiting != 0)
+                    meta.WaitDevice = table.Label(m.Wait.Device);
+                if (m.Wait.LayerDevice != 0)
+                    meta.LayerDevice = table.Label(m.Wait.LayerDevice);
+            }
+            return meta;
+        }
+
+        /// <summary>
+        /// The device slot <paramref name="slot"/>'s step in flight waits on now, and the
+        /// device of the layer it computes (engines writing segment format v1.3); name the
+        /// ids with <see cref="ReadDevices"/>.
+        /// </summary>
+        /// <exception cref="SlotOutOfRangeException">No such slot.</exception>
+        /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
+        public DeviceWait ReadWait(int slot)
+        {
+            uint index = SlotIndex(slot);
+            HydraProbeWait w;
+            Release(api.ReadWait(AddRef(), index, &w), "read device wait of slot", slot);
+            return new DeviceWait(ref w);
+        }
+
+        /// <summary>
+        /// The engine's devices (CPU, GPUs, ggml RPC peers with their endpoints) and which
+        /// layers run on each, read now in one consistent copy. An engine that publishes
+        /// none reads as <see cref="DeviceTableState.Absent"/>, not as an error.
+        /// </summary>
+        /// <exception cref="HydraProbeException">The segment could not be read.</exception>
+        /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
+        public DeviceTable ReadDevices()
+        {
+            var t = new HydraProbeDeviceTable { Size = (uint)sizeof(HydraProbeDeviceTable) };
+            var raw = new HydraProbeDevice[HydraProbeAbi.MaxDevices];
+            var rawRanges = new HydraProbeLayerRange[HydraProbeAbi.MaxLayerRanges];
+            IntPtr h = AddRef();
+            try
+            {
+                int rc;
+                fixed (HydraProbeDevice* d = raw)
+                fixed (HydraProbeLayerRange* r = rawRanges)
+                    rc = api.ReadDevices(h, &t, d, (UIntPtr)raw.Length, r, (UIntPtr)rawRanges.Length);
+                if (rc != HydraProbeAbi.Ok)
+                    throw Errors.Failure(api, $"read the devices of engine {Engine}", rc);
+            }
+            finally
+            {
+                handle.DangerousRelease();
+            }
+            var list = new Device[(int)Math.Min(t.DeviceCount, (ulong)raw.Length)];
+            for (int i = 0; i < list.Length; i++)
+                list[i] = new Device(ref raw[i], api.ValueName(HydraProbeAbi.ValueDeviceKind, raw[i].Kind));
+            var ranges = new LayerRange[(int)Math.Min(t.RangeCount, (ulong)rawRanges.Length)];
+            for (int i = 0; i < ranges.Length; i++)
+                ranges[i] = new LayerRange { FirstLayer = rawRanges[i].FirstLayer, LastLayer = rawRanges[i].LastLayer, Device = rawRanges[i].Device };
+            return devices = new DeviceTable(ref t, list, ranges);
+        }
+
+        /// <summary>
+        /// The device table as of now: the one last read while its sequence word is
+        /// unchanged (a head-only read, which allocates nothing), else read anew.
+        /// </summary>
+        DeviceTable CurrentDevices()
+        {
+            DeviceTable known = devices;
+            if (known != null && known.State == DeviceTableState.Known)
+            {
+                var t = new HydraProbeDeviceTable { Size = (uint)sizeof(HydraProbeDeviceTable) };
+                IntPtr h = AddRef();
+                try
+                {
+                    // Room for no device: the head comes back with its counts and sequence.
+                    api.ReadDevices(h, &t, null, UIntPtr.Zero, null, UIntPtr.Zero);
+                }
+                finally
+                {
+                    handle.DangerousRelease();
+                }
+                if (t.State == HydraProbeAbi.DevicesKnown && t.Seq == known.Seq)
+                    return known;
+            }
+            return ReadDevices();
         }
 
         SlotMeta ReadMetaFromJson(int slot)

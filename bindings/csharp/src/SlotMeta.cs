@@ -130,6 +130,18 @@ namespace Hydra.Progress
         public ulong? SubstepAgeMs { get; set; }
         /// <summary><c>stalled_at_layer</c>: the layer counter a stalled slot stopped at.</summary>
         public ulong? StalledAtLayer { get; set; }
+        /// <summary>
+        /// Whether the engine publishes the device a step waits on (segment format v1.3):
+        /// then <c>wait_device</c> and <c>wait_ms</c> are written, null without a wait; else
+        /// they are left out.
+        /// </summary>
+        public bool HasDeviceWaits { get; set; }
+        /// <summary><c>wait_device</c>: the device the step in flight waits on (<c>RPC1 127.0.0.1:50053</c>).</summary>
+        public string WaitDevice { get; set; }
+        /// <summary><c>wait_ms</c>: how long the step has waited on it.</summary>
+        public ulong? WaitMs { get; set; }
+        /// <summary><c>layer_device</c>: the device of the layer the step in flight computes.</summary>
+        public string LayerDevice { get; set; }
 
         /// <summary>
         /// One line of JSON, fields in the order above. Without an <see cref="EngineId"/> (a
@@ -199,6 +211,12 @@ namespace Hydra.Progress
                 w.Nullable("substep_age_ms", SubstepAgeMs);
             }
             w.Optional("stalled_at_layer", StalledAtLayer);
+            if (HasDeviceWaits)
+            {
+                w.Nullable("wait_device", WaitDevice);
+                w.Nullable("wait_ms", WaitMs);
+            }
+            w.Optional("layer_device", LayerDevice);
             return w.End();
         }
 

@@ -90,6 +90,34 @@ namespace Hydra.Progress.Tests
                 Assert.Equal("cs-live", byPath.ReadMeta(0).EngineId, "open by path");
         }
 
+        /// <summary>
+        /// The engine on the CPU publishes its one device for every layer and the output head,
+        /// and its steps never wait on a device (the CPU computes in the engine's thread).
+        /// </summary>
+        public void Devices()
+        {
+            DeviceTable table = Probe.ReadDevices();
+            Assert.Equal(DeviceTableState.Known, table.State, "device table state");
+            Assert.Equal(1, table.Devices.Count, "devices");
+            Device cpu = table.Devices[0];
+            Assert.Equal("cpu", cpu.Kind, "kind");
+            Assert.Equal((ulong)1, cpu.Id, "id");
+            Assert.Equal("", cpu.Endpoint, "a local device has no endpoint");
+            Assert.Equal(cpu.Name, cpu.Label, "a local device's label is its name");
+            Assert.True(table.LayerCount > 0, "layer count");
+            Assert.Equal((ulong)1, table.OutputDevice, "output device");
+            Assert.True(table.DeviceOfLayer(table.LayerCount - 1) == cpu, "the last layer runs on the CPU");
+            Assert.True(table.DeviceOfLayer(table.LayerCount) == null, "no layer past the count");
+            Decoding(0, 3000);
+            DeviceWait wait = Probe.ReadWait(0);
+            Assert.True(wait.Published, "waits published");
+            Assert.True(!wait.Waiting && wait.WaitAgeNs == null, "no wait on the CPU: " + wait);
+            var meta = Probe.ReadMeta(0);
+            Assert.True(meta.HasDeviceWaits && meta.WaitDevice == null && meta.WaitMs == null, "meta: no wait");
+            Assert.True(meta.LayerDevice == null || meta.LayerDevice == cpu.Label, "meta: the layer's device " + meta.LayerDevice);
+            Assert.True(ReferenceEquals(table, Probe.ReadDevices()) == false, "ReadDevices reads anew");
+        }
+
         // ------------------------------------------------------------ ReadMeta vs hydra-probe meta
 
         /// <summary>
@@ -175,6 +203,8 @@ namespace Hydra.Progress.Tests
             Same(a.TokensCached, c.TokensCached, b.TokensCached, "tokens_cached");
             Same(a.Device, c.Device, b.Device, "device");
             Same(a.ReadError, c.ReadError, b.ReadError, "read_error");
+            Same(a.HasDeviceWaits, c.HasDeviceWaits, b.HasDeviceWaits, "device waits published");
+            Same(a.WaitDevice, c.WaitDevice, b.WaitDevice, "wait_device");
             // Growing within a phase: work, cache, elapsed time, progress.
             Between(a.NPast, c.NPast, b.NPast, "n_past");
             Between(a.StateSize, c.StateSize, b.StateSize, "state_size");

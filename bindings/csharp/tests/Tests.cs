@@ -35,7 +35,9 @@ namespace Hydra.Progress.Tests
             runner.Run("missing: engine, path and directory", MissingThings);
             runner.Run("corpus: every hostile file gives its typed exception; readable ones read", HostileCorpus);
             // Each live test gets its own engine (see LiveEngine).
+            runner.Run("devices: an RPC split's table, its step's wait and the meta name the peer", RpcSplitDevices);
             runner.Run("live: engines are discovered", () => { using (var live = new LiveEngine()) live.Discovery(); });
+            runner.Run("live: the CPU engine's one device, its layer map, and no wait", () => { using (var live = new LiveEngine()) live.Devices(); });
             runner.Run("live: ReadMeta agrees with hydra-probe meta during a long decode", () => { using (var live = new LiveEngine()) live.MetaDuringDecode(); });
             runner.Run("live: ReadMeta agrees with hydra-probe meta during a long chunked prefill", () => { using (var live = new LiveEngine()) live.MetaDuringPrefill(); });
             runner.Run("live: ReadMeta's JSON is the native meta JSON byte for byte (idle, decoding)", () => { using (var live = new LiveEngine()) live.MetaBytesMatch(); });
@@ -92,7 +94,7 @@ namespace Hydra.Progress.Tests
         {
             string headerPath = Bins.Require("HYDRA_PROBE_HEADER");
             string header = File.ReadAllText(headerPath);
-            var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds", "HydraProbeMeta", "HydraProbeDescription", "HydraProbeStr", "HydraProbeLayer", "HydraProbePrediction" };
+            var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds", "HydraProbeMeta", "HydraProbeDescription", "HydraProbeStr", "HydraProbeLayer", "HydraProbePrediction", "HydraProbeWait", "HydraProbeDeviceTable", "HydraProbeDevice", "HydraProbeLayerRange" };
             // A C program, generated from the header's own field lists, prints every size and offset.
             var c = new StringBuilder("#include <stdio.h>\n#include <stddef.h>\n#include \"hydra_probe.h\"\nint main(void) {\n");
             foreach (string s in structs)
@@ -158,10 +160,16 @@ namespace Hydra.Progress.Tests
             Assert.Equal(uint.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ABI_VERSION (\d+)").Groups[1].Value), HydraProbeAbi.AbiVersion, "ABI version");
             Assert.Equal(uint.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ABI_MINOR (\d+)").Groups[1].Value), HydraProbeAbi.AbiMinor, "ABI minor");
             var kinds = Regex.Matches(header, @"#define HYDRA_PROBE_VALUE_(\w+) (\d+)");
-            Assert.Equal(6, kinds.Count, "value kinds");
+            Assert.Equal(7, kinds.Count, "value kinds");
             foreach (Match m in kinds)
                 Assert.Equal(uint.Parse(m.Groups[2].Value), (uint)typeof(HydraProbeAbi).GetField("Value" + Pascal(m.Groups[1].Value)).GetValue(null), "HYDRA_PROBE_VALUE_" + m.Groups[1].Value);
             Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ENGINE_ID_LEN (\d+)").Groups[1].Value), HydraProbeAbi.EngineIdLen, "engine id length");
+            var states = Regex.Matches(header, @"#define HYDRA_PROBE_DEVICES_(\w+) (\d+)");
+            Assert.Equal(4, states.Count, "device table states");
+            foreach (Match m in states)
+                Assert.Equal(uint.Parse(m.Groups[2].Value), (uint)typeof(HydraProbeAbi).GetField("Devices" + Pascal(m.Groups[1].Value)).GetValue(null), "HYDRA_PROBE_DEVICES_" + m.Groups[1].Value);
+            Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_MAX_DEVICES (\d+)").Groups[1].Value), HydraProbeAbi.MaxDevices, "max devices");
+            Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_MAX_LAYER_RANGES (\d+)").Groups[1].Value), HydraProbeAbi.MaxLayerRanges, "max layer ranges");
             Directory.Delete(dir, true);
         }
 
@@ -357,6 +365,44 @@ namespace Hydra.Progress.Tests
             Directory.Delete(dir, true);
         }
 
+        /// <summary>The corpus's engine split across two RPC peers, slot 0 waiting on the second.</summary>
+        static void RpcSplitDevices()
+        {
+            string root = Bins.Require("HYDRA_CORPUS_DIR");
+            using (var p = new ProgressProbe(Path.Combine(root, "segments", "devices-rpc-split.hps")))
+            {
+                DeviceTable t = p.ReadDevices();
+                Assert.Equal(DeviceTableState.Known, t.State, "state");
+                Assert.Equal(2, t.Devices.Count, "devices");
+                Assert.Equal("rpc", t.Devices[1].Kind, "kind");
+                Assert.Equal("RPC1", t.Devices[1].Name, "name");
+                Assert.Equal("127.0.0.1:50053", t.Devices[1].Endpoint, "endpoint");
+                Assert.Equal("RPC1 127.0.0.1:50053", t.Devices[1].Label, "label");
+                Assert.Equal("RPC0[127.0.0.1:50052]", t.Devices[0].Label, "a name holding its endpoint is the label");
+                Assert.Equal((ulong)30, t.LayerCount, "layers");
+                Assert.Equal(2, t.Ranges.Count, "ranges");
+                Assert.True(t.DeviceOfLayer(15) == t.Devices[0] && t.DeviceOfLayer(16) == t.Devices[1], "the split at layer 16");
+                Assert.Equal("device #7", t.Label(7), "an id the table lacks");
+                DeviceWait w = p.ReadWait(0);
+                Assert.True(w.Published && w.Waiting, "slot 0 waits: " + w);
+                Assert.Equal((ulong?)2, w.Device, "on the second peer");
+                Assert.True(w.WaitAgeNs >= 5000000000L, "for 5 s or more: " + w.WaitAgeNs);
+                Assert.Equal((ulong?)2, w.LayerDevice, "layer 16 runs on the second peer");
+                DeviceWait idle = p.ReadWait(1);
+                Assert.True(idle.Published && !idle.Waiting && idle.LayerDevice == null, "slot 1: no wait");
+                SlotMeta m = p.ReadMeta(0);
+                Assert.Equal("RPC1 127.0.0.1:50053", m.WaitDevice, "meta wait_device");
+                Assert.Equal("RPC1 127.0.0.1:50053", m.LayerDevice, "meta layer_device");
+                Assert.True(m.WaitMs >= 5000, "meta wait_ms " + m.WaitMs);
+                string json = p.ReadMetaJson(0);
+                Assert.True(json.Contains("\"wait_device\":\"RPC1 127.0.0.1:50053\""), "native JSON: " + json);
+                Assert.Equal(json, SlotMeta.FromJson(json).ToJson(), "C# JSON of the native JSON");
+                SlotMeta idleMeta = p.ReadMeta(1);
+                Assert.True(idleMeta.HasDeviceWaits && idleMeta.WaitDevice == null, "slot 1 meta: published, no wait");
+                Assert.True(p.ReadMetaJson(1).Contains("\"wait_device\":null"), "null, not absent");
+            }
+        }
+
         static void HostileCorpus()
         {
             string root = Bins.Require("HYDRA_CORPUS_DIR");
@@ -408,6 +454,14 @@ namespace Hydra.Progress.Tests
                             MetaBytes.CheckAligned(p, s, $"{id} slot {s}");
                         }
                         Assert.Throws<SlotOutOfRangeException>(() => p.ReadSlot(p.SlotCount), $"{id}: slot past the end");
+                        DeviceTable table = p.ReadDevices();
+                        for (int d = 0; d < table.Devices.Count; d++)
+                            Assert.Equal((ulong)d + 1, table.Devices[d].Id, $"{id}: device ids");
+                        for (int s = 0; s < p.SlotCount; s++)
+                        {
+                            DeviceWait w = p.ReadWait(s);
+                            Assert.True(!w.Waiting || w.WaitAgeNs >= 0, $"{id}: wait age");
+                        }
                     }
                     readable++;
                 }
