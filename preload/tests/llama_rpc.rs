@@ -21,6 +21,9 @@ on_both_builds! {
     rpc_killed_peer:
         a_killed_rpc_peer_is_named_by_the_dead_verdict,
         legacy_a_killed_rpc_peer_is_named_by_the_dead_verdict;
+    rpc_no_false_verdict:
+        twenty_normal_rpc_requests_get_no_slow_or_stalled_verdict,
+        legacy_twenty_normal_rpc_requests_get_no_slow_or_stalled_verdict;
 }
 
 /// Two fresh peers, and llama-server split across them (preloaded or not).
@@ -297,4 +300,79 @@ fn rpc_killed_peer(test: &str, gen: Gen) {
         "the dead verdict names the peer {}: {message}",
         killed.endpoint
     );
+}
+
+/// What a probe polling the segment every 20 ms saw: how many reads, how many of them with
+/// slot 0 active, and every verdict other than idle, queued or progressing (with the
+/// probe's message for it).
+#[derive(Debug, Default)]
+struct Watch {
+    reads: usize,
+    active: usize,
+    bad: Vec<String>,
+}
+
+/// Polls engine [`ENGINE`] in `dir` with the default thresholds (the operator's) until
+/// `stop` is set, or at most `limit`.
+fn watch(dir: &Path, stop: &std::sync::atomic::AtomicBool, limit: Duration) -> Watch {
+    use hydra_probe::{EngineView, SlotClass, Thresholds};
+    let t = Thresholds::default();
+    let r = hydra_layout::SegmentReader::open_engine(dir, ENGINE).expect("segment");
+    let started = Instant::now();
+    let mut w = Watch::default();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && started.elapsed() < limit {
+        let now = hydra_layout::clock::monotonic_ns();
+        let view = EngineView::capture(&r, now, &t).expect("a view of the engine");
+        w.reads += 1;
+        for s in &view.slots {
+            match s.class {
+                SlotClass::Idle | SlotClass::Queued => {}
+                SlotClass::Progressing => w.active += 1,
+                _ => {
+                    let found = hydra_probe::findings(&view, &t);
+                    w.bad.push(format!(
+                        "{:?} at {:?}: {found:?}",
+                        s.class,
+                        started.elapsed()
+                    ));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w
+}
+
+/// Twenty requests of 40 to 1,100 prompt tokens (up to three ubatches) through the RPC
+/// split, one after another, with a probe polling beside them: never a slow or stalled
+/// verdict (nor torn or orphaned), with the default thresholds, under which the writer's
+/// confident predictions give the 1 s floor.
+fn rpc_no_false_verdict(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
+        return;
+    };
+    let scratch = tempfile::tempdir().expect("scratch");
+    let (_peers, server) = rpc_rig(gen, &prefix, &model, scratch.path(), Some(&so));
+    let dir = scratch.path().join("segments");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (dir, stop) = (dir.clone(), stop.clone());
+        std::thread::spawn(move || watch(&dir, &stop, Duration::from_secs(900)))
+    };
+    let sizes = [2, 10, 60, 5, 10];
+    for i in 0..20 {
+        let prompt = format!("Request {i}. {}", prose(sizes[i % sizes.len()]));
+        complete(&server.base, request(&prompt, 8, 0))
+            .unwrap_or_else(|e| panic!("request {i}: {e}\n{}", server.log_tail()));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let w = watcher.join().expect("watcher");
+    eprintln!(
+        "{test}: {} reads, {} of an active slot, {} other verdicts",
+        w.reads,
+        w.active,
+        w.bad.len()
+    );
+    assert!(w.bad.is_empty(), "false verdicts: {:#?}", w.bad);
+    assert!(w.active >= 50, "the probe saw too little work: {w:?}");
 }
