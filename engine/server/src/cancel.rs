@@ -3,13 +3,42 @@
 //! end marks that task cancelled, and the compute thread stops it at its next step, as it
 //! does when the task's client goes away.
 
+use hydra_layout::Phase;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Per slot: the task running (0: none) and the task asked to stop (0: none).
+/// Per slot: the task running (0: none), the phase it began in, and the task asked to
+/// stop (0: none).
 #[derive(Debug)]
 pub struct CancelBoard {
     running: Vec<AtomicU64>,
+    kind: Vec<AtomicU64>,
     cancel: Vec<AtomicU64>,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// The task stops at its next chunk or token.
+    Stopping {
+        /// The task's id.
+        task_id: u64,
+        /// The phase it began in: a prefill (a generation's prompt too) or a decode.
+        kind: Phase,
+    },
+    /// The task runs to its end: it was not cancelled.
+    NotCancellable {
+        /// The task's id.
+        task_id: u64,
+        /// What it runs: a state save or restore, or a cache erase.
+        kind: Phase,
+    },
+    /// No task runs on the slot (or there is no such slot).
+    Idle,
+}
+
+/// Whether a task that began as `kind` reads the board at each chunk or token.
+fn cancellable(kind: Phase) -> bool {
+    matches!(kind, Phase::Prefill | Phase::Decode)
 }
 
 impl CancelBoard {
@@ -17,15 +46,18 @@ impl CancelBoard {
     pub fn new(n_slots: usize) -> Self {
         Self {
             running: (0..n_slots).map(|_| AtomicU64::new(0)).collect(),
+            kind: (0..n_slots).map(|_| AtomicU64::new(0)).collect(),
             cancel: (0..n_slots).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
-    /// Compute thread: task `task_id` (never 0) runs on `slot` now.
-    pub fn started(&self, slot: usize, task_id: u64) {
-        // Relaxed: a flag read at the next step, publishing no other data.
-        if let Some(r) = self.running.get(slot) {
-            r.store(task_id, Ordering::Relaxed);
+    /// Compute thread: task `task_id` (never 0), which begins as `kind`, runs on `slot`
+    /// now.
+    pub fn started(&self, slot: usize, task_id: u64, kind: Phase) {
+        if let (Some(r), Some(k)) = (self.running.get(slot), self.kind.get(slot)) {
+            k.store(kind.to_raw(), Ordering::Relaxed);
+            // Release: a front end that reads this id (Acquire) reads its kind too.
+            r.store(task_id, Ordering::Release);
         }
     }
 
@@ -36,15 +68,23 @@ impl CancelBoard {
         }
     }
 
-    /// Front end: stop whatever runs on `slot`; returns its task id (None: nothing runs,
-    /// or no such slot).
-    pub fn cancel(&self, slot: usize) -> Option<u64> {
-        let id = self.running.get(slot)?.load(Ordering::Relaxed);
-        if id == 0 {
-            return None;
+    /// Front end: stop the task that runs on `slot`, when it is of a kind that stops
+    /// early (a prefill or a decode); says what it did.
+    pub fn cancel(&self, slot: usize) -> Cancelled {
+        let (Some(running), Some(kind)) = (self.running.get(slot), self.kind.get(slot)) else {
+            return Cancelled::Idle;
+        };
+        let task_id = running.load(Ordering::Acquire);
+        if task_id == 0 {
+            return Cancelled::Idle;
         }
-        self.cancel[slot].store(id, Ordering::Relaxed);
-        Some(id)
+        let kind = Phase::from_raw(kind.load(Ordering::Relaxed));
+        if !cancellable(kind) {
+            return Cancelled::NotCancellable { task_id, kind };
+        }
+        // Relaxed: a flag read at the next step, publishing no other data.
+        self.cancel[slot].store(task_id, Ordering::Relaxed);
+        Cancelled::Stopping { task_id, kind }
     }
 
     /// Compute thread: whether task `task_id` on `slot` was asked to stop.
@@ -59,20 +99,36 @@ impl CancelBoard {
 mod tests {
     use super::*;
 
+    fn stopping(task_id: u64, kind: Phase) -> Cancelled {
+        Cancelled::Stopping { task_id, kind }
+    }
+
     #[test]
     fn cancels_only_the_task_that_runs() {
         let b = CancelBoard::new(2);
-        assert_eq!(b.cancel(0), None, "idle");
-        assert_eq!(b.cancel(5), None, "no such slot");
-        b.started(0, 7);
+        assert_eq!(b.cancel(0), Cancelled::Idle, "idle");
+        assert_eq!(b.cancel(5), Cancelled::Idle, "no such slot");
+        b.started(0, 7, Phase::Prefill);
         assert!(!b.is_cancelled(0, 7));
-        assert_eq!(b.cancel(0), Some(7));
+        assert_eq!(b.cancel(0), stopping(7, Phase::Prefill));
         assert!(b.is_cancelled(0, 7));
         assert!(!b.is_cancelled(1, 7));
         b.ended(0);
-        b.started(0, 8);
+        b.started(0, 8, Phase::Decode);
         assert!(!b.is_cancelled(0, 8), "a later task is not cancelled");
-        assert_eq!(b.cancel(0), Some(8));
+        assert_eq!(b.cancel(0), stopping(8, Phase::Decode));
         assert!(b.is_cancelled(0, 8));
+    }
+
+    #[test]
+    fn a_save_or_restore_is_not_cancelled_and_says_so() {
+        let b = CancelBoard::new(1);
+        for (id, kind) in [(3, Phase::Save), (4, Phase::Restore), (5, Phase::Idle)] {
+            b.started(0, id, kind);
+            assert_eq!(b.cancel(0), Cancelled::NotCancellable { task_id: id, kind });
+            assert!(!b.is_cancelled(0, id), "{kind:?} is not marked");
+            b.ended(0);
+        }
+        assert_eq!(b.cancel(0), Cancelled::Idle);
     }
 }

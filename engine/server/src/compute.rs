@@ -182,7 +182,7 @@ impl Compute {
         let arrival_ns = self.arrival_ns.take();
         self.progress
             .begin_task(slot.get(), task_id, phase, unit, total, arrival_ns);
-        self.shared.cancel.started(slot.get(), task_id);
+        self.shared.cancel.started(slot.get(), task_id, phase);
         task_id
     }
 
@@ -280,8 +280,10 @@ impl Compute {
             .tokenizer
             .decode(&generation.tokens)
             .map_err(TaskError::from)?;
-        if generation.finish == StopReason::Cancelled {
-            return Err(self.stopped_by(ClientError::Cancelled.into()));
+        // A decode cancelled by its client or `?action=cancel` answers what it generated
+        // (`stop_type` cancelled); one stopped by the shutdown answers shutting_down.
+        if generation.finish == StopReason::Cancelled && self.is_shutting_down() {
+            return Err(ClientError::ShuttingDown.into());
         }
         Ok(DecodeResult {
             slot: slot.get(),

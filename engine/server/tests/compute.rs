@@ -105,7 +105,13 @@ async fn a_cancelled_generation_ends_as_cancelled_with_what_it_generated() {
             GenEvent::Token(_) => {
                 before += 1;
                 if before == 3 {
-                    assert!(rig.state.shared.cancel.cancel(0).is_some(), "a task runs");
+                    assert!(
+                        matches!(
+                            rig.state.shared.cancel.cancel(0),
+                            hydra_engine_server::cancel::Cancelled::Stopping { .. }
+                        ),
+                        "a task runs"
+                    );
                 }
             }
             GenEvent::Done(s) => break s,
@@ -211,4 +217,182 @@ async fn the_segment_names_the_engines_one_device_running_every_layer() {
     // The compute thread never waits on the CPU it computes on: a wait is "none", known.
     let snap = reader.slot(0).expect("slot 0");
     assert!(snap.waits_published && snap.wait().is_none());
+}
+
+/// Posts a prefill of `tokens` on `slot`; returns its reply's receiver.
+fn post_prefill(
+    rig: &Rig,
+    slot: usize,
+    tokens: Vec<u32>,
+) -> oneshot::Receiver<Result<hydra_engine_server::task::PrefillResult, TaskError>> {
+    let (tx, rx) = oneshot::channel();
+    let slot = rig.state.slot(slot).expect("a slot");
+    rig.post(
+        slot,
+        TaskKind::Prefill {
+            spec: PrefillSpec { tokens },
+            reply: tx,
+        },
+    );
+    rx
+}
+
+/// Posts a greedy decode of `n` tokens on `slot`; returns its reply's receiver.
+fn post_decode(
+    rig: &Rig,
+    slot: usize,
+    n: usize,
+) -> oneshot::Receiver<Result<hydra_engine_server::task::DecodeResult, TaskError>> {
+    let (tx, rx) = oneshot::channel();
+    let slot = rig.state.slot(slot).expect("a slot");
+    rig.post(
+        slot,
+        TaskKind::Decode {
+            spec: decode(n),
+            reply: tx,
+        },
+    );
+    rx
+}
+
+/// Cancels whatever task runs on slot 0 as soon as one does (at most [`LIMIT`]); returns
+/// its task id.
+async fn cancel_when_running(rig: &Rig) -> u64 {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        if let hydra_engine_server::cancel::Cancelled::Stopping { task_id, .. } =
+            rig.state.shared.cancel.cancel(0)
+        {
+            return task_id;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no task ran");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+/// The segment's record of slot 0: idle, its last task `task_id` ended cancelled.
+fn assert_idle_cancelled(rig: &Rig, task_id: u64) {
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    let s = reader.slot(0).expect("slot 0").state;
+    assert_eq!(s.task_id, task_id, "{s:?}");
+    assert_eq!(s.phase, hydra_layout::Phase::Idle, "{s:?}");
+    assert_eq!(
+        s.finish_reason,
+        hydra_layout::FinishReason::Cancelled,
+        "{s:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_prefill_stops_at_its_next_chunk_and_answers_cancelled() {
+    let rig = Rig::with(1, |c| {
+        c.ctx = 4096;
+        c.ubatch = 8;
+    });
+    let n = 4000;
+    let rx = post_prefill(&rig, 0, prompt(&rig, n));
+    let task_id = cancel_when_running(&rig).await;
+    match reply(rx).await {
+        Err(TaskError::Client(ClientError::Cancelled)) => {}
+        other => panic!("a cancelled prefill answers cancelled: {other:?}"),
+    }
+    assert_idle_cancelled(&rig, task_id);
+    // It stopped before its end: a decode of one token now finds fewer tokens in the slot.
+    let after = reply(post_decode(&rig, 0, 1)).await;
+    if let Ok(d) = after {
+        assert!(d.n_past < n + 1, "the whole prompt went in: {}", d.n_past);
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_decode_answers_the_tokens_it_generated() {
+    let rig = Rig::new(1, 4096);
+    reply(post_prefill(&rig, 0, prompt(&rig, 8)))
+        .await
+        .expect("the prompt goes in");
+    let n = 4000;
+    let rx = post_decode(&rig, 0, n);
+    let task_id = cancel_when_running(&rig).await;
+    let d = reply(rx)
+        .await
+        .expect("a cancelled decode answers its tokens");
+    assert_eq!(d.stop, StopReason::Cancelled, "{:?}", d.stop);
+    assert!(d.tokens.len() < n, "stopped early: {}", d.tokens.len());
+    assert_eq!(
+        d.n_past,
+        8 + d.tokens.len(),
+        "the slot holds what it generated"
+    );
+    assert_eq!(d.task_id, task_id);
+    assert_idle_cancelled(&rig, task_id);
+}
+
+#[tokio::test]
+async fn a_decode_whose_client_went_away_stops() {
+    let rig = Rig::new(1, 4096);
+    reply(post_prefill(&rig, 0, prompt(&rig, 8)))
+        .await
+        .expect("the prompt goes in");
+    let n = 4000;
+    let rx = post_decode(&rig, 0, n);
+    // The client goes away once the decode runs (the board shows a task; nothing cancels).
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    while reader.slot(0).expect("slot 0").state.phase != hydra_layout::Phase::Decode {
+        assert!(tokio::time::Instant::now() < deadline, "no decode ran");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    drop(rx);
+    // The next task on the slot finds what the abandoned decode left: fewer tokens than
+    // it was asked for.
+    let d = reply(post_decode(&rig, 0, 1))
+        .await
+        .expect("the slot takes the next task");
+    assert!(
+        d.n_past < 8 + n + 1,
+        "the abandoned decode ran to its end: n_past {}",
+        d.n_past
+    );
+    let s = reader.slot(0).expect("slot 0").state;
+    assert_eq!(s.phase, hydra_layout::Phase::Idle, "{s:?}");
+}
+
+#[tokio::test]
+async fn action_cancel_says_which_task_it_stopped_or_why_none() {
+    let rig = Rig::new(1, 4096);
+    let idle = rig.call("POST", "/slots/0?action=cancel", "").await;
+    assert_eq!(idle.status, 200);
+    assert_eq!(idle.json["cancelled"], false, "{}", idle.text);
+    assert_eq!(
+        idle.json["detail"], "no task runs on this slot",
+        "{}",
+        idle.text
+    );
+
+    reply(post_prefill(&rig, 0, prompt(&rig, 8)))
+        .await
+        .expect("the prompt goes in");
+    let rx = post_decode(&rig, 0, 4000);
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while reader.slot(0).expect("slot 0").state.phase != hydra_layout::Phase::Decode {
+        assert!(tokio::time::Instant::now() < deadline, "no decode ran");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let answer = rig.call("POST", "/slots/0?action=cancel", "").await;
+    assert_eq!(answer.status, 200);
+    let a = &answer.json;
+    assert_eq!(
+        (&a["cancelled"], &a["task"], &a["state"]),
+        (
+            &serde_json::json!(true),
+            &serde_json::json!("decode"),
+            &serde_json::json!("running")
+        ),
+        "{}",
+        answer.text
+    );
+    let d = reply(rx).await.expect("the decode answers its tokens");
+    assert_eq!(d.stop, StopReason::Cancelled);
+    assert_eq!(a["task_id"], d.task_id, "{}", answer.text);
 }

@@ -89,6 +89,18 @@ impl Compute {
         job.out.is_abandoned() || self.shared.cancel.is_cancelled(slot.get(), job.task_id)
     }
 
+    /// Whether task `task_id` on `slot`, which answers through `reply`, must stop: its
+    /// client has gone (the receiving end of the reply is dropped with the request), or
+    /// the front end cancelled it.
+    pub(super) fn task_cancelled<T>(
+        &self,
+        slot: SlotId,
+        task_id: u64,
+        reply: &crate::task::Reply<T>,
+    ) -> bool {
+        reply.is_closed() || self.shared.cancel.is_cancelled(slot.get(), task_id)
+    }
+
     /// The prompt of `job` on `slot` is in: on to generating `n_predict` tokens.
     pub(super) fn generation_prompt_done(
         &mut self,

@@ -135,12 +135,13 @@ impl PromptJob {
         }))
     }
 
-    /// Whether the job must stop before its next chunk: a generation task whose client
-    /// has gone or that the front end cancelled.
+    /// Whether the job must stop before its next chunk: its client has gone (a prefill's
+    /// reply can no longer be received, a generation's output is abandoned), or the front
+    /// end cancelled it (`POST /slots/{id}?action=cancel`).
     pub(super) fn is_cancelled(&self, c: &Compute) -> bool {
         match &self.reply {
             PromptReply::Generate { job, .. } => c.generation_cancelled(self.slot, job),
-            _ => false,
+            PromptReply::Prefill(reply) => c.task_cancelled(self.slot, self.task_id, reply),
         }
     }
 
@@ -254,12 +255,12 @@ impl GenerationJob {
         }
     }
 
-    /// Whether the job must stop before its next token: a generation task whose client
-    /// has gone or that the front end cancelled.
+    /// Whether the job must stop before its next token: its client has gone, or the front
+    /// end cancelled it. A decode then answers the tokens generated so far.
     pub(super) fn is_cancelled(&self, c: &Compute) -> bool {
         match &self.reply {
             GenerationReply::Generate(job) => c.generation_cancelled(self.slot, job),
-            _ => false,
+            GenerationReply::Decode(reply) => c.task_cancelled(self.slot, self.task_id, reply),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod request;
 pub mod tokenize;
 
 use crate::api_error::ApiError;
+use crate::cancel::Cancelled;
 use crate::extract::{rejection, JsonBody, PathSlot};
 use crate::prompt::Purpose;
 use crate::serving::AppState;
@@ -234,13 +235,12 @@ async fn slot_action(
         }
         // Read by the compute thread at the running task's next step; not queued.
         Some("cancel") => {
-            let body = match s.shared.cancel.cancel(slot.get()) {
-                Some(task_id) => {
-                    serde_json::json!({ "slot": slot.get(), "cancelled": true, "task_id": task_id })
-                }
-                None => serde_json::json!({ "slot": slot.get(), "cancelled": false }),
-            };
-            Ok(Json(body).into_response())
+            let done = s.shared.cancel.cancel(slot.get());
+            let now = s.shared.reader.as_ref().and_then(|r| {
+                let st = r.slot(slot.get()).ok()?.state;
+                Some((st.task_id, st.phase))
+            });
+            Ok(Json(cancel_answer(slot.get(), done, now)).into_response())
         }
         Some(other) => Err(ApiError::bad_request(format!(
             "unknown action {other:?} (supported: erase, cancel)"
@@ -248,6 +248,43 @@ async fn slot_action(
         None => Err(ApiError::bad_request(
             "missing ?action= (supported: erase, cancel)",
         )),
+    }
+}
+
+/// What `?action=cancel` answers: which task it stopped and what it was doing (its phase
+/// in the segment, `now`, when that record is the task's; else the phase it began in), or
+/// why it stopped none.
+fn cancel_answer(
+    slot: usize,
+    done: Cancelled,
+    now: Option<(u64, hydra_layout::Phase)>,
+) -> serde_json::Value {
+    let phase = |task_id: u64, kind: hydra_layout::Phase| match now {
+        Some((id, phase)) if id == task_id => phase,
+        _ => kind,
+    };
+    let done = match done {
+        Cancelled::Stopping { task_id, kind } => Cancelled::Stopping {
+            task_id,
+            kind: phase(task_id, kind),
+        },
+        other => other,
+    };
+    match done {
+        Cancelled::Stopping { task_id, kind } => serde_json::json!({
+            "slot": slot, "cancelled": true, "task_id": task_id, "task": kind.as_str(),
+            "state": "running",
+            "detail": "stops before its next chunk or token",
+        }),
+        Cancelled::NotCancellable { task_id, kind } => serde_json::json!({
+            "slot": slot, "cancelled": false, "task_id": task_id, "task": kind.as_str(),
+            "state": "running",
+            "detail": format!("a {} runs to its end: it cannot be cancelled", kind.as_str()),
+        }),
+        Cancelled::Idle => serde_json::json!({
+            "slot": slot, "cancelled": false,
+            "detail": "no task runs on this slot",
+        }),
     }
 }
 
