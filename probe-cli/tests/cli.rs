@@ -422,7 +422,17 @@ fn check_hung_dead_orphaned_torn() {
     ])
     .code_is(2)
     .stdout_has("engine hung (pid")
-    .stdout_has("is hung");
+    .stdout_has("is hung")
+    .stdout_has(hydra_probe::classify::HUNG_RULE);
+    // The help states the same rule, in the same words (wrapped to the terminal).
+    let help = s.probe(&["check", "--help"]);
+    help.code_is(0);
+    let words = help
+        .stdout()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(words.contains(hydra_probe::classify::HUNG_RULE), "{words}");
     s.probe(&[
         "show",
         "hung",

@@ -2,6 +2,7 @@
 //! that classifies: the `hydra-probe` CLI and the exporter flatten [`ThresholdArgs`] into
 //! their own parsers.
 
+use crate::classify::HUNG_RULE;
 use crate::thresholds::{parse_duration, Thresholds};
 use clap::Args;
 use std::time::Duration;
@@ -28,9 +29,15 @@ pub struct ThresholdArgs {
     /// A progressing slot whose ETA exceeds this is slow (e.g. 120, 90s, 5m) [default: none]
     #[arg(long, global = true, value_name = "SECS", value_parser = parse_duration)]
     pub budget: Option<Duration>,
-    /// Heartbeat age beyond which a live engine with no progressing slot is hung [default: 30s]
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    /// The heartbeat timeout of the hung verdict (its help states the rule, `HUNG_RULE`).
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration,
+          help = heartbeat_help())]
     pub heartbeat_timeout: Option<Duration>,
+}
+
+/// `--heartbeat-timeout`'s help: the flag and the hung rule, as [`HUNG_RULE`] states it.
+fn heartbeat_help() -> String {
+    format!("Heartbeat timeout of the hung verdict [default: 30s]; hung = {HUNG_RULE}")
 }
 
 impl ThresholdArgs {

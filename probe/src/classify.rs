@@ -524,12 +524,15 @@ pub fn classify_derived(
     SlotClass::Progressing
 }
 
+/// The rule [`engine_health`] applies for **hung**, in the words every surface uses (the
+/// CLI's help for `--heartbeat-timeout`, the `hung` finding): one statement of it.
+pub const HUNG_RULE: &str = "alive, its heartbeat older than the heartbeat timeout, and every active slot stalled (none active: the silent heartbeat alone)";
+
 /// The engine's health from its lock-based liveness, its header, the classes of its slots
 /// (torn slots count as neither active nor stalled) and `now`.
 ///
-/// Hung = live, heartbeat older than `heartbeat_timeout`, and every active slot stalled
-/// (with no active slot, a silent heartbeat alone means the loop stopped: the engine
-/// beats while idle).
+/// Hung: [`HUNG_RULE`]. With no active slot, a silent heartbeat alone means the loop
+/// stopped (the engine beats while idle); a slow slot moves, so its engine is not hung.
 pub fn engine_health(
     liveness: Liveness,
     header: &HeaderSnapshot,
@@ -921,6 +924,19 @@ mod tests {
         assert_eq!(h(Liveness::Live, beat + 1, &stalled), EngineHealth::Hung);
         assert_eq!(h(Liveness::Live, beat + 1, &mixed), EngineHealth::Live);
         assert_eq!(h(Liveness::Live, beat + 1, &[]), EngineHealth::Hung);
+        // A slow slot moves: not hung. A torn slot counts neither way.
+        let slow = [
+            (Phase::Decode, SlotClass::Stalled),
+            (Phase::Decode, SlotClass::Slow),
+        ];
+        assert_eq!(h(Liveness::Live, beat + 1, &slow), EngineHealth::Live);
+        let torn = [
+            (Phase::Decode, SlotClass::Stalled),
+            (Phase::Decode, SlotClass::Torn),
+        ];
+        assert_eq!(h(Liveness::Live, beat + 1, &torn), EngineHealth::Hung);
+        let queued = [(Phase::Queued, SlotClass::Queued)];
+        assert_eq!(h(Liveness::Live, beat + 1, &queued), EngineHealth::Hung);
         assert_eq!(h(Liveness::Live, 0, &stalled), EngineHealth::Live);
         assert_eq!(h(Liveness::Dead, beat + 1, &stalled), EngineHealth::Dead);
         assert_eq!(

@@ -45,9 +45,10 @@ pub fn findings(view: &EngineView, t: &Thresholds) -> Vec<Finding> {
             slot: None,
             kind: "hung".into(),
             message: format!(
-                "engine {id} (pid {pid}) is hung: heartbeat {} old (timeout {}) and no active slot progresses",
+                "engine {id} (pid {pid}) is hung: heartbeat {} old (timeout {}); hung = {}",
                 human::duration_ns(view.heartbeat_age_ns),
-                human::duration_ns(crate::thresholds::duration_ns(t.heartbeat_timeout))
+                human::duration_ns(crate::thresholds::duration_ns(t.heartbeat_timeout)),
+                crate::classify::HUNG_RULE
             ),
         }),
         EngineHealth::Live | EngineHealth::Closed => {}
