@@ -171,7 +171,11 @@ impl From<TaskError> for ApiError {
 
 impl From<PoolError> for ApiError {
     fn from(e: PoolError) -> Self {
-        Self::new(ErrorKind::Busy, e.to_string())
+        let kind = match e {
+            PoolError::Full { .. } => ErrorKind::Busy,
+            PoolError::Cancelled { .. } => ErrorKind::Cancelled,
+        };
+        Self::new(kind, e.to_string())
     }
 }
 

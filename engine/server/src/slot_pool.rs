@@ -18,14 +18,24 @@ use hydra_engine_core::slots::SlotId;
 use hydra_layout::PendingCounter;
 use tokio::sync::Notify;
 
-/// Why no slot was given: every slot is busy and the wait queue is full.
+/// Why no slot was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("all {n_slots} slots are busy and {waiting} requests already wait; retry later")]
-pub struct PoolError {
-    /// Slots.
-    pub n_slots: usize,
-    /// Requests waiting.
-    pub waiting: usize,
+pub enum PoolError {
+    /// Every slot is busy and the wait queue is full.
+    #[error("all {n_slots} slots are busy and {waiting} requests already wait; retry later")]
+    Full {
+        /// Slots.
+        n_slots: usize,
+        /// Requests waiting.
+        waiting: usize,
+    },
+    /// The request waited for slot `slot`, and `POST /slots/{slot}?action=cancel` removed it
+    /// from the queue.
+    #[error("cancelled while waiting for slot {slot}")]
+    Cancelled {
+        /// The slot it was counted on.
+        slot: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -35,6 +45,9 @@ struct Inner {
     /// Requests waiting, in all and as counted on each slot.
     waiting: usize,
     waiting_on: Vec<usize>,
+    /// Per slot: how many times the requests waiting on it were cancelled; a waiter that
+    /// sees this change from what it joined with leaves the queue.
+    cancels: Vec<u64>,
 }
 
 /// The slots' leases and the wait queue.
@@ -111,6 +124,7 @@ impl SlotPool {
                 cached: vec![Vec::new(); n_slots],
                 waiting: 0,
                 waiting_on: vec![0; n_slots],
+                cancels: vec![0; n_slots],
             }),
             freed: Notify::new(),
             max_waiting,
@@ -123,20 +137,34 @@ impl SlotPool {
         self.lock().waiting
     }
 
+    /// Removes every request waiting on `slot` (the slot it is counted on in the segment)
+    /// from the queue: each gets [`PoolError::Cancelled`]. Returns how many waited.
+    pub fn cancel_waiting(&self, slot: usize) -> usize {
+        let mut inner = self.lock();
+        let Some(n) = inner.waiting_on.get(slot).copied() else {
+            return 0;
+        };
+        inner.cancels[slot] += 1;
+        drop(inner);
+        self.freed.notify_waiters();
+        n
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Nothing panics while holding the lock; a poisoned one still holds valid data.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A slot for a request with `prompt`: `want`, or the best idle one; waits while none
-    /// is free. Dropping the future while it waits leaves the queue.
+    /// is free. Dropping the future while it waits leaves the queue, and so does
+    /// [`cancel_waiting`](Self::cancel_waiting) of the slot it is counted on.
     pub async fn acquire(
         self: &Arc<Self>,
         want: Option<SlotId>,
         prompt: &[u32],
     ) -> Result<Lease, PoolError> {
         let want = want.map(SlotId::get);
-        let mut waiting: Option<Waiting<'_>> = None;
+        let mut waiting: Option<(Waiting<'_>, u64)> = None;
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
@@ -145,6 +173,13 @@ impl SlotPool {
             {
                 let mut inner = self.lock();
                 let n_slots = inner.busy.len();
+                if let Some((w, joined)) = &waiting {
+                    if inner.cancels[w.slot] != *joined {
+                        let slot = w.slot;
+                        drop(inner);
+                        return Err(PoolError::Cancelled { slot });
+                    }
+                }
                 if let Some((slot, _reuse)) = choose(&inner, want, prompt) {
                     inner.busy[slot] = true;
                     drop(inner);
@@ -158,7 +193,7 @@ impl SlotPool {
                 }
                 if waiting.is_none() {
                     if inner.waiting >= self.max_waiting {
-                        return Err(PoolError {
+                        return Err(PoolError::Full {
                             n_slots,
                             waiting: inner.waiting,
                         });
@@ -170,11 +205,12 @@ impl SlotPool {
                     });
                     inner.waiting += 1;
                     inner.waiting_on[slot] += 1;
+                    let joined = inner.cancels[slot];
                     drop(inner);
                     if let Some(p) = &self.pending {
                         p.queued(slot);
                     }
-                    waiting = Some(Waiting { pool: self, slot });
+                    waiting = Some((Waiting { pool: self, slot }, joined));
                 }
             }
             freed.await;
@@ -253,7 +289,7 @@ mod tests {
         .expect("the second request queues");
         assert_eq!(
             pool.acquire(None, &[3]).await.unwrap_err(),
-            PoolError {
+            PoolError::Full {
                 n_slots: 1,
                 waiting: 1
             }
@@ -274,5 +310,39 @@ mod tests {
         drop(held);
         let again = tokio::time::timeout(LIMIT, pool.acquire(Some(id(0)), &[])).await;
         assert_eq!(again.unwrap().unwrap().slot(), id(0));
+    }
+
+    #[tokio::test]
+    async fn cancel_waiting_removes_the_waiters_of_that_slot_only() {
+        let pool = Arc::new(SlotPool::new(2, 4, None));
+        let a = pool.acquire(Some(id(0)), &[]).await.unwrap();
+        let b = pool.acquire(Some(id(1)), &[]).await.unwrap();
+        let spawn = |want| {
+            let p = pool.clone();
+            tokio::spawn(async move { p.acquire(Some(id(want)), &[]).await.map(|l| l.slot()) })
+        };
+        let on0 = spawn(0);
+        let on1 = spawn(1);
+        tokio::time::timeout(LIMIT, async {
+            while pool.waiting() < 2 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("both queue");
+        assert_eq!(pool.cancel_waiting(0), 1, "one waited on slot 0");
+        let got = tokio::time::timeout(LIMIT, on0).await.unwrap().unwrap();
+        assert_eq!(got, Err(PoolError::Cancelled { slot: 0 }));
+        assert_eq!(pool.waiting(), 1, "the waiter of slot 1 still waits");
+        assert_eq!(pool.cancel_waiting(7), 0, "no such slot");
+        drop(b);
+        let got = tokio::time::timeout(LIMIT, on1).await.unwrap().unwrap();
+        assert_eq!(got, Ok(id(1)));
+        assert_eq!(pool.waiting(), 0);
+        // A later waiter on slot 0 is not cancelled by the earlier cancel.
+        let later = spawn(0);
+        drop(a);
+        let got = tokio::time::timeout(LIMIT, later).await.unwrap().unwrap();
+        assert_eq!(got, Ok(id(0)));
     }
 }

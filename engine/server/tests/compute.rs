@@ -396,3 +396,39 @@ async fn action_cancel_says_which_task_it_stopped_or_why_none() {
     assert_eq!(d.stop, StopReason::Cancelled);
     assert_eq!(a["task_id"], d.task_id, "{}", answer.text);
 }
+
+#[tokio::test]
+async fn action_cancel_removes_the_requests_waiting_for_the_slot() {
+    let rig = Rig::new(1, 4096);
+    let spec = |n| GenerateSpec {
+        tokens: prompt(&rig, 8),
+        cache_prompt: false,
+        decode: decode(n),
+        stop: Vec::new(),
+        logprobs: None,
+    };
+    // A long generation holds slot 0; a second request waits for it.
+    let running = rig.state.start(spec(4000), Some(0)).await.expect("starts");
+    let state = rig.state.clone();
+    let second = spec(4);
+    let waiter = tokio::spawn(async move { state.start(second, Some(0)).await.map(|_| ()) });
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while rig.state.pool.waiting() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second request never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let answer = rig.call("POST", "/slots/0?action=cancel", "").await;
+    assert_eq!(answer.json["waiting_cancelled"], 1, "{}", answer.text);
+    assert_eq!(answer.json["cancelled"], true, "{}", answer.text);
+    let left = tokio::time::timeout(LIMIT, waiter)
+        .await
+        .expect("the waiter answers")
+        .expect("no panic");
+    let e = left.expect_err("the waiting request is cancelled");
+    assert_eq!(e.kind.code(), "cancelled", "{}", e.message);
+    assert_eq!(rig.state.pool.waiting(), 0, "the queue is empty");
+    drop(running);
+}

@@ -240,7 +240,10 @@ async fn slot_action(
                 let st = r.slot(slot.get()).ok()?.state;
                 Some((st.task_id, st.phase))
             });
-            Ok(Json(cancel_answer(slot.get(), done, now)).into_response())
+            let mut answer = cancel_answer(slot.get(), done, now);
+            // Requests waiting for a slot, counted on this one, leave the queue too.
+            answer["waiting_cancelled"] = s.pool.cancel_waiting(slot.get()).into();
+            Ok(Json(answer).into_response())
         }
         Some(other) => Err(ApiError::bad_request(format!(
             "unknown action {other:?} (supported: erase, cancel)"
