@@ -22,23 +22,28 @@ pub enum Cancelled {
     Stopping {
         /// The task's id.
         task_id: u64,
-        /// The phase it began in: a prefill (a generation's prompt too) or a decode.
+        /// The phase it began in: a prefill (a generation's prompt too), a decode, a
+        /// state save or restore.
         kind: Phase,
     },
-    /// The task runs to its end: it was not cancelled.
+    /// The task runs to its end: it was not cancelled (a phase this board does not
+    /// know to stop early).
     NotCancellable {
         /// The task's id.
         task_id: u64,
-        /// What it runs: a state save or restore, or a cache erase.
+        /// What it runs.
         kind: Phase,
     },
     /// No task runs on the slot (or there is no such slot).
     Idle,
 }
 
-/// Whether a task that began as `kind` reads the board at each chunk or token.
+/// Whether a task that began as `kind` reads the board at each chunk, token or block.
 fn cancellable(kind: Phase) -> bool {
-    matches!(kind, Phase::Prefill | Phase::Decode)
+    matches!(
+        kind,
+        Phase::Prefill | Phase::Decode | Phase::Save | Phase::Restore
+    )
 }
 
 impl CancelBoard {
@@ -69,7 +74,7 @@ impl CancelBoard {
     }
 
     /// Front end: stop the task that runs on `slot`, when it is of a kind that stops
-    /// early (a prefill or a decode); says what it did.
+    /// early (a prefill, a decode, a state save or restore); says what it did.
     pub fn cancel(&self, slot: usize) -> Cancelled {
         let (Some(running), Some(kind)) = (self.running.get(slot), self.kind.get(slot)) else {
             return Cancelled::Idle;
@@ -121,14 +126,24 @@ mod tests {
     }
 
     #[test]
-    fn a_save_or_restore_is_not_cancelled_and_says_so() {
+    fn saves_and_restores_stop_and_an_unknown_kind_says_it_does_not() {
         let b = CancelBoard::new(1);
-        for (id, kind) in [(3, Phase::Save), (4, Phase::Restore), (5, Phase::Idle)] {
+        for (id, kind) in [(3, Phase::Save), (4, Phase::Restore)] {
             b.started(0, id, kind);
-            assert_eq!(b.cancel(0), Cancelled::NotCancellable { task_id: id, kind });
-            assert!(!b.is_cancelled(0, id), "{kind:?} is not marked");
+            assert_eq!(b.cancel(0), stopping(id, kind));
+            assert!(b.is_cancelled(0, id));
             b.ended(0);
         }
+        b.started(0, 5, Phase::Idle);
+        assert_eq!(
+            b.cancel(0),
+            Cancelled::NotCancellable {
+                task_id: 5,
+                kind: Phase::Idle
+            }
+        );
+        assert!(!b.is_cancelled(0, 5), "not marked");
+        b.ended(0);
         assert_eq!(b.cancel(0), Cancelled::Idle);
     }
 }

@@ -306,10 +306,15 @@ impl Compute {
             return; // the client went away before we started
         }
         // The reply (the stream) is already sent: a failure ends the stream with an error.
-        let r = self.run_task(slot, Phase::Save, WorkUnit::Bytes, len, |c, _| {
+        // A cancel (`?action=cancel`) or the client going away stops it at its next block.
+        let r = self.run_task(slot, Phase::Save, WorkUnit::Bytes, len, |c, task_id| {
+            let board = &c.shared.cancel;
+            let client = tx.clone();
+            let stop = || board.is_cancelled(slot.get(), task_id) || client.is_closed();
             let mut out = ChunkSender {
                 tx,
                 buf: Vec::with_capacity(SAVE_CHUNK),
+                stop: &stop,
             };
             let progress = &mut c.progress;
             let written = c.slots.save_state(slot, &mut out, &mut |done, total| {
@@ -317,6 +322,10 @@ impl Compute {
             });
             let written = match written {
                 Ok(n) => n,
+                Err(_) if stop() => {
+                    let _ = out.tx.send(Err(std::io::Error::other("cancelled")));
+                    return Err(ClientError::Cancelled.into());
+                }
                 Err(e) => {
                     let _ = out.tx.send(Err(std::io::Error::other(e.to_string())));
                     return Err(TaskError::from(e));
@@ -331,19 +340,43 @@ impl Compute {
         }
     }
 
-    /// Replaces `slot`'s KV state with `data`; replies with the slot's n_past.
+    /// Replaces `slot`'s KV state with `data`; replies with the slot's n_past. A cancel
+    /// (`?action=cancel`, or the client going away) stops it at its next block and leaves
+    /// the slot empty, never half-restored; a restore that fails otherwise leaves the
+    /// slot as it was.
     fn restore(&mut self, slot: SlotId, data: Bytes, reply: Reply<usize>) {
         let total = data.len() as u64;
-        let r = self.run_task(slot, Phase::Restore, WorkUnit::Bytes, total, |c, _| {
-            let progress = &mut c.progress;
-            c.slots
-                .restore_state(slot, &mut &data[..], total, &mut |done, total| {
-                    progress.bytes(slot.get(), done, total)
-                })?;
-            let n_past = c.slots.n_past(slot);
-            c.progress.set_n_past(slot.get(), n_past);
-            Ok(n_past)
-        });
+        let r = self.run_task(
+            slot,
+            Phase::Restore,
+            WorkUnit::Bytes,
+            total,
+            |c, task_id| {
+                let board = &c.shared.cancel;
+                let stop = || board.is_cancelled(slot.get(), task_id) || reply.is_closed();
+                let progress = &mut c.progress;
+                let mut input = StopReader {
+                    inner: &data[..],
+                    stop: &stop,
+                };
+                let restored =
+                    c.slots
+                        .restore_state(slot, &mut input, total, &mut |done, total| {
+                            progress.bytes(slot.get(), done, total)
+                        });
+                match restored {
+                    Err(_) if stop() => {
+                        c.slots.erase(slot);
+                        c.progress.set_n_past(slot.get(), 0);
+                        return Err(ClientError::Cancelled.into());
+                    }
+                    r => r?,
+                }
+                let n_past = c.slots.n_past(slot);
+                c.progress.set_n_past(slot.get(), n_past);
+                Ok(n_past)
+            },
+        );
         send(reply, r);
     }
 
@@ -373,12 +406,36 @@ fn send<T>(reply: Reply<T>, result: Result<T, TaskError>) {
 /// An `io::Write` that sends what it is given to the HTTP response in chunks. Sending never
 /// blocks (unbounded channel: at most one state in memory); a closed channel (client gone)
 /// is a `BrokenPipe` error that stops the save.
-struct ChunkSender {
+struct ChunkSender<'a> {
     tx: mpsc::UnboundedSender<Result<Bytes, std::io::Error>>,
     buf: Vec<u8>,
+    /// Whether the save was cancelled: checked before each block goes out.
+    stop: &'a dyn Fn() -> bool,
 }
 
-impl std::io::Write for ChunkSender {
+/// The cancelled save's or restore's I/O error (the task's error is `Cancelled`). Not
+/// `ErrorKind::Interrupted`, which `read_exact` and `write_all` retry forever.
+fn cancelled_io() -> std::io::Error {
+    std::io::Error::other("cancelled")
+}
+
+/// A restore's input that fails once the restore is cancelled (checked at every read,
+/// which the state reader makes per block).
+struct StopReader<'a, R> {
+    inner: R,
+    stop: &'a dyn Fn() -> bool,
+}
+
+impl<R: std::io::Read> std::io::Read for StopReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if (self.stop)() {
+            return Err(cancelled_io());
+        }
+        self.inner.read(buf)
+    }
+}
+
+impl std::io::Write for ChunkSender<'_> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         self.buf.extend_from_slice(data);
         if self.buf.len() >= SAVE_CHUNK {
@@ -388,6 +445,9 @@ impl std::io::Write for ChunkSender {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
+        if (self.stop)() {
+            return Err(cancelled_io());
+        }
         if self.buf.is_empty() {
             return Ok(());
         }

@@ -432,3 +432,70 @@ async fn action_cancel_removes_the_requests_waiting_for_the_slot() {
     assert_eq!(rig.state.pool.waiting(), 0, "the queue is empty");
     drop(running);
 }
+
+/// Slot 0's whole saved state.
+async fn saved_state(rig: &Rig) -> Vec<u8> {
+    let (tx, rx) = oneshot::channel();
+    rig.post(
+        rig.state.slot(0).expect("a slot"),
+        TaskKind::Save { reply: tx },
+    );
+    let mut stream = reply(rx).await.expect("a save stream");
+    let mut bytes = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(LIMIT, stream.chunks.recv())
+        .await
+        .expect("a chunk in time")
+    {
+        bytes.extend_from_slice(&chunk.expect("a chunk"));
+    }
+    assert_eq!(bytes.len() as u64, stream.len);
+    bytes
+}
+
+#[tokio::test]
+async fn a_restore_whose_client_went_away_leaves_the_slot_empty() {
+    let rig = Rig::new(1, 4096);
+    reply(post_prefill(&rig, 0, prompt(&rig, 200)))
+        .await
+        .expect("the prompt goes in");
+    let state = saved_state(&rig).await;
+    // A long decode runs; the restore queued behind it loses its client before it starts.
+    let decoding = post_decode(&rig, 0, 4000);
+    let (tx, rx) = oneshot::channel();
+    rig.post(
+        rig.state.slot(0).expect("a slot"),
+        TaskKind::Restore {
+            data: axum::body::Bytes::from(state),
+            reply: tx,
+        },
+    );
+    drop(rx);
+    let task_id = cancel_when_running(&rig).await;
+    let d = reply(decoding).await.expect("the decode answers");
+    assert_eq!((d.stop, d.task_id), (StopReason::Cancelled, task_id));
+    // The restore starts, sees its client gone at its first block, and empties the slot.
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let s = loop {
+        let s = reader.slot(0).expect("slot 0").state;
+        if s.task_id > task_id && s.phase == hydra_layout::Phase::Idle {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restore never ended: {s:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    };
+    assert_eq!(
+        s.finish_reason,
+        hydra_layout::FinishReason::Cancelled,
+        "{s:?}"
+    );
+    assert_eq!(s.n_past, 0, "never half-restored: {s:?}");
+    // The slot is empty: a decode finds nothing to continue.
+    assert!(matches!(
+        reply(post_decode(&rig, 0, 1)).await,
+        Err(TaskError::Client(ClientError::EmptySlot(_)))
+    ));
+}
