@@ -3,6 +3,7 @@
 //! clients, the demo, the CUDA build started without a GPU, and the workspace's import
 //! graph.
 
+mod cancel;
 #[path = "../../core/tests/common/mod.rs"]
 mod common;
 mod cost_model;
