@@ -21,6 +21,15 @@ const NO_RANGE: HydraProbeLayerRange = HydraProbeLayerRange {
     device: 99,
 };
 
+/// A wait the library has not filled (every field 9).
+const UNSET_WAIT: HydraProbeWait = HydraProbeWait {
+    published: 9,
+    waiting: 9,
+    device: 9,
+    wait_age_ns: 9,
+    layer_device: 9,
+};
+
 fn empty_table() -> HydraProbeDeviceTable {
     HydraProbeDeviceTable {
         size: std::mem::size_of::<HydraProbeDeviceTable>() as u32,
@@ -131,13 +140,7 @@ fn a_step_waiting_on_a_peer_reads_with_its_device_in_the_wait_and_the_meta() {
     let scratch = Scratch::new();
     let (w, _) = scratch.rpc_split("split");
     let h = open(&scratch.dir, "split");
-    let mut wait = HydraProbeWait {
-        published: 9,
-        waiting: 9,
-        device: 9,
-        wait_age_ns: 9,
-        layer_device: 9,
-    };
+    let mut wait = UNSET_WAIT;
     // SAFETY: the handle is open and the out-parameters writable; closed at the end.
     unsafe {
         assert_eq!(hydra_probe_read_wait(h, 0, &mut wait), HYDRA_PROBE_OK);
@@ -201,13 +204,7 @@ fn an_engine_without_devices_says_absent_and_unpublished() {
     let _w = scratch.writer("plain", 1);
     let h = open(&scratch.dir, "plain");
     let mut table = empty_table();
-    let mut wait = HydraProbeWait {
-        published: 9,
-        waiting: 9,
-        device: 9,
-        wait_age_ns: 9,
-        layer_device: 9,
-    };
+    let mut wait = UNSET_WAIT;
     // SAFETY: the handle is open and the out-parameters writable; closed at the end.
     unsafe {
         let rc = hydra_probe_read_devices(h, &mut table, ptr::null_mut(), 0, ptr::null_mut(), 0);

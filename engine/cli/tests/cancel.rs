@@ -67,6 +67,28 @@ fn idle_after(r: &SegmentReader, from: Instant) -> (Duration, hydra_layout::Slot
     }
 }
 
+/// `POST /slots/0?action=cancel`, which must name the `task` it stopped, then waits until
+/// slot 0 is idle; returns when the cancel was sent, how long the slot took to be idle,
+/// and its record then.
+fn cancel_until_idle(
+    engine: &Server,
+    r: &SegmentReader,
+    task: &str,
+) -> (Instant, Duration, hydra_layout::SlotState) {
+    let at = Instant::now();
+    let (status, answer) = call(
+        agent().post(&engine.url("/slots/0?action=cancel")),
+        Some(""),
+    );
+    assert_eq!(
+        (status, &answer["task"]),
+        (200, &serde_json::json!(task)),
+        "{answer}"
+    );
+    let (took, s) = idle_after(r, at);
+    (at, took, s)
+}
+
 /// Sends `body` to `path` on a raw connection and returns it (the client closes it by
 /// dropping it).
 fn raw_request(base: &str, path: &str, body: &str) -> std::net::TcpStream {
@@ -99,17 +121,7 @@ fn smollm2_prefill_and_decode_stop_within_a_step_of_cancel() {
     // 1. A 4,000-token prefill, ?action=cancel 1 s in.
     let prefill = post("/slots/0/prefill", tokens(4000));
     let chunk = one_second_into(&r, Phase::Prefill);
-    let at = Instant::now();
-    let (status, answer) = call(
-        agent().post(&engine.url("/slots/0?action=cancel")),
-        Some(""),
-    );
-    assert_eq!(
-        (status, &answer["task"]),
-        (200, &serde_json::json!("prefill")),
-        "{answer}"
-    );
-    let (took, s) = idle_after(&r, at);
+    let (at, took, s) = cancel_until_idle(&engine, &r, "prefill");
     let (status, body) = prefill.join().expect("prefill thread");
     let answered = at.elapsed();
     eprintln!("{test}: prefill idle {took:?} after cancel (chunk of {UBATCH}: {chunk:?}), answered in {answered:?}");
@@ -131,17 +143,7 @@ fn smollm2_prefill_and_decode_stop_within_a_step_of_cancel() {
         r#"{"n_predict":3000,"ignore_eos":true,"temperature":0}"#.to_string(),
     );
     let token = one_second_into(&r, Phase::Decode);
-    let at = Instant::now();
-    let (status, answer) = call(
-        agent().post(&engine.url("/slots/0?action=cancel")),
-        Some(""),
-    );
-    assert_eq!(
-        (status, &answer["task"]),
-        (200, &serde_json::json!("decode")),
-        "{answer}"
-    );
-    let (took, s) = idle_after(&r, at);
+    let (_, took, s) = cancel_until_idle(&engine, &r, "decode");
     let (status, body) = decode.join().expect("decode thread");
     eprintln!("{test}: decode idle {took:?} after cancel (token: {token:?})");
     assert_eq!(

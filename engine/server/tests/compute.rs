@@ -255,6 +255,28 @@ fn post_decode(
     rx
 }
 
+/// A 1-slot rig (4,096-token context) whose slot 0 holds a prompt of `n` tokens.
+async fn rig_holding(n: usize) -> Rig {
+    let rig = Rig::new(1, 4096);
+    reply(post_prefill(&rig, 0, prompt(&rig, n)))
+        .await
+        .expect("the prompt goes in");
+    rig
+}
+
+/// Waits (at most [`LIMIT`]) until the segment shows slot 0 in `phase`.
+async fn until_phase(rig: &Rig, phase: hydra_layout::Phase) {
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while reader.slot(0).expect("slot 0").state.phase != phase {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slot 0 never in {phase:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
 /// Cancels whatever task runs on slot 0 as soon as one does (at most [`LIMIT`]); returns
 /// its task id.
 async fn cancel_when_running(rig: &Rig) -> u64 {
@@ -306,10 +328,7 @@ async fn a_cancelled_prefill_stops_at_its_next_chunk_and_answers_cancelled() {
 
 #[tokio::test]
 async fn a_cancelled_decode_answers_the_tokens_it_generated() {
-    let rig = Rig::new(1, 4096);
-    reply(post_prefill(&rig, 0, prompt(&rig, 8)))
-        .await
-        .expect("the prompt goes in");
+    let rig = rig_holding(8).await;
     let n = 4000;
     let rx = post_decode(&rig, 0, n);
     let task_id = cancel_when_running(&rig).await;
@@ -329,19 +348,12 @@ async fn a_cancelled_decode_answers_the_tokens_it_generated() {
 
 #[tokio::test]
 async fn a_decode_whose_client_went_away_stops() {
-    let rig = Rig::new(1, 4096);
-    reply(post_prefill(&rig, 0, prompt(&rig, 8)))
-        .await
-        .expect("the prompt goes in");
+    let rig = rig_holding(8).await;
     let n = 4000;
     let rx = post_decode(&rig, 0, n);
     // The client goes away once the decode runs (the board shows a task; nothing cancels).
-    let deadline = tokio::time::Instant::now() + LIMIT;
+    until_phase(&rig, hydra_layout::Phase::Decode).await;
     let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
-    while reader.slot(0).expect("slot 0").state.phase != hydra_layout::Phase::Decode {
-        assert!(tokio::time::Instant::now() < deadline, "no decode ran");
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
     drop(rx);
     // The next task on the slot finds what the abandoned decode left: fewer tokens than
     // it was asked for.
@@ -359,7 +371,7 @@ async fn a_decode_whose_client_went_away_stops() {
 
 #[tokio::test]
 async fn action_cancel_says_which_task_it_stopped_or_why_none() {
-    let rig = Rig::new(1, 4096);
+    let rig = rig_holding(8).await;
     let idle = rig.call("POST", "/slots/0?action=cancel", "").await;
     assert_eq!(idle.status, 200);
     assert_eq!(idle.json["cancelled"], false, "{}", idle.text);
@@ -369,16 +381,8 @@ async fn action_cancel_says_which_task_it_stopped_or_why_none() {
         idle.text
     );
 
-    reply(post_prefill(&rig, 0, prompt(&rig, 8)))
-        .await
-        .expect("the prompt goes in");
     let rx = post_decode(&rig, 0, 4000);
-    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    while reader.slot(0).expect("slot 0").state.phase != hydra_layout::Phase::Decode {
-        assert!(tokio::time::Instant::now() < deadline, "no decode ran");
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
+    until_phase(&rig, hydra_layout::Phase::Decode).await;
     let answer = rig.call("POST", "/slots/0?action=cancel", "").await;
     assert_eq!(answer.status, 200);
     let a = &answer.json;
@@ -420,7 +424,9 @@ async fn action_cancel_removes_the_requests_waiting_for_the_slot() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
-    let answer = rig.call("POST", "/slots/0?action=cancel", "").await;
+    let answer = rig
+        .call("POST", "/slots/0?action=cancel&waiting=true", "")
+        .await;
     assert_eq!(answer.json["waiting_cancelled"], 1, "{}", answer.text);
     assert_eq!(answer.json["cancelled"], true, "{}", answer.text);
     let left = tokio::time::timeout(LIMIT, waiter)
@@ -454,10 +460,7 @@ async fn saved_state(rig: &Rig) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_restore_whose_client_went_away_leaves_the_slot_empty() {
-    let rig = Rig::new(1, 4096);
-    reply(post_prefill(&rig, 0, prompt(&rig, 200)))
-        .await
-        .expect("the prompt goes in");
+    let rig = rig_holding(200).await;
     let state = saved_state(&rig).await;
     // A long decode runs; the restore queued behind it loses its client before it starts.
     let decoding = post_decode(&rig, 0, 4000);

@@ -221,6 +221,9 @@ async fn restore_state(
 #[derive(Deserialize)]
 struct ActionQuery {
     action: Option<String>,
+    /// With `cancel`: also remove the requests waiting for the slot (default false: they
+    /// run after the cancelled task, as an orchestrator that stops a stuck task expects).
+    waiting: Option<bool>,
 }
 
 async fn slot_action(
@@ -241,8 +244,13 @@ async fn slot_action(
                 Some((st.task_id, st.phase))
             });
             let mut answer = cancel_answer(slot.get(), done, now);
-            // Requests waiting for a slot, counted on this one, leave the queue too.
-            answer["waiting_cancelled"] = s.pool.cancel_waiting(slot.get()).into();
+            // `&waiting=true`: the requests waiting for a slot, counted on this one, leave
+            // the queue too.
+            let removed = match q.waiting {
+                Some(true) => s.pool.cancel_waiting(slot.get()),
+                _ => 0,
+            };
+            answer["waiting_cancelled"] = removed.into();
             Ok(Json(answer).into_response())
         }
         Some(other) => Err(ApiError::bad_request(format!(
