@@ -520,8 +520,13 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             c.file(id, &bytes, name, Expect::Readable);
         }
     }
-    // A well-formed v1.3 engine split across two RPC peers, its slot 0 waiting on the
-    // second: what each reader must name (its writer gone, so the slot reads orphaned).
+    rpc_split_case(&mut c);
+    c.cases
+}
+
+/// A well-formed v1.3 engine split across two RPC peers, its slot 0 waiting on the
+/// second: what each reader must name (its writer gone, so the slot reads orphaned).
+fn rpc_split_case(c: &mut Cases<'_>) {
     let split = crate::scratch("hydra-corpus-split.");
     let (w, _) = crate::segments::rpc_split(split.path(), RPC_SPLIT_ID);
     let bytes = std::fs::read(w.path()).expect("read the RPC split segment");
@@ -532,7 +537,6 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         "an engine split across two RPC peers, slot 0 waiting on the second",
         Expect::Readable,
     );
-    c.cases
 }
 
 /// The corpus entry of a well-formed engine on two RPC peers

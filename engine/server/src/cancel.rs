@@ -18,7 +18,8 @@ pub struct CancelBoard {
 /// What a cancel did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cancelled {
-    /// The task stops at its next chunk or token.
+    /// The task stops at its next chunk, token or block: every task the compute thread
+    /// starts on the board reads it.
     Stopping {
         /// The task's id.
         task_id: u64,
@@ -26,24 +27,8 @@ pub enum Cancelled {
         /// state save or restore.
         kind: Phase,
     },
-    /// The task runs to its end: it was not cancelled (a phase this board does not
-    /// know to stop early).
-    NotCancellable {
-        /// The task's id.
-        task_id: u64,
-        /// What it runs.
-        kind: Phase,
-    },
     /// No task runs on the slot (or there is no such slot).
     Idle,
-}
-
-/// Whether a task that began as `kind` reads the board at each chunk, token or block.
-fn cancellable(kind: Phase) -> bool {
-    matches!(
-        kind,
-        Phase::Prefill | Phase::Decode | Phase::Save | Phase::Restore
-    )
 }
 
 impl CancelBoard {
@@ -73,8 +58,7 @@ impl CancelBoard {
         }
     }
 
-    /// Front end: stop the task that runs on `slot`, when it is of a kind that stops
-    /// early (a prefill, a decode, a state save or restore); says what it did.
+    /// Front end: stop the task that runs on `slot`; says which.
     pub fn cancel(&self, slot: usize) -> Cancelled {
         let (Some(running), Some(kind)) = (self.running.get(slot), self.kind.get(slot)) else {
             return Cancelled::Idle;
@@ -83,13 +67,12 @@ impl CancelBoard {
         if task_id == 0 {
             return Cancelled::Idle;
         }
-        let kind = Phase::from_raw(kind.load(Ordering::Relaxed));
-        if !cancellable(kind) {
-            return Cancelled::NotCancellable { task_id, kind };
-        }
         // Relaxed: a flag read at the next step, publishing no other data.
         self.cancel[slot].store(task_id, Ordering::Relaxed);
-        Cancelled::Stopping { task_id, kind }
+        Cancelled::Stopping {
+            task_id,
+            kind: Phase::from_raw(kind.load(Ordering::Relaxed)),
+        }
     }
 
     /// Compute thread: whether task `task_id` on `slot` was asked to stop.
@@ -126,7 +109,7 @@ mod tests {
     }
 
     #[test]
-    fn saves_and_restores_stop_and_an_unknown_kind_says_it_does_not() {
+    fn saves_and_restores_stop_too() {
         let b = CancelBoard::new(1);
         for (id, kind) in [(3, Phase::Save), (4, Phase::Restore)] {
             b.started(0, id, kind);
@@ -134,16 +117,6 @@ mod tests {
             assert!(b.is_cancelled(0, id));
             b.ended(0);
         }
-        b.started(0, 5, Phase::Idle);
-        assert_eq!(
-            b.cancel(0),
-            Cancelled::NotCancellable {
-                task_id: 5,
-                kind: Phase::Idle
-            }
-        );
-        assert!(!b.is_cancelled(0, 5), "not marked");
-        b.ended(0);
         assert_eq!(b.cancel(0), Cancelled::Idle);
     }
 }

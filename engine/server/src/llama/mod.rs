@@ -264,34 +264,24 @@ async fn slot_action(
 
 /// What `?action=cancel` answers: which task it stopped and what it was doing (its phase
 /// in the segment, `now`, when that record is the task's; else the phase it began in), or
-/// why it stopped none.
+/// that no task runs.
 fn cancel_answer(
     slot: usize,
     done: Cancelled,
     now: Option<(u64, hydra_layout::Phase)>,
 ) -> serde_json::Value {
-    let phase = |task_id: u64, kind: hydra_layout::Phase| match now {
-        Some((id, phase)) if id == task_id => phase,
-        _ => kind,
-    };
-    let done = match done {
-        Cancelled::Stopping { task_id, kind } => Cancelled::Stopping {
-            task_id,
-            kind: phase(task_id, kind),
-        },
-        other => other,
-    };
     match done {
-        Cancelled::Stopping { task_id, kind } => serde_json::json!({
-            "slot": slot, "cancelled": true, "task_id": task_id, "task": kind.as_str(),
-            "state": "running",
-            "detail": "stops before its next chunk or token",
-        }),
-        Cancelled::NotCancellable { task_id, kind } => serde_json::json!({
-            "slot": slot, "cancelled": false, "task_id": task_id, "task": kind.as_str(),
-            "state": "running",
-            "detail": format!("a {} runs to its end: it cannot be cancelled", kind.as_str()),
-        }),
+        Cancelled::Stopping { task_id, kind } => {
+            let task = match now {
+                Some((id, phase)) if id == task_id => phase,
+                _ => kind,
+            };
+            serde_json::json!({
+                "slot": slot, "cancelled": true, "task_id": task_id, "task": task.as_str(),
+                "state": "running",
+                "detail": "stops before its next chunk, token or block",
+            })
+        }
         Cancelled::Idle => serde_json::json!({
             "slot": slot, "cancelled": false,
             "detail": "no task runs on this slot",
