@@ -147,6 +147,22 @@ fn unix_secs(e: &EngineView, mono_ns: u64) -> f64 {
     secs(e.identity.to_realtime_ns(mono_ns))
 }
 
+/// Value-1 series of an info family: one per engine and its labels.
+fn ones<'a, const N: usize>(
+    rows: impl Iterator<Item = (&'a EngineView, &'a [(&'static str, &'a str); N])> + 'a,
+) -> impl Iterator<Item = (L<'a>, i64)> + 'a {
+    rows.map(|(e, extra)| {
+        (
+            L {
+                engine: &e.engine_id,
+                slot: None,
+                extra,
+            },
+            1i64,
+        )
+    })
+}
+
 fn el(e: &EngineView) -> L<'_> {
     L {
         engine: &e.engine_id,
@@ -177,9 +193,9 @@ impl EngineMetrics {
         self.slots().filter(|(_, s)| s.is_active())
     }
 
-    fn encode_engines(&self, f: &mut FamilyWriter) -> fmt::Result {
-        use MetricType::{Counter, Gauge};
-        // Info: one series per engine with its description as labels.
+    /// `hydra_engine_info`: one series per engine with its description as labels.
+    fn encode_engine_info(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::Gauge;
         let infos: Vec<(String, &EngineView)> = self
             .engines()
             .map(|e| (e.identity.pid.to_string(), e))
@@ -200,18 +216,14 @@ impl EngineMetrics {
             "hydra_engine_info",
             "Engine description (value 1): model, quantization, device, writer pid",
             Gauge,
-            infos.iter().zip(&info_labels).map(|((_, e), extra)| {
-                (
-                    L {
-                        engine: &e.engine_id,
-                        slot: None,
-                        extra,
-                    },
-                    1i64,
-                )
-            }),
-        )?;
-        // Devices (format v1.3): one series per device of each engine that publishes them.
+            ones(infos.iter().map(|(_, e)| *e).zip(&info_labels)),
+        )
+    }
+
+    /// `hydra_engine_device_info` (format v1.3): one series per device of each engine
+    /// that publishes them.
+    fn encode_device_info(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::Gauge;
         let devices: Vec<(&EngineView, [String; 5])> = self
             .engines()
             .flat_map(|e| {
@@ -252,17 +264,14 @@ impl EngineMetrics {
             "hydra_engine_device_info",
             "A device the engine computes on (value 1): its id in the engine's device table, name, kind (cpu, gpu, rpc, accel), an RPC peer's host:port, and the layers it runs (first-last, comma-separated)",
             Gauge,
-            devices.iter().zip(&device_labels).map(|((e, _), extra)| {
-                (
-                    L {
-                        engine: &e.engine_id,
-                        slot: None,
-                        extra,
-                    },
-                    1i64,
-                )
-            }),
-        )?;
+            ones(devices.iter().map(|(e, _)| *e).zip(&device_labels)),
+        )
+    }
+
+    fn encode_engines(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::{Counter, Gauge};
+        self.encode_engine_info(f)?;
+        self.encode_device_info(f)?;
         let health: Vec<[(&'static str, &str); 1]> = LIVENESS
             .iter()
             .map(|h| [("liveness", h.as_str())])
