@@ -46,6 +46,7 @@
 
 pub mod clock;
 pub mod costmodel;
+pub mod device_waits;
 pub mod devices;
 pub mod directory;
 mod error;
@@ -64,6 +65,7 @@ mod words;
 mod writer;
 
 pub use costmodel::{CostModel, Estimate, ModelConfig, Observed, StepKind, StepShape};
+pub use device_waits::{DeviceWaits, WaitHistory};
 pub use devices::{Device, DeviceTable, Devices, LayerRange, PublishedDevices};
 pub use error::{Error, ErrorKind, Result};
 pub use flight::{FlightEntry, History};

@@ -11,6 +11,7 @@
 //! check and the loads) needs write access to the file, which only its owner has (mode
 //! 0640) and which the writer never uses to resize; segments are fixed-size by design.
 
+use crate::device_waits::{self, DeviceWaits, WaitHistory};
 use crate::devices::{self, DeviceTable, PublishedDevices};
 use crate::error::{Error, Result};
 use crate::flight::{self, History};
@@ -18,7 +19,7 @@ use crate::fsutil::{self, LockProbe};
 use crate::header::{self as h, EngineDescription, Lifecycle, MAX_SLOTS};
 use crate::region::Regions;
 use crate::seqlock::{self, MappedRecord, ReadFailure, ReadPolicy};
-use crate::slot::{self, Prediction, SlotState, StepDevices, Substep};
+use crate::slot::{self, Phase, Prediction, SlotState, StepDevices, Substep};
 use crate::stats::{self, SlotStats};
 use crate::words::MappedWords;
 use memmap2::{MmapOptions, MmapRaw};
@@ -757,6 +758,34 @@ impl SegmentReader {
             ))),
             Err(failure) => Err(region_failure(None, REGION, failure)),
         }
+    }
+
+    /// The wait histories of the engine's devices (v1.3, FORMAT §19.6), entry `j` for
+    /// device id `j + 1`, all 16 entries (those past `DEVICE_COUNT` are zero); empty when
+    /// the segment publishes no devices. Each word is one Relaxed load: no seqlock, as
+    /// each is a value of its own.
+    pub fn device_waits(&self) -> Result<Vec<DeviceWaits>> {
+        let Some(region) = self.regions.devices else {
+            return Ok(Vec::new());
+        };
+        if !self.identity.publishes_devices() {
+            return Ok(Vec::new());
+        }
+        self.check_size()?;
+        let base = region.item(0);
+        let history = |id: u64, phase: Phase| {
+            let (count, max) = device_waits::word_offsets(id, phase).expect("id 1..=16");
+            WaitHistory {
+                count: self.words.load(base + count),
+                recent_max_ns: self.words.load(base + max),
+            }
+        };
+        Ok((1..=devices::MAX_DEVICES as u64)
+            .map(|id| DeviceWaits {
+                prefill: history(id, Phase::Prefill),
+                decode: history(id, Phase::Decode),
+            })
+            .collect())
     }
 
     /// Header plus every slot, after one size check.

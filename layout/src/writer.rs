@@ -9,6 +9,7 @@
 //! in the writer's own memory (`seqlock::WriterGuard`), so the two never overlap.
 
 use crate::clock;
+use crate::device_waits::WaitLearner;
 use crate::devices::Devices;
 use crate::directory::{self, SegmentDir};
 use crate::error::{Error, Result};
@@ -19,7 +20,7 @@ use crate::primitive::Ordering;
 use crate::region::Layout;
 use crate::seqlock::{MappedRecord, WriterGuard};
 use crate::slot::{self, FinishCause, Prediction, SlotState, StepDevices, Substep};
-use crate::stats::recorder::{Place, SlotRecorder};
+use crate::stats::recorder::{EndedWait, Place, SlotRecorder};
 use crate::words::MappedWords;
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{AtFlags, FallocateFlags, FlockOperation, Mode, OFlags};
@@ -265,6 +266,8 @@ pub struct SegmentWriter {
     mapping: Arc<Mapping>,
     /// One per slot: what the statistics and the flight recorder derive from (v1.3).
     recorders: Box<[SlotRecorder]>,
+    /// How long the slots' waits on each device last (v1.3, FORMAT §19.6).
+    wait_learner: Box<WaitLearner>,
     dir: SegmentDir,
     file_name: String,
     path: PathBuf,
@@ -364,6 +367,7 @@ impl SegmentWriter {
         Ok(Self {
             mapping: Arc::new(mapping),
             recorders,
+            wait_learner: Box::default(),
             dir,
             file_name,
             path,
@@ -550,8 +554,29 @@ impl SegmentWriter {
     pub fn publish_step_devices(&mut self, slot: usize, devices: &StepDevices) -> Result<()> {
         let (record, guard) = self.mapping.slot(slot)?;
         guard.update(&record, slot::LAYERS_SENT_OFFSET, &devices.to_words());
-        self.recorders[slot].note_devices(devices, clock::monotonic_ns);
+        if let Some(ended) = self.recorders[slot].note_devices(devices, clock::monotonic_ns) {
+            self.learn_wait(&ended);
+        }
         Ok(())
+    }
+
+    /// Stores the history of the device `ended` waited on (FORMAT §19.6): two Relaxed
+    /// words in its entry of the devices item, outside the item's seqlock; nothing when
+    /// the segment has no devices or the wait has no history (a save, a restore).
+    fn learn_wait(&mut self, ended: &EndedWait) {
+        if self.mapping.capabilities & h::capabilities::DEVICES == 0 {
+            return;
+        }
+        let Some(((count_at, max_at), history)) =
+            self.wait_learner
+                .note(ended.device, ended.phase, ended.since, ended.ns)
+        else {
+            return;
+        };
+        let base = self.mapping.layout.devices.item(0);
+        let w = &self.mapping.words;
+        w.store(base + count_at, history.count, Ordering::Relaxed);
+        w.store(base + max_at, history.recent_max_ns, Ordering::Relaxed);
     }
 
     /// Publishes the engine's devices and layer map (v1.3, FORMAT §19) as one seqlock
@@ -572,6 +597,8 @@ impl SegmentWriter {
             base: self.mapping.layout.devices.item(0),
         };
         let words = devices.to_words();
+        // A new placement starts its wait histories afresh (the words are zero in `words`).
+        self.wait_learner.reset();
         self.mapping
             .devices_guard
             .update_parts(&item, &[(crate::devices::DEVICE_COUNT_OFFSET, &words[..])]);

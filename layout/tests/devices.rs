@@ -297,3 +297,84 @@ fn a_table_left_mid_update_is_torn_and_the_records_still_read() {
     assert!(e.to_string().starts_with("the device table is torn"), "{e}");
     assert!(r.slot(0).is_ok());
 }
+
+/// One wait on `device` by slot 0's step in flight, begun `ago_ns` before now and ended
+/// now (the next device update shows no wait).
+fn ended_wait(w: &mut SegmentWriter, device: u64, ago_ns: u64) {
+    let since = hydra_layout::clock::monotonic_ns() - ago_ns;
+    let wait = StepDevices {
+        layers_sent: 0,
+        wait_device: device,
+        wait_since_ns: since,
+    };
+    w.publish_step_devices(0, &wait).unwrap();
+    w.publish_step_devices(0, &StepDevices::default()).unwrap();
+}
+
+#[test]
+fn each_device_keeps_how_many_waits_ended_and_the_longest_recent_one_per_kind_of_step() {
+    use hydra_layout::device_waits::{MIN_WAITS, WINDOW};
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    w.publish_devices(&rpc_split()).unwrap();
+    let r = reader(&scratch);
+    let table_seq = |r: &SegmentReader| match r.devices().unwrap() {
+        DeviceTable::Known(p) => p.seq,
+        other => panic!("{other:?}"),
+    };
+    let seq = table_seq(&r);
+    let mut s = SlotState::default();
+    let start = hydra_layout::clock::monotonic_ns();
+    prefill_step(&mut w, &mut s, start);
+    // Peer B (device 3): waits of 2 ms and one of 9 ms; peer A none.
+    ended_wait(&mut w, 3, 9_000_000);
+    for _ in 1..MIN_WAITS {
+        ended_wait(&mut w, 3, 2_000_000);
+    }
+    let waits = r.device_waits().unwrap();
+    assert_eq!(waits.len(), 16);
+    let b = waits[2].prefill;
+    assert_eq!(b.count, MIN_WAITS);
+    assert!((9_000_000..20_000_000).contains(&b.recent_max_ns), "{b:?}");
+    assert_eq!(b.learnt_max_ns(), Some(b.recent_max_ns));
+    assert_eq!(waits[2].decode.count, 0, "no decode step waited");
+    assert_eq!(waits[1].prefill.count, 0, "peer A was never waited on");
+    assert_eq!(table_seq(&r), seq, "the table's seqlock is not touched");
+
+    // Two windows of short waits later, the 9 ms one is forgotten.
+    for _ in 0..2 * WINDOW {
+        ended_wait(&mut w, 3, 2_000_000);
+    }
+    let b = r.device_waits().unwrap()[2].prefill;
+    assert!((2_000_000..9_000_000).contains(&b.recent_max_ns), "{b:?}");
+
+    // A decode step's waits go to the decode history.
+    s.finish_step(512, start + 1_000_000);
+    w.publish(0, &s).unwrap();
+    s.enter_phase(Phase::Decode, WorkUnit::Tokens, 4, start + 2_000_000);
+    s.start_step(1, start + 3_000_000);
+    w.publish(0, &s).unwrap();
+    ended_wait(&mut w, 3, 1_000);
+    let b = r.device_waits().unwrap()[2];
+    assert_eq!(b.decode.count, 1);
+    assert!(b.prefill.count > MIN_WAITS);
+
+    // Publishing the placement again starts the histories afresh.
+    w.publish_devices(&rpc_split()).unwrap();
+    assert!(r
+        .device_waits()
+        .unwrap()
+        .iter()
+        .all(|d| *d == Default::default()));
+}
+
+#[test]
+fn without_a_device_table_there_are_no_wait_histories() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, caps::DEVICE_WAIT);
+    let r = reader(&scratch);
+    let mut s = SlotState::default();
+    prefill_step(&mut w, &mut s, hydra_layout::clock::monotonic_ns());
+    ended_wait(&mut w, 3, 1_000);
+    assert_eq!(r.device_waits().unwrap(), vec![]);
+}

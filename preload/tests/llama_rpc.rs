@@ -147,17 +147,18 @@ fn rpc_identical_text(test: &str, gen: Gen) {
     }
 }
 
-/// `hydra-probe check` until slot 0 is reported stalled (at most `within`), with
-/// `endpoint` in its message when `named` (else any device it names must be that one);
-/// returns the exit code, the message and how long it took.
+/// `hydra-probe check` until slot 0 is reported stalled waiting on `endpoint` (at most
+/// `within`); returns the exit code, the message, and how long after its wait on that
+/// peer began the check that said so was started.
 fn stalled_verdict(
+    r: &hydra_layout::SegmentReader,
     dir: &Path,
     endpoint: &str,
-    named: bool,
     within: Duration,
 ) -> (i32, String, Duration) {
     let started = Instant::now();
     loop {
+        let asked_at = hydra_layout::clock::monotonic_ns();
         let args = ["check", ENGINE, "--stall-floor", "1s", "--json"];
         let (code, out) = common::run_probe(dir, &args);
         let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
@@ -167,17 +168,15 @@ fn stalled_verdict(
                 (f["kind"] == "stalled" && f["slot"] == 0).then(|| m.to_owned())
             })
         });
-        if let Some(message) = found {
-            if message.contains("waiting on") {
-                assert!(
-                    message.contains(endpoint),
-                    "names another device: {message}"
-                );
-                return (code, message, started.elapsed());
-            }
-            if !named {
-                return (code, message, started.elapsed());
-            }
+        if let Some(message) = found.filter(|m| m.contains("waiting on")) {
+            assert!(
+                message.contains(endpoint),
+                "names another device: {message}"
+            );
+            let snap = r.slot(0).expect("slot 0");
+            let (_, since) = snap.wait().expect("still waiting on the frozen peer");
+            let after = Duration::from_nanos(asked_at.saturating_sub(since));
+            return (code, message, after);
         }
         assert!(
             started.elapsed() < within,
@@ -226,18 +225,26 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
     let work = std::thread::spawn(move || complete(&base, request(&prompt, 4, 0)));
     prefilling(&r, before);
     let frozen = &peers[1];
+    let stopped = Instant::now();
     frozen.signal(libc::SIGSTOP);
-    // The 0.3.16 generation blocks in the peer's synchronous graph compute, which the
-    // preload interposes: the verdict names the peer. 0c1e570 judges the whole
-    // pipeline-parallel call (about 45 s on 2 idle cores, 10 x the expected call), and its
-    // host may block where no wait is published yet: there any device named must be the
-    // frozen peer. The deadline leaves room for a loaded machine.
-    let named = gen == Gen::Legacy;
-    let within = Duration::from_secs(240);
-    let (code, message, took) = stalled_verdict(&dir, &frozen.endpoint, named, within);
+    // The 0.3.16 generation blocks in the peer's synchronous graph compute at once. On
+    // 0c1e570 (pipeline parallelism) the host runs ahead into the peer's socket and first
+    // blocks on it several seconds later (about 9.5 s measured on 2 idle cores); from then
+    // on the wait rule judges the wait against the peer's history (its waits take
+    // milliseconds). The deadline leaves room for a loaded machine.
+    let within = Duration::from_secs(120);
+    let (code, message, after) = stalled_verdict(&r, &dir, &frozen.endpoint, within);
+    let took = stopped.elapsed();
     frozen.signal(libc::SIGCONT);
-    eprintln!("{test}: stalled verdict after {took:?}: {message}");
+    eprintln!(
+        "{test}: stalled verdict {took:?} after SIGSTOP, {after:?} into the wait on the peer: \
+         {message}"
+    );
     assert_eq!(code, 2, "check exits 2 on a stalled slot: {message}");
+    assert!(
+        after <= Duration::from_secs(2),
+        "the verdict came {after:?} into the wait on the frozen peer: {message}"
+    );
 
     let answer = work
         .join()
@@ -375,4 +382,20 @@ fn rpc_no_false_verdict(test: &str, gen: Gen) {
     );
     assert!(w.bad.is_empty(), "false verdicts: {:#?}", w.bad);
     assert!(w.active >= 50, "the probe saw too little work: {w:?}");
+    // The wait rule was in force: both peers' prefill and decode histories were trusted.
+    let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE).expect("segment");
+    let table = r.devices().expect("device table");
+    let devices = table.known().expect("devices known");
+    let waits = r.device_waits().expect("wait histories");
+    for (j, d) in devices.devices.iter().enumerate() {
+        if d.kind == hydra_layout::DeviceKind::Rpc {
+            let h = waits[j];
+            eprintln!("{test}: {} waits {h:?}", d.endpoint);
+            assert!(
+                h.prefill.learnt_max_ns().is_some() && h.decode.learnt_max_ns().is_some(),
+                "{}: {h:?}",
+                d.endpoint
+            );
+        }
+    }
 }

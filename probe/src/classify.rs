@@ -32,6 +32,9 @@
 //!   [`Thresholds::stall_floor`].
 //! - **stall threshold** = `max(stall floor, stall_factor x expected step)`; **layer stall
 //!   threshold** = `max(stall floor, stall_factor x expected layer)`.
+//! - **wait stall threshold** (format v1.3, while the step in flight waits on a device
+//!   whose history is trusted, FORMAT §19.6) = `max(confident stall floor, stall_factor x
+//!   the longest recent wait on that device by steps of the slot's phase)`.
 //!
 //! # Slot classes (first match wins)
 //! 1. **torn**: no consistent copy could be read (the writer stopped in the middle of an
@@ -41,7 +44,8 @@
 //!    client waiting on it is just as stranded.
 //! 3. **idle**: phase idle and nothing pending.
 //! 4. **queued**: phase queued, or idle with tasks pending for the slot.
-//! 5. **stalled**: active, and silent for longer than its stall threshold.
+//! 5. **stalled**: active, and silent for longer than its stall threshold, or blocked on a
+//!    device for far longer than its waits on that device last.
 //! 6. **slow**: active, and its step runs far past what was expected, or its ETA exceeds
 //!    the caller's budget.
 //! 7. **progressing**: every other active slot.
@@ -276,9 +280,26 @@ pub struct Derived {
     pub layer: Option<Substep>,
     /// `now - layer.at_ns`.
     pub layer_age_ns: Option<u64>,
+    /// `now - WAIT_SINCE_NS` while the step in flight waits on a device (format v1.3).
+    pub wait_age_ns: Option<u64>,
+    /// The longest recent wait on that device by steps of this phase, when its history is
+    /// trusted (FORMAT §19.6).
+    pub wait_learnt_max_ns: Option<u64>,
+    /// `max(confident floor, factor x wait_learnt_max_ns)`: a wait longer than this is a
+    /// stall on the device; none without a trusted history.
+    pub wait_stall_threshold_ns: Option<u64>,
 }
 
 impl Derived {
+    /// Whether the step in flight has waited on its device for longer than its wait stall
+    /// threshold (the wait rule of [`classify_derived`]).
+    pub fn stalled_on_wait(&self) -> bool {
+        matches!(
+            (self.wait_age_ns, self.wait_stall_threshold_ns),
+            (Some(age), Some(threshold)) if age > threshold
+        )
+    }
+
     /// The silence beyond which the slot counts as stalled now: the layer stall threshold
     /// while the layer position of the step in flight is known, else the stall threshold.
     pub fn effective_stall_threshold_ns(&self) -> u64 {
@@ -337,6 +358,9 @@ pub struct SlotExtras {
     /// The writer's cost-model predictions; only a prediction of the step in flight and of
     /// the current phase counts ([`Prediction::step_in_flight`], [`Prediction::phase_end`]).
     pub prediction: Option<Prediction>,
+    /// The wait of the step in flight on a device (format v1.3), with what the device's
+    /// history says its waits take.
+    pub wait: Option<WaitFacts>,
 }
 
 impl SlotExtras {
@@ -344,7 +368,18 @@ impl SlotExtras {
     pub const NONE: Self = Self {
         substep: None,
         prediction: None,
+        wait: None,
     };
+}
+
+/// The step in flight's wait on a device, as the wait rule judges it (FORMAT §5.6, §19.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitFacts {
+    /// `WAIT_SINCE_NS`: when the step's thread began to wait.
+    pub since_ns: u64,
+    /// The longest recent wait on that device by steps of the slot's phase, when its
+    /// history is trusted ([`hydra_layout::WaitHistory::learnt_max_ns`]).
+    pub learnt_max_ns: Option<u64>,
 }
 
 /// Derives progress, rate, ETA, ages, the writer's prediction, the stall thresholds and the
@@ -354,6 +389,7 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
     let SlotExtras {
         substep,
         prediction,
+        wait,
     } = extras;
     let layer = substep.and_then(|l| l.in_step(s));
     let progress = (s.work_total > 0)
@@ -416,6 +452,11 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
             .stall_threshold_ns(expected_layer_ns.or(expected_step_ns), confident),
         layer,
         layer_age_ns: layer.and_then(|l| age(now_ns, l.at_ns)),
+        wait_age_ns: wait.and_then(|w| age(now_ns, w.since_ns)),
+        wait_learnt_max_ns: wait.and_then(|w| w.learnt_max_ns),
+        wait_stall_threshold_ns: wait
+            .and_then(|w| w.learnt_max_ns)
+            .map(|max| t.stall_threshold_ns(Some(max), true)),
     }
 }
 
@@ -456,6 +497,13 @@ pub fn classify_slot(
 ///   moved again once its own step starts); 0 when both are unknown (an active slot
 ///   always has a phase start, and a writer that left every stamp 0 gives no evidence of
 ///   silence).
+/// - **stalled on a device**: the step in flight has waited on one device for longer than
+///   [`wait_stall_threshold_ns`](Derived::wait_stall_threshold_ns), `max(confident stall
+///   floor, stall factor x the longest recent wait on that device by steps of this
+///   phase)`, known once the device has a trusted history (FORMAT §19.6: at least 32
+///   ended waits). This judges the wait by itself: a peer whose waits take milliseconds
+///   and that stopped answering is stalled a second into the wait, whatever the step's
+///   prediction allows.
 /// - **stalled**: while the layer position of the step in flight is known, the shorter of
 ///   the silence and [`layer_age_ns`](Derived::layer_age_ns) (a finished layer is movement
 ///   too) is past [`layer_stall_threshold_ns`](Derived::layer_stall_threshold_ns): the
@@ -485,6 +533,9 @@ pub fn classify_derived(
         return SlotClass::Idle;
     }
     // The rules applied below are stated in the doc comment above.
+    if d.stalled_on_wait() {
+        return SlotClass::Stalled;
+    }
     let silence = match (d.last_progress_age_ns, d.step_age_ns) {
         (Some(progress), Some(step)) => progress.min(step),
         (progress, step) => progress.or(step).unwrap_or_default(),
@@ -597,10 +648,76 @@ mod tests {
     fn class_at(s: &SlotState, layer: Substep, t: &Thresholds) -> (SlotClass, Derived) {
         let extras = SlotExtras {
             substep: Some(layer),
-            prediction: None,
+            ..SlotExtras::NONE
         };
         let d = derive(s, extras, NOW, t);
         (classify_derived(s, 0, Liveness::Live, &d, t), d)
+    }
+
+    /// A decode step that started `step_age` ago, its thread waiting on a device since
+    /// `wait_age` ago, whose waits took at most `learnt` (none: not trusted yet).
+    fn waiting(step_age: u64, wait_age: u64, learnt: Option<u64>) -> (SlotClass, Derived) {
+        let mut s = decode(10, 100, 60 * S, step_age);
+        s.start_step(1, NOW - step_age);
+        let extras = SlotExtras {
+            wait: Some(WaitFacts {
+                since_ns: NOW - wait_age,
+                learnt_max_ns: learnt,
+            }),
+            ..SlotExtras::NONE
+        };
+        let t = Thresholds::default();
+        let d = derive(&s, extras, NOW, &t);
+        (classify_derived(&s, 0, Liveness::Live, &d, &t), d)
+    }
+
+    #[test]
+    fn a_wait_far_longer_than_the_devices_waits_is_a_stall_on_that_device() {
+        // Waits of at most 3 ms: the confident floor (1 s) decides, not 10 x 3 ms; the step
+        // itself (1.5 s old, no prediction) is far under the 30 s floor.
+        let (class, d) = waiting(1_500 * MS, 1_200 * MS, Some(3 * MS));
+        assert_eq!(class, SlotClass::Stalled);
+        assert!(d.stalled_on_wait());
+        assert_eq!(d.wait_stall_threshold_ns, Some(S));
+        assert_eq!(
+            (d.wait_age_ns, d.wait_learnt_max_ns),
+            (Some(1_200 * MS), Some(3 * MS))
+        );
+        // Under the threshold, and exactly at it: still progressing.
+        assert_eq!(
+            waiting(1_500 * MS, 900 * MS, Some(3 * MS)).0,
+            SlotClass::Progressing
+        );
+        assert_eq!(
+            waiting(1_500 * MS, S, Some(3 * MS)).0,
+            SlotClass::Progressing
+        );
+    }
+
+    #[test]
+    fn a_device_whose_waits_are_long_allows_ten_of_them() {
+        // Waits of up to 2.7 s (the host waits a whole ubatch on the first peer).
+        let (class, d) = waiting(20 * S, 20 * S, Some(2_700 * MS));
+        assert_eq!(d.wait_stall_threshold_ns, Some(27 * S));
+        assert_eq!(class, SlotClass::Progressing);
+        assert_eq!(
+            waiting(28 * S, 28 * S, Some(2_700 * MS)).0,
+            SlotClass::Stalled
+        );
+    }
+
+    #[test]
+    fn without_a_trusted_history_a_wait_is_judged_by_the_step_alone() {
+        let (class, d) = waiting(2 * S, 2 * S, None);
+        assert_eq!(class, SlotClass::Progressing);
+        assert_eq!(
+            (d.wait_age_ns, d.wait_stall_threshold_ns),
+            (Some(2 * S), None)
+        );
+        assert!(!d.stalled_on_wait());
+        let (class, d) = waiting(31 * S, 31 * S, None);
+        assert_eq!(class, SlotClass::Stalled, "the step rule still applies");
+        assert!(!d.stalled_on_wait());
     }
 
     /// A prefill chunk that started 100 s ago and has been silent since (no step finished
@@ -1005,6 +1122,7 @@ mod tests {
         let extras = SlotExtras {
             substep: layer,
             prediction: Some(p),
+            wait: None,
         };
         let d = derive(s, extras, NOW, &t);
         (classify_derived(s, 0, Liveness::Live, &d, &t), d)

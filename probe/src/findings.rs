@@ -93,6 +93,32 @@ fn on_device(s: &SlotView) -> String {
         .unwrap_or_default()
 }
 
+/// "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053 for 1.2s (its prefill waits there
+/// took at most 3.4ms; threshold 1.0s): prefill task 4 at ..., step of 512 in flight for
+/// 1.3s, at layer 17/30": the wait rule's verdict (FORMAT §19.6).
+fn stalled_on_wait(id: &str, s: &SlotView) -> String {
+    let Some(w) = s.wait.as_ref() else {
+        return String::new();
+    };
+    let layer = s
+        .layer_text()
+        .map(|l| format!(", at {l}"))
+        .unwrap_or_default();
+    format!(
+        "{id} slot {} stalled waiting on {} for {} (its {} waits there took at most {}; \
+         threshold {}): {}, step of {} in flight for {}{layer}",
+        s.slot,
+        w.name,
+        human::duration_ns(w.age_ns),
+        s.state.phase.as_str(),
+        human::duration_ns(s.derived.wait_learnt_max_ns.unwrap_or(0)),
+        human::duration_ns(s.derived.wait_stall_threshold_ns.unwrap_or(0)),
+        work(s),
+        s.state.step_size,
+        human::age(s.derived.step_age_ns),
+    )
+}
+
 /// "; slot 0 was waiting on RPC1 127.0.0.1:50053 (since 4.2s ago)" for each slot whose
 /// step was waiting on a device when its engine stopped.
 fn last_waits(view: &EngineView) -> String {
@@ -124,6 +150,9 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
             s.layer_text().unwrap_or_default(),
             human::age(s.substep_age_ns()),
         ),
+        SlotClass::Stalled if s.derived.stalled_on_wait() && s.wait.is_some() => {
+            stalled_on_wait(id, s)
+        }
         SlotClass::Stalled if s.stalled_at_layer().is_some() => format!(
             "{id} slot {n} stalled at {}{}: {}, layer counter frozen for {} (threshold {}), step of {} in flight for {}{}",
             s.layer_text().unwrap_or_default(),
@@ -177,7 +206,7 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::split_engine;
+    use crate::test_support::{split_engine, split_engine_learnt};
     use hydra_layout::{SegmentReader, StepDevices};
     use std::time::Duration;
 
@@ -217,6 +246,51 @@ mod tests {
             "{}",
             f[0].message
         );
+    }
+
+    #[test]
+    fn a_wait_far_longer_than_the_peers_waits_is_a_stall_on_that_peer() {
+        use hydra_layout::device_waits::MIN_WAITS;
+        // Peer B's waits took 3 ms: the 5 s wait is a stall on it under the default
+        // thresholds, whose 30 s floor holds the step and layer rules back.
+        let dir = tempfile::tempdir().unwrap();
+        let (_w, now) = split_engine_learnt(dir.path(), MIN_WAITS, 3_000_000);
+        let t = Thresholds::default();
+        let view = view_at(dir.path(), now, &t);
+        let s = &view.slots[0];
+        assert_eq!(s.class, SlotClass::Stalled);
+        let learnt = s
+            .wait
+            .as_ref()
+            .and_then(|w| w.learnt_max_ns)
+            .expect("learnt");
+        assert!((3_000_000..100_000_000).contains(&learnt), "{learnt}");
+        let f = findings(&view, &t);
+        assert!(
+            f[0].message.starts_with(
+                "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053 for 5.0s (its prefill waits \
+                 there took at most "
+            ),
+            "{}",
+            f[0].message
+        );
+        assert!(
+            f[0].message.contains("; threshold 1.0s): prefill task 1"),
+            "{}",
+            f[0].message
+        );
+        assert!(
+            f[0].message.ends_with(", at layer 16/30"),
+            "{}",
+            f[0].message
+        );
+
+        // Fewer than 32 waits on the peer: no history to judge by, the step rule decides.
+        let other = tempfile::tempdir().unwrap();
+        let (_w, now) = split_engine_learnt(other.path(), MIN_WAITS - 1, 3_000_000);
+        let view = view_at(other.path(), now, &t);
+        assert_eq!(view.slots[0].class, SlotClass::Progressing);
+        assert_eq!(view.slots[0].wait.as_ref().unwrap().learnt_max_ns, None);
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Formatting of ages, rates, durations and progress for people (CLI tables, messages).
 
-/// A duration in ns as a short human string: `850ms`, `12.3s`, `5m03s`, `2h04m`, `3d02h`.
+/// A duration in ns as a short human string: `0.4ms`, `850ms`, `12.3s`, `5m03s`, `2h04m`,
+/// `3d02h` (a tenth of a millisecond below 10 ms, where a device wait lies).
 pub fn duration_ns(ns: u64) -> String {
     const MS: u64 = 1_000_000;
     const S: u64 = 1_000 * MS;
-    if ns < S {
+    if ns < 10 * MS {
+        format!("{:.1}ms", ns as f64 / MS as f64)
+    } else if ns < S {
         format!("{}ms", ns / MS)
     } else if ns < 60 * S {
         format!("{:.1}s", ns as f64 / S as f64)
@@ -79,6 +82,9 @@ mod tests {
     #[test]
     fn formats() {
         assert_eq!(duration_ns(850_000_000), "850ms");
+        assert_eq!(duration_ns(420_000), "0.4ms");
+        assert_eq!(duration_ns(3_440_000), "3.4ms");
+        assert_eq!(duration_ns(10_000_000), "10ms");
         assert_eq!(duration_ns(12_340_000_000), "12.3s");
         assert_eq!(duration_ns(303_000_000_000), "5m03s");
         assert_eq!(duration_ns(7_440_000_000_000), "2h04m");

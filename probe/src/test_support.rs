@@ -23,6 +23,12 @@ pub(crate) fn writer(dir: &Path, id: &str, slots: usize) -> SegmentWriter {
 /// An engine whose 30 layers run on two RPC peers (16/14), its slot 0 in a prefill
 /// step stopped after layer 12 and waiting on the second peer for 5 s.
 pub(crate) fn split_engine(dir: &std::path::Path) -> (SegmentWriter, u64) {
+    split_engine_learnt(dir, 0, 0)
+}
+
+/// [`split_engine`] where `waits` earlier waits of about `ns` each on the second peer ended
+/// during the step, before the one in progress: that peer's prefill history (FORMAT §19.6).
+pub(crate) fn split_engine_learnt(dir: &Path, waits: u64, ns: u64) -> (SegmentWriter, u64) {
     let mut w = SegmentWriter::create(&SegmentConfig {
         dir: dir.to_path_buf(),
         engine_id: "rpc".into(),
@@ -73,6 +79,7 @@ pub(crate) fn split_engine(dir: &std::path::Path) -> (SegmentWriter, u64) {
         step_start_ns: start,
     };
     w.publish_substep(0, &layer).unwrap();
+    learn_waits(&mut w, 2, waits, ns);
     let wait = StepDevices {
         layers_sent: 0,
         wait_device: 2,
@@ -80,4 +87,18 @@ pub(crate) fn split_engine(dir: &std::path::Path) -> (SegmentWriter, u64) {
     };
     w.publish_step_devices(0, &wait).unwrap();
     (w, now)
+}
+
+/// `n` waits of about `ns` each on `device` by slot 0's step in flight, ended now: the
+/// device's history for the slot's phase (FORMAT §19.6). Leaves no wait published.
+pub(crate) fn learn_waits(w: &mut SegmentWriter, device: u64, n: u64, ns: u64) {
+    for _ in 0..n {
+        let wait = StepDevices {
+            layers_sent: 0,
+            wait_device: device,
+            wait_since_ns: clock::monotonic_ns() - ns,
+        };
+        w.publish_step_devices(0, &wait).unwrap();
+        w.publish_step_devices(0, &StepDevices::default()).unwrap();
+    }
 }

@@ -2,14 +2,14 @@
 
 use crate::classify::{
     self, classify_derived, derive, engine_health, Derived, EngineHealth, EtaSource, SlotClass,
-    SlotExtras,
+    SlotExtras, WaitFacts,
 };
 use crate::error::ProbeError;
 use crate::ser::{serialize_struct, StateJson};
 use crate::thresholds::Thresholds;
 use hydra_layout::{
-    Devices, HeaderSnapshot, Identity, Liveness, Prediction, SegmentReader, SlotSnapshot,
-    SlotState, Substep, WorkUnit,
+    DeviceWaits, Devices, HeaderSnapshot, Identity, Liveness, SegmentReader, SlotSnapshot,
+    SlotState, WorkUnit,
 };
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
@@ -29,6 +29,9 @@ pub struct DeviceWait {
     pub name: String,
     /// `now - WAIT_SINCE_NS`: how long the step's thread has been blocked on it.
     pub age_ns: u64,
+    /// The longest recent wait on that device by steps of the slot's phase, once its
+    /// history is trusted (FORMAT §19.6); none before.
+    pub learnt_max_ns: Option<u64>,
 }
 
 /// A device of the engine's table, by id and by the name a reader gives it.
@@ -85,26 +88,26 @@ impl SlotView {
         now_ns: u64,
         t: &Thresholds,
     ) -> Self {
-        Self::from_record(slot, state, None, None, pending, liveness, now_ns, t)
+        Self::from_record(slot, state, SlotExtras::NONE, pending, liveness, now_ns, t)
     }
 
-    /// Builds the view of a consistently read record with its substep words (`None` for a
-    /// v1.0 writer) and its prediction words (`None` before v1.2) (pure: no I/O).
-    #[allow(clippy::too_many_arguments)]
+    /// Builds the view of a consistently read record with what was read beside it: its
+    /// substep words (none for a v1.0 writer), its prediction words (none before v1.2) and
+    /// its wait with the device's history (none before v1.3) (pure: no I/O).
     pub fn from_record(
         slot: usize,
         state: SlotState,
-        substep: Option<Substep>,
-        prediction: Option<Prediction>,
+        extras: SlotExtras,
         pending: u64,
         liveness: Liveness,
         now_ns: u64,
         t: &Thresholds,
     ) -> Self {
-        let extras = SlotExtras {
+        let SlotExtras {
             substep,
             prediction,
-        };
+            ..
+        } = extras;
         let derived = derive(&state, extras, now_ns, t);
         Self {
             class: classify_derived(&state, pending, liveness, &derived, t),
@@ -140,6 +143,7 @@ impl SlotView {
             device,
             name: name(device),
             age_ns: now_ns.saturating_sub(since),
+            learnt_max_ns: self.derived.wait_learnt_max_ns,
         });
         self.layer_device = match (self.derived.layer, devices) {
             (Some(l), Some(d)) if l.done < l.total => {
@@ -373,6 +377,7 @@ impl EngineView {
         // A device table that cannot be read (left mid-update) leaves the devices unnamed;
         // the slots still read.
         let devices = reader.devices().ok();
+        let device_waits = reader.device_waits().unwrap_or_default();
         Self::from_parts(
             reader.identity().clone(),
             reader.path().to_path_buf(),
@@ -380,14 +385,16 @@ impl EngineView {
             liveness,
             slots,
             devices.as_ref().and_then(|d| d.known()),
+            &device_waits,
             now_ns,
             thresholds,
         )
     }
 
     /// Builds a view from already-read parts, with the engine's device table when known
-    /// (pure apart from the error conversion: no I/O). Slot errors other than torn and
-    /// contended reads are returned as errors.
+    /// and its devices' wait histories (entry `j` for device `j + 1`; empty: none) (pure
+    /// apart from the error conversion: no I/O). Slot errors other than torn and contended
+    /// reads are returned as errors.
     #[allow(clippy::too_many_arguments)]
     pub fn from_parts(
         identity: Identity,
@@ -396,6 +403,7 @@ impl EngineView {
         liveness: Liveness,
         slots: Vec<hydra_layout::Result<SlotSnapshot>>,
         devices: Option<&Devices>,
+        device_waits: &[DeviceWaits],
         now_ns: u64,
         t: &Thresholds,
     ) -> Result<EngineView, ProbeError> {
@@ -407,8 +415,7 @@ impl EngineView {
                     ..SlotView::from_record(
                         i,
                         snap.state,
-                        snap.substep,
-                        snap.prediction,
+                        extras_of(&snap, device_waits),
                         snap.pending,
                         liveness,
                         now_ns,
@@ -468,6 +475,24 @@ impl EngineView {
             EngineHealth::Closed => Liveness::Closed,
             EngineHealth::Dead => Liveness::Dead,
         }
+    }
+}
+
+/// What was read beside a slot's record: its layer position, its prediction, and its wait
+/// with the history of the device waited on for the slot's phase (FORMAT §19.6).
+fn extras_of(snap: &SlotSnapshot, device_waits: &[DeviceWaits]) -> SlotExtras {
+    let wait = snap.wait().map(|(device, since_ns)| WaitFacts {
+        since_ns,
+        learnt_max_ns: usize::try_from(device.wrapping_sub(1))
+            .ok()
+            .and_then(|j| device_waits.get(j))
+            .and_then(|w| w.for_phase(snap.state.phase))
+            .and_then(|h| h.learnt_max_ns()),
+    });
+    SlotExtras {
+        substep: snap.substep,
+        prediction: snap.prediction,
+        wait,
     }
 }
 

@@ -68,6 +68,19 @@ impl WaitMemo {
     }
 }
 
+/// A wait on a device that ended, as [`SlotRecorder::note_devices`] saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EndedWait {
+    /// The phase of the step that waited.
+    pub phase: Phase,
+    /// The device waited on.
+    pub device: u64,
+    /// When the wait began (`WAIT_SINCE_NS`).
+    pub since: u64,
+    /// How long it lasted, ns.
+    pub ns: u64,
+}
+
 /// A step that ended (finished or abandoned), before it becomes statistics and an entry.
 #[derive(Debug, Clone, Copy)]
 struct Ended {
@@ -178,11 +191,16 @@ impl SlotRecorder {
     }
 
     /// The step in flight's device words as the writer published them; `clock` gives the
-    /// end of a wait that ended with them.
-    pub(crate) fn note_devices(&mut self, d: &StepDevices, clock: impl FnOnce() -> u64) {
+    /// end of a wait that ended with them. Returns that wait, if one ended: the phase of
+    /// its step, its device, its start and its duration.
+    pub(crate) fn note_devices(
+        &mut self,
+        d: &StepDevices,
+        clock: impl FnOnce() -> u64,
+    ) -> Option<EndedWait> {
         let step = self.prev.step_start_ns;
         if step == 0 {
-            return;
+            return None;
         }
         if self.wait.step_start_ns != step {
             self.wait = WaitMemo {
@@ -191,17 +209,23 @@ impl SlotRecorder {
             };
         }
         let same_wait = d.wait_device != 0 && Some(d.wait_since_ns) == self.wait.open_since;
+        let mut ended = None;
         if let Some(since) = self.wait.open_since.filter(|_| !same_wait) {
-            self.wait.waited_ns = self
-                .wait
-                .waited_ns
-                .saturating_add(clock().saturating_sub(since));
+            let ns = clock().saturating_sub(since);
+            self.wait.waited_ns = self.wait.waited_ns.saturating_add(ns);
             self.wait.open_since = None;
+            ended = Some(EndedWait {
+                phase: self.prev.phase,
+                device: self.wait.last_device,
+                since,
+                ns,
+            });
         }
         if d.wait_device != 0 {
             self.wait.last_device = d.wait_device;
             self.wait.open_since = Some(d.wait_since_ns);
         }
+        ended
     }
 
     /// Derives the statistics of the transition from the last published record to `new`,
