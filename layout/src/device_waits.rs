@@ -1,61 +1,76 @@
 //! How long the engine's waits on each device usually last (format v1.3, FORMAT.md §19.6):
-//! per device and per kind of step (prefill, decode), how many waits have ended and the
-//! longest of the recent ones. A reader judges a wait in progress against them: a step
-//! blocked on a peer for a second when its waits on that peer never took more than a few
-//! milliseconds is stalled *on that peer*, long before its step outlives ten predictions.
+//! per device and per kind of step (prefill, decode), how many steps waited on it and the
+//! longest wait of the recent ones. A reader judges a wait in progress against them: a
+//! step blocked on a peer for a second when its waits on that peer never took more than a
+//! few milliseconds is stalled *on that peer*, long before its step outlives ten
+//! predictions.
 //!
 //! The writer learns them from its own device words ([`StepDevices`](crate::StepDevices)):
-//! a wait ends when the slot's next device update no longer shows it. The words live in
-//! the reserved part of each device entry of the `devices` region, outside the region's
-//! seqlock: each is one word stored Relaxed by the writer's thread and loaded Relaxed by
-//! readers, like a slot's `PENDING` (a reader may see a count one ahead of its maximum,
-//! which changes nothing it concludes).
+//! a wait ends when the slot's next device update no longer shows it. "Recent" counts
+//! steps, not waits: ggml asks an RPC peer's buffer type about every tensor of a graph it
+//! places, hundreds of waits of microseconds that would otherwise push a peer's real waits
+//! (a whole ubatch's compute) out of any window of waits. The words live in the reserved
+//! part of each device entry of the `devices` region, outside the region's seqlock: each
+//! is one word stored Relaxed by the writer's thread and loaded Relaxed by readers, like a
+//! slot's `PENDING` (a reader may see a count one ahead of its maximum, which changes
+//! nothing it concludes).
 
 use crate::devices::{DEVICE_LEN, MAX_DEVICES, TABLE_OFFSET};
 use crate::slot::Phase;
 
 /// Offsets of the wait words inside a device entry (§19.2, §19.6).
 pub mod entry {
-    /// Waits of prefill steps on the device that have ended (saturating count).
-    pub const DEV_PREFILL_WAITS: usize = 24;
-    /// The longest of the recent ones, ns.
+    /// Prefill steps whose waits on the device have ended (saturating count).
+    pub const DEV_PREFILL_WAIT_STEPS: usize = 24;
+    /// The longest wait of the recent ones, ns.
     pub const DEV_PREFILL_WAIT_MAX_NS: usize = 32;
-    /// Waits of decode steps on the device that have ended (saturating count).
-    pub const DEV_DECODE_WAITS: usize = 40;
-    /// The longest of the recent ones, ns.
+    /// Decode steps whose waits on the device have ended (saturating count).
+    pub const DEV_DECODE_WAIT_STEPS: usize = 40;
+    /// The longest wait of the recent ones, ns.
     pub const DEV_DECODE_WAIT_MAX_NS: usize = 48;
+    /// The largest prefill step (tokens) among the recent ones: the history speaks for
+    /// steps up to that size.
+    pub const DEV_PREFILL_WAIT_MAX_STEP: usize = 56;
 }
 
-// All four lie between the entry's flags and its name, in what was reserved.
+// All five lie between the entry's flags and its name, in what was reserved.
 const _: () = assert!(
-    entry::DEV_PREFILL_WAITS > crate::devices::entry::DEV_FLAGS
-        && entry::DEV_DECODE_WAIT_MAX_NS + 8 <= crate::devices::entry::DEV_NAME
+    entry::DEV_PREFILL_WAIT_STEPS > crate::devices::entry::DEV_FLAGS
+        && entry::DEV_PREFILL_WAIT_MAX_STEP + 8 <= crate::devices::entry::DEV_NAME
 );
 
-/// "Recent" is the last `WINDOW` to `2 * WINDOW` ended waits of a kind on a device: the
-/// writer keeps the longest of the window in progress and of the one before it, so one
-/// unusually long wait (a peer that came back after a freeze) is forgotten after at most
-/// 128 more.
-pub const WINDOW: u64 = 64;
+/// "Recent" is the last `WINDOW` to `2 * WINDOW` steps of a kind that waited on a device:
+/// the writer keeps the maxima of the window of 16 steps in progress and of the window
+/// before it, so one unusually long wait (a peer that came back after a freeze) is
+/// forgotten after at most 32 more steps.
+pub const WINDOW: u64 = 16;
 
-/// What a reader needs before it trusts the history of a kind of wait: at least this many
-/// ended (32), so that the longest of them stands for the device's normal waits and not
-/// for the first few steps of a run.
-pub const MIN_WAITS: u64 = 32;
+/// What a reader needs before it trusts the history of a kind of wait: the waits of at
+/// least two steps, so that a device's long waits (a whole ubatch computed on a peer) are
+/// in it and not just the first step's first few.
+pub const MIN_STEPS: u64 = 2;
 
 /// The ended waits of one kind of step on one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WaitHistory {
-    /// How many have ended (0 = none, or a writer that does not publish them).
-    pub count: u64,
-    /// The longest of the recent ones (see [`WINDOW`]), ns.
+    /// How many steps of the kind waited on the device (0 = none, or a writer that does
+    /// not publish them).
+    pub steps: u64,
+    /// The longest wait of the recent steps (see [`WINDOW`]), ns.
     pub recent_max_ns: u64,
+    /// Prefill: the largest of the recent steps (tokens); none for decode, whose steps are
+    /// a token per slot.
+    pub recent_max_step: Option<u64>,
 }
 
 impl WaitHistory {
-    /// The longest recent wait, when enough waits ended to trust it ([`MIN_WAITS`]).
-    pub fn learnt_max_ns(&self) -> Option<u64> {
-        (self.count >= MIN_WAITS).then_some(self.recent_max_ns)
+    /// The longest recent wait, when the history speaks for a step of `step_size` units:
+    /// enough steps waited to trust it ([`MIN_STEPS`]), and (prefill) a step at least as
+    /// large was among them, since a device's waits grow with the work it is given (the
+    /// first 512-token ubatch after a run of short prompts waits far longer than they did).
+    pub fn learnt_max_ns(&self, step_size: u64) -> Option<u64> {
+        let covers = self.recent_max_step.is_none_or(|m| step_size <= m);
+        (self.steps >= MIN_STEPS && covers).then_some(self.recent_max_ns)
     }
 }
 
@@ -80,61 +95,81 @@ impl DeviceWaits {
     }
 }
 
-/// Offset inside the `devices` item of the wait words of device `id` (1-based) for
-/// `phase`: `(count, recent max)`; none for another phase or id.
-pub(crate) fn word_offsets(id: u64, phase: Phase) -> Option<(usize, usize)> {
+/// Where the wait words of one device and kind of step lie inside the `devices` item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WordOffsets {
+    pub steps: usize,
+    pub max_ns: usize,
+    /// Prefill only.
+    pub max_step: Option<usize>,
+}
+
+/// The wait words of device `id` (1-based) for `phase`; none for another phase or id.
+pub(crate) fn word_offsets(id: u64, phase: Phase) -> Option<WordOffsets> {
     let j = usize::try_from(id.checked_sub(1)?).ok()?;
     if j >= MAX_DEVICES {
         return None;
     }
     let at = TABLE_OFFSET + j * DEVICE_LEN;
     match phase {
-        Phase::Prefill => Some((
-            at + entry::DEV_PREFILL_WAITS,
-            at + entry::DEV_PREFILL_WAIT_MAX_NS,
-        )),
-        Phase::Decode => Some((
-            at + entry::DEV_DECODE_WAITS,
-            at + entry::DEV_DECODE_WAIT_MAX_NS,
-        )),
+        Phase::Prefill => Some(WordOffsets {
+            steps: at + entry::DEV_PREFILL_WAIT_STEPS,
+            max_ns: at + entry::DEV_PREFILL_WAIT_MAX_NS,
+            max_step: Some(at + entry::DEV_PREFILL_WAIT_MAX_STEP),
+        }),
+        Phase::Decode => Some(WordOffsets {
+            steps: at + entry::DEV_DECODE_WAIT_STEPS,
+            max_ns: at + entry::DEV_DECODE_WAIT_MAX_NS,
+            max_step: None,
+        }),
         _ => None,
+    }
+}
+
+/// The longest wait and the largest step of one window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Maxima {
+    ns: u64,
+    step: u64,
+}
+
+impl Maxima {
+    fn add(&mut self, ns: u64, step: u64) {
+        self.ns = self.ns.max(ns);
+        self.step = self.step.max(step);
     }
 }
 
 /// The writer's window of one kind of wait on one device.
 #[derive(Debug, Clone, Copy, Default)]
 struct Window {
-    count: u64,
-    current_max: u64,
-    previous_max: u64,
-    /// `(since, longest duration)` of the last wait noted: the same wait reported again
-    /// (for another slot of a batched call, or ended again after a nested wait on another
-    /// device) is not counted twice.
-    last: Option<(u64, u64)>,
+    steps: u64,
+    /// `STEP_START_NS` of the latest step noted: a wait of a later step begins a new one
+    /// (the same wait seen again, by another slot of a batched call or after a nested
+    /// wait, changes only the maxima, which it cannot lower).
+    last_step: u64,
+    current: Maxima,
+    previous: Maxima,
 }
 
 impl Window {
-    /// Notes a wait that began at `since` and lasted `ns`; returns the words to publish.
-    fn note(&mut self, since: u64, ns: u64) -> WaitHistory {
-        match self.last {
-            Some((s, longest)) if s == since => {
-                let longest = longest.max(ns);
-                self.last = Some((since, longest));
-                self.current_max = self.current_max.max(longest);
+    /// Notes a wait of the step that started at `step_start` (carrying `step` units),
+    /// ended after `ns`; returns the words to publish (the largest step as `Some`: the
+    /// caller drops it for decode).
+    fn note(&mut self, step_start: u64, ns: u64, step: u64) -> WaitHistory {
+        if step_start > self.last_step {
+            if self.steps % WINDOW == 0 {
+                self.previous = self.current;
+                self.current = Maxima::default();
             }
-            _ => {
-                if self.count % WINDOW == 0 {
-                    self.previous_max = self.current_max;
-                    self.current_max = 0;
-                }
-                self.count = self.count.saturating_add(1);
-                self.current_max = self.current_max.max(ns);
-                self.last = Some((since, ns));
-            }
+            self.steps = self.steps.saturating_add(1);
+            self.last_step = step_start;
         }
+        self.current.add(ns, step);
         WaitHistory {
-            count: self.count,
-            recent_max_ns: self.current_max.max(self.previous_max),
+            steps: self.steps,
+            recent_max_ns: self.current.ns.max(self.previous.ns),
+            recent_max_step: Some(self.current.step.max(self.previous.step)),
         }
     }
 }
@@ -147,20 +182,25 @@ pub(crate) struct WaitLearner {
 }
 
 impl WaitLearner {
-    /// A wait on device `id` (1-based) by a step in `phase`, begun at `since`, ended after
-    /// `ns`: the words to store and where (count offset, max offset); none for a phase or
-    /// device without history.
+    /// A wait on device `id` (1-based) by the step of `step` units in `phase` that
+    /// started at `step_start`, ended after `ns`: the words to store and where; none for
+    /// a phase or device without history.
     pub(crate) fn note(
         &mut self,
         id: u64,
         phase: Phase,
-        since: u64,
+        step_start: u64,
         ns: u64,
-    ) -> Option<((usize, usize), WaitHistory)> {
+        step: u64,
+    ) -> Option<(WordOffsets, WaitHistory)> {
         let offsets = word_offsets(id, phase)?;
         let kind = usize::from(phase == Phase::Decode);
         let window = &mut self.windows[(id - 1) as usize][kind];
-        Some((offsets, window.note(since, ns)))
+        let mut history = window.note(step_start, ns, step);
+        if offsets.max_step.is_none() {
+            history.recent_max_step = None;
+        }
+        Some((offsets, history))
     }
 
     /// Forgets everything (the placement was published again).
@@ -175,11 +215,23 @@ mod tests {
 
     #[test]
     fn the_words_sit_in_the_reserved_part_of_each_entry() {
-        let first = word_offsets(1, Phase::Prefill).unwrap();
-        assert_eq!(first, (TABLE_OFFSET + 24, TABLE_OFFSET + 32));
+        let at = TABLE_OFFSET;
+        assert_eq!(
+            word_offsets(1, Phase::Prefill),
+            Some(WordOffsets {
+                steps: at + 24,
+                max_ns: at + 32,
+                max_step: Some(at + 56)
+            })
+        );
+        let at = TABLE_OFFSET + 15 * 256;
         assert_eq!(
             word_offsets(16, Phase::Decode),
-            Some((TABLE_OFFSET + 15 * 256 + 40, TABLE_OFFSET + 15 * 256 + 48))
+            Some(WordOffsets {
+                steps: at + 40,
+                max_ns: at + 48,
+                max_step: None
+            })
         );
         for (id, phase) in [(0, Phase::Prefill), (17, Phase::Decode), (1, Phase::Save)] {
             assert_eq!(word_offsets(id, phase), None, "{id} {phase:?}");
@@ -187,81 +239,76 @@ mod tests {
     }
 
     #[test]
-    fn the_recent_maximum_forgets_a_long_wait_after_two_windows() {
+    fn the_recent_maxima_forget_a_long_wait_after_two_windows_of_steps() {
         let mut w = Window::default();
-        let mut since = 0;
-        let mut note = |w: &mut Window, ns| {
-            since += 1;
-            w.note(since, ns)
+        // Step 1 waits 5 us once; each later step waits 10 ns, a hundred times (the
+        // allocator's questions): none of them pushes the long one out, only steps do.
+        let h = w.note(1, 5_000, 512);
+        assert_eq!(
+            (h.steps, h.recent_max_ns, h.recent_max_step),
+            (1, 5_000, Some(512))
+        );
+        for step in 2..=2 * WINDOW {
+            for _ in 0..100 {
+                let h = w.note(step, 10, 1);
+                assert_eq!((h.steps, h.recent_max_ns), (step, 5_000));
+            }
+        }
+        let h = w.note(2 * WINDOW + 1, 20, 2);
+        let expected = WaitHistory {
+            steps: 2 * WINDOW + 1,
+            recent_max_ns: 20,
+            recent_max_step: Some(2),
         };
-        assert_eq!(note(&mut w, 5_000).recent_max_ns, 5_000);
-        for _ in 0..WINDOW - 1 {
-            assert_eq!(note(&mut w, 10).recent_max_ns, 5_000);
-        }
-        // A new window begins: the long one is still in the previous.
-        for _ in 0..WINDOW {
-            assert_eq!(note(&mut w, 10).recent_max_ns, 5_000);
-        }
-        let h = note(&mut w, 20);
-        assert_eq!(
-            h,
-            WaitHistory {
-                count: 2 * WINDOW + 1,
-                recent_max_ns: 20
-            }
-        );
+        assert_eq!(h, expected);
     }
 
     #[test]
-    fn the_same_wait_reported_again_is_counted_once_at_its_longest() {
+    fn a_wait_of_an_earlier_step_is_no_new_step() {
         let mut w = Window::default();
-        // A wait on A from 100, cut at 40 ns by a nested wait on another device, then ended
-        // at 90 ns; and the same wait seen by a second slot of the call.
-        assert_eq!(w.note(100, 40).count, 1);
-        let h = w.note(100, 90);
-        assert_eq!(
-            h,
-            WaitHistory {
-                count: 1,
-                recent_max_ns: 90
-            }
-        );
-        assert_eq!(w.note(100, 90).count, 1);
-        assert_eq!(w.note(300, 1).count, 2);
+        assert_eq!(w.note(100, 40, 8).steps, 1);
+        // The same step's longer wait, and a slot of the same call whose step began
+        // earlier: the maximum grows, the steps do not.
+        assert_eq!(w.note(100, 90, 8), w.note(50, 1, 8));
+        assert_eq!(w.note(100, 1, 8).recent_max_ns, 90);
+        assert_eq!(w.note(300, 1, 8).steps, 2);
     }
 
     #[test]
-    fn a_history_is_trusted_from_its_thirty_second_wait() {
-        let h = |count| WaitHistory {
-            count,
+    fn a_history_speaks_from_its_second_step_for_steps_no_larger_than_it_saw() {
+        let h = |steps, step| WaitHistory {
+            steps,
             recent_max_ns: 7,
+            recent_max_step: step,
         };
-        assert_eq!(h(MIN_WAITS - 1).learnt_max_ns(), None);
-        assert_eq!(h(MIN_WAITS).learnt_max_ns(), Some(7));
+        assert_eq!(h(MIN_STEPS - 1, None).learnt_max_ns(1), None);
+        assert_eq!(h(MIN_STEPS, None).learnt_max_ns(1), Some(7));
+        assert_eq!(h(MIN_STEPS, Some(512)).learnt_max_ns(512), Some(7));
+        assert_eq!(h(MIN_STEPS, Some(40)).learnt_max_ns(512), None);
         let d = DeviceWaits {
-            prefill: h(1),
-            decode: h(2),
+            prefill: h(1, Some(3)),
+            decode: h(2, None),
         };
-        assert_eq!(d.for_phase(Phase::Decode), Some(&h(2)));
+        assert_eq!(d.for_phase(Phase::Decode), Some(&h(2, None)));
         assert_eq!(d.for_phase(Phase::Restore), None);
     }
 
     #[test]
     fn the_learner_keeps_devices_and_kinds_apart() {
         let mut l = WaitLearner::default();
-        let (at, h) = l.note(2, Phase::Prefill, 1, 50).unwrap();
-        assert_eq!((at, h.count), (word_offsets(2, Phase::Prefill).unwrap(), 1));
-        assert_eq!(l.note(2, Phase::Decode, 2, 7).unwrap().1.recent_max_ns, 7);
-        assert_eq!(l.note(3, Phase::Prefill, 3, 9).unwrap().1.count, 1);
+        let (at, h) = l.note(2, Phase::Prefill, 1, 50, 512).unwrap();
+        assert_eq!(at, word_offsets(2, Phase::Prefill).unwrap());
+        assert_eq!((h.steps, h.recent_max_step), (1, Some(512)));
+        let (_, h) = l.note(2, Phase::Decode, 2, 7, 1).unwrap();
+        assert_eq!((h.recent_max_ns, h.recent_max_step), (7, None));
+        assert_eq!(l.note(3, Phase::Prefill, 3, 9, 1).unwrap().1.steps, 1);
+        let (_, h) = l.note(2, Phase::Prefill, 4, 1, 1).unwrap();
         assert_eq!(
-            l.note(2, Phase::Prefill, 4, 1).unwrap().1,
-            WaitHistory {
-                count: 2,
-                recent_max_ns: 50
-            }
+            (h.steps, h.recent_max_ns, h.recent_max_step),
+            (2, 50, Some(512))
         );
-        assert!(l.note(2, Phase::Save, 5, 1).is_none());
+        assert!(l.note(2, Phase::Save, 5, 1, 1).is_none());
         l.reset();
-        assert_eq!(l.note(2, Phase::Prefill, 6, 1).unwrap().1.count, 1);
+        assert_eq!(l.note(2, Phase::Prefill, 6, 1, 1).unwrap().1.steps, 1);
     }
 }

@@ -774,10 +774,11 @@ impl SegmentReader {
         self.check_size()?;
         let base = region.item(0);
         let history = |id: u64, phase: Phase| {
-            let (count, max) = device_waits::word_offsets(id, phase).expect("id 1..=16");
+            let at = device_waits::word_offsets(id, phase).expect("id 1..=16");
             WaitHistory {
-                count: self.words.load(base + count),
-                recent_max_ns: self.words.load(base + max),
+                steps: self.words.load(base + at.steps),
+                recent_max_ns: self.words.load(base + at.max_ns),
+                recent_max_step: at.max_step.map(|o| self.words.load(base + o)),
             }
         };
         Ok((1..=devices::MAX_DEVICES as u64)

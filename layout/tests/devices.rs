@@ -311,9 +311,18 @@ fn ended_wait(w: &mut SegmentWriter, device: u64, ago_ns: u64) {
     w.publish_step_devices(0, &StepDevices::default()).unwrap();
 }
 
+/// Ends slot 0's step in flight and starts the next, of `size` tokens.
+fn next_step(w: &mut SegmentWriter, s: &mut SlotState, size: u64) {
+    let now = hydra_layout::clock::monotonic_ns();
+    s.finish_step(s.work_done + s.step_size, now);
+    w.publish(0, s).unwrap();
+    s.start_step(size, now + 1);
+    w.publish(0, s).unwrap();
+}
+
 #[test]
-fn each_device_keeps_how_many_waits_ended_and_the_longest_recent_one_per_kind_of_step() {
-    use hydra_layout::device_waits::{MIN_WAITS, WINDOW};
+fn each_device_keeps_how_many_steps_waited_and_the_longest_recent_wait_per_kind_of_step() {
+    use hydra_layout::device_waits::{MIN_STEPS, WINDOW};
     let scratch = Scratch::new();
     let mut w = writer(&scratch, DEVICE_CAPS);
     w.publish_devices(&rpc_split()).unwrap();
@@ -326,46 +335,59 @@ fn each_device_keeps_how_many_waits_ended_and_the_longest_recent_one_per_kind_of
     let mut s = SlotState::default();
     let start = hydra_layout::clock::monotonic_ns();
     prefill_step(&mut w, &mut s, start);
-    // Peer B (device 3): waits of 2 ms and one of 9 ms; peer A none.
+    // Peer B (device 3): a first step with one wait of 9 ms and fifty of 2 us; peer A none.
     ended_wait(&mut w, 3, 9_000_000);
-    for _ in 1..MIN_WAITS {
-        ended_wait(&mut w, 3, 2_000_000);
+    for _ in 0..50 {
+        ended_wait(&mut w, 3, 2_000);
     }
+    let b = r.device_waits().unwrap()[2].prefill;
+    assert_eq!(b.steps, 1);
+    assert_eq!(b.learnt_max_ns(512), None, "one step is not enough");
+    next_step(&mut w, &mut s, 256);
+    ended_wait(&mut w, 3, 2_000);
     let waits = r.device_waits().unwrap();
     assert_eq!(waits.len(), 16);
     let b = waits[2].prefill;
-    assert_eq!(b.count, MIN_WAITS);
+    assert_eq!(b.steps, MIN_STEPS);
     assert!((9_000_000..20_000_000).contains(&b.recent_max_ns), "{b:?}");
-    assert_eq!(b.learnt_max_ns(), Some(b.recent_max_ns));
-    assert_eq!(waits[2].decode.count, 0, "no decode step waited");
-    assert_eq!(waits[1].prefill.count, 0, "peer A was never waited on");
+    assert_eq!(b.recent_max_step, Some(512), "the largest step's size");
+    assert_eq!(b.learnt_max_ns(512), Some(b.recent_max_ns));
+    assert_eq!(b.learnt_max_ns(513), None, "no step that large among them");
+    assert_eq!(waits[2].decode.steps, 0, "no decode step waited");
+    assert_eq!(waits[1].prefill.steps, 0, "peer A was never waited on");
     assert_eq!(table_seq(&r), seq, "the table's seqlock is not touched");
 
-    // Two windows of short waits later, the 9 ms one is forgotten.
+    // Two windows of steps with short waits later, the 9 ms one is forgotten.
     for _ in 0..2 * WINDOW {
+        next_step(&mut w, &mut s, 256);
         ended_wait(&mut w, 3, 2_000_000);
     }
     let b = r.device_waits().unwrap()[2].prefill;
     assert!((2_000_000..9_000_000).contains(&b.recent_max_ns), "{b:?}");
+    assert_eq!(b.recent_max_step, Some(256));
 
     // A decode step's waits go to the decode history.
-    s.finish_step(512, start + 1_000_000);
+    s.finish_step(s.work_done + 256, hydra_layout::clock::monotonic_ns());
     w.publish(0, &s).unwrap();
-    s.enter_phase(Phase::Decode, WorkUnit::Tokens, 4, start + 2_000_000);
-    s.start_step(1, start + 3_000_000);
+    let now = hydra_layout::clock::monotonic_ns();
+    s.enter_phase(Phase::Decode, WorkUnit::Tokens, 4, now);
+    s.start_step(1, now + 1);
     w.publish(0, &s).unwrap();
     ended_wait(&mut w, 3, 1_000);
     let b = r.device_waits().unwrap()[2];
-    assert_eq!(b.decode.count, 1);
-    assert!(b.prefill.count > MIN_WAITS);
+    assert_eq!((b.decode.steps, b.decode.recent_max_step), (1, None));
+    assert!(b.prefill.steps > MIN_STEPS);
 
     // Publishing the placement again starts the histories afresh.
     w.publish_devices(&rpc_split()).unwrap();
-    assert!(r
-        .device_waits()
-        .unwrap()
-        .iter()
-        .all(|d| *d == Default::default()));
+    let zero = hydra_layout::WaitHistory::default();
+    for d in r.device_waits().unwrap() {
+        let prefill = hydra_layout::WaitHistory {
+            recent_max_step: Some(0),
+            ..zero
+        };
+        assert_eq!((d.prefill, d.decode), (prefill, zero));
+    }
 }
 
 #[test]

@@ -16,7 +16,10 @@
 //! (`ggml_backend_synchronize`, `ggml_backend_event_synchronize`, `ggml_backend_tensor_get`,
 //! `ggml_backend_tensor_set`, `ggml_backend_tensor_copy`, and `ggml_backend_graph_compute_async`, which is a whole
 //! round trip for an RPC backend of the 0.3.16 generation and the send of the command in
-//! 0c1e570). Inside one of them, on a thread running a tracked call, on a device that is
+//! 0c1e570; and, for 0c1e570's RPC buffers, whose every command with a reply queues behind
+//! the graphs in flight: `ggml_backend_buft_get_alloc_size` (a new tensor shape asks the
+//! peer, which froze the host there in a frozen-peer run), `ggml_backend_tensor_memset`
+//! and `ggml_backend_buffer_clear`). Inside one of them, on a thread running a tracked call, on a device that is
 //! not a CPU, [`crate::waits::Wait`] publishes "waiting on device D since t" for the call's slots and
 //! clears it when the call returns or unwinds. They nest (a copy between two peers gets
 //! from one and sets into the other): the innermost names the device, and when it ends
@@ -320,16 +323,36 @@ pub unsafe fn of_tensor(t: *const GgmlTensor) -> Option<u64> {
     if !ANY_WAITABLE.load(Ordering::Relaxed) {
         return None;
     }
-    let s = symbols::get();
-    let (buffer_type, buffer_type_device) = (s.buffer_type?, s.buffer_type_device?);
     // SAFETY: per this function's contract.
     let buffer = unsafe { tensor_buffer(t) };
-    if buffer.is_null() {
+    // SAFETY: the tensor's buffer is live with it (or null).
+    unsafe { of_buffer(buffer) }
+}
+
+/// The waitable device id of the device a buffer lives on.
+///
+/// # Safety
+/// `buffer` is null or a live buffer the host passes to ggml.
+pub unsafe fn of_buffer(buffer: *mut GgmlBuffer) -> Option<u64> {
+    if !ANY_WAITABLE.load(Ordering::Relaxed) || buffer.is_null() {
         return None;
     }
-    // SAFETY: ggml's getters on the tensor's live buffer and its type.
-    let device = unsafe { buffer_type_device(buffer_type(buffer)) };
-    of_device(device)
+    let buffer_type = symbols::get().buffer_type?;
+    // SAFETY: ggml's getter on the live buffer; its type lives as long as the backend.
+    unsafe { of_buffer_type(buffer_type(buffer)) }
+}
+
+/// The waitable device id of a buffer type's device.
+///
+/// # Safety
+/// `buft` is null or a live buffer type the host passes to ggml.
+pub unsafe fn of_buffer_type(buft: *mut GgmlBufferType) -> Option<u64> {
+    if !ANY_WAITABLE.load(Ordering::Relaxed) || buft.is_null() {
+        return None;
+    }
+    let buffer_type_device = symbols::get().buffer_type_device?;
+    // SAFETY: ggml's getter on the live buffer type.
+    of_device(unsafe { buffer_type_device(buft) })
 }
 
 #[cfg(test)]

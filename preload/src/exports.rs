@@ -516,3 +516,63 @@ pub unsafe extern "C-unwind" fn ggml_backend_graph_compute_async(
     // SAFETY: the host's arguments go to the real function unchanged.
     unsafe { real(backend, graph) }
 }
+
+/// `size_t ggml_backend_buft_get_alloc_size(ggml_backend_buffer_type_t buft, const struct
+/// ggml_tensor * tensor)` (libggml-base): how many bytes a tensor needs in a buffer of
+/// that type. ggml's allocator asks for every tensor of a graph it places; an RPC buffer
+/// type of 0c1e570 asks its peer for a shape it has not seen (a ubatch of a new size),
+/// with a reply that queues behind the graphs in flight: the host blocks here on a frozen
+/// peer.
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_buft_get_alloc_size`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_buft_get_alloc_size(
+    buft: *mut GgmlBufferType,
+    tensor: *const GgmlTensor,
+) -> usize {
+    // 0 (no size) when there is no real one (never: the host links ggml).
+    let real = real!(buft_alloc_size, 0);
+    // SAFETY: the host passes a live buffer type (the real function reads it too).
+    let device = interpose::lookup(|| unsafe { devices::of_buffer_type(buft) });
+    let _wait = waits::Wait::begin(device);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(buft, tensor) }
+}
+
+/// `void ggml_backend_tensor_memset(struct ggml_tensor * tensor, uint8_t value, size_t
+/// offset, size_t size)` (libggml-base): fills part of a tensor on its device; a command
+/// with a reply to an RPC peer.
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_tensor_memset`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_tensor_memset(
+    tensor: *mut GgmlTensor,
+    value: u8,
+    offset: usize,
+    size: usize,
+) {
+    let real = real!(tensor_memset);
+    // SAFETY: the host passes a live tensor (the real function reads it too).
+    let device = interpose::lookup(|| unsafe { devices::of_tensor(tensor) });
+    let _wait = waits::Wait::begin(device);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(tensor, value, offset, size) }
+}
+
+/// `void ggml_backend_buffer_clear(ggml_backend_buffer_t buffer, uint8_t value)`
+/// (libggml-base): fills a whole buffer on its device (a KV cache cleared); a command with
+/// a reply to an RPC peer.
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_buffer_clear`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_buffer_clear(buffer: *mut GgmlBuffer, value: u8) {
+    let real = real!(buffer_clear);
+    // SAFETY: the host passes a live buffer (the real function reads it too).
+    let device = interpose::lookup(|| unsafe { devices::of_buffer(buffer) });
+    let _wait = waits::Wait::begin(device);
+    // SAFETY: the host's arguments go to the real function unchanged.
+    unsafe { real(buffer, value) }
+}

@@ -302,5 +302,14 @@ pub type TensorSetFn =
     unsafe extern "C-unwind" fn(*mut GgmlTensor, *const std::ffi::c_void, usize, usize);
 /// `void ggml_backend_tensor_copy(struct ggml_tensor * src, struct ggml_tensor * dst)`.
 pub type TensorCopyFn = unsafe extern "C-unwind" fn(*const GgmlTensor, *mut GgmlTensor);
+/// `size_t ggml_backend_buft_get_alloc_size(ggml_backend_buffer_type_t, const struct
+/// ggml_tensor *)`.
+pub type BuftAllocSizeFn =
+    unsafe extern "C-unwind" fn(*mut GgmlBufferType, *const GgmlTensor) -> usize;
+/// `void ggml_backend_tensor_memset(struct ggml_tensor *, uint8_t value, size_t offset,
+/// size_t size)`.
+pub type TensorMemsetFn = unsafe extern "C-unwind" fn(*mut GgmlTensor, u8, usize, usize);
+/// `void ggml_backend_buffer_clear(ggml_backend_buffer_t, uint8_t value)`.
+pub type BufferClearFn = unsafe extern "C-unwind" fn(*mut GgmlBuffer, u8);
 /// `enum ggml_status ggml_backend_graph_compute_async(ggml_backend_t, struct ggml_cgraph *)`.
 pub type BackendComputeFn = unsafe extern "C-unwind" fn(*mut GgmlBackend, *mut GgmlGraph) -> i32;

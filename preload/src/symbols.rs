@@ -147,6 +147,12 @@ symbols! {
     tensor_copy: TensorCopyFn = c"ggml_backend_tensor_copy";
     /// `ggml_backend_graph_compute_async` (libggml-base).
     backend_compute: BackendComputeFn = c"ggml_backend_graph_compute_async";
+    /// `ggml_backend_buft_get_alloc_size` (libggml-base).
+    buft_alloc_size: BuftAllocSizeFn = c"ggml_backend_buft_get_alloc_size";
+    /// `ggml_backend_tensor_memset` (libggml-base).
+    tensor_memset: TensorMemsetFn = c"ggml_backend_tensor_memset";
+    /// `ggml_backend_buffer_clear` (libggml-base).
+    buffer_clear: BufferClearFn = c"ggml_backend_buffer_clear";
 }
 
 impl Symbols {

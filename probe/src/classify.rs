@@ -32,9 +32,9 @@
 //!   [`Thresholds::stall_floor`].
 //! - **stall threshold** = `max(stall floor, stall_factor x expected step)`; **layer stall
 //!   threshold** = `max(stall floor, stall_factor x expected layer)`.
-//! - **wait stall threshold** (format v1.3, while the step in flight waits on a device
-//!   whose history is trusted, FORMAT §19.6) = `max(confident stall floor, stall_factor x
-//!   the longest recent wait on that device by steps of the slot's phase)`.
+//! - **wait stall threshold** (format v1.3, while a decode step waits on a device whose
+//!   history is trusted, FORMAT §19.6) = `max(confident stall floor, stall_factor x the
+//!   longest recent wait on that device by decode steps)`.
 //!
 //! # Slot classes (first match wins)
 //! 1. **torn**: no consistent copy could be read (the writer stopped in the middle of an
@@ -377,7 +377,7 @@ impl SlotExtras {
 pub struct WaitFacts {
     /// `WAIT_SINCE_NS`: when the step's thread began to wait.
     pub since_ns: u64,
-    /// The longest recent wait on that device by steps of the slot's phase, when its
+    /// The longest recent wait on that device by decode steps, when the slot decodes and its
     /// history is trusted ([`hydra_layout::WaitHistory::learnt_max_ns`]).
     pub learnt_max_ns: Option<u64>,
 }
@@ -497,13 +497,13 @@ pub fn classify_slot(
 ///   moved again once its own step starts); 0 when both are unknown (an active slot
 ///   always has a phase start, and a writer that left every stamp 0 gives no evidence of
 ///   silence).
-/// - **stalled on a device**: the step in flight has waited on one device for longer than
-///   [`wait_stall_threshold_ns`](Derived::wait_stall_threshold_ns), `max(confident stall
-///   floor, stall factor x the longest recent wait on that device by steps of this
-///   phase)`, known once the device has a trusted history (FORMAT §19.6: at least 32
-///   ended waits). This judges the wait by itself: a peer whose waits take milliseconds
-///   and that stopped answering is stalled a second into the wait, whatever the step's
-///   prediction allows.
+/// - **stalled on a device**: the decode step in flight has waited on one device for longer
+///   than [`wait_stall_threshold_ns`](Derived::wait_stall_threshold_ns), `max(confident
+///   stall floor, stall factor x the longest recent wait on that device by decode steps)`,
+///   known once the device has a trusted history (FORMAT §19.6: two steps). This judges
+///   the wait by itself: a peer whose waits take milliseconds and that stopped answering is
+///   stalled a second into the wait, whatever the step's prediction allows. (Prefill waits
+///   are not judged so: their length depends on where the ubatch sits in a pipeline.)
 /// - **stalled**: while the layer position of the step in flight is known, the shorter of
 ///   the silence and [`layer_age_ns`](Derived::layer_age_ns) (a finished layer is movement
 ///   too) is past [`layer_stall_threshold_ns`](Derived::layer_stall_threshold_ns): the

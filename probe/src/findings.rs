@@ -249,12 +249,12 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_far_longer_than_the_peers_waits_is_a_stall_on_that_peer() {
-        use hydra_layout::device_waits::MIN_WAITS;
-        // Peer B's waits took 3 ms: the 5 s wait is a stall on it under the default
+    fn a_decode_wait_far_longer_than_the_peers_waits_is_a_stall_on_that_peer() {
+        use hydra_layout::{device_waits::MIN_STEPS, Phase};
+        // Peer B's decode waits took 3 ms: the 5 s wait is a stall on it under the default
         // thresholds, whose 30 s floor holds the step and layer rules back.
         let dir = tempfile::tempdir().unwrap();
-        let (_w, now) = split_engine_learnt(dir.path(), MIN_WAITS, 3_000_000);
+        let (_w, now) = split_engine_learnt(dir.path(), Phase::Decode, MIN_STEPS, 3_000_000);
         let t = Thresholds::default();
         let view = view_at(dir.path(), now, &t);
         let s = &view.slots[0];
@@ -268,29 +268,45 @@ mod tests {
         let f = findings(&view, &t);
         assert!(
             f[0].message.starts_with(
-                "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053 for 5.0s (its prefill waits \
+                "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053 for 5.0s (its decode waits \
                  there took at most "
             ),
             "{}",
             f[0].message
         );
+        let m = &f[0].message;
+        assert!(m.contains("; threshold 1.0s): decode task 1"), "{m}");
         assert!(
-            f[0].message.contains("; threshold 1.0s): prefill task 1"),
-            "{}",
-            f[0].message
-        );
-        assert!(
-            f[0].message.ends_with(", at layer 16/30"),
-            "{}",
-            f[0].message
+            m.ends_with(", step of 1 in flight for 6.0s, at layer 16/30"),
+            "{m}"
         );
 
-        // Fewer than 32 waits on the peer: no history to judge by, the step rule decides.
+        // One step's waits on the peer: no history to judge by, the step rule decides.
         let other = tempfile::tempdir().unwrap();
-        let (_w, now) = split_engine_learnt(other.path(), MIN_WAITS - 1, 3_000_000);
+        let (_w, now) = split_engine_learnt(other.path(), Phase::Decode, MIN_STEPS - 1, 3_000_000);
         let view = view_at(other.path(), now, &t);
-        assert_eq!(view.slots[0].class, SlotClass::Progressing);
         assert_eq!(view.slots[0].wait.as_ref().unwrap().learnt_max_ns, None);
+        assert_ne!(view.slots[0].class, SlotClass::Stalled);
+        assert!(!view.slots[0].derived.stalled_on_wait());
+    }
+
+    #[test]
+    fn a_prefill_wait_is_judged_by_the_step_and_layer_rules_only() {
+        use hydra_layout::{device_waits::MIN_STEPS, Phase};
+        // With pipeline parallelism a prefill's waits depend on where its ubatch sits in
+        // the pipeline: a trusted prefill history judges nothing.
+        let dir = tempfile::tempdir().unwrap();
+        let (_w, now) = split_engine_learnt(dir.path(), Phase::Prefill, MIN_STEPS, 3_000_000);
+        let view = view_at(dir.path(), now, &Thresholds::default());
+        let v = &view.slots[0];
+        assert_eq!(v.class, SlotClass::Progressing, "{v:?}");
+        assert_eq!(v.wait.as_ref().unwrap().learnt_max_ns, None);
+        let r = hydra_layout::SegmentReader::open_engine(dir.path(), "rpc").unwrap();
+        let h = r.device_waits().unwrap()[1].prefill;
+        assert!(
+            h.learnt_max_ns(512).is_some(),
+            "published all the same: {h:?}"
+        );
     }
 
     #[test]

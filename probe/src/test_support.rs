@@ -23,12 +23,19 @@ pub(crate) fn writer(dir: &Path, id: &str, slots: usize) -> SegmentWriter {
 /// An engine whose 30 layers run on two RPC peers (16/14), its slot 0 in a prefill
 /// step stopped after layer 12 and waiting on the second peer for 5 s.
 pub(crate) fn split_engine(dir: &std::path::Path) -> (SegmentWriter, u64) {
-    split_engine_learnt(dir, 0, 0)
+    split_engine_learnt(dir, Phase::Prefill, 0, 0)
 }
 
-/// [`split_engine`] where `waits` earlier waits of about `ns` each on the second peer ended
-/// during the step, before the one in progress: that peer's prefill history (FORMAT §19.6).
-pub(crate) fn split_engine_learnt(dir: &Path, waits: u64, ns: u64) -> (SegmentWriter, u64) {
+/// [`split_engine`] in `phase` (prefill: steps of 512 tokens; decode: of one), where
+/// `steps` earlier steps each waited about `ns` on the second peer: that peer's history
+/// for the phase (FORMAT §19.6).
+pub(crate) fn split_engine_learnt(
+    dir: &Path,
+    phase: Phase,
+    steps: u64,
+    ns: u64,
+) -> (SegmentWriter, u64) {
+    let size = if phase == Phase::Decode { 1 } else { 512 };
     let mut w = SegmentWriter::create(&SegmentConfig {
         dir: dir.to_path_buf(),
         engine_id: "rpc".into(),
@@ -68,9 +75,17 @@ pub(crate) fn split_engine_learnt(dir: &Path, waits: u64, ns: u64) -> (SegmentWr
     let now = clock::monotonic_ns();
     let start = now - 6 * S;
     let mut s = SlotState::default();
-    s.begin_task(1, Phase::Prefill, WorkUnit::Tokens, 4000, start - S);
+    s.begin_task(1, phase, WorkUnit::Tokens, 4000, start - S);
     w.publish(0, &s).unwrap();
-    s.start_step(512, start);
+    for i in 0..steps {
+        let at = start - S / 2 + i * 1_000;
+        s.start_step(size, at);
+        w.publish(0, &s).unwrap();
+        learn_wait(&mut w, 2, ns);
+        s.finish_step(s.work_done + size, at + 500);
+        w.publish(0, &s).unwrap();
+    }
+    s.start_step(size, start);
     w.publish(0, &s).unwrap();
     let layer = Substep {
         done: 16,
@@ -79,7 +94,6 @@ pub(crate) fn split_engine_learnt(dir: &Path, waits: u64, ns: u64) -> (SegmentWr
         step_start_ns: start,
     };
     w.publish_substep(0, &layer).unwrap();
-    learn_waits(&mut w, 2, waits, ns);
     let wait = StepDevices {
         layers_sent: 0,
         wait_device: 2,
@@ -89,16 +103,14 @@ pub(crate) fn split_engine_learnt(dir: &Path, waits: u64, ns: u64) -> (SegmentWr
     (w, now)
 }
 
-/// `n` waits of about `ns` each on `device` by slot 0's step in flight, ended now: the
-/// device's history for the slot's phase (FORMAT §19.6). Leaves no wait published.
-pub(crate) fn learn_waits(w: &mut SegmentWriter, device: u64, n: u64, ns: u64) {
-    for _ in 0..n {
-        let wait = StepDevices {
-            layers_sent: 0,
-            wait_device: device,
-            wait_since_ns: clock::monotonic_ns() - ns,
-        };
-        w.publish_step_devices(0, &wait).unwrap();
-        w.publish_step_devices(0, &StepDevices::default()).unwrap();
-    }
+/// A wait of about `ns` on `device` by slot 0's step in flight, ended now. Leaves no wait
+/// published.
+fn learn_wait(w: &mut SegmentWriter, device: u64, ns: u64) {
+    let wait = StepDevices {
+        layers_sent: 0,
+        wait_device: device,
+        wait_since_ns: clock::monotonic_ns() - ns,
+    };
+    w.publish_step_devices(0, &wait).unwrap();
+    w.publish_step_devices(0, &StepDevices::default()).unwrap();
 }

@@ -8,7 +8,7 @@ use crate::error::ProbeError;
 use crate::ser::{serialize_struct, StateJson};
 use crate::thresholds::Thresholds;
 use hydra_layout::{
-    DeviceWaits, Devices, HeaderSnapshot, Identity, Liveness, SegmentReader, SlotSnapshot,
+    DeviceWaits, Devices, HeaderSnapshot, Identity, Liveness, Phase, SegmentReader, SlotSnapshot,
     SlotState, WorkUnit,
 };
 use serde::ser::{SerializeStruct, Serializer};
@@ -29,7 +29,7 @@ pub struct DeviceWait {
     pub name: String,
     /// `now - WAIT_SINCE_NS`: how long the step's thread has been blocked on it.
     pub age_ns: u64,
-    /// The longest recent wait on that device by steps of the slot's phase, once its
+    /// The longest recent wait on that device by decode steps, while the slot decodes and its
     /// history is trusted (FORMAT §19.6); none before.
     pub learnt_max_ns: Option<u64>,
 }
@@ -479,15 +479,17 @@ impl EngineView {
 }
 
 /// What was read beside a slot's record: its layer position, its prediction, and its wait
-/// with the history of the device waited on for the slot's phase (FORMAT §19.6).
+/// with the history of the device waited on, which judges waits of decode steps only
+/// (FORMAT §19.6: a prefill's waits depend on where its ubatch sits in a pipeline).
 fn extras_of(snap: &SlotSnapshot, device_waits: &[DeviceWaits]) -> SlotExtras {
     let wait = snap.wait().map(|(device, since_ns)| WaitFacts {
         since_ns,
         learnt_max_ns: usize::try_from(device.wrapping_sub(1))
             .ok()
             .and_then(|j| device_waits.get(j))
+            .filter(|_| snap.state.phase == Phase::Decode)
             .and_then(|w| w.for_phase(snap.state.phase))
-            .and_then(|h| h.learnt_max_ns()),
+            .and_then(|h| h.learnt_max_ns(snap.state.step_size)),
     });
     SlotExtras {
         substep: snap.substep,

@@ -75,10 +75,12 @@ pub(crate) struct EndedWait {
     pub phase: Phase,
     /// The device waited on.
     pub device: u64,
-    /// When the wait began (`WAIT_SINCE_NS`).
-    pub since: u64,
+    /// `STEP_START_NS` of the step that waited.
+    pub step_start: u64,
     /// How long it lasted, ns.
     pub ns: u64,
+    /// The size of the step that waited (tokens).
+    pub step_size: u64,
 }
 
 /// A step that ended (finished or abandoned), before it becomes statistics and an entry.
@@ -217,8 +219,9 @@ impl SlotRecorder {
             ended = Some(EndedWait {
                 phase: self.prev.phase,
                 device: self.wait.last_device,
-                since,
+                step_start: step,
                 ns,
+                step_size: self.prev.step_size,
             });
         }
         if d.wait_device != 0 {
