@@ -26,6 +26,7 @@ use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
 
@@ -302,31 +303,7 @@ impl SegmentReader {
                 kind: "directory",
             });
         };
-        let fd = match rustix::fs::openat(
-            &dir_fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::LOOP) => return Err(Error::SymlinkFile { path }),
-            Err(e) => {
-                // Some special files cannot be opened at all (a Unix socket gives ENXIO, a
-                // device without a driver ENODEV): name what the entry is rather than the
-                // errno, when it can be told without following a link.
-                return Err(
-                    match rustix::fs::statat(&dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-                        Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
-                            Error::NotRegularFile {
-                                kind: fsutil::kind_name(&st),
-                                path,
-                            }
-                        }
-                        _ => Error::io("open", &path, e),
-                    },
-                );
-            }
-        };
+        let fd = open_entry(&dir_fd, name, &path)?;
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("fstat", &path, e))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(Error::NotRegularFile {
@@ -334,39 +311,9 @@ impl SegmentReader {
                 path,
             });
         }
-        let expected = match options.owner {
-            OwnerPolicy::Any => None,
-            OwnerPolicy::Uid(uid) => Some(uid),
-            OwnerPolicy::SameAsDirectory => Some(
-                rustix::fs::fstat(&dir_fd)
-                    .map_err(|e| Error::io("fstat directory", &dir, e))?
-                    .st_uid,
-            ),
-        };
-        if let Some(expected) = expected {
-            if st.st_uid != expected {
-                return Err(Error::WrongOwner {
-                    path,
-                    owner: st.st_uid,
-                    expected,
-                });
-            }
-        }
+        check_owner(st.st_uid, options.owner, &dir_fd, &dir, &path)?;
         let len = st.st_size.max(0) as u64;
-        // Each check reads one more header word: the file must reach that word's end.
-        let reaches = |offset: usize, what: &'static str| -> Result<()> {
-            let needed = (offset + h::WORD_LEN) as u64;
-            if len < needed {
-                return Err(Error::Truncated {
-                    path: path.clone(),
-                    len,
-                    needed,
-                    what,
-                });
-            }
-            Ok(())
-        };
-        reaches(h::MAGIC_OFFSET, "magic")?;
+        reaches(&path, len, h::MAGIC_OFFSET, "magic")?;
         let file = File::from(fd);
         let map_len = usize::try_from(len).map_err(|_| Error::BadGeometry {
             path: path.clone(),
@@ -380,35 +327,7 @@ impl SegmentReader {
         // (module docs). SAFETY: `map` is a fresh page-aligned read-only mapping of
         // `map_len` bytes, stored in the returned reader next to every copy of `words`.
         let words = unsafe { MappedWords::new(map.as_ptr() as *mut u8, map_len, false) };
-
-        let magic = words.load(h::MAGIC_OFFSET).to_ne_bytes();
-        if magic != h::MAGIC {
-            return Err(Error::BadMagic { path, found: magic });
-        }
-        reaches(h::BYTE_ORDER_OFFSET, "byte-order marker")?;
-        match words.load(h::BYTE_ORDER_OFFSET) {
-            h::BYTE_ORDER_MARK => {}
-            h::BYTE_ORDER_MARK_SWAPPED => return Err(Error::ForeignByteOrder { path }),
-            found => return Err(Error::BadByteOrderMark { path, found }),
-        }
-        reaches(h::VERSION_MAJOR_OFFSET, "major version")?;
-        let major = words.load(h::VERSION_MAJOR_OFFSET);
-        if major != h::VERSION_MAJOR {
-            return Err(Error::UnsupportedMajor {
-                path,
-                found: major,
-                supported: h::VERSION_MAJOR,
-            });
-        }
-        let needed = h::HEADER_LEN as u64;
-        if len < needed {
-            return Err(Error::Truncated {
-                path,
-                len,
-                needed,
-                what: "v1 header",
-            });
-        }
+        check_prelude(&words, &path, len)?;
         let geometry = validate_geometry(&words, &path, len)?;
         // Acquire (Relaxed load + fence): pairs with the writer's Release store of READY,
         // after which identity and strings never change.
@@ -420,18 +339,7 @@ impl SegmentReader {
             Lifecycle::Unknown(raw) => return Err(Error::BadState { path, raw }),
         }
         let identity = read_identity(&words);
-        // §2.2: a file named `<id>.hps` must carry `<id>` in its header; a segment renamed,
-        // copied or planted under another engine's name is refused, not reported as that
-        // engine. Other names (a path given by hand) are not engine names: nothing to check.
-        if let Some(file_id) = name.to_str().and_then(crate::naming::engine_id_of) {
-            if identity.engine_id != file_id {
-                return Err(Error::EngineIdMismatch {
-                    file_id: file_id.to_owned(),
-                    header_id: identity.engine_id,
-                    path,
-                });
-            }
-        }
+        check_engine_id(name, &identity, &path)?;
         let (regions, rings) = find_regions(&words, &geometry, identity.version_minor, len);
         Ok(Self {
             identity,
@@ -875,6 +783,137 @@ fn read_failure<const N: usize>(slot: usize, failure: ReadFailure<N>) -> Error {
         }
         ReadFailure::Contended { attempts } => Error::Contended { slot, attempts },
     }
+}
+
+/// Opens the entry `name` of the directory `dir_fd` for reading, without following a link
+/// and without blocking on a FIFO.
+fn open_entry(dir_fd: &OwnedFd, name: &std::ffi::OsStr, path: &Path) -> Result<OwnedFd> {
+    match rustix::fs::openat(
+        dir_fd,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::LOOP) => Err(Error::SymlinkFile {
+            path: path.to_path_buf(),
+        }),
+        // Some special files cannot be opened at all (a Unix socket gives ENXIO, a device
+        // without a driver ENODEV): name what the entry is rather than the errno, when it
+        // can be told without following a link.
+        Err(e) => Err(
+            match rustix::fs::statat(dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile => {
+                    Error::NotRegularFile {
+                        kind: fsutil::kind_name(&st),
+                        path: path.to_path_buf(),
+                    }
+                }
+                _ => Error::io("open", path, e),
+            },
+        ),
+    }
+}
+
+/// Refuses a file owned by `uid` when `policy` expects another owner.
+fn check_owner(
+    uid: u32,
+    policy: OwnerPolicy,
+    dir_fd: &OwnedFd,
+    dir: &Path,
+    path: &Path,
+) -> Result<()> {
+    let expected = match policy {
+        OwnerPolicy::Any => return Ok(()),
+        OwnerPolicy::Uid(uid) => uid,
+        OwnerPolicy::SameAsDirectory => {
+            rustix::fs::fstat(dir_fd)
+                .map_err(|e| Error::io("fstat directory", dir, e))?
+                .st_uid
+        }
+    };
+    if uid != expected {
+        return Err(Error::WrongOwner {
+            path: path.to_path_buf(),
+            owner: uid,
+            expected,
+        });
+    }
+    Ok(())
+}
+
+/// A file of `len` bytes must reach the end of the header word at `offset` before that
+/// word is read.
+fn reaches(path: &Path, len: u64, offset: usize, what: &'static str) -> Result<()> {
+    let needed = (offset + h::WORD_LEN) as u64;
+    if len < needed {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            len,
+            needed,
+            what,
+        });
+    }
+    Ok(())
+}
+
+/// The words every reader checks first, each only once the file reaches it: magic, byte
+/// order, major version, and a whole v1 header.
+fn check_prelude(words: &MappedWords, path: &Path, len: u64) -> Result<()> {
+    let path_buf = || path.to_path_buf();
+    let magic = words.load(h::MAGIC_OFFSET).to_ne_bytes();
+    if magic != h::MAGIC {
+        return Err(Error::BadMagic {
+            path: path_buf(),
+            found: magic,
+        });
+    }
+    reaches(path, len, h::BYTE_ORDER_OFFSET, "byte-order marker")?;
+    match words.load(h::BYTE_ORDER_OFFSET) {
+        h::BYTE_ORDER_MARK => {}
+        h::BYTE_ORDER_MARK_SWAPPED => return Err(Error::ForeignByteOrder { path: path_buf() }),
+        found => {
+            return Err(Error::BadByteOrderMark {
+                path: path_buf(),
+                found,
+            })
+        }
+    }
+    reaches(path, len, h::VERSION_MAJOR_OFFSET, "major version")?;
+    let major = words.load(h::VERSION_MAJOR_OFFSET);
+    if major != h::VERSION_MAJOR {
+        return Err(Error::UnsupportedMajor {
+            path: path_buf(),
+            found: major,
+            supported: h::VERSION_MAJOR,
+        });
+    }
+    let needed = h::HEADER_LEN as u64;
+    if len < needed {
+        return Err(Error::Truncated {
+            path: path_buf(),
+            len,
+            needed,
+            what: "v1 header",
+        });
+    }
+    Ok(())
+}
+
+/// §2.2: a file named `<id>.hps` must carry `<id>` in its header; a segment renamed,
+/// copied or planted under another engine's name is refused, not reported as that engine.
+/// Other names (a path given by hand) are not engine names: nothing to check.
+fn check_engine_id(name: &std::ffi::OsStr, identity: &Identity, path: &Path) -> Result<()> {
+    if let Some(file_id) = name.to_str().and_then(crate::naming::engine_id_of) {
+        if identity.engine_id != file_id {
+            return Err(Error::EngineIdMismatch {
+                file_id: file_id.to_owned(),
+                header_id: identity.engine_id.clone(),
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn validate_geometry(w: &MappedWords, path: &Path, len: u64) -> Result<Geometry> {
