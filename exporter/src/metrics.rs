@@ -79,6 +79,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_slot_step_layers",
     "hydra_slot_layer_age_seconds",
     "hydra_slot_device_wait_seconds",
+    "hydra_slot_device_wait_threshold_seconds",
     "hydra_slot_phase_start_timestamp_seconds",
     "hydra_slot_state_size_bytes",
     "hydra_slot_n_past_tokens",
@@ -374,7 +375,23 @@ fn device_wait(x: &mut Exposition, rows: &Rows) {
             }
         },
     );
+    x.family(
+        "hydra_slot_device_wait_threshold_seconds",
+        WAIT_THRESHOLD_HELP,
+        Kind::Gauge,
+        |f| {
+            for (_, s, labels) in &rows.slots {
+                let threshold = s.derived.wait_stall_threshold_ns;
+                if let (Some(w), Some(t)) = (s.wait.as_ref().filter(|_| s.is_active()), threshold) {
+                    f.sample_with(*labels, &ExtraLabel::new("device", &w.name), secs(t));
+                }
+            }
+        },
+    );
 }
+
+/// The help of `hydra_slot_device_wait_threshold_seconds`.
+const WAIT_THRESHOLD_HELP: &str = "Wait beyond which the decode step in flight, blocked on the labelled device, is classified stalled on it: max(confident floor, factor x the longest recent decode wait on that device) (format v1.3; absent without a wait or before the device's waits are learnt)";
 
 /// The layers device `device` runs, as `0-15` (ranges comma-separated; empty for none).
 fn layers_of(d: &hydra_layout::Devices, device: u64) -> String {

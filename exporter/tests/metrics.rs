@@ -116,6 +116,13 @@ fn scrape_with_every_engine_state_passes_promtool() {
         r#"hydra_slot_device_wait_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
     );
     assert!(wait.is_some_and(|w| w >= 0.01), "{wait:?}\n{}", ctx());
+    // Its decode waits on the peer took about 1 ms: the wait rule's threshold is the 1 s
+    // confident floor.
+    let threshold = sample(
+        body,
+        r#"hydra_slot_device_wait_threshold_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
+    );
+    assert_eq!(threshold, Some(1.0), "{}", ctx());
 
     assert!(sample(body, "hydra_exporter_torn_reads_total").unwrap() >= 1.0);
     expect("hydra_exporter_engines", 4.0);

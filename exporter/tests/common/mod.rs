@@ -113,6 +113,26 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
         phase_start_ns: in_step.phase_start_ns,
         error_ppm: 100_000,
     };
+    // Its layers split over the host's CPU and an RPC peer (format v1.3); two earlier
+    // decode steps each waited about a millisecond on the peer, so its decode waits are
+    // learnt (FORMAT §19.6).
+    live.publish_devices(&rpc_split()).unwrap();
+    for k in [2, 1] {
+        let earlier = SlotState {
+            step_start_ns: step_start_ns - k * S / 1000,
+            step_size: 1,
+            ..decode(now, 123, 456, 10 * S, 0)
+        };
+        live.publish(0, &earlier).unwrap();
+        let since = hydra_layout::clock::monotonic_ns() - S / 1000;
+        let wait = hydra_layout::StepDevices {
+            layers_sent: 0,
+            wait_device: 2,
+            wait_since_ns: since,
+        };
+        live.publish_step_devices(0, &wait).unwrap();
+        live.publish_step_devices(0, &Default::default()).unwrap();
+    }
     live.publish_with_prediction(0, &in_step, &prediction)
         .unwrap();
     live.publish_substep(
@@ -125,9 +145,7 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
         },
     )
     .unwrap();
-    // Its layers split over the host's CPU and an RPC peer (format v1.3), and slot 0's
-    // step waiting on the peer since it began.
-    live.publish_devices(&rpc_split()).unwrap();
+    // Slot 0's step waiting on the peer since it began.
     live.publish_step_devices(
         0,
         &hydra_layout::StepDevices {

@@ -552,6 +552,21 @@ impl EngineMetrics {
             }),
         )?;
         f.family(
+            "hydra_slot_device_wait_threshold_seconds",
+            "Wait beyond which the decode step in flight, blocked on the labelled device, is classified stalled on it: max(confident floor, factor x the longest recent decode wait on that device) (format v1.3; absent without a wait or before the device's waits are learnt)",
+            Gauge,
+            waits.iter().filter_map(|(e, s, extra)| {
+                let t = s.derived.wait_stall_threshold_ns?;
+                Some((
+                    L {
+                        extra,
+                        ..sl(e, s)
+                    },
+                    secs(t),
+                ))
+            }),
+        )?;
+        f.family(
             "hydra_slot_phase_start_timestamp_seconds",
             "When the slot's current phase started, Unix time",
             Gauge,
