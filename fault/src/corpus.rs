@@ -537,6 +537,34 @@ fn rpc_split_case(c: &mut Cases<'_>) {
         "an engine split across two RPC peers, slot 0 waiting on the second",
         Expect::Readable,
     );
+    c.file(
+        "devices-wait-history-hostile",
+        &hostile_wait_history(&bytes),
+        "the RPC split with every device's wait history at its limits (steps, longest wait and largest step all ones) and slot 0 decoding while it waits: the wait rule's threshold saturates, nothing panics",
+        Expect::Readable,
+    );
+}
+
+/// `split`'s bytes with every device entry's wait words (FORMAT §19.6) all ones and slot
+/// 0's phase decode, so that a reader judges its wait by those histories.
+fn hostile_wait_history(split: &[u8]) -> Vec<u8> {
+    use hydra_layout::device_waits::entry as e;
+    let mut b = split.to_vec();
+    let base = hydra_layout::region::Layout::for_slots(2).devices.item(0);
+    for j in 0..hydra_layout::devices::MAX_DEVICES {
+        let at = base + hydra_layout::devices::TABLE_OFFSET + j * hydra_layout::devices::DEVICE_LEN;
+        for w in [
+            e::DEV_PREFILL_WAIT_STEPS,
+            e::DEV_PREFILL_WAIT_MAX_NS,
+            e::DEV_DECODE_WAIT_STEPS,
+            e::DEV_DECODE_WAIT_MAX_NS,
+            e::DEV_PREFILL_WAIT_MAX_STEP,
+        ] {
+            set_word(&mut b, at + w, u64::MAX);
+        }
+    }
+    set_word(&mut b, slot(0, s::PHASE_OFFSET), Phase::Decode.to_raw());
+    b
 }
 
 /// The corpus entry of a well-formed engine on two RPC peers

@@ -423,3 +423,21 @@ fn readers_survive_a_file_that_keeps_changing_size() {
     eprintln!("{flips} resizes; {ok} snapshots read, {changed} reported the size change");
     assert_eq!(ok + changed, 20_000);
 }
+
+/// A wait history at its limits (every word all ones) saturates the wait rule's threshold:
+/// the decoding slot that waits is judged, named and not called stalled by it.
+#[test]
+fn a_wait_history_at_its_limits_saturates_the_wait_threshold() {
+    let root = scratch("hydra-corpus.");
+    let dir = root.path().join("segments");
+    let outside = root.path().join("outside");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&outside).unwrap();
+    corpus::build(&dir, &outside);
+    let view = probe_read(&dir, "devices-wait-history-hostile").expect("readable");
+    let s = &view.slots[0];
+    assert_eq!(s.state.phase, hydra_layout::Phase::Decode);
+    assert_eq!(s.derived.wait_stall_threshold_ns, Some(u64::MAX), "{s:?}");
+    assert!(!s.derived.stalled_on_wait(), "{s:?}");
+    assert!(s.wait.as_ref().is_some_and(|w| w.learnt_max_ns == Some(u64::MAX)));
+}
