@@ -439,5 +439,8 @@ fn a_wait_history_at_its_limits_saturates_the_wait_threshold() {
     assert_eq!(s.state.phase, hydra_layout::Phase::Decode);
     assert_eq!(s.derived.wait_stall_threshold_ns, Some(u64::MAX), "{s:?}");
     assert!(!s.derived.stalled_on_wait(), "{s:?}");
-    assert!(s.wait.as_ref().is_some_and(|w| w.learnt_max_ns == Some(u64::MAX)));
+    assert!(s
+        .wait
+        .as_ref()
+        .is_some_and(|w| w.learnt_max_ns == Some(u64::MAX)));
 }

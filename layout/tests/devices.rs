@@ -400,3 +400,38 @@ fn without_a_device_table_there_are_no_wait_histories() {
     ended_wait(&mut w, 3, 1_000);
     assert_eq!(r.device_waits().unwrap(), vec![]);
 }
+
+#[test]
+fn a_wait_nested_inside_another_is_not_counted_twice() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    let r = reader(&scratch);
+    let mut s = SlotState::default();
+    let start = hydra_layout::clock::monotonic_ns() - 10_000_000;
+    prefill_step(&mut w, &mut s, start);
+    let wait = |device, since| StepDevices {
+        layers_sent: 0,
+        wait_device: device,
+        wait_since_ns: since,
+    };
+    // A copy between the peers: the host waits on device 2 from `outer`, inside it on
+    // device 3 (the set), then on device 2 again (the same wait, its start unchanged).
+    let outer = start + 1_000;
+    w.publish_step_devices(0, &wait(2, outer)).unwrap();
+    let inner = hydra_layout::clock::monotonic_ns();
+    w.publish_step_devices(0, &wait(3, inner)).unwrap();
+    w.publish_step_devices(0, &wait(2, outer)).unwrap();
+    let before_end = hydra_layout::clock::monotonic_ns();
+    w.publish_step_devices(0, &StepDevices::default()).unwrap();
+    let after_end = hydra_layout::clock::monotonic_ns();
+    s.finish_step(512, after_end + 1_000);
+    w.publish(0, &s).unwrap();
+    let entries = r.history(0).unwrap().expect("a flight recorder").entries;
+    let waited = entries[0].wait_ns;
+    assert!(
+        (before_end - outer..=after_end - outer).contains(&waited),
+        "{waited} not in {}..={}: the time from the outer wait's start to its end, once",
+        before_end - outer,
+        after_end - outer
+    );
+}

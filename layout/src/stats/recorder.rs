@@ -52,6 +52,10 @@ struct WaitMemo {
     waited_ns: u64,
     /// Start of the wait in progress.
     open_since: Option<u64>,
+    /// Where the time already counted ends: a wait published again after a nested one
+    /// (its start unchanged) counts only from there, so that nested waits are not counted
+    /// twice.
+    counted_until: u64,
 }
 
 impl WaitMemo {
@@ -61,9 +65,9 @@ impl WaitMemo {
         if start_ns == 0 || self.step_start_ns != start_ns {
             return (0, 0);
         }
-        let open = self
-            .open_since
-            .map_or(0, |since| end_ns.saturating_sub(since));
+        let open = self.open_since.map_or(0, |since| {
+            end_ns.saturating_sub(since.max(self.counted_until))
+        });
         (self.last_device, self.waited_ns.saturating_add(open))
     }
 }
@@ -213,8 +217,11 @@ impl SlotRecorder {
         let same_wait = d.wait_device != 0 && Some(d.wait_since_ns) == self.wait.open_since;
         let mut ended = None;
         if let Some(since) = self.wait.open_since.filter(|_| !same_wait) {
-            let ns = clock().saturating_sub(since);
-            self.wait.waited_ns = self.wait.waited_ns.saturating_add(ns);
+            let end = clock();
+            let ns = end.saturating_sub(since);
+            let new = end.saturating_sub(since.max(self.wait.counted_until));
+            self.wait.waited_ns = self.wait.waited_ns.saturating_add(new);
+            self.wait.counted_until = self.wait.counted_until.max(end);
             self.wait.open_since = None;
             ended = Some(EndedWait {
                 phase: self.prev.phase,
