@@ -99,5 +99,23 @@ pub(super) fn write_engine(out: &mut dyn Write, v: &EngineView) -> std::io::Resu
             s.read_error.as_deref().unwrap_or_default()
         )?;
     }
+    for s in &v.slots {
+        if let Some(line) = wait_line(s) {
+            writeln!(out, "{line}")?;
+        }
+    }
     Ok(())
+}
+
+/// "slot 0: waiting on RPC1 127.0.0.1:50053 for 4.2s (stalled on it past 1.0s)" for a
+/// slot whose step in flight waits on a device (format v1.3), with the wait rule's
+/// threshold once the device's waits are learnt.
+fn wait_line(s: &SlotView) -> Option<String> {
+    let text = s.wait_text()?;
+    let threshold = s
+        .derived
+        .wait_stall_threshold_ns
+        .map(|t| format!(" (stalled on it past {})", human::duration_ns(t)))
+        .unwrap_or_default();
+    Some(format!("slot {}: {text}{threshold}", s.slot))
 }

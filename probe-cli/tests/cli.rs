@@ -193,6 +193,15 @@ fn show_table_json_and_slot_filter() {
 }
 
 #[test]
+fn show_names_the_device_a_slot_waits_on() {
+    let s = Scratch::new();
+    let (_w, _) = s.rpc_split("split");
+    s.probe(&["show", "split"])
+        .code_is(0)
+        .stdout_has("slot 0: waiting on RPC1 127.0.0.1:50053 for 5.");
+}
+
+#[test]
 fn engine_resolution_errors() {
     let s = Scratch::new();
     let _a = s.writer("a", 1);
