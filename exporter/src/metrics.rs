@@ -463,6 +463,12 @@ fn engine_families(x: &mut Exposition, rows: &Rows) {
         Counter,
         |e| Some(int(e.header.loop_iterations)),
     );
+    engine_counters(x, rows);
+}
+
+/// The engine's token, request, KV and slot figures, one series each.
+fn engine_counters(x: &mut Exposition, rows: &Rows) {
+    use Kind::{Counter, Gauge};
     per_engine(
         x,
         rows,
@@ -602,6 +608,11 @@ fn slot_families(x: &mut Exposition, rows: &Rows) {
             }
         },
     );
+    slot_timing_families(x, rows);
+}
+
+/// The slot's prediction, silence, layer, wait and context figures.
+fn slot_timing_families(x: &mut Exposition, rows: &Rows) {
     per_slot(x, rows, "hydra_slot_step_expected_seconds", "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)", if_active(|_, s| s.derived.predicted_step_ns.map(secs)));
     per_slot(x, rows, "hydra_slot_prediction_error_ratio", "The error bound the writer states for its predictions, 0.2 = 20% (format v1.2; absent without one)", if_active(|_, s| s.derived.prediction_error));
     per_slot(
