@@ -239,14 +239,30 @@ impl Cases<'_> {
 /// cases. `outside` is a second directory for the targets of symbolic links.
 pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     let t = template();
-    let total = t.len();
     let mut c = Cases {
         dir,
         template: &t,
         cases: Vec::new(),
     };
 
-    // 1. Truncated at every header field boundary and inside the slot table.
+    truncated(&mut c);
+    bad_lengths(&mut c);
+    overflowing_tables(&mut c);
+    other_versions(&mut c);
+    other_byte_orders(&mut c);
+    not_segments(&mut c);
+    lifecycles(&mut c);
+    special_entries(&mut c, outside);
+    foreign_owner(&mut c);
+    hostile_contents(&mut c);
+    rpc_split_case(&mut c);
+    c.cases
+}
+
+/// Cases 1: Truncated at every header field boundary and inside the slot table.
+fn truncated(c: &mut Cases<'_>) {
+    let t = c.template;
+    let total = t.len();
     let mut cuts: Vec<usize> = vec![0, 1, 7];
     cuts.extend((8..=h::WORDS_END).step_by(8));
     cuts.extend([
@@ -276,8 +292,11 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             Expect::Refused(TRUNCATED),
         );
     }
+}
 
-    // 2. Every length field set to 0, huge, all ones, misaligned, and slightly off.
+/// Cases 2: Every length field set to 0, huge, all ones, misaligned, and slightly off.
+fn bad_lengths(c: &mut Cases<'_>) {
+    let t = c.template;
     let fields = [
         ("header-len", h::HEADER_LEN_OFFSET),
         ("slot-offset", h::SLOT_OFFSET_OFFSET),
@@ -286,7 +305,7 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         ("total-len", h::TOTAL_LEN_OFFSET),
     ];
     for (field, offset) in fields {
-        let valid = word(&t, offset);
+        let valid = word(t, offset);
         let values = [
             ("zero", 0),
             ("huge", 1u64 << 62),
@@ -302,7 +321,7 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             // puts regions after the table, a table moved, widened or lengthened into
             // them (the reader then refuses the region directory, which the table now
             // overlaps: §16.4). Every other change is refused.
-            let mut patched = t.clone();
+            let mut patched = t.to_vec();
             set_word(&mut patched, offset, value);
             let expect = if slot_table_fits(&patched) {
                 Expect::Readable
@@ -317,8 +336,10 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             );
         }
     }
+}
 
-    // 3. Slot count times stride overflowing 64 bits (and the file size).
+/// Cases 3: Slot count times stride overflowing 64 bits (and the file size).
+fn overflowing_tables(c: &mut Cases<'_>) {
     for (what, count, stride) in [
         ("wrap-zero", 1u64 << 56, 1u64 << 8),
         ("wrap-small", (u64::MAX / 256) + 2, 256),
@@ -334,8 +355,10 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             Expect::Refused(GEOMETRY),
         );
     }
+}
 
-    // 4. Other format major versions are refused; a newer minor is read.
+/// Cases 4: Other format major versions are refused; a newer minor is read.
+fn other_versions(c: &mut Cases<'_>) {
     for major in [0u64, 2, 255, u64::MAX] {
         c.patched(
             &format!("major-{major:x}"),
@@ -350,10 +373,13 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         "format version 1.999 (a newer minor: readable)",
         Expect::Readable,
     );
+}
 
-    // 5. Other byte order: every word swapped, or a corrupt marker.
+/// Cases 5: Other byte order: every word swapped, or a corrupt marker.
+fn other_byte_orders(c: &mut Cases<'_>) {
+    let t = c.template;
     {
-        let mut b = t.clone();
+        let mut b = t.to_vec();
         for chunk in b.chunks_exact_mut(8) {
             chunk.reverse();
         }
@@ -372,10 +398,14 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             Expect::Refused(BYTE_ORDER),
         );
     }
+}
 
-    // 6. Not a segment at all.
+/// Cases 6: Not a segment at all.
+fn not_segments(c: &mut Cases<'_>) {
+    let t = c.template;
+    let total = t.len();
     {
-        let mut b = t.clone();
+        let mut b = t.to_vec();
         b[..8].copy_from_slice(b"NOTHYDRA");
         c.file("magic-wrong", &b, "wrong magic", Expect::Refused(MAGIC));
         let text = "#!/bin/sh\necho this is a shell script, not a segment\n".repeat(64);
@@ -402,8 +432,10 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             Expect::Refused(MAGIC),
         );
     }
+}
 
-    // 7. Lifecycle: still initialising, or an unknown state.
+/// Cases 7: Lifecycle: still initialising, or an unknown state.
+fn lifecycles(c: &mut Cases<'_>) {
     for (id, state, expect) in [
         ("state-init", 1u64, NOT_READY),
         ("state-zero", 0, BAD_STATE),
@@ -416,11 +448,15 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             Expect::Refused(expect),
         );
     }
+}
 
-    // 8. Entries that are not regular files.
+/// Cases 8: Entries that are not regular files.
+fn special_entries(c: &mut Cases<'_>, outside: &Path) {
+    let t = c.template;
+    let dir = c.dir;
     {
         let target = outside.join("elsewhere.hps");
-        std::fs::write(&target, &t).expect("write symlink target");
+        std::fs::write(&target, t).expect("write symlink target");
         for (id, to) in [
             ("link-to-segment", target.clone()),
             ("link-to-passwd", PathBuf::from("/etc/passwd")),
@@ -452,10 +488,14 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         drop(sock);
         c.case("socket", "a Unix socket", Expect::Refused(NOT_REGULAR));
     }
+}
 
-    // 9. Owned by another user (only root can make one).
+/// Cases 9: Owned by another user (only root can make one).
+fn foreign_owner(c: &mut Cases<'_>) {
+    let t = c.template;
+    let dir = c.dir;
     if is_root() {
-        write(dir, "other-owner", &t);
+        write(dir, "other-owner", t);
         let nobody = rustix::process::Uid::from_raw(65534);
         rustix::fs::chown(dir.join("other-owner.hps"), Some(nobody), None).expect("chown");
         c.case(
@@ -464,10 +504,13 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
             Expect::Refused(OWNER),
         );
     }
+}
 
-    // 10. Well-formed segments with hostile contents: read, never trusted.
+/// Cases 10: Well-formed segments with hostile contents: read, never trusted.
+fn hostile_contents(c: &mut Cases<'_>) {
+    let t = c.template;
     {
-        let mut b = t.clone();
+        let mut b = t.to_vec();
         // Strings: no NUL terminator, invalid UTF-8, control characters, quotes.
         let name = &mut b[h::MODEL_NAME_OFFSET..h::MODEL_NAME_OFFSET + h::MODEL_NAME_LEN];
         name.fill(b'"');
@@ -483,17 +526,17 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
 
         // The header names another engine than the file (FORMAT §2.2): a copy made by hand,
         // and an id field unterminated and not UTF-8.
-        let mut hostile_id = t.clone();
+        let mut hostile_id = t.to_vec();
         hostile_id[h::ENGINE_ID_OFFSET..h::ENGINE_ID_OFFSET + h::ENGINE_ID_LEN].fill(0xc3);
         for (id, bytes, name) in [
             (
                 "id-mismatch",
-                &t,
+                t,
                 "header ENGINE_ID names another engine than the file",
             ),
             (
                 "id-hostile",
-                &hostile_id,
+                &hostile_id[..],
                 "header ENGINE_ID unterminated, invalid UTF-8",
             ),
         ] {
@@ -503,25 +546,23 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
         for (id, bytes, name) in [
             (
                 "content-slots",
-                hostile_slots(&t),
+                hostile_slots(t),
                 "slot words out of range, far-future times, a torn record",
             ),
             (
                 "content-layers",
-                hostile_layers(&t),
+                hostile_layers(t),
                 "layer positions past their total, of u64::MAX layers, from the far future",
             ),
             (
                 "content-predictions",
-                hostile_predictions(&t),
+                hostile_predictions(t),
                 "predictions of u64::MAX ns, ends in the past, naming other steps, all ones",
             ),
         ] {
             c.file(id, &bytes, name, Expect::Readable);
         }
     }
-    rpc_split_case(&mut c);
-    c.cases
 }
 
 /// A well-formed v1.3 engine split across two RPC peers, its slot 0 waiting on the
