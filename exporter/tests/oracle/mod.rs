@@ -414,6 +414,12 @@ impl EngineMetrics {
                 })
             }),
         )?;
+        self.encode_slot_work(f)
+    }
+
+    /// The slot families of work, progress, rate and ETA.
+    fn encode_slot_work(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::Gauge;
         for (unit, done, target) in WORK_METRICS {
             let of_unit = self
                 .active()
@@ -474,6 +480,12 @@ impl EngineMetrics {
                 })
             }),
         )?;
+        self.encode_slot_timing(f)
+    }
+
+    /// The slot families from the prediction to the layer age.
+    fn encode_slot_timing(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::Gauge;
         f.family(
             "hydra_slot_step_expected_seconds",
             "The writer's predicted duration of the step in flight (format v1.2; absent without a prediction)",
@@ -532,6 +544,12 @@ impl EngineMetrics {
             self.active()
                 .filter_map(|(e, s)| s.substep_age_ns().map(|a| (sl(e, s), secs(a)))),
         )?;
+        self.encode_slot_waits(f)
+    }
+
+    /// The slot families from the device wait on.
+    fn encode_slot_waits(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::Gauge;
         type Wait<'v> = (&'v EngineView, &'v SlotView, [(&'static str, &'v str); 1]);
         let waits: Vec<Wait> = self
             .active()
