@@ -28,15 +28,12 @@ pub mod entry {
     pub const DEV_DECODE_WAIT_STEPS: usize = 40;
     /// The longest wait of the recent ones, ns.
     pub const DEV_DECODE_WAIT_MAX_NS: usize = 48;
-    /// The largest prefill step (tokens) among the recent ones: the history speaks for
-    /// steps up to that size.
-    pub const DEV_PREFILL_WAIT_MAX_STEP: usize = 56;
 }
 
-// All five lie between the entry's flags and its name, in what was reserved.
+// All four lie between the entry's flags and its name, in what was reserved.
 const _: () = assert!(
     entry::DEV_PREFILL_WAIT_STEPS > crate::devices::entry::DEV_FLAGS
-        && entry::DEV_PREFILL_WAIT_MAX_STEP + 8 <= crate::devices::entry::DEV_NAME
+        && entry::DEV_DECODE_WAIT_MAX_NS + 8 <= crate::devices::entry::DEV_NAME
 );
 
 /// "Recent" is the last `WINDOW` to `2 * WINDOW` steps of a kind that waited on a device:
@@ -58,19 +55,12 @@ pub struct WaitHistory {
     pub steps: u64,
     /// The longest wait of the recent steps (see [`WINDOW`]), ns.
     pub recent_max_ns: u64,
-    /// Prefill: the largest of the recent steps (tokens); none for decode, whose steps are
-    /// a token per slot.
-    pub recent_max_step: Option<u64>,
 }
 
 impl WaitHistory {
-    /// The longest recent wait, when the history speaks for a step of `step_size` units:
-    /// enough steps waited to trust it ([`MIN_STEPS`]), and (prefill) a step at least as
-    /// large was among them, since a device's waits grow with the work it is given (the
-    /// first 512-token ubatch after a run of short prompts waits far longer than they did).
-    pub fn learnt_max_ns(&self, step_size: u64) -> Option<u64> {
-        let covers = self.recent_max_step.is_none_or(|m| step_size <= m);
-        (self.steps >= MIN_STEPS && covers).then_some(self.recent_max_ns)
+    /// The longest recent wait, once enough steps waited to trust it ([`MIN_STEPS`]).
+    pub fn learnt_max_ns(&self) -> Option<u64> {
+        (self.steps >= MIN_STEPS).then_some(self.recent_max_ns)
     }
 }
 
@@ -100,8 +90,6 @@ impl DeviceWaits {
 pub(crate) struct WordOffsets {
     pub steps: usize,
     pub max_ns: usize,
-    /// Prefill only.
-    pub max_step: Option<usize>,
 }
 
 /// The wait words of device `id` (1-based) for `phase`; none for another phase or id.
@@ -115,28 +103,12 @@ pub(crate) fn word_offsets(id: u64, phase: Phase) -> Option<WordOffsets> {
         Phase::Prefill => Some(WordOffsets {
             steps: at + entry::DEV_PREFILL_WAIT_STEPS,
             max_ns: at + entry::DEV_PREFILL_WAIT_MAX_NS,
-            max_step: Some(at + entry::DEV_PREFILL_WAIT_MAX_STEP),
         }),
         Phase::Decode => Some(WordOffsets {
             steps: at + entry::DEV_DECODE_WAIT_STEPS,
             max_ns: at + entry::DEV_DECODE_WAIT_MAX_NS,
-            max_step: None,
         }),
         _ => None,
-    }
-}
-
-/// The longest wait and the largest step of one window.
-#[derive(Debug, Clone, Copy, Default)]
-struct Maxima {
-    ns: u64,
-    step: u64,
-}
-
-impl Maxima {
-    fn add(&mut self, ns: u64, step: u64) {
-        self.ns = self.ns.max(ns);
-        self.step = self.step.max(step);
     }
 }
 
@@ -148,28 +120,27 @@ struct Window {
     /// (the same wait seen again, by another slot of a batched call or after a nested
     /// wait, changes only the maxima, which it cannot lower).
     last_step: u64,
-    current: Maxima,
-    previous: Maxima,
+    /// The longest wait of the window in progress and of the one before it.
+    current_max: u64,
+    previous_max: u64,
 }
 
 impl Window {
-    /// Notes a wait of the step that started at `step_start` (carrying `step` units),
-    /// ended after `ns`; returns the words to publish (the largest step as `Some`: the
-    /// caller drops it for decode).
-    fn note(&mut self, step_start: u64, ns: u64, step: u64) -> WaitHistory {
+    /// Notes a wait of the step that started at `step_start`, ended after `ns`; returns
+    /// the words to publish.
+    fn note(&mut self, step_start: u64, ns: u64) -> WaitHistory {
         if step_start > self.last_step {
             if self.steps % WINDOW == 0 {
-                self.previous = self.current;
-                self.current = Maxima::default();
+                self.previous_max = self.current_max;
+                self.current_max = 0;
             }
             self.steps = self.steps.saturating_add(1);
             self.last_step = step_start;
         }
-        self.current.add(ns, step);
+        self.current_max = self.current_max.max(ns);
         WaitHistory {
             steps: self.steps,
-            recent_max_ns: self.current.ns.max(self.previous.ns),
-            recent_max_step: Some(self.current.step.max(self.previous.step)),
+            recent_max_ns: self.current_max.max(self.previous_max),
         }
     }
 }
@@ -182,25 +153,20 @@ pub(crate) struct WaitLearner {
 }
 
 impl WaitLearner {
-    /// A wait on device `id` (1-based) by the step of `step` units in `phase` that
-    /// started at `step_start`, ended after `ns`: the words to store and where; none for
-    /// a phase or device without history.
+    /// A wait on device `id` (1-based) by the step in `phase` that started at
+    /// `step_start`, ended after `ns`: the words to store and where; none for a phase or
+    /// device without history.
     pub(crate) fn note(
         &mut self,
         id: u64,
         phase: Phase,
         step_start: u64,
         ns: u64,
-        step: u64,
     ) -> Option<(WordOffsets, WaitHistory)> {
         let offsets = word_offsets(id, phase)?;
         let kind = usize::from(phase == Phase::Decode);
         let window = &mut self.windows[(id - 1) as usize][kind];
-        let mut history = window.note(step_start, ns, step);
-        if offsets.max_step.is_none() {
-            history.recent_max_step = None;
-        }
-        Some((offsets, history))
+        Some((offsets, window.note(step_start, ns)))
     }
 
     /// Forgets everything (the placement was published again).
@@ -221,7 +187,6 @@ mod tests {
             Some(WordOffsets {
                 steps: at + 24,
                 max_ns: at + 32,
-                max_step: Some(at + 56)
             })
         );
         let at = TABLE_OFFSET + 15 * 256;
@@ -230,7 +195,6 @@ mod tests {
             Some(WordOffsets {
                 steps: at + 40,
                 max_ns: at + 48,
-                max_step: None
             })
         );
         for (id, phase) in [(0, Phase::Prefill), (17, Phase::Decode), (1, Phase::Save)] {
@@ -243,22 +207,18 @@ mod tests {
         let mut w = Window::default();
         // Step 1 waits 5 us once; each later step waits 10 ns, a hundred times (the
         // allocator's questions): none of them pushes the long one out, only steps do.
-        let h = w.note(1, 5_000, 512);
-        assert_eq!(
-            (h.steps, h.recent_max_ns, h.recent_max_step),
-            (1, 5_000, Some(512))
-        );
+        let h = w.note(1, 5_000);
+        assert_eq!((h.steps, h.recent_max_ns), (1, 5_000));
         for step in 2..=2 * WINDOW {
             for _ in 0..100 {
-                let h = w.note(step, 10, 1);
+                let h = w.note(step, 10);
                 assert_eq!((h.steps, h.recent_max_ns), (step, 5_000));
             }
         }
-        let h = w.note(2 * WINDOW + 1, 20, 2);
+        let h = w.note(2 * WINDOW + 1, 20);
         let expected = WaitHistory {
             steps: 2 * WINDOW + 1,
             recent_max_ns: 20,
-            recent_max_step: Some(2),
         };
         assert_eq!(h, expected);
     }
@@ -266,49 +226,43 @@ mod tests {
     #[test]
     fn a_wait_of_an_earlier_step_is_no_new_step() {
         let mut w = Window::default();
-        assert_eq!(w.note(100, 40, 8).steps, 1);
+        assert_eq!(w.note(100, 40).steps, 1);
         // The same step's longer wait, and a slot of the same call whose step began
         // earlier: the maximum grows, the steps do not.
-        assert_eq!(w.note(100, 90, 8), w.note(50, 1, 8));
-        assert_eq!(w.note(100, 1, 8).recent_max_ns, 90);
-        assert_eq!(w.note(300, 1, 8).steps, 2);
+        assert_eq!(w.note(100, 90), w.note(50, 1));
+        assert_eq!(w.note(100, 1).recent_max_ns, 90);
+        assert_eq!(w.note(300, 1).steps, 2);
     }
 
     #[test]
-    fn a_history_speaks_from_its_second_step_for_steps_no_larger_than_it_saw() {
-        let h = |steps, step| WaitHistory {
+    fn a_history_speaks_from_its_second_step() {
+        let h = |steps| WaitHistory {
             steps,
             recent_max_ns: 7,
-            recent_max_step: step,
         };
-        assert_eq!(h(MIN_STEPS - 1, None).learnt_max_ns(1), None);
-        assert_eq!(h(MIN_STEPS, None).learnt_max_ns(1), Some(7));
-        assert_eq!(h(MIN_STEPS, Some(512)).learnt_max_ns(512), Some(7));
-        assert_eq!(h(MIN_STEPS, Some(40)).learnt_max_ns(512), None);
+        assert_eq!(h(MIN_STEPS - 1).learnt_max_ns(), None);
+        assert_eq!(h(MIN_STEPS).learnt_max_ns(), Some(7));
         let d = DeviceWaits {
-            prefill: h(1, Some(3)),
-            decode: h(2, None),
+            prefill: h(1),
+            decode: h(2),
         };
-        assert_eq!(d.for_phase(Phase::Decode), Some(&h(2, None)));
+        assert_eq!(d.for_phase(Phase::Decode), Some(&h(2)));
         assert_eq!(d.for_phase(Phase::Restore), None);
     }
 
     #[test]
     fn the_learner_keeps_devices_and_kinds_apart() {
         let mut l = WaitLearner::default();
-        let (at, h) = l.note(2, Phase::Prefill, 1, 50, 512).unwrap();
+        let (at, h) = l.note(2, Phase::Prefill, 1, 50).unwrap();
         assert_eq!(at, word_offsets(2, Phase::Prefill).unwrap());
-        assert_eq!((h.steps, h.recent_max_step), (1, Some(512)));
-        let (_, h) = l.note(2, Phase::Decode, 2, 7, 1).unwrap();
-        assert_eq!((h.recent_max_ns, h.recent_max_step), (7, None));
-        assert_eq!(l.note(3, Phase::Prefill, 3, 9, 1).unwrap().1.steps, 1);
-        let (_, h) = l.note(2, Phase::Prefill, 4, 1, 1).unwrap();
-        assert_eq!(
-            (h.steps, h.recent_max_ns, h.recent_max_step),
-            (2, 50, Some(512))
-        );
-        assert!(l.note(2, Phase::Save, 5, 1, 1).is_none());
+        assert_eq!(h.steps, 1);
+        let (_, h) = l.note(2, Phase::Decode, 2, 7).unwrap();
+        assert_eq!(h.recent_max_ns, 7);
+        assert_eq!(l.note(3, Phase::Prefill, 3, 9).unwrap().1.steps, 1);
+        let (_, h) = l.note(2, Phase::Prefill, 4, 1).unwrap();
+        assert_eq!((h.steps, h.recent_max_ns), (2, 50));
+        assert!(l.note(2, Phase::Save, 5, 1).is_none());
         l.reset();
-        assert_eq!(l.note(2, Phase::Prefill, 6, 1, 1).unwrap().1.steps, 1);
+        assert_eq!(l.note(2, Phase::Prefill, 6, 1).unwrap().1.steps, 1);
     }
 }

@@ -686,7 +686,6 @@ impl SegmentReader {
             WaitHistory {
                 steps: self.words.load(base + at.steps),
                 recent_max_ns: self.words.load(base + at.max_ns),
-                recent_max_step: at.max_step.map(|o| self.words.load(base + o)),
             }
         };
         Ok((1..=devices::MAX_DEVICES as u64)

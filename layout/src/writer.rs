@@ -567,22 +567,16 @@ impl SegmentWriter {
         if self.mapping.capabilities & h::capabilities::DEVICES == 0 {
             return;
         }
-        let Some((at, history)) = self.wait_learner.note(
-            ended.device,
-            ended.phase,
-            ended.step_start,
-            ended.ns,
-            ended.step_size,
-        ) else {
+        let Some((at, history)) =
+            self.wait_learner
+                .note(ended.device, ended.phase, ended.step_start, ended.ns)
+        else {
             return;
         };
         let base = self.mapping.layout.devices.item(0);
         let w = &self.mapping.words;
         w.store(base + at.steps, history.steps, Ordering::Relaxed);
         w.store(base + at.max_ns, history.recent_max_ns, Ordering::Relaxed);
-        if let (Some(step_at), Some(step)) = (at.max_step, history.recent_max_step) {
-            w.store(base + step_at, step, Ordering::Relaxed);
-        }
     }
 
     /// Publishes the engine's devices and layer map (v1.3, FORMAT §19) as one seqlock

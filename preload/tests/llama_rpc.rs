@@ -476,7 +476,7 @@ fn rpc_no_false_verdict(test: &str, gen: Gen) {
             let h = waits[j];
             eprintln!("{test}: {} waits {h:?}", d.endpoint);
             assert!(
-                h.prefill.learnt_max_ns(1).is_some() && h.decode.learnt_max_ns(1).is_some(),
+                h.prefill.learnt_max_ns().is_some() && h.decode.learnt_max_ns().is_some(),
                 "{}: {h:?}",
                 d.endpoint
             );

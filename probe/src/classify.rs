@@ -282,11 +282,12 @@ pub struct Derived {
     pub layer_age_ns: Option<u64>,
     /// `now - WAIT_SINCE_NS` while the step in flight waits on a device (format v1.3).
     pub wait_age_ns: Option<u64>,
-    /// The longest recent wait on that device by steps of this phase, when its history is
-    /// trusted (FORMAT §19.6).
+    /// The longest recent wait on that device by decode steps, while a decode step waits
+    /// and that history is trusted (FORMAT §19.6); none otherwise (prefill waits are not
+    /// judged by it).
     pub wait_learnt_max_ns: Option<u64>,
     /// `max(confident floor, factor x wait_learnt_max_ns)`: a wait longer than this is a
-    /// stall on the device; none without a trusted history.
+    /// stall on the device; none without `wait_learnt_max_ns`.
     pub wait_stall_threshold_ns: Option<u64>,
 }
 
@@ -377,8 +378,9 @@ impl SlotExtras {
 pub struct WaitFacts {
     /// `WAIT_SINCE_NS`: when the step's thread began to wait.
     pub since_ns: u64,
-    /// The longest recent wait on that device by decode steps, when the slot decodes and its
-    /// history is trusted ([`hydra_layout::WaitHistory::learnt_max_ns`]).
+    /// The longest recent wait on that device by steps of the slot's phase, when that
+    /// history is trusted ([`hydra_layout::WaitHistory::learnt_max_ns`]); only a decode
+    /// step's is used.
     pub learnt_max_ns: Option<u64>,
 }
 
@@ -430,6 +432,11 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
     });
     let confident =
         predicted_step_ns.is_some() && prediction_error.is_some_and(|e| e <= t.confident_error);
+    // Only decode waits are judged by the device's history: a prefill's waits depend on
+    // where its ubatch sits in a pipeline (FORMAT §19.6).
+    let judged_wait_max = wait
+        .filter(|_| s.phase == Phase::Decode)
+        .and_then(|w| w.learnt_max_ns);
     let expected_layer_ns = match (expected_step_ns, layer) {
         (Some(step), Some(l)) if l.total > 0 => Some(step / l.total),
         _ => None,
@@ -453,10 +460,8 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
         layer,
         layer_age_ns: layer.and_then(|l| age(now_ns, l.at_ns)),
         wait_age_ns: wait.and_then(|w| age(now_ns, w.since_ns)),
-        wait_learnt_max_ns: wait.and_then(|w| w.learnt_max_ns),
-        wait_stall_threshold_ns: wait
-            .and_then(|w| w.learnt_max_ns)
-            .map(|max| t.stall_threshold_ns(Some(max), true)),
+        wait_learnt_max_ns: judged_wait_max,
+        wait_stall_threshold_ns: judged_wait_max.map(|max| t.stall_threshold_ns(Some(max), true)),
     }
 }
 

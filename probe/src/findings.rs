@@ -303,10 +303,7 @@ mod tests {
         assert_eq!(v.wait.as_ref().unwrap().learnt_max_ns, None);
         let r = hydra_layout::SegmentReader::open_engine(dir.path(), "rpc").unwrap();
         let h = r.device_waits().unwrap()[1].prefill;
-        assert!(
-            h.learnt_max_ns(512).is_some(),
-            "published all the same: {h:?}"
-        );
+        assert!(h.learnt_max_ns().is_some(), "published all the same: {h:?}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::error::ProbeError;
 use crate::ser::{serialize_struct, StateJson};
 use crate::thresholds::Thresholds;
 use hydra_layout::{
-    DeviceWaits, Devices, HeaderSnapshot, Identity, Liveness, Phase, SegmentReader, SlotSnapshot,
+    DeviceWaits, Devices, HeaderSnapshot, Identity, Liveness, SegmentReader, SlotSnapshot,
     SlotState, WorkUnit,
 };
 use serde::ser::{SerializeStruct, Serializer};
@@ -479,17 +479,16 @@ impl EngineView {
 }
 
 /// What was read beside a slot's record: its layer position, its prediction, and its wait
-/// with the history of the device waited on, which judges waits of decode steps only
-/// (FORMAT §19.6: a prefill's waits depend on where its ubatch sits in a pipeline).
+/// with the history of the device waited on for the slot's phase (FORMAT §19.6; which
+/// waits it judges is [`crate::classify::derive`]'s rule).
 fn extras_of(snap: &SlotSnapshot, device_waits: &[DeviceWaits]) -> SlotExtras {
     let wait = snap.wait().map(|(device, since_ns)| WaitFacts {
         since_ns,
         learnt_max_ns: usize::try_from(device.wrapping_sub(1))
             .ok()
             .and_then(|j| device_waits.get(j))
-            .filter(|_| snap.state.phase == Phase::Decode)
             .and_then(|w| w.for_phase(snap.state.phase))
-            .and_then(|h| h.learnt_max_ns(snap.state.step_size)),
+            .and_then(|h| h.learnt_max_ns()),
     });
     SlotExtras {
         substep: snap.substep,

@@ -83,8 +83,6 @@ pub(crate) struct EndedWait {
     pub step_start: u64,
     /// How long it lasted, ns.
     pub ns: u64,
-    /// The size of the step that waited (tokens).
-    pub step_size: u64,
 }
 
 /// A step that ended (finished or abandoned), before it becomes statistics and an entry.
@@ -228,7 +226,6 @@ impl SlotRecorder {
                 device: self.wait.last_device,
                 step_start: step,
                 ns,
-                step_size: self.prev.step_size,
             });
         }
         if d.wait_device != 0 {
