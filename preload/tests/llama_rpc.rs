@@ -196,21 +196,60 @@ fn stalled_verdict(
     }
 }
 
-/// Waits (at most 120 s) until slot 0 prefills task `after`'s successor with some work
-/// done.
-fn prefilling(r: &hydra_layout::SegmentReader, after: u64) {
+/// Waits (at most 120 s) until slot 0 is in `phase` for task `after`'s successor with
+/// more than `done` units of work done.
+fn in_phase(r: &hydra_layout::SegmentReader, after: u64, phase: hydra_layout::Phase, done: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let snap = r.slot(0).expect("slot 0");
         let s = snap.state;
-        if s.task_id != after && s.phase == hydra_layout::Phase::Prefill && s.work_done > 0 {
+        if s.task_id != after && s.phase == phase && s.work_done > done {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "no prefill with progress: {snap:?}"
+            "no {phase:?} with progress: {snap:?}"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What [`freeze_until_stalled`] saw.
+struct Verdict {
+    code: i32,
+    message: String,
+    /// From SIGSTOP to the check that said so.
+    took: Duration,
+    /// From the start of the slot's wait on the peer to that check.
+    into_wait: Duration,
+    /// The wait rule's threshold then (none when the wait is not judged by a history).
+    threshold: Option<Duration>,
+}
+
+/// Stops `peer` with SIGSTOP, waits (at most `within`) for a stalled verdict naming it,
+/// resumes it with SIGCONT and reports the verdict.
+fn freeze_until_stalled(
+    test: &str,
+    r: &hydra_layout::SegmentReader,
+    dir: &Path,
+    peer: &RpcPeer,
+    within: Duration,
+) -> Verdict {
+    let stopped = Instant::now();
+    peer.signal(libc::SIGSTOP);
+    let (code, message, into_wait, threshold) = stalled_verdict(r, dir, &peer.endpoint, within);
+    let took = stopped.elapsed();
+    peer.signal(libc::SIGCONT);
+    eprintln!(
+        "{test}: stalled verdict {took:?} after SIGSTOP, {into_wait:?} into the wait on the peer \
+         (its threshold {threshold:?}): {message}"
+    );
+    Verdict {
+        code,
+        message,
+        took,
+        into_wait,
+        threshold,
     }
 }
 
@@ -233,27 +272,18 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
     let base = server.base.clone();
     let prompt = format!("Another story. {}", long_prompt());
     let work = std::thread::spawn(move || complete(&base, request(&prompt, 4, 0)));
-    prefilling(&r, before);
-    let frozen = &peers[1];
-    let stopped = Instant::now();
-    frozen.signal(libc::SIGSTOP);
+    in_phase(&r, before, hydra_layout::Phase::Prefill, 0);
     // The 0.3.16 generation blocks in the peer's synchronous graph compute at once, and the
     // layer rule calls it stalled there. On 0c1e570 (pipeline parallelism) the host runs
     // ahead into the peer's socket and first blocks on it several seconds later, in an
     // event synchronisation or in the allocator's size question to the peer
     // (`ggml_backend_buft_get_alloc_size`), both of which name the peer; the step rule
     // decides (ten predicted ubatches). The deadline leaves room for a loaded machine.
-    let within = Duration::from_secs(120);
-    let (code, message, after, threshold) = stalled_verdict(&r, &dir, &frozen.endpoint, within);
-    let took = stopped.elapsed();
-    frozen.signal(libc::SIGCONT);
-    eprintln!(
-        "{test}: stalled verdict {took:?} after SIGSTOP, {after:?} into the wait on the peer \
-         (its threshold {threshold:?}): {message}"
-    );
-    assert_eq!(code, 2, "check exits 2 on a stalled slot: {message}");
+    let v = freeze_until_stalled(test, &r, &dir, &peers[1], Duration::from_secs(120));
+    let message = &v.message;
+    assert_eq!(v.code, 2, "check exits 2 on a stalled slot: {message}");
     assert_eq!(
-        threshold, None,
+        v.threshold, None,
         "prefill waits are not judged by the history"
     );
 
@@ -264,24 +294,6 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
     assert_eq!(answer["tokens_predicted"], 4, "{answer}");
     let snap = idle_slot(&r);
     assert_eq!(snap.wait(), None, "{snap:?}");
-}
-
-/// Waits (at most 120 s) until slot 0 decodes task `after`'s successor with some tokens
-/// done.
-fn decoding(r: &hydra_layout::SegmentReader, after: u64) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let snap = r.slot(0).expect("slot 0");
-        let s = snap.state;
-        if s.task_id != after && s.phase == hydra_layout::Phase::Decode && s.work_done > 8 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no decode with progress: {snap:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A peer stopped with SIGSTOP in the middle of a long generation on the 0.3.16
@@ -314,23 +326,16 @@ fn rpc_frozen_peer_in_decode(test: &str, gen: Gen) {
 
     let base = server.base.clone();
     let work = std::thread::spawn(move || complete(&base, request(&prose(4), 400, 0)));
-    decoding(&r, before);
-    let frozen = &peers[1];
-    let stopped = Instant::now();
-    frozen.signal(libc::SIGSTOP);
-    let within = Duration::from_secs(60);
-    let (code, message, after, threshold) = stalled_verdict(&r, &dir, &frozen.endpoint, within);
-    let took = stopped.elapsed();
-    frozen.signal(libc::SIGCONT);
-    eprintln!(
-        "{test}: stalled verdict {took:?} after SIGSTOP, {after:?} into the wait on the peer \
-         (its threshold {threshold:?}): {message}"
-    );
-    assert_eq!(code, 2, "check exits 2 on a stalled slot: {message}");
-    assert_eq!(threshold, Some(Duration::from_secs(1)), "{message}");
+    in_phase(&r, before, hydra_layout::Phase::Decode, 8);
+    let v = freeze_until_stalled(test, &r, &dir, &peers[1], Duration::from_secs(60));
+    let message = &v.message;
+    assert_eq!(v.code, 2, "check exits 2 on a stalled slot: {message}");
+    assert_eq!(v.threshold, Some(Duration::from_secs(1)), "{message}");
     assert!(
-        took <= Duration::from_secs(2),
-        "the verdict came {took:?} after SIGSTOP: {message}"
+        v.took <= Duration::from_secs(2),
+        "the verdict came {:?} after SIGSTOP ({:?} into the wait): {message}",
+        v.took,
+        v.into_wait
     );
     let answer = work
         .join()
@@ -356,7 +361,7 @@ fn rpc_killed_peer(test: &str, gen: Gen) {
     let base = server.base.clone();
     let prompt = format!("Another story. {}", long_prompt());
     let work = std::thread::spawn(move || complete(&base, request(&prompt, 4, 0)));
-    prefilling(&r, before);
+    in_phase(&r, before, hydra_layout::Phase::Prefill, 0);
     let killed = &peers[1];
     killed.signal(libc::SIGKILL);
     let deadline = Instant::now() + Duration::from_secs(60);
