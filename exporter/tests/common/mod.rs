@@ -70,6 +70,28 @@ pub fn rpc_split() -> hydra_layout::Devices {
     }
 }
 
+/// Two decode steps of slot 0, ending before `step_start_ns`, each waited about a
+/// millisecond on the RPC peer (device 2): the peer's decode waits are learnt (FORMAT
+/// §19.6), so its wait threshold is the 1 s floor.
+fn learn_decode_waits(live: &mut SegmentWriter, step_start_ns: u64, now: u64) {
+    for k in [2, 1] {
+        let earlier = SlotState {
+            step_start_ns: step_start_ns - k * S / 1000,
+            step_size: 1,
+            ..decode(now, 123, 456, 10 * S, 0)
+        };
+        live.publish(0, &earlier).unwrap();
+        let since = hydra_layout::clock::monotonic_ns() - S / 1000;
+        let wait = hydra_layout::StepDevices {
+            layers_sent: 0,
+            wait_device: 2,
+            wait_since_ns: since,
+        };
+        live.publish_step_devices(0, &wait).unwrap();
+        live.publish_step_devices(0, &Default::default()).unwrap();
+    }
+}
+
 /// Engines in every state, kept alive by the returned writers:
 /// - `live` (publishes layer positions): slot 0 decoding 123/456 (progressing), inside a
 ///   step at layer 7 of 30 waiting on an RPC peer (its layers split as [`rpc_split`]);
@@ -113,26 +135,10 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
         phase_start_ns: in_step.phase_start_ns,
         error_ppm: 100_000,
     };
-    // Its layers split over the host's CPU and an RPC peer (format v1.3); two earlier
-    // decode steps each waited about a millisecond on the peer, so its decode waits are
-    // learnt (FORMAT §19.6).
+    // Its layers split over the host's CPU and an RPC peer (format v1.3), the peer's
+    // decode waits learnt.
     live.publish_devices(&rpc_split()).unwrap();
-    for k in [2, 1] {
-        let earlier = SlotState {
-            step_start_ns: step_start_ns - k * S / 1000,
-            step_size: 1,
-            ..decode(now, 123, 456, 10 * S, 0)
-        };
-        live.publish(0, &earlier).unwrap();
-        let since = hydra_layout::clock::monotonic_ns() - S / 1000;
-        let wait = hydra_layout::StepDevices {
-            layers_sent: 0,
-            wait_device: 2,
-            wait_since_ns: since,
-        };
-        live.publish_step_devices(0, &wait).unwrap();
-        live.publish_step_devices(0, &Default::default()).unwrap();
-    }
+    learn_decode_waits(&mut live, step_start_ns, now);
     live.publish_with_prediction(0, &in_step, &prediction)
         .unwrap();
     live.publish_substep(
