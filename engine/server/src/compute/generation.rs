@@ -83,22 +83,11 @@ impl Compute {
         })
     }
 
-    /// Whether the generation `job` on `slot` must stop now: its client has gone, or the
-    /// front end cancelled it.
-    pub(super) fn generation_cancelled(&self, slot: SlotId, job: &GenJob) -> bool {
-        job.out.is_abandoned() || self.shared.cancel.is_cancelled(slot.get(), job.task_id)
-    }
-
-    /// Whether task `task_id` on `slot`, which answers through `reply`, must stop: its
-    /// client has gone (the receiving end of the reply is dropped with the request), or
-    /// the front end cancelled it.
-    pub(super) fn task_cancelled<T>(
-        &self,
-        slot: SlotId,
-        task_id: u64,
-        reply: &crate::task::Reply<T>,
-    ) -> bool {
-        reply.is_closed() || self.shared.cancel.is_cancelled(slot.get(), task_id)
+    /// Whether task `task_id` on `slot` must stop now: its client has gone (`client_gone`:
+    /// a generation's output abandoned, or the receiving end of a reply dropped with the
+    /// request), or the front end cancelled it.
+    pub(super) fn task_cancelled(&self, slot: SlotId, task_id: u64, client_gone: bool) -> bool {
+        client_gone || self.shared.cancel.is_cancelled(slot.get(), task_id)
     }
 
     /// The prompt of `job` on `slot` is in: on to generating `n_predict` tokens.

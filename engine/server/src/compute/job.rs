@@ -140,8 +140,12 @@ impl PromptJob {
     /// end cancelled it (`POST /slots/{id}?action=cancel`).
     pub(super) fn is_cancelled(&self, c: &Compute) -> bool {
         match &self.reply {
-            PromptReply::Generate { job, .. } => c.generation_cancelled(self.slot, job),
-            PromptReply::Prefill(reply) => c.task_cancelled(self.slot, self.task_id, reply),
+            PromptReply::Generate { job, .. } => {
+                c.task_cancelled(self.slot, job.task_id, job.out.is_abandoned())
+            }
+            PromptReply::Prefill(reply) => {
+                c.task_cancelled(self.slot, self.task_id, reply.is_closed())
+            }
         }
     }
 
@@ -259,8 +263,12 @@ impl GenerationJob {
     /// end cancelled it. A decode then answers the tokens generated so far.
     pub(super) fn is_cancelled(&self, c: &Compute) -> bool {
         match &self.reply {
-            GenerationReply::Generate(job) => c.generation_cancelled(self.slot, job),
-            GenerationReply::Decode(reply) => c.task_cancelled(self.slot, self.task_id, reply),
+            GenerationReply::Generate(job) => {
+                c.task_cancelled(self.slot, job.task_id, job.out.is_abandoned())
+            }
+            GenerationReply::Decode(reply) => {
+                c.task_cancelled(self.slot, self.task_id, reply.is_closed())
+            }
         }
     }
 
