@@ -79,6 +79,10 @@ pub struct BatchScan {
     touched: Vec<u32>,
     /// Token-sequence pairs whose sequence id was negative or not below the slot count.
     pub ignored: u64,
+    /// Whether the batch asks for outputs (logits or embeddings) that the host will read
+    /// after the call: a token flagged in `logits`, or no flags at all (llama.cpp then
+    /// outputs the last token). Unknown batches count as asking.
+    pub outputs: bool,
 }
 
 impl BatchScan {
@@ -88,6 +92,7 @@ impl BatchScan {
             shares: vec![SeqShare::NONE; n_seqs],
             touched: Vec::with_capacity(n_seqs.min(64)),
             ignored: 0,
+            outputs: true,
         }
     }
 
@@ -98,6 +103,7 @@ impl BatchScan {
         }
         self.touched.clear();
         self.ignored = 0;
+        self.outputs = true;
     }
 
     /// Counts one token of sequence `seq` at `pos` (ignored when `seq` has no slot).
@@ -125,12 +131,17 @@ impl BatchScan {
     /// # Safety
     /// What `llama_decode` itself requires of `batch`: each non-null array holds
     /// `n_tokens` elements, and `seq_id[i]` (when `seq_id` is not null) points to
-    /// `n_seq_id[i]` sequence ids. Only `pos`, `n_seq_id` and `seq_id` are read.
+    /// `n_seq_id[i]` sequence ids. Only `pos`, `n_seq_id`, `seq_id` and `logits` are read.
     pub unsafe fn read(&mut self, batch: &LlamaBatch) -> Result<(), OddBatch> {
         self.clear();
         let n = usize::try_from(batch.n_tokens).unwrap_or(0);
         if n == 0 {
             return Ok(());
+        }
+        if !batch.logits.is_null() {
+            // SAFETY: `logits` is non-null and holds `n_tokens` flags (see `pos`).
+            let flags = unsafe { std::slice::from_raw_parts(batch.logits, n) };
+            self.outputs = flags.iter().any(|&f| f != 0);
         }
         let pos: Option<&[LlamaPos]> = if batch.pos.is_null() {
             None
@@ -217,6 +228,8 @@ pub struct OwnedBatch {
     pub ids: Vec<Vec<LlamaSeqId>>,
     /// `seq_id`: a pointer into each of `ids` (a test may null one).
     pub rows: Vec<*mut LlamaSeqId>,
+    /// Output flag of each token (`logits`); empty: null, the host asks for none.
+    pub logits: Vec<i8>,
 }
 
 impl OwnedBatch {
@@ -228,6 +241,7 @@ impl OwnedBatch {
             n_seq_id: ids.iter().map(|v| v.len() as i32).collect(),
             rows: ids.iter_mut().map(|v| v.as_mut_ptr()).collect(),
             ids,
+            logits: Vec::new(),
         }
     }
 
@@ -244,6 +258,11 @@ impl OwnedBatch {
             pos: self.pos.as_mut_ptr(),
             n_seq_id: self.n_seq_id.as_mut_ptr(),
             seq_id: self.rows.as_mut_ptr(),
+            logits: if self.logits.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                self.logits.as_mut_ptr()
+            },
             ..LlamaBatch::empty(0)
         }
     }
@@ -280,6 +299,30 @@ mod tests {
         let got = read(&mut scan, &o.raw()).unwrap();
         assert_eq!(got, vec![(1, share(2, 5, 6)), (0, share(4, 6, 12))]);
         assert_eq!(scan.ignored, 0);
+    }
+
+    #[test]
+    fn outputs_are_asked_by_a_flag_or_by_no_flags() {
+        let mut o = OwnedBatch::single(&[(0, 0), (1, 0), (2, 0)]);
+        let mut scan = BatchScan::new(1);
+        read(&mut scan, &o.raw()).unwrap();
+        assert!(scan.outputs, "no flags: llama.cpp outputs the last token");
+        o.logits = vec![0, 0, 0];
+        read(&mut scan, &o.raw()).unwrap();
+        assert!(
+            !scan.outputs,
+            "every flag clear: a prompt chunk with no output"
+        );
+        o.logits = vec![0, 1, 0];
+        read(&mut scan, &o.raw()).unwrap();
+        assert!(scan.outputs, "one flag set");
+        o.logits = vec![0, 0, 0];
+        read(&mut scan, &o.raw()).unwrap();
+        scan.clear();
+        assert!(
+            scan.outputs,
+            "a cleared scan knows nothing: it counts as asking"
+        );
     }
 
     #[test]

@@ -404,6 +404,19 @@ pub unsafe extern "C-unwind" fn ggml_backend_sched_free(sched: *mut GgmlSched) {
     unsafe { real(sched) }
 }
 
+/// `void ggml_backend_sched_synchronize(ggml_backend_sched_t sched)` (libggml-base):
+/// where the host waits for the outputs of a call that an asynchronous backend still
+/// computes (`llama_get_logits*`, `llama_synchronize`).
+///
+/// # Safety
+/// ggml-backend.h's contract for `ggml_backend_sched_synchronize`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ggml_backend_sched_synchronize(sched: *mut GgmlSched) {
+    let real = real!(sched_synchronize);
+    // SAFETY: the host's argument goes to the real function unchanged.
+    unsafe { interpose::sched_synchronize_with(real, sched) }
+}
+
 // ---- the calls in which the host thread waits on a device (FORMAT §5.6) ----
 
 /// `void ggml_backend_synchronize(ggml_backend_t backend)` (libggml-base): waits for the

@@ -256,6 +256,8 @@ pub type SchedSetEvalCallbackFn =
     unsafe extern "C-unwind" fn(*mut GgmlSched, EvalCallback, *mut std::ffi::c_void);
 /// `void ggml_backend_sched_free(ggml_backend_sched_t)`.
 pub type SchedFreeFn = unsafe extern "C-unwind" fn(*mut GgmlSched);
+/// `void ggml_backend_sched_synchronize(ggml_backend_sched_t)`.
+pub type SchedSynchronizeFn = unsafe extern "C-unwind" fn(*mut GgmlSched);
 /// `int ggml_backend_sched_get_n_copies(ggml_backend_sched_t)`.
 pub type SchedNCopiesFn = unsafe extern "C-unwind" fn(*mut GgmlSched) -> i32;
 /// `int ggml_graph_n_nodes(struct ggml_cgraph *)`.

@@ -128,10 +128,52 @@ impl Drop for EndCall {
     }
 }
 
-/// The recorded call of `ctx` returned `ret`: the rest of its tokens are credited.
+/// The recorded call of `ctx` returned `ret`: the rest of its tokens are credited, now
+/// or, when its outputs are awaited, once the host has synchronized them
+/// ([`sched_synchronize_with`]; which calls: [`Tracker::decode_returned`]).
+///
+/// [`Tracker::decode_returned`]: crate::tracker::Tracker::decode_returned
 fn end_call(ctx: *mut LlamaContext, ret: i32) {
-    layers::call_end();
-    guarded(|| registry::with_existing(ctx, |t| t.decode_finished(ret, clock::monotonic_ns())));
+    let deferrable = layers::call_scheduled() && symbols::get().sched_synchronize.is_some();
+    let awaiting = guarded(|| {
+        registry::with_existing(ctx, |t| {
+            t.decode_returned(ret, clock::monotonic_ns(), deferrable)
+        })
+    })
+    .unwrap_or(false);
+    layers::call_end(awaiting);
+}
+
+/// `ggml_backend_sched_synchronize` around `real`: when this thread's last tracked call
+/// awaits its outputs from `sched`, its step stays in flight through the real call (the
+/// waits inside it are published to its slots) and ends when it returns, or unwinds.
+/// Anything else goes straight through.
+///
+/// # Safety
+/// `real` may be called with `sched` (the host's, passed on unchanged).
+pub unsafe fn sched_synchronize_with(real: SchedSynchronizeFn, sched: *mut GgmlSched) {
+    /// Ends the awaited step when the synchronize returns or unwinds.
+    struct Synced(Option<*mut LlamaContext>);
+    impl Drop for Synced {
+        fn drop(&mut self) {
+            if let Some(ctx) = self.0 {
+                layers::awaiting_end();
+                let now = clock::monotonic_ns();
+                guarded(|| registry::with_existing(ctx, |t| t.outputs_synchronized(now)));
+            }
+        }
+    }
+    let synced = Synced(guarded(|| {
+        let ctx = layers::outputs_awaited_on(sched)?;
+        let begun = registry::with_existing(ctx, |t| t.sync_begun()).unwrap_or(false);
+        if !begun {
+            layers::awaiting_end();
+        }
+        begun.then_some(ctx)
+    }));
+    // SAFETY: forwarded from this function's contract.
+    unsafe { real(sched) };
+    drop(synced);
 }
 
 /// `ggml_backend_sched_graph_compute_async` around `real`: a forward graph of a tracked
@@ -148,9 +190,12 @@ pub unsafe fn sched_compute_with(
     sched: *mut GgmlSched,
     graph: *mut GgmlGraph,
 ) -> i32 {
-    // SAFETY: forwarded from this function's contract.
-    let plan =
-        guarded(|| Some(unsafe { layers::plan(sched, graph) })).unwrap_or(layers::Plan::Pass);
+    let plan = guarded(|| {
+        layers::scheduler_seen(sched);
+        // SAFETY: forwarded from this function's contract.
+        Some(unsafe { layers::plan(sched, graph) })
+    })
+    .unwrap_or(layers::Plan::Pass);
     if plan == layers::Plan::Pass {
         // SAFETY: forwarded from this function's contract.
         let status = unsafe { real(sched, graph) };

@@ -195,7 +195,12 @@ pub struct CallStart {
 #[derive(Default)]
 struct Call {
     active: bool,
+    /// The call returned and its outputs are awaited (see `Tracker::decode_returned`):
+    /// its waits are still published to its slots.
+    awaiting: bool,
     ctx: usize,
+    /// The scheduler that computed the call's forwards (0: none seen).
+    sched: usize,
     n_tokens: u32,
     n_ubatch: u32,
     n_layer: u64,
@@ -228,7 +233,9 @@ fn with_call<R>(f: impl FnOnce(&mut Call) -> R) -> Option<R> {
 pub fn call_begin(ctx: *mut LlamaContext, start: CallStart, slots: impl Iterator<Item = usize>) {
     with_call(|c| {
         c.active = true;
+        c.awaiting = false;
         c.ctx = ctx as usize;
+        c.sched = 0;
         c.n_tokens = start.n_tokens;
         c.n_ubatch = start.n_ubatch;
         c.n_layer = start.n_layer;
@@ -243,7 +250,8 @@ pub fn call_begin(ctx: *mut LlamaContext, start: CallStart, slots: impl Iterator
 /// Runs `f` with the context and the slots of the tracked call on this thread; none when
 /// no call is in flight here (or its state is in use further up this thread's stack).
 pub fn with_call_slots<R>(f: impl FnOnce(*mut LlamaContext, &[usize]) -> R) -> Option<R> {
-    with_call(|c| c.active.then(|| f(c.ctx as *mut LlamaContext, &c.slots))).flatten()
+    with_call(|c| (c.active || c.awaiting).then(|| f(c.ctx as *mut LlamaContext, &c.slots)))
+        .flatten()
 }
 
 /// The context of the tracked call on this thread and its model's layer count (0 =
@@ -252,12 +260,41 @@ pub fn call_context() -> Option<(*mut LlamaContext, u64)> {
     with_call(|c| c.active.then_some((c.ctx as *mut LlamaContext, c.n_layer))).flatten()
 }
 
-/// The tracked call on this thread returned.
-pub fn call_end() {
+/// The scheduler `sched` computes a graph on this thread: when a tracked call is in
+/// flight here, it is the call's.
+pub fn scheduler_seen(sched: *mut GgmlSched) {
+    with_call(|c| {
+        if c.active {
+            c.sched = sched as usize;
+        }
+    });
+}
+
+/// Whether the tracked call on this thread computed its forwards through a scheduler.
+pub fn call_scheduled() -> bool {
+    with_call(|c| c.active && c.sched != 0).unwrap_or(false)
+}
+
+/// The tracked call on this thread returned; `awaiting`: its outputs are still awaited,
+/// until [`outputs_awaited_on`] and [`awaiting_end`].
+pub fn call_end(awaiting: bool) {
     with_call(|c| {
         c.active = false;
+        c.awaiting = awaiting;
         c.publisher = None;
     });
+}
+
+/// The context of the call on this thread whose outputs are awaited from `sched`; none
+/// when no call awaits them, or they come from another scheduler.
+pub fn outputs_awaited_on(sched: *mut GgmlSched) -> Option<*mut LlamaContext> {
+    with_call(|c| (c.awaiting && c.sched == sched as usize).then_some(c.ctx as *mut LlamaContext))
+        .flatten()
+}
+
+/// The outputs of the call on this thread are no longer awaited.
+pub fn awaiting_end() {
+    with_call(|c| c.awaiting = false);
 }
 
 /// What the compute wrapper does with one graph.

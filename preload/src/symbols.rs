@@ -109,6 +109,8 @@ symbols! {
     sched_set_eval_callback: SchedSetEvalCallbackFn = c"ggml_backend_sched_set_eval_callback";
     /// `ggml_backend_sched_free` (libggml-base).
     sched_free: SchedFreeFn = c"ggml_backend_sched_free";
+    /// `ggml_backend_sched_synchronize` (libggml-base).
+    sched_synchronize: SchedSynchronizeFn = c"ggml_backend_sched_synchronize";
     /// `ggml_backend_sched_get_n_copies` (libggml-base).
     sched_n_copies: SchedNCopiesFn = c"ggml_backend_sched_get_n_copies";
     /// `ggml_graph_n_nodes` (libggml-base).

@@ -9,7 +9,9 @@
 //!   **decode** step; an idle sequence (or a decoding one that gets a prompt chunk) starts
 //!   a new task; totals are unknown (`WORK_TOTAL = 0`);
 //! - the step is in flight (with its start time and size) during the real `llama_decode`,
-//!   and its tokens are credited when it returns 0;
+//!   and its tokens are credited when it returns 0 or, for a decode batch, when the host
+//!   has synchronized its outputs (an asynchronous backend is still computing when
+//!   `llama_decode` returns; see [`Tracker::decode_returned`]);
 //! - removing a whole sequence (or clearing the memory) makes the slot idle, and so does a
 //!   sequence that has had no step for the idle delay (llama.cpp has no "request done"
 //!   call: a server just stops decoding a finished sequence);
@@ -65,6 +67,18 @@ pub struct Tracker {
     step_from: u32,
     /// When the step in flight (the call, or its ubatch in flight) started; 0 = none.
     step_start_ns: u64,
+    /// The call that returned but whose outputs the host has not synchronized yet: its
+    /// step is still in flight (see [`Tracker::decode_returned`]).
+    awaiting: Option<Awaiting>,
+}
+
+/// A call that returned 0 while its outputs may still be computing on a device.
+#[derive(Debug, Clone, Copy)]
+struct Awaiting {
+    /// When the call returned.
+    returned_ns: u64,
+    /// Whether the host is synchronizing them now.
+    syncing: bool,
 }
 
 /// What a state transfer was about to do, kept between its two halves.
@@ -103,6 +117,7 @@ impl Tracker {
             call_tokens: 0,
             step_from: 0,
             step_start_ns: 0,
+            awaiting: None,
         };
         for s in 0..n {
             t.publish(s);
@@ -343,6 +358,7 @@ impl Tracker {
         fill: impl FnOnce(&mut BatchScan) -> Result<(), OddBatch>,
         now: u64,
     ) -> Result<(), OddBatch> {
+        self.settle();
         self.scan.clear();
         if let Err(e) = fill(&mut self.scan) {
             self.scan.clear();
@@ -395,6 +411,64 @@ impl Tracker {
     /// is learnt only when it returned 0.
     pub fn decode_finished(&mut self, ret: i32, now: u64) {
         self.writer.heartbeat(now);
+        self.end_call(ret, now);
+    }
+
+    /// The `llama_decode` begun by [`decode_started`](Self::decode_started) returned
+    /// `ret` at `now`. A decode batch (one token per sequence) that returned 0 and asked
+    /// for outputs, when `deferrable` (computed through a scheduler whose synchronize is
+    /// interposed), keeps its step in flight until the host synchronizes them: with an
+    /// asynchronous backend (an RPC peer, a GPU), `llama_decode` returns once the work is
+    /// queued, and the host then waits for it in `llama_get_logits*`. Returns whether it
+    /// does; any other call ends as [`decode_finished`](Self::decode_finished) says.
+    ///
+    /// Prompt chunks end at the return, as the ubatches inside a call do: most ask for no
+    /// output, so timing the last one to its outputs (on a pipeline, the drain of every
+    /// ubatch still queued) would teach the cost model another kind of duration for the
+    /// same shape. Decode steps all ask for their token's logits, so each is timed the
+    /// same way.
+    pub fn decode_returned(&mut self, ret: i32, now: u64, deferrable: bool) -> bool {
+        let decode = {
+            let mut shares = self.scan.shares().peekable();
+            shares.peek().is_some() && shares.all(|(_, x)| x.count == 1)
+        };
+        if ret == 0 && deferrable && decode && self.scan.outputs {
+            self.awaiting = Some(Awaiting {
+                returned_ns: now,
+                syncing: false,
+            });
+            self.writer.heartbeat(now);
+            return true;
+        }
+        self.decode_finished(ret, now);
+        false
+    }
+
+    /// The host starts synchronizing the outputs of the call awaiting them; false when
+    /// none awaits (it ended otherwise meanwhile).
+    pub fn sync_begun(&mut self) -> bool {
+        self.awaiting.as_mut().map(|a| a.syncing = true).is_some()
+    }
+
+    /// The outputs of the call awaiting them are synchronized at `now`: its step ends,
+    /// learnt with its true duration.
+    pub fn outputs_synchronized(&mut self, now: u64) {
+        if self.awaiting.take().is_some() {
+            self.decode_finished(0, now);
+        }
+    }
+
+    /// Ends the call awaiting its outputs, if any, as of its return: the host moved on
+    /// (another call, a removal, a transfer) without synchronizing them here.
+    fn settle(&mut self) {
+        if let Some(a) = self.awaiting.take() {
+            self.end_call(0, a.returned_ns);
+        }
+    }
+
+    /// Ends the call in flight, which returned `ret`, at `now` (see
+    /// [`decode_finished`](Self::decode_finished)).
+    fn end_call(&mut self, ret: i32, now: u64) {
         if ret == 0 {
             self.learn(self.step_from, self.call_tokens, self.step_start_ns, now);
         }
@@ -439,6 +513,7 @@ impl Tracker {
     /// conventions: `p0 < 0` from 0, `p1 < 0` to the end). A whole sequence removed makes
     /// its slot idle; a removed tail shortens its cache.
     pub fn seq_removed(&mut self, seq: i32, p0: i32, p1: i32) {
+        self.settle();
         let whole = p0 <= 0 && p1 < 0;
         let range = match usize::try_from(seq) {
             Ok(s) if s < self.slots.len() => s..s + 1,
@@ -475,8 +550,17 @@ impl Tracker {
     }
 
     /// Ends the task of every prefilling or decoding slot with no step in flight and no
-    /// step for `idle_after_ns` before `now`. Returns how many slots went idle.
+    /// step for `idle_after_ns` before `now`. A call awaiting its outputs that the host
+    /// has not begun to synchronize within `idle_after_ns` ends first, as of its return
+    /// (a host that never reads what it asked for leaves no step in flight). Returns how
+    /// many slots went idle.
     pub fn sweep_idle(&mut self, now: u64, idle_after_ns: u64) -> usize {
+        if self
+            .awaiting
+            .is_some_and(|a| !a.syncing && now.saturating_sub(a.returned_ns) >= idle_after_ns)
+        {
+            self.settle();
+        }
         let mut n = 0;
         for slot in 0..self.slots.len() {
             let s = &self.slots[slot];
@@ -504,6 +588,7 @@ impl Tracker {
         total: u64,
         now: u64,
     ) -> Option<Transfer> {
+        self.settle();
         let slot = usize::try_from(seq)
             .ok()
             .filter(|&s| s < self.slots.len())?;
@@ -759,6 +844,96 @@ mod tests {
         // The next call of sequence 1 is credited on top of what it had.
         step(&mut t, &[(6, 1), (7, 1)], 0, 500);
         assert_eq!(t.slot(1).unwrap().work_done, 8);
+    }
+
+    /// Starts a decode step of sequence 0 at position `pos` at `now`, asking for its
+    /// output unless `logits` says otherwise (empty: no flags).
+    fn start_decode(t: &mut Tracker, pos: i32, logits: Vec<i8>, now: u64) {
+        let mut b = OwnedBatch::single(&[(pos, 0)]);
+        b.logits = logits;
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), now) }.unwrap();
+    }
+
+    #[test]
+    fn a_step_whose_outputs_are_awaited_ends_when_the_host_has_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 1);
+        start_decode(&mut t, 0, vec![], 100);
+        assert!(t.decode_returned(0, 110, true), "deferred");
+        let s = *t.slot(0).unwrap();
+        assert_eq!((s.step_start_ns, s.work_done), (100, 0), "still in flight");
+        assert!(t.sync_begun());
+        t.outputs_synchronized(600);
+        let s = *t.slot(0).unwrap();
+        assert_eq!(
+            (s.step_start_ns, s.work_done, s.last_step_ns, s.n_past),
+            (0, 1, 500, 1),
+            "credited when synchronized, with the step's true duration"
+        );
+        assert!(!t.sync_begun(), "nothing awaits any more");
+
+        // A prompt chunk asking for its last token's logits ends at its return.
+        let mut b = OwnedBatch::single(&[(1, 0), (2, 0)]);
+        b.logits = vec![0, 1];
+        // SAFETY: `b` owns every array of the batch.
+        unsafe { t.decode_started(&b.raw(), 700) }.unwrap();
+        assert!(!t.decode_returned(0, 720, true), "a prompt chunk");
+        let s = *t.slot(0).unwrap();
+        assert_eq!(
+            (s.phase, s.step_start_ns, s.work_done),
+            (Phase::Prefill, 0, 2)
+        );
+
+        // No output asked, not deferrable, or a failed call: it ends when it returns.
+        for (pos, logits, ret, deferrable) in [
+            (3, vec![0], 0, true),
+            (4, vec![1], 0, false),
+            (5, vec![1], 1, true),
+        ] {
+            start_decode(&mut t, pos, logits, 1_000);
+            assert!(!t.decode_returned(ret, 1_040, deferrable));
+            let s = *t.slot(0).unwrap();
+            let n_past = if ret == 0 { pos as u64 + 1 } else { pos as u64 };
+            assert_eq!((s.step_start_ns, s.n_past), (0, n_past), "ret {ret}");
+        }
+    }
+
+    #[test]
+    fn an_awaited_step_the_host_leaves_ends_as_of_its_return() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut t = tracker(tmp.path(), 1);
+        // The next call starts without a synchronize: the first ends at its return.
+        start_decode(&mut t, 0, vec![], 100);
+        assert!(t.decode_returned(0, 130, true));
+        start_decode(&mut t, 1, vec![], 200);
+        let s = *t.slot(0).unwrap();
+        assert_eq!((s.work_done, s.last_step_ns, s.step_start_ns), (1, 30, 200));
+
+        // Never synchronized and nothing after: the sweep ends it after the idle delay,
+        // as of its return, and then the task.
+        assert!(t.decode_returned(0, 250, true));
+        assert_eq!(t.sweep_idle(1_000, 1_000), 0, "not yet");
+        assert_eq!(t.slot(0).unwrap().step_start_ns, 200);
+        assert_eq!(t.sweep_idle(1_250, 1_000), 1);
+        let s = *t.slot(0).unwrap();
+        assert_eq!((s.phase, s.work_done, s.last_step_ns), (Phase::Idle, 2, 50));
+
+        // While the host synchronizes (blocked on a device), no sweep ends it.
+        start_decode(&mut t, 2, vec![], 2_000);
+        assert!(t.decode_returned(0, 2_010, true));
+        assert!(t.sync_begun());
+        assert_eq!(t.sweep_idle(60_000, 1_000), 0);
+        assert_eq!(t.slot(0).unwrap().step_start_ns, 2_000, "still waiting");
+        t.outputs_synchronized(70_000);
+        assert_eq!(t.slot(0).unwrap().last_step_ns, 68_000);
+
+        // A removal settles it too.
+        start_decode(&mut t, 3, vec![], 80_000);
+        assert!(t.decode_returned(0, 80_020, true));
+        t.seq_removed(0, -1, -1);
+        let s = *t.slot(0).unwrap();
+        assert_eq!((s.phase, s.step_start_ns, s.work_done), (Phase::Idle, 0, 2));
     }
 
     #[test]

@@ -21,6 +21,9 @@ on_both_builds! {
     rpc_killed_peer:
         a_killed_rpc_peer_is_named_by_the_dead_verdict,
         legacy_a_killed_rpc_peer_is_named_by_the_dead_verdict;
+    rpc_frozen_peer_in_decode:
+        a_peer_frozen_mid_decode_is_named_within_two_seconds,
+        legacy_a_peer_frozen_mid_decode_is_named_within_two_seconds;
     rpc_no_false_verdict:
         twenty_normal_rpc_requests_get_no_slow_or_stalled_verdict,
         legacy_twenty_normal_rpc_requests_get_no_slow_or_stalled_verdict;
@@ -296,23 +299,14 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
     assert_eq!(snap.wait(), None, "{snap:?}");
 }
 
-/// A peer stopped with SIGSTOP in the middle of a long generation on the 0.3.16
-/// generation: every token needs both peers, so the host blocks on the frozen one at once,
-/// inside `llama_decode`, and its decode waits (milliseconds, learnt from a first
-/// generation) make the wait rule call the slot stalled on that peer a second into the
-/// wait: within 2 s of SIGSTOP, exit 2. After SIGCONT it completes.
-///
-/// Not on 0c1e570 yet: there `llama_decode` returns with the token's graphs queued to the
-/// peers, and the host blocks in the logits read that follows (a scheduler
-/// synchronisation), outside any call the preload tracks, so no step is in flight.
-#[test]
-fn legacy_a_peer_frozen_mid_decode_is_named_within_two_seconds() {
-    rpc_frozen_peer_in_decode(
-        "legacy_a_peer_frozen_mid_decode_is_named_within_two_seconds",
-        Gen::Legacy,
-    );
-}
-
+/// A peer stopped with SIGSTOP in the middle of a long generation: every token needs
+/// both peers, so the host blocks on the frozen one at once, and its decode waits
+/// (milliseconds, learnt from a first generation) make the wait rule call the slot stalled
+/// on that peer a second into the wait: within 2 s of SIGSTOP, exit 2. After SIGCONT it
+/// completes. On the 0.3.16 generation the host blocks inside `llama_decode`; on 0c1e570
+/// `llama_decode` returns with the token's graphs queued to the peers and the host blocks
+/// in the logits read that follows (the scheduler's synchronize), where the step stays in
+/// flight until the outputs are there.
 fn rpc_frozen_peer_in_decode(test: &str, gen: Gen) {
     let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
         return;
