@@ -38,7 +38,10 @@
 // `hydra_probe_read_devices`, `hydra_probe_read_wait`, `HydraProbeWait` as version 4 of
 // `HydraProbeMeta`, `HYDRA_PROBE_VALUE_DEVICE_KIND`, and the `wait_device`, `wait_ms` and
 // `layer_device` fields of the meta JSON.
-#define HYDRA_PROBE_ABI_MINOR 4
+// Minor 5 added the wait rule's figures (format v1.3 §19.6) as version 5 of
+// `HydraProbeMeta` (`wait_learnt_max_ns`, `wait_threshold_ns`) and the
+// `wait_learnt_max_ms` and `wait_threshold_ms` fields of the meta JSON.
+#define HYDRA_PROBE_ABI_MINOR 5
 
 // `HydraProbePrediction::eta_source`: no ETA.
 #define HYDRA_PROBE_ETA_NONE 0
@@ -367,8 +370,9 @@ typedef struct HydraProbeWait {
 // torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
 // are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
 // version 2 (ABI minor 2) appends `layer` (408 bytes); version 3 (ABI minor 3) appends
-// `prediction` (440 bytes); version 4 (ABI minor 4) appends `wait` (472 bytes). A caller
-// built against version 1 sets `size` 368 and gets the version 1 fields.
+// `prediction` (440 bytes); version 4 (ABI minor 4) appends `wait` (472 bytes); version
+// 5 (ABI minor 5) appends `wait_learnt_max_ns` and `wait_threshold_ns` (488 bytes). A
+// caller built against version 1 sets `size` 368 and gets the version 1 fields.
 typedef struct HydraProbeMeta {
   // Set by the caller to `sizeof(HydraProbeMeta)` before the call; the library stores
   // the bytes it filled (fields added later go at the end).
@@ -414,6 +418,13 @@ typedef struct HydraProbeMeta {
   // Version 4 (ABI minor 4): the device the step in flight waits on, as
   // `hydra_probe_read_wait` gives it for the same read.
   struct HydraProbeWait wait;
+  // Version 5 (ABI minor 5): while a decode step waits on a device whose decode waits
+  // are learnt, the longest of them recently, ns; -1 otherwise (no wait, a prefill
+  // wait, no trusted history, or no device waits published).
+  int64_t wait_learnt_max_ns;
+  // Version 5 (ABI minor 5): the wait rule's threshold for that wait, ns (waiting
+  // longer is a stall on the device); -1 when the wait is not judged by a history.
+  int64_t wait_threshold_ns;
 } HydraProbeMeta;
 
 // The engine's device table (filled by `hydra_probe_read_devices`): its state, counts

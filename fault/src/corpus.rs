@@ -578,6 +578,15 @@ fn rpc_split_case(c: &mut Cases<'_>) {
         "an engine split across two RPC peers, slot 0 waiting on the second",
         Expect::Readable,
     );
+    let decoding = crate::scratch("hydra-corpus-split.");
+    let (w, _) = crate::segments::rpc_split_decoding(decoding.path(), RPC_SPLIT_DECODING_ID);
+    c.file(
+        RPC_SPLIT_DECODING_ID,
+        &std::fs::read(w.path()).expect("read the decoding RPC split segment"),
+        "the RPC split with slot 0 decoding, waiting on the second peer for 5 s after decode waits of 2 ms there: past the wait rule's threshold",
+        Expect::Readable,
+    );
+    drop(w);
     c.file(
         "devices-wait-history-hostile",
         &hostile_wait_history(&bytes),
@@ -610,6 +619,9 @@ fn hostile_wait_history(split: &[u8]) -> Vec<u8> {
 /// The corpus entry of a well-formed engine on two RPC peers
 /// ([`crate::segments::rpc_split`]).
 pub const RPC_SPLIT_ID: &str = "devices-rpc-split";
+
+/// The corpus entry of that engine decoding ([`crate::segments::rpc_split_decoding`]).
+pub const RPC_SPLIT_DECODING_ID: &str = "devices-rpc-split-decoding";
 
 /// Slot words and engine counters that no conforming writer leaves, in `template`'s
 /// well-formed segment.

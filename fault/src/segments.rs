@@ -66,6 +66,11 @@ impl Scratch {
         rpc_split(&self.dir, id)
     }
 
+    /// [`rpc_split_decoding`] in this directory.
+    pub fn rpc_split_decoding(&self, id: &str) -> (SegmentWriter, u64) {
+        rpc_split_decoding(&self.dir, id)
+    }
+
     /// Leaves a CLOSED segment for `id` in the directory: a clean close unlinks the file,
     /// so a hard link taken before the close is renamed back to the segment's name.
     pub fn closed_engine(&self, id: &str) {
@@ -178,18 +183,7 @@ pub fn rpc_split_devices() -> Devices {
 /// second peer (device 2, `RPC1 127.0.0.1:50053`) for 5 s; slot 1 idle. Returns the
 /// writer (the engine reads as live while it is held) and the `now` those ages hold at.
 pub fn rpc_split(dir: &Path, id: &str) -> (SegmentWriter, u64) {
-    const S: u64 = 1_000_000_000;
-    let mut d = description();
-    d.capabilities |= caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT;
-    let mut w = SegmentWriter::create(&SegmentConfig {
-        dir: dir.to_path_buf(),
-        engine_id: id.into(),
-        slot_count: 2,
-        description: d,
-    })
-    .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", describe_dir(dir)));
-    w.publish_devices(&rpc_split_devices())
-        .expect("publish devices");
+    let mut w = rpc_split_writer(dir, id);
     let now = clock::monotonic_ns();
     let start = now - 6 * S;
     let mut s = SlotState::default();
@@ -204,11 +198,63 @@ pub fn rpc_split(dir: &Path, id: &str) -> (SegmentWriter, u64) {
         step_start_ns: start,
     };
     w.publish_substep(0, &layer).expect("publish layer");
+    wait_on(&mut w, 2, now - 5 * S);
+    (w, now)
+}
+
+/// [`rpc_split`]'s engine with slot 0 decoding instead: its 8 earlier decode steps each
+/// waited about 2 ms on the second peer (that peer's decode history, FORMAT §19.6), and
+/// the step in flight, of one token, has waited on it for 5 s: past the wait rule's
+/// threshold (its 1 s floor), so readers call the slot stalled on that peer.
+pub fn rpc_split_decoding(dir: &Path, id: &str) -> (SegmentWriter, u64) {
+    const MS: u64 = 1_000_000;
+    let mut w = rpc_split_writer(dir, id);
+    let now = clock::monotonic_ns();
+    let start = now - 6 * S;
+    let mut s = SlotState::default();
+    s.begin_task(1, Phase::Decode, WorkUnit::Tokens, 400, start - S);
+    w.publish(0, &s).expect("publish");
+    for i in 0..8 {
+        let at = start - S / 2 + i * 10 * MS;
+        s.start_step(1, at);
+        w.publish(0, &s).expect("publish");
+        // The writer times a wait from its start to when it is seen to end: now.
+        wait_on(&mut w, 2, clock::monotonic_ns() - 2 * MS);
+        wait_on(&mut w, 0, 0);
+        s.finish_step(s.work_done + 1, at + 4 * MS);
+        w.publish(0, &s).expect("publish");
+    }
+    s.start_step(1, start);
+    w.publish(0, &s).expect("publish");
+    wait_on(&mut w, 2, now - 5 * S);
+    (w, now)
+}
+
+const S: u64 = 1_000_000_000;
+
+/// A 2-slot segment for engine `id` with the device capabilities and
+/// [`rpc_split_devices`] published.
+fn rpc_split_writer(dir: &Path, id: &str) -> SegmentWriter {
+    let mut d = description();
+    d.capabilities |= caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT;
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: dir.to_path_buf(),
+        engine_id: id.into(),
+        slot_count: 2,
+        description: d,
+    })
+    .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", describe_dir(dir)));
+    w.publish_devices(&rpc_split_devices())
+        .expect("publish devices");
+    w
+}
+
+/// Slot 0's step in flight waits on `device` since `since` (device 0: no wait).
+fn wait_on(w: &mut SegmentWriter, device: u64, since: u64) {
     let wait = StepDevices {
         layers_sent: 0,
-        wait_device: 2,
-        wait_since_ns: now - 5 * S,
+        wait_device: device,
+        wait_since_ns: since,
     };
     w.publish_step_devices(0, &wait).expect("publish wait");
-    (w, now)
 }

@@ -70,7 +70,10 @@ pub const HYDRA_PROBE_ABI_VERSION: u32 = 1;
 /// `hydra_probe_read_devices`, `hydra_probe_read_wait`, `HydraProbeWait` as version 4 of
 /// `HydraProbeMeta`, `HYDRA_PROBE_VALUE_DEVICE_KIND`, and the `wait_device`, `wait_ms` and
 /// `layer_device` fields of the meta JSON.
-pub const HYDRA_PROBE_ABI_MINOR: u32 = 4;
+/// Minor 5 added the wait rule's figures (format v1.3 §19.6) as version 5 of
+/// `HydraProbeMeta` (`wait_learnt_max_ns`, `wait_threshold_ns`) and the
+/// `wait_learnt_max_ms` and `wait_threshold_ms` fields of the meta JSON.
+pub const HYDRA_PROBE_ABI_MINOR: u32 = 5;
 
 /// `HydraProbePrediction::eta_source`: no ETA.
 pub const HYDRA_PROBE_ETA_NONE: u32 = 0;
@@ -510,8 +513,9 @@ pub struct HydraProbeDescription {
 /// torn slot's `read_error` (read that one with `hydra_probe_meta_json`). Raw enum words
 /// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
 /// version 2 (ABI minor 2) appends `layer` (408 bytes); version 3 (ABI minor 3) appends
-/// `prediction` (440 bytes); version 4 (ABI minor 4) appends `wait` (472 bytes). A caller
-/// built against version 1 sets `size` 368 and gets the version 1 fields.
+/// `prediction` (440 bytes); version 4 (ABI minor 4) appends `wait` (472 bytes); version
+/// 5 (ABI minor 5) appends `wait_learnt_max_ns` and `wait_threshold_ns` (488 bytes). A
+/// caller built against version 1 sets `size` 368 and gets the version 1 fields.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HydraProbeMeta {
@@ -559,10 +563,17 @@ pub struct HydraProbeMeta {
     /// Version 4 (ABI minor 4): the device the step in flight waits on, as
     /// `hydra_probe_read_wait` gives it for the same read.
     pub wait: HydraProbeWait,
+    /// Version 5 (ABI minor 5): while a decode step waits on a device whose decode waits
+    /// are learnt, the longest of them recently, ns; -1 otherwise (no wait, a prefill
+    /// wait, no trusted history, or no device waits published).
+    pub wait_learnt_max_ns: i64,
+    /// Version 5 (ABI minor 5): the wait rule's threshold for that wait, ns (waiting
+    /// longer is a stall on the device); -1 when the wait is not judged by a history.
+    pub wait_threshold_ns: i64,
 }
 
 const _: () = assert!(std::mem::size_of::<HydraProbeDescription>() == 128);
-const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 472);
+const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 488);
 
 impl HydraProbeMeta {
     fn from_view(engine: &EngineView, v: &SlotView) -> Self {
@@ -588,6 +599,8 @@ impl HydraProbeMeta {
             layer: HydraProbeLayer::from_view(v),
             prediction: HydraProbePrediction::from_view(v),
             wait: HydraProbeWait::from_view(v),
+            wait_learnt_max_ns: age(v.derived.wait_learnt_max_ns),
+            wait_threshold_ns: age(v.derived.wait_stall_threshold_ns),
         }
     }
 }

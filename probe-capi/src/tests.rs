@@ -315,6 +315,10 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
             .then(|| (n.wait.waiting == 1).then(|| device_name(n.wait.device))),
         wait_ms: (n.wait.published == 1).then(|| opt(n.wait.wait_age_ns).map(|ns| ns / 1_000_000)),
         layer_device: (n.wait.layer_device != 0).then(|| device_name(n.wait.layer_device)),
+        wait_learnt_max_ms: (n.wait.published == 1)
+            .then(|| opt(n.wait_learnt_max_ns).map(|ns| ns / 1_000_000)),
+        wait_threshold_ms: (n.wait.published == 1)
+            .then(|| opt(n.wait_threshold_ns).map(|ns| ns / 1_000_000)),
     };
     assert_eq!(&got, m);
     assert_eq!(got.to_json(), m.to_json());

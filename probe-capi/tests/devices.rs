@@ -165,12 +165,14 @@ fn a_step_waiting_on_a_peer_reads_with_its_device_in_the_wait_and_the_meta() {
             HYDRA_PROBE_E_NULL
         );
 
-        // The meta, version 4, carries the same wait; a version-3 caller gets 440 bytes.
+        // The meta carries the same wait; a prefill wait is not judged by the peer's
+        // history. A version-3 caller gets 440 bytes.
         let mut meta = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
         meta.size = std::mem::size_of::<HydraProbeMeta>() as u32;
         assert_eq!(hydra_probe_read_meta(h, 0, &mut meta), HYDRA_PROBE_OK);
-        assert_eq!(meta.size, 472);
+        assert_eq!(meta.size, 488);
         assert_eq!((meta.wait.waiting, meta.wait.device), (1, 2));
+        assert_eq!((meta.wait_learnt_max_ns, meta.wait_threshold_ns), (-1, -1));
         let mut v3 = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
         v3.size = 440;
         v3.wait.device = 77;
@@ -230,4 +232,41 @@ fn device_kinds_have_their_format_names() {
         names,
         ["unspecified", "cpu", "gpu", "rpc", "accel", "unknown"]
     );
+}
+
+#[test]
+fn a_decode_wait_past_the_peers_history_reads_with_the_wait_rule_in_meta_v5() {
+    let scratch = Scratch::new();
+    let (w, _) = scratch.rpc_split_decoding("split");
+    let h = open(&scratch.dir, "split");
+    // SAFETY: the handle is open and the out-parameters writable; closed at the end.
+    unsafe {
+        let mut meta = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
+        meta.size = std::mem::size_of::<HydraProbeMeta>() as u32;
+        assert_eq!(hydra_probe_read_meta(h, 0, &mut meta), HYDRA_PROBE_OK);
+        assert_eq!((meta.size, meta.wait.device), (488, 2));
+        let max = meta.wait_learnt_max_ns;
+        assert!((2_000_000..100_000_000).contains(&max), "~2 ms: {max}");
+        assert_eq!(meta.wait_threshold_ns, 1_000_000_000, "the 1 s floor");
+        assert_eq!(
+            meta.slot.slot_class, HYDRA_PROBE_SLOT_CLASS_STALLED,
+            "5 s past a 1 s threshold"
+        );
+        // A version-4 caller gets 472 bytes, and nothing past them.
+        let mut v4 = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
+        v4.size = 472;
+        v4.wait_threshold_ns = 77;
+        assert_eq!(hydra_probe_read_meta(h, 0, &mut v4), HYDRA_PROBE_OK);
+        assert_eq!((v4.size, v4.wait_threshold_ns), (472, 77));
+
+        let mut buf = vec![0 as c_char; 8192];
+        let rc = hydra_probe_meta_json(h, 0, buf.as_mut_ptr(), buf.len(), ptr::null_mut());
+        assert_eq!(rc, HYDRA_PROBE_OK);
+        let json: serde_json::Value =
+            serde_json::from_str(CStr::from_ptr(buf.as_ptr()).to_str().unwrap()).unwrap();
+        assert_eq!(json["wait_threshold_ms"], 1000, "{json}");
+        assert_eq!(json["wait_learnt_max_ms"], max / 1_000_000, "{json}");
+        assert_eq!(hydra_probe_close(h), HYDRA_PROBE_OK);
+    }
+    drop(w);
 }

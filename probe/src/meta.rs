@@ -171,10 +171,33 @@ pub struct HydraMeta {
     /// (only when both are known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer_device: Option<String>,
+    /// While a decode step waits on a device whose decode waits are learnt (format v1.3
+    /// §19.6): the longest of them recently, in ms. Absent before v1.3, null otherwise.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub wait_learnt_max_ms: Option<Option<u64>>,
+    /// The wait rule's threshold for that wait, in ms: waiting longer is a stall on the
+    /// device. Absent before v1.3, null when the wait is not judged by a history.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub wait_threshold_ms: Option<Option<u64>>,
 }
 
 fn ms(ns: u64) -> u64 {
     ns / NS_PER_MS
+}
+
+/// [`ms`] of a figure that a segment's words bound, not the clock (a wait history's
+/// longest wait, the threshold made from it): saturated at `i64::MAX` ns first, as the C
+/// ABI hands it over, so that the JSON and `HydraProbeMeta` say the same of a hostile one.
+fn ms_bounded(ns: u64) -> u64 {
+    ms(ns.min(i64::MAX as u64))
 }
 
 /// The figures of one slot's meta that its own rules derive from the slot's view (what
@@ -238,6 +261,10 @@ pub struct MetaFigures {
     pub wait_ms: Option<u64>,
     /// The id of the device of the layer the step in flight computes.
     pub layer_device: Option<u64>,
+    /// The longest recent decode wait on the device waited on, ms (a judged wait only).
+    pub wait_learnt_max_ms: Option<u64>,
+    /// The wait rule's threshold for that wait, ms.
+    pub wait_threshold_ms: Option<u64>,
 }
 
 impl MetaFigures {
@@ -292,6 +319,8 @@ impl MetaFigures {
             wait_device: v.wait.as_ref().map(|w| w.device),
             wait_ms: v.wait.as_ref().map(|w| ms(w.age_ns)),
             layer_device: v.layer_device.as_ref().map(|d| d.device),
+            wait_learnt_max_ms: v.derived.wait_learnt_max_ns.map(ms_bounded),
+            wait_threshold_ms: v.derived.wait_stall_threshold_ns.map(ms_bounded),
         }
     }
 }
@@ -356,6 +385,8 @@ impl HydraMeta {
                 .then(|| v.wait.as_ref().map(|w| w.name.clone())),
             wait_ms: f.waits_published.then_some(f.wait_ms),
             layer_device: v.layer_device.as_ref().map(|d| d.name.clone()),
+            wait_learnt_max_ms: f.waits_published.then_some(f.wait_learnt_max_ms),
+            wait_threshold_ms: f.waits_published.then_some(f.wait_threshold_ms),
         })
     }
 
@@ -629,8 +660,55 @@ mod tests {
             (&None, None, &None)
         );
         let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
-        for field in ["wait_device", "wait_ms", "layer_device"] {
+        for field in [
+            "wait_device",
+            "wait_ms",
+            "layer_device",
+            "wait_learnt_max_ms",
+            "wait_threshold_ms",
+        ] {
             assert!(json.get(field).is_none(), "{field}: {json}");
         }
+    }
+
+    /// The wait rule's figures: a decode step waiting on a peer whose decode waits took
+    /// 2 ms gets their maximum and the threshold (the 1 s floor); a prefill wait, not
+    /// judged by a history, gets null for both.
+    #[test]
+    fn meta_wait_rule_figures_for_a_judged_decode_wait_and_null_otherwise() {
+        let t = Thresholds {
+            stall_floor: std::time::Duration::from_secs(1),
+            ..Default::default()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let (_w, now) =
+            crate::test_support::split_engine_learnt(tmp.path(), Phase::Decode, 8, 2_000_000);
+        let r = SegmentReader::open_engine(tmp.path(), "rpc").unwrap();
+        let view = EngineView::capture(&r, now, &t).unwrap();
+        let m = HydraMeta::from_view(&view, 0).unwrap();
+        let (max, threshold) = (m.wait_learnt_max_ms, m.wait_threshold_ms);
+        assert!(
+            matches!(max, Some(Some(2..=3))),
+            "the longest decode wait, ~2 ms: {max:?}"
+        );
+        assert_eq!(threshold, Some(Some(1000)));
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(json["wait_threshold_ms"], 1000);
+        assert_eq!(serde_json::from_value::<HydraMeta>(json).unwrap(), m);
+        let f = MetaFigures::of(&view, &view.slots[0]);
+        assert_eq!(f.wait_threshold_ms, Some(1000));
+
+        let tmp = tempfile::tempdir().unwrap();
+        let (_w, now) =
+            crate::test_support::split_engine_learnt(tmp.path(), Phase::Prefill, 8, 2_000_000);
+        let r = SegmentReader::open_engine(tmp.path(), "rpc").unwrap();
+        let m = HydraMeta::from_view(&EngineView::capture(&r, now, &t).unwrap(), 0).unwrap();
+        assert_eq!(m.wait_ms, Some(Some(5000)), "it waits");
+        assert_eq!(
+            (m.wait_learnt_max_ms, m.wait_threshold_ms),
+            (Some(None), Some(None))
+        );
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert!(json.get("wait_threshold_ms").is_some_and(|v| v.is_null()));
     }
 }

@@ -181,7 +181,7 @@ namespace Hydra.Progress.Interop
     }
 
     /// <summary>
-    /// <c>HydraProbeMeta</c> (version 4: 472 bytes): one slot's Hydra meta as numbers, the
+    /// <c>HydraProbeMeta</c> (version 5: 488 bytes): one slot's Hydra meta as numbers, the
     /// slot read plus the figures the meta derives from it. Unknown values are -1;
     /// <see cref="Hydra.Progress.SlotMeta"/> turns them into <c>null</c>.
     /// </summary>
@@ -208,6 +208,8 @@ namespace Hydra.Progress.Interop
         public HydraProbeLayer Layer;
         public HydraProbePrediction Prediction;
         public HydraProbeWait Wait;
+        public long WaitLearntMaxNs;
+        public long WaitThresholdNs;
     }
 
     /// <summary>Constants of include/hydra_probe.h.</summary>
@@ -217,7 +219,7 @@ namespace Hydra.Progress.Interop
         public const uint AbiVersion = 1;
 
         /// <summary><c>HYDRA_PROBE_ABI_MINOR</c>: the least minor version these bindings need.</summary>
-        public const uint AbiMinor = 4;
+        public const uint AbiMinor = 5;
 
         /// <summary><c>HYDRA_PROBE_ETA_NONE</c>: no ETA.</summary>
         public const uint EtaNone = 0;

@@ -24,6 +24,7 @@ namespace Hydra.Progress
             "stall_threshold_ms", "finish_reason", "error_code", "n_ctx", "tokens_cached",
             "device", "heartbeat_age_ms", "read_error", "substep_done", "substep_total",
             "substep_age_ms", "stalled_at_layer", "wait_device", "wait_ms", "layer_device",
+            "wait_learnt_max_ms", "wait_threshold_ms",
         };
         // The first key of the layer fields: any of the three substep keys, null or not,
         // means the engine publishes layer positions.
@@ -34,6 +35,9 @@ namespace Hydra.Progress
         // The device-wait fields (segment format v1.3): either key, null or not, means the
         // engine publishes device waits.
         const int WaitFields = 47;
+        // The wait rule's figures (segment format v1.3): written, null or not, exactly when
+        // the device-wait fields are.
+        const int WaitRuleFields = 50;
         const int HydraFields = 15;
 
         static readonly byte[][] Keys = KeyNames.Select(k => Encoding.ASCII.GetBytes(k)).ToArray();
@@ -100,7 +104,7 @@ namespace Hydra.Progress
                             m.HasSubsteps = true;
                         if (field >= PredictionFields && field < PredictionFields + 2)
                             m.HasPredictions = true;
-                        if (field >= WaitFields && field < WaitFields + 2)
+                        if ((field >= WaitFields && field < WaitFields + 2) || field >= WaitRuleFields)
                             m.HasDeviceWaits = true;
                     }
                     SkipWs(p, len, ref i);

@@ -91,6 +91,8 @@ namespace Hydra.Progress
                 StalledAtLayer = Known(m.Layer.StalledAtLayer),
                 HasDeviceWaits = m.Wait.Published != 0,
                 WaitMs = m.Wait.Waiting != 0 ? (ulong)m.Wait.WaitAgeNs / 1000000 : (ulong?)null,
+                WaitLearntMaxMs = m.WaitLearntMaxNs < 0 ? (ulong?)null : (ulong)m.WaitLearntMaxNs / 1000000,
+                WaitThresholdMs = m.WaitThresholdNs < 0 ? (ulong?)null : (ulong)m.WaitThresholdNs / 1000000,
             };
         }
     }

@@ -132,8 +132,8 @@ namespace Hydra.Progress
         public ulong? StalledAtLayer { get; set; }
         /// <summary>
         /// Whether the engine publishes the device a step waits on (segment format v1.3):
-        /// then <c>wait_device</c> and <c>wait_ms</c> are written, null without a wait; else
-        /// they are left out.
+        /// then <c>wait_device</c>, <c>wait_ms</c>, <c>wait_learnt_max_ms</c> and
+        /// <c>wait_threshold_ms</c> are written, null without a wait; else they are left out.
         /// </summary>
         public bool HasDeviceWaits { get; set; }
         /// <summary><c>wait_device</c>: the device the step in flight waits on (<c>RPC1 127.0.0.1:50053</c>).</summary>
@@ -142,6 +142,16 @@ namespace Hydra.Progress
         public ulong? WaitMs { get; set; }
         /// <summary><c>layer_device</c>: the device of the layer the step in flight computes.</summary>
         public string LayerDevice { get; set; }
+        /// <summary>
+        /// <c>wait_learnt_max_ms</c>: while a decode step waits on a device whose decode waits
+        /// are learnt, the longest of them recently; null otherwise.
+        /// </summary>
+        public ulong? WaitLearntMaxMs { get; set; }
+        /// <summary>
+        /// <c>wait_threshold_ms</c>: the wait rule's threshold for that wait (waiting longer is
+        /// a stall on the device); null when the wait is not judged by a history.
+        /// </summary>
+        public ulong? WaitThresholdMs { get; set; }
 
         /// <summary>
         /// One line of JSON, fields in the order above. Without an <see cref="EngineId"/> (a
@@ -217,6 +227,11 @@ namespace Hydra.Progress
                 w.Nullable("wait_ms", WaitMs);
             }
             w.Optional("layer_device", LayerDevice);
+            if (HasDeviceWaits)
+            {
+                w.Nullable("wait_learnt_max_ms", WaitLearntMaxMs);
+                w.Nullable("wait_threshold_ms", WaitThresholdMs);
+            }
             return w.End();
         }
 

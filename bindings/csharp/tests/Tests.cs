@@ -400,6 +400,18 @@ namespace Hydra.Progress.Tests
                 SlotMeta idleMeta = p.ReadMeta(1);
                 Assert.True(idleMeta.HasDeviceWaits && idleMeta.WaitDevice == null, "slot 1 meta: published, no wait");
                 Assert.True(p.ReadMetaJson(1).Contains("\"wait_device\":null"), "null, not absent");
+                Assert.True(m.WaitThresholdMs == null && m.WaitLearntMaxMs == null, "a prefill wait is not judged by a history");
+                Assert.True(json.Contains("\"wait_threshold_ms\":null"), "null, not absent: " + json);
+            }
+            using (var p = new ProgressProbe(Path.Combine(root, "segments", "devices-rpc-split-decoding.hps")))
+            {
+                SlotMeta m = p.ReadMeta(0);
+                Assert.Equal("RPC1 127.0.0.1:50053", m.WaitDevice, "decoding: meta wait_device");
+                Assert.Equal((ulong?)1000, m.WaitThresholdMs, "the wait rule's threshold, its 1 s floor");
+                Assert.True(m.WaitLearntMaxMs >= 2 && m.WaitLearntMaxMs < 100, "decode waits of ~2 ms: " + m.WaitLearntMaxMs);
+                string json = p.ReadMetaJson(0);
+                Assert.True(json.Contains("\"wait_threshold_ms\":1000"), "native JSON: " + json);
+                Assert.Equal(json, SlotMeta.FromJson(json).ToJson(), "C# JSON of the native JSON");
             }
         }
 
