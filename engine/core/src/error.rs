@@ -102,6 +102,14 @@ pub enum EngineError {
         /// The slot's n_past after the cancellation.
         n_past: usize,
     },
+    /// A layer hook stopped a forward at a layer boundary; no cache took its tokens.
+    #[error("forward stopped after layer {layers_done} of {n_layers}")]
+    Interrupted {
+        /// Layers issued before it stopped.
+        layers_done: usize,
+        /// Layers in the forward.
+        n_layers: usize,
+    },
     /// An option had a value the engine cannot use.
     #[error("invalid option {name}: {message}")]
     InvalidOption {

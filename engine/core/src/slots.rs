@@ -116,13 +116,17 @@ pub trait StepObserver {
     }
     /// Called inside a step's forward after each transformer layer of `slot` is issued
     /// on `device` (see [`LayerHook`] for what that means on an asynchronous device).
+    /// `Break` stops the forward at this layer boundary when every slot of the forward
+    /// asks it (a batched decode step runs on for the others): the step then ends as a
+    /// break of `before_step` would, with the slot as it was before the step.
     fn layer_done(
         &mut self,
         _slot: usize,
         _device: &Device,
         _layers_done: usize,
         _n_layers: usize,
-    ) {
+    ) -> ControlFlow<()> {
+        ControlFlow::Continue(())
     }
 }
 
@@ -134,10 +138,25 @@ struct SlotLayers<'a, O: ?Sized> {
 }
 
 impl<O: StepObserver + ?Sized> LayerHook for SlotLayers<'_, O> {
-    fn layer_done(&mut self, device: &Device, layers_done: usize, n_layers: usize) {
+    /// Every slot hears the layer; the forward stops only when all of them ask it.
+    fn layer_done(
+        &mut self,
+        device: &Device,
+        layers_done: usize,
+        n_layers: usize,
+    ) -> ControlFlow<()> {
+        let mut all_stop = !self.slots.is_empty();
         for &slot in self.slots {
-            self.observer
-                .layer_done(slot, device, layers_done, n_layers);
+            let stop = self
+                .observer
+                .layer_done(slot, device, layers_done, n_layers)
+                .is_break();
+            all_stop &= stop;
+        }
+        if all_stop {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
     }
 }
@@ -359,10 +378,11 @@ impl Slots {
     /// Everything is checked before any work ([`Slots::check_prefill`]).
     ///
     /// The observer hears `before_step` before each chunk and `after_step`
-    /// once the chunk is in the cache. If it breaks, the call returns
-    /// [`EngineError::Cancelled`] and **the chunks already done stay in the
-    /// slot** (n_past counts them); erase the slot to start over. A failing
-    /// forward leaves the slot as it was before that chunk.
+    /// once the chunk is in the cache, and each layer of its forward. If it breaks, the
+    /// call returns [`EngineError::Cancelled`] and **the chunks already done stay in the
+    /// slot** (n_past counts them); erase the slot to start over. A break at a layer
+    /// boundary abandons the chunk in flight, and a failing forward leaves the slot as it
+    /// was before that chunk.
     pub fn prefill<O: StepObserver + ?Sized>(
         &mut self,
         slot: SlotId,
@@ -435,9 +455,10 @@ impl Slots {
         if observer.before_step(&step).is_break() {
             return Err(cancelled(done, n_past));
         }
-        let logits = self
-            .forward(&[(slot.get(), chunk)], observer)?
-            .swap_remove(0);
+        let logits = match self.forward(&[(slot.get(), chunk)], observer) {
+            Err(EngineError::Interrupted { .. }) => return Err(cancelled(done, n_past)),
+            r => r?.swap_remove(0),
+        };
         let step = step.finished(self.slot(slot).n_past(), None);
         if observer.after_step(&step).is_break() {
             return Err(cancelled(step.done, step.n_past));

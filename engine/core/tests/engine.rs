@@ -549,8 +549,9 @@ impl hydra_engine_core::StepObserver for LayerLog {
         _device: &candle_core::Device,
         layers_done: usize,
         n_layers: usize,
-    ) {
+    ) -> ControlFlow<()> {
         self.layers.push((slot, layers_done, n_layers));
+        ControlFlow::Continue(())
     }
 }
 
@@ -614,6 +615,110 @@ fn a_batched_decode_step_is_heard_for_every_slot_of_the_batch() {
             "{bad:?} changed nothing"
         );
     }
+}
+
+/// Breaks at layer `at` of the forward of each slot in `stop` (a prefill chunk, or a
+/// batched decode step); counts the layers it heard.
+struct StopAtLayer {
+    at: usize,
+    stop: Vec<usize>,
+    heard: usize,
+}
+
+impl hydra_engine_core::StepObserver for StopAtLayer {
+    fn layer_done(
+        &mut self,
+        slot: usize,
+        _device: &candle_core::Device,
+        layers_done: usize,
+        _n_layers: usize,
+    ) -> ControlFlow<()> {
+        self.heard += 1;
+        if layers_done == self.at && self.stop.contains(&slot) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
+#[test]
+fn a_break_at_a_layer_abandons_the_chunk_and_leaves_the_slot_as_before_it() {
+    let model = builtin();
+    let n_layer = model.config().n_layer;
+    assert!(n_layer > 2, "the break falls inside the forward");
+    let prompt: Vec<u32> = (0..48).map(|i| 65 + i % 26).collect();
+    let mut slots = Slots::new(model.clone(), 2, 256).unwrap();
+    let id = slots.id(0).unwrap();
+    slots.prefill(id, &prompt[..16], 16, &mut ()).unwrap();
+    let mut stop = StopAtLayer {
+        at: 2,
+        stop: vec![0],
+        heard: 0,
+    };
+    match slots.prefill_chunk(id, &prompt[16..], 16, 48, &mut stop) {
+        Err(EngineError::Cancelled { slot, done, n_past }) => {
+            assert_eq!(
+                (slot, done, n_past),
+                (0, 16, 16),
+                "the chunk is not counted"
+            )
+        }
+        other => panic!("a break at a layer cancels the chunk: {other:?}"),
+    }
+    assert_eq!(stop.heard, 2, "no layer runs after the break");
+    assert_eq!(
+        slots.n_past(id),
+        16,
+        "the chunk's tokens are not in the cache"
+    );
+    // The slot goes on as if the chunk had never started: the same logits as a slot that
+    // took the same chunks without a break.
+    let resumed = slots.prefill(id, &prompt[16..], 32, &mut ()).unwrap();
+    let mut fresh = Slots::new(model, 1, 256).unwrap();
+    let f = fresh.id(0).unwrap();
+    fresh.prefill(f, &prompt[..16], 16, &mut ()).unwrap();
+    let whole = fresh.prefill(f, &prompt[16..], 32, &mut ()).unwrap();
+    assert_eq!(resumed, whole);
+    assert_eq!(slots.n_past(id), 48);
+}
+
+#[test]
+fn a_batched_decode_step_runs_on_unless_every_slot_breaks() {
+    let model = builtin();
+    let n_layer = model.config().n_layer;
+    let mut slots = Slots::new(model, 2, 256).unwrap();
+    let prompt: Vec<u32> = (0..10).map(|i| 65 + i).collect();
+    for slot in [0, 1] {
+        slots
+            .prefill(slots.id(slot).unwrap(), &prompt, 64, &mut ())
+            .unwrap();
+    }
+    let id = |i| SlotId::new(i, 2).unwrap();
+    let mut one = StopAtLayer {
+        at: 1,
+        stop: vec![1],
+        heard: 0,
+    };
+    let out = slots
+        .decode_batch(&[(id(0), 70), (id(1), 71)], &mut one)
+        .unwrap();
+    assert_eq!(
+        (out.len(), one.heard),
+        (2, 2 * n_layer),
+        "slot 0 still wants it"
+    );
+    let mut both = StopAtLayer {
+        at: 1,
+        stop: vec![0, 1],
+        heard: 0,
+    };
+    let r = slots.decode_batch(&[(id(0), 72), (id(1), 73)], &mut both);
+    assert!(
+        matches!(r, Err(EngineError::Interrupted { layers_done: 1, .. })),
+        "{r:?}"
+    );
+    assert_eq!((slots.n_past(id(0)), slots.n_past(id(1))), (11, 11));
 }
 
 /// Greedy generation in several slots at once, one batched forward per step, against the

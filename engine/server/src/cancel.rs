@@ -81,6 +81,13 @@ impl CancelBoard {
             .get(slot)
             .is_some_and(|c| c.load(Ordering::Relaxed) == task_id)
     }
+
+    /// Compute thread: whether task `task_id` on `slot` must stop now: its client has
+    /// gone (`client_gone`: a generation's output abandoned, or the receiving end of a
+    /// reply dropped with the request), or the front end cancelled it.
+    pub fn task_stops(&self, slot: usize, task_id: u64, client_gone: bool) -> bool {
+        client_gone || self.is_cancelled(slot, task_id)
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,15 @@ macro_rules! step_publisher {
             progress: &mut $c.progress,
             kind: $kind,
             shutdown: &$c.shutdown,
+            stop: None,
+        }
+    };
+    ($c:expr, $kind:expr, $stop:expr) => {
+        $crate::progress::StepPublisher {
+            progress: &mut $c.progress,
+            kind: $kind,
+            shutdown: &$c.shutdown,
+            stop: Some($stop),
         }
     };
 }

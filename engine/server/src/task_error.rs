@@ -124,7 +124,9 @@ impl From<EngineError> for TaskError {
             | EngineError::TokenOutOfRange { .. }
             | EngineError::InvalidOption { .. } => ClientError::InvalidInput(text),
             EngineError::State(_) => ClientError::StateRejected(text),
-            EngineError::Cancelled { .. } => ClientError::Cancelled,
+            EngineError::Cancelled { .. } | EngineError::Interrupted { .. } => {
+                ClientError::Cancelled
+            }
             EngineError::StateIo(_) => return Self::Io(text),
             EngineError::Candle(_) | EngineError::OutOfMemory(_) => return Self::Compute(text),
             EngineError::Io { .. }

@@ -326,6 +326,47 @@ async fn a_cancelled_prefill_stops_at_its_next_chunk_and_answers_cancelled() {
     }
 }
 
+/// Waits (at most [`LIMIT`]) until slot 0's step in flight has finished a layer; returns
+/// the layers of its forward.
+async fn until_a_layer_is_done(rig: &Rig) -> u64 {
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let snap = reader.slot(0).expect("slot 0");
+        if let Some(l) = snap.layer().filter(|l| l.done >= 1) {
+            return l.total;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no layer finished");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_stops_a_prompt_chunk_at_its_next_layer_on_the_cpu() {
+    // One chunk of 3,000 tokens: cancelled once its first layer is done, it stops at a
+    // later layer boundary and is abandoned, so the slot holds none of it.
+    let rig = Rig::with(1, |c| {
+        c.ctx = 4096;
+        c.ubatch = 4096;
+    });
+    let rx = post_prefill(&rig, 0, prompt(&rig, 3000));
+    let n_layers = until_a_layer_is_done(&rig).await;
+    let asked = std::time::Instant::now();
+    let task_id = cancel_when_running(&rig).await;
+    match reply(rx).await {
+        Err(TaskError::Client(ClientError::Cancelled)) => {}
+        other => panic!("a prefill cancelled mid-chunk answers cancelled: {other:?}"),
+    }
+    eprintln!(
+        "cancelled inside a chunk of {n_layers} layers; answered {:?} after the cancel",
+        asked.elapsed()
+    );
+    assert_idle_cancelled(&rig, task_id);
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    let s = reader.slot(0).expect("slot 0").state;
+    assert_eq!(s.n_past, 0, "the chunk in flight was abandoned: {s:?}");
+}
+
 #[tokio::test]
 async fn a_cancelled_decode_answers_the_tokens_it_generated() {
     let rig = rig_holding(8).await;

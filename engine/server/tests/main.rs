@@ -3,6 +3,7 @@
 //! cancellation, the error classes), and the router through `tower::ServiceExt::oneshot`
 //! for every error mapping of both surfaces. Nothing binds a port.
 
+mod cancel_storm;
 mod compute;
 mod router;
 mod support;

@@ -5,6 +5,7 @@
 //! only between steps.
 
 use candle_core::Device;
+use std::ops::ControlFlow;
 
 /// Told after each transformer layer of a forward has been issued on `device`.
 ///
@@ -14,10 +15,20 @@ use candle_core::Device;
 /// device's stream), never publish at enqueue time. The forward never waits for the hook.
 pub trait LayerHook {
     /// `layers_done` of `n_layers` layers of this forward are issued (1 after the first).
-    fn layer_done(&mut self, device: &Device, layers_done: usize, n_layers: usize);
+    /// `Break` stops the forward at this layer boundary: it fails with
+    /// [`EngineError::Interrupted`](crate::EngineError::Interrupted) and no cache takes
+    /// its tokens.
+    fn layer_done(
+        &mut self,
+        device: &Device,
+        layers_done: usize,
+        n_layers: usize,
+    ) -> ControlFlow<()>;
 }
 
 /// The hook that hears nothing.
 impl LayerHook for () {
-    fn layer_done(&mut self, _device: &Device, _layers_done: usize, _n_layers: usize) {}
+    fn layer_done(&mut self, _device: &Device, _done: usize, _n_layers: usize) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
 }

@@ -389,7 +389,12 @@ impl DecoderWeights {
             let residual = &h1;
             let xs = layer.ffn_norm.forward(&h1)?;
             h = (layer.mlp.forward(&xs)? + residual)?;
-            hook.layer_done(&self.device, i + 1, n_layers);
+            if hook.layer_done(&self.device, i + 1, n_layers).is_break() {
+                return Err(EngineError::Interrupted {
+                    layers_done: i + 1,
+                    n_layers,
+                });
+            }
         }
         for s in seqs.iter_mut() {
             s.cache.commit(s.tokens.len());

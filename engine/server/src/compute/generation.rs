@@ -83,11 +83,13 @@ impl Compute {
         })
     }
 
-    /// Whether task `task_id` on `slot` must stop now: its client has gone (`client_gone`:
-    /// a generation's output abandoned, or the receiving end of a reply dropped with the
-    /// request), or the front end cancelled it.
+    /// Whether task `task_id` on `slot` must stop now ([`CancelBoard::task_stops`]).
+    ///
+    /// [`CancelBoard::task_stops`]: crate::cancel::CancelBoard::task_stops
     pub(super) fn task_cancelled(&self, slot: SlotId, task_id: u64, client_gone: bool) -> bool {
-        client_gone || self.shared.cancel.is_cancelled(slot.get(), task_id)
+        self.shared
+            .cancel
+            .task_stops(slot.get(), task_id, client_gone)
     }
 
     /// The prompt of `job` on `slot` is in: on to generating `n_predict` tokens.

@@ -139,13 +139,18 @@ impl PromptJob {
     /// reply can no longer be received, a generation's output is abandoned), or the front
     /// end cancelled it (`POST /slots/{id}?action=cancel`).
     pub(super) fn is_cancelled(&self, c: &Compute) -> bool {
+        self.stops_on(&c.shared.cancel)
+    }
+
+    /// [`is_cancelled`](Self::is_cancelled) against `board` alone, for the layer
+    /// boundaries of a chunk in flight (when the compute state is lent to the forward).
+    pub(super) fn stops_on(&self, board: &crate::cancel::CancelBoard) -> bool {
+        let slot = self.slot.get();
         match &self.reply {
             PromptReply::Generate { job, .. } => {
-                c.task_cancelled(self.slot, job.task_id, job.out.is_abandoned())
+                board.task_stops(slot, job.task_id, job.out.is_abandoned())
             }
-            PromptReply::Prefill(reply) => {
-                c.task_cancelled(self.slot, self.task_id, reply.is_closed())
-            }
+            PromptReply::Prefill(reply) => board.task_stops(slot, self.task_id, reply.is_closed()),
         }
     }
 

@@ -32,6 +32,7 @@ use crate::task::{Task, TaskKind};
 use crate::task_error::{ClientError, TaskError};
 use hydra_engine_core::sampling::StopReason;
 use hydra_engine_core::slots::{Logits, SlotId, StepObserver};
+use hydra_engine_core::EngineError;
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -321,7 +322,9 @@ impl Stepping<'_> {
             return p.cancel(c);
         }
         let end = (p.done + c.ubatch).min(p.tokens.len());
-        let mut publisher = step_publisher!(c, TokenKind::Prompt);
+        let board = &c.shared.cancel;
+        let stop = || p.stops_on(board);
+        let mut publisher = step_publisher!(c, TokenKind::Prompt, &stop);
         let r = c.slots.prefill_chunk(
             p.slot,
             &p.tokens[p.done..end],
@@ -338,6 +341,11 @@ impl Stepping<'_> {
                 Some(Job::Prompt(p))
             }
             Ok(_) => p.finish(c),
+            // Stopped at a layer boundary of the chunk: the chunk is abandoned.
+            Err(EngineError::Cancelled { .. }) if p.is_cancelled(c) => {
+                p.cancel(c);
+                None
+            }
             Err(e) => {
                 Job::Prompt(p).fail(c, e.into());
                 None

@@ -297,7 +297,7 @@ impl Progress {
 }
 
 /// Publishes every step of a prefill or generation on one slot, and stops it when the
-/// engine shuts down.
+/// engine shuts down, or, at a layer boundary on the CPU, when `stop` says so.
 pub struct StepPublisher<'a> {
     /// The publisher.
     pub progress: &'a mut Progress,
@@ -305,6 +305,10 @@ pub struct StepPublisher<'a> {
     pub kind: TokenKind,
     /// Set when the engine shuts down.
     pub shutdown: &'a AtomicBool,
+    /// Asked after each layer of a forward computed on the CPU: true stops the forward
+    /// there (its task was cancelled). On an asynchronous device a layer is only enqueued
+    /// when it is heard, so the task stops at the step's end instead.
+    pub stop: Option<&'a dyn Fn() -> bool>,
 }
 
 impl StepObserver for StepPublisher<'_> {
@@ -318,9 +322,20 @@ impl StepObserver for StepPublisher<'_> {
     }
 
     #[inline]
-    fn layer_done(&mut self, slot: usize, device: &Device, layers_done: usize, n_layers: usize) {
+    fn layer_done(
+        &mut self,
+        slot: usize,
+        device: &Device,
+        layers_done: usize,
+        n_layers: usize,
+    ) -> ControlFlow<()> {
         self.progress
             .layer_done(slot, device, layers_done, n_layers);
+        if device.is_cpu() && layers_done < n_layers && self.stop.is_some_and(|stop| stop()) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
     }
 
     fn after_step(&mut self, step: &StepDone) -> ControlFlow<()> {
