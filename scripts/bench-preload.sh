@@ -36,12 +36,15 @@
 #    falls on both sides alike; rate = llama-bench's tokens/s. Reports the ratio of
 #    medians, the median of per-round ratios and their interquartile range.
 #
-# HYDRA_BENCH_RPC=1: the same wall-clock comparison through a ggml RPC split, the
-# deployment's shape: two RPC peers of this llama.cpp (ggml-rpc-server, one thread each)
-# on loopback ports, and llama-bench with --rpc a,b -ngl 99 -ts 1/1, so every layer runs on
-# a peer and the preloaded side publishes the devices and the waits on them. Nothing is
-# pinned (the peers need the cores), and valgrind does not apply (the work is in the
-# peers): instructions are not counted.
+# HYDRA_BENCH_RPC=1: the same comparison through a ggml RPC split, the deployment's shape:
+# two RPC peers of this llama.cpp (ggml-rpc-server, one thread each, native, not under
+# valgrind) on loopback ports, and llama-bench with --rpc a,b -ngl 99 -ts 1/1, so every
+# layer runs on a peer and the preloaded side publishes the devices and the waits on them.
+# Nothing is pinned (the peers need the cores). The instructions counted are then the
+# host's alone (graph building, the RPC client, and the preload's waits: every interposed
+# call that blocks on a peer, and ggml's per-tensor size questions to its buffer type),
+# so their ratio is the preload's cost against the host's own work, not a rate; the
+# preloaded run is checked to have published waits.
 #
 # HYDRA_PRELOAD_SO: a library already built (default: cargo build --release of this tree).
 # HYDRA_BENCH_N_SHORT, HYDRA_BENCH_N_LONG: the two valgrind generations (default 4, 20);
@@ -60,7 +63,6 @@ case "$mode" in
 esac
 rpc=${HYDRA_BENCH_RPC:-0}
 [ "$rpc" = 1 ] && [ "$mode" = threshold ] && { echo "HYDRA_BENCH_RPC=1 is for the decode and prompt modes" >&2; exit 2; }
-[ "$rpc" = 1 ] && export HYDRA_BENCH_VALGRIND=0
 n_short=${HYDRA_BENCH_N_SHORT:-$short_default}
 n_long=${HYDRA_BENCH_N_LONG:-$long_default}
 cpu=${HYDRA_BENCH_CPU:-$(($(nproc) - 1))}
@@ -129,7 +131,7 @@ run() {
   local exe=$bench
   [ "${1:-}" = valgrind ] && exe=$bench_vg
   if [ "$rpc" = 1 ]; then
-    env "${env[@]}" "$exe" -m "$model" "${shape[@]}" -r 1 -t 1 --rpc "$peers" -ngl 99 \
+    env "${env[@]}" "$@" "$exe" -m "$model" "${shape[@]}" -r 1 -t 1 --rpc "$peers" -ngl 99 \
       -ts 1/1 --no-warmup -o json
     return
   fi
@@ -144,6 +146,10 @@ instructions() { # instructions SIDE N
     >/dev/null 2>"$out.log"
   if [ "$1" = preload ] && ! grep -q 'hydra_preload' "$out"; then
     echo "the preloaded run did not execute the preload" >&2
+    exit 1
+  fi
+  if [ "$1" = preload ] && [ "$rpc" = 1 ] && ! grep -q 'waits.*Wait.*begin' "$out"; then
+    echo "the preloaded RPC run did not publish a wait" >&2
     exit 1
   fi
   if [ "$1" = preload ] && [ "$mode" = prompt ] && ! grep -q 'layers.*chain' "$out"; then
@@ -234,10 +240,11 @@ rates, n1, n2, a1, a2, b1, b2, after, mode = sys.argv[1:]
 n = int(n2) - int(n1)
 per_a = (int(a2) - int(a1)) / n
 per_b = (int(b2) - int(b1)) / n
+host = "host " if __import__("os").environ.get("HYDRA_BENCH_RPC") == "1" else ""
 if per_b > 0:
-    print(f"instructions per token: plain {per_a:,.0f}, preload {per_b:,.0f} "
-          f"(+{per_b - per_a:,.0f}); rate ratio preload/plain {per_a / per_b:.5f}")
-    instr = f"instructions {per_a / per_b:.5f}"
+    print(f"{host}instructions per token: plain {per_a:,.0f}, preload {per_b:,.0f} "
+          f"(+{per_b - per_a:,.0f}); ratio plain/preload {per_a / per_b:.5f}")
+    instr = f"{host}instructions {per_a / per_b:.5f}"
 else:
     instr = "instructions not counted (HYDRA_BENCH_VALGRIND=0)"
 rows = [l.split() for l in open(rates)]

@@ -40,6 +40,15 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         slot: Option<usize>,
     },
+    /// Latency histograms (p50/p90/p99) and counters of one engine, its slots summed
+    /// (format v1.3 statistics, kept by the writer since the segment was created)
+    Stats {
+        /// Engine id or path to a segment file (may be omitted when only one engine exists)
+        engine: Option<String>,
+        /// Only this slot
+        #[arg(long, value_name = "N")]
+        slot: Option<usize>,
+    },
     /// Print the Hydra meta JSON of one slot (the drop-in answer to STATE_META)
     Meta {
         /// Engine id or path to a segment file

@@ -23,6 +23,7 @@ mod list;
 mod meta;
 mod output;
 mod show;
+mod stats;
 mod watch;
 
 pub use args::{Cli, Command};
@@ -64,6 +65,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
         Command::List => list::run(&ctx, out)?,
         Command::Show { engine, slot } => show::run(&ctx, engine.as_deref(), *slot, out)?,
         Command::Meta { engine, slot } => meta::run(&ctx, engine, *slot, out)?,
+        Command::Stats { engine, slot } => stats::run(&ctx, engine.as_deref(), *slot, out)?,
         Command::Watch {
             engine,
             interval,

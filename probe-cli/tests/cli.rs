@@ -193,6 +193,53 @@ fn show_table_json_and_slot_filter() {
 }
 
 #[test]
+fn stats_sums_the_slots_histograms_and_counters() {
+    let (s, mut w) = live_engine(2);
+    // Slot 0: a task of three 20 ms decode steps.
+    let t0 = clock::monotonic_ns() - 10 * S;
+    let mut st = SlotState::default();
+    st.begin_task(1, Phase::Decode, hydra_layout::WorkUnit::Tokens, 3, t0);
+    for i in 0..3 {
+        st.start_step(1, t0 + i * S / 10);
+        w.publish(0, &st).unwrap();
+        st.finish_step(i + 1, t0 + i * S / 10 + S / 50);
+        w.publish(0, &st).unwrap();
+    }
+    st.finish(
+        hydra_layout::FinishReason::Completed,
+        hydra_layout::ErrorCode::None,
+    );
+    w.publish(0, &st).unwrap();
+    s.probe(&["stats", "e1"])
+        .code_is(0)
+        .stdout_has("engine e1 (2 slots summed)")
+        .stdout_has("tasks: 1 begun, 1 ended")
+        .stdout_has("3 generated")
+        .stdout_has("HISTOGRAM")
+        .stdout_has("inter_token_latency  3");
+    let json = s.probe(&["--json", "stats", "e1"]).code_is(0).json();
+    assert_eq!(json["published"], true);
+    let itl = json["histograms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["name"] == "inter_token_latency")
+        .expect("inter-token latency")
+        .clone();
+    assert_eq!(itl["count"], 3);
+    let mean = itl["mean"].as_f64().unwrap();
+    assert!((mean - 0.02).abs() < 1e-9, "{itl}");
+    s.probe(&["stats", "e1", "--slot", "1"])
+        .code_is(0)
+        .stdout_has("engine e1 slot 1")
+        .stdout_has("0 generated");
+    s.probe_error(
+        &["stats", "e1", "--slot", "2"],
+        "slot 2 out of range: engine \"e1\" has 2 slots",
+    );
+}
+
+#[test]
 fn show_names_the_device_a_slot_waits_on() {
     let s = Scratch::new();
     let (_w, _) = s.rpc_split("split");

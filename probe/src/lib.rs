@@ -51,6 +51,7 @@ mod gc;
 pub mod human;
 mod meta;
 mod ser;
+mod stats;
 #[cfg(test)]
 mod test_support;
 mod thresholds;
@@ -64,5 +65,6 @@ pub use error::ProbeError;
 pub use findings::{findings, Finding};
 pub use gc::{gc, temporary_engine_id, GcAction, GcEntry, GcOptions};
 pub use meta::{HydraMeta, MetaFigures};
+pub use stats::{HistogramSummary, LeftOut, Named, NamedFigure, StatsReport};
 pub use thresholds::{parse_duration, Thresholds};
 pub use view::{DeviceRef, DeviceWait, EngineView, SlotView};
