@@ -49,6 +49,15 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         slot: Option<usize>,
     },
+    /// The last steps of each slot from its flight recorder (format v1.3): kind, result,
+    /// start, duration against the prediction, layers, device waits; a dead engine's too
+    History {
+        /// Engine id or path to a segment file (may be omitted when only one engine exists)
+        engine: Option<String>,
+        /// Only this slot
+        #[arg(long, value_name = "N")]
+        slot: Option<usize>,
+    },
     /// Print the Hydra meta JSON of one slot (the drop-in answer to STATE_META)
     Meta {
         /// Engine id or path to a segment file

@@ -19,6 +19,7 @@
 mod args;
 mod check;
 mod gc;
+mod history;
 mod list;
 mod meta;
 mod output;
@@ -66,6 +67,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
         Command::Show { engine, slot } => show::run(&ctx, engine.as_deref(), *slot, out)?,
         Command::Meta { engine, slot } => meta::run(&ctx, engine, *slot, out)?,
         Command::Stats { engine, slot } => stats::run(&ctx, engine.as_deref(), *slot, out)?,
+        Command::History { engine, slot } => history::run(&ctx, engine.as_deref(), *slot, out)?,
         Command::Watch {
             engine,
             interval,

@@ -240,6 +240,44 @@ fn stats_sums_the_slots_histograms_and_counters() {
 }
 
 #[test]
+fn history_lists_the_last_steps_oldest_first_by_id_or_path() {
+    let (s, mut w) = live_engine(2);
+    let t0 = clock::monotonic_ns() - 10 * S;
+    let mut st = SlotState::default();
+    st.begin_task(7, Phase::Decode, hydra_layout::WorkUnit::Tokens, 3, t0);
+    for i in 0..3 {
+        st.start_step(1, t0 + i * S / 10);
+        w.publish(1, &st).unwrap();
+        st.finish_step(i + 1, t0 + i * S / 10 + S / 50);
+        w.publish(1, &st).unwrap();
+    }
+    s.probe(&["history", "e1", "--slot", "1"])
+        .code_is(0)
+        .stdout_has("engine e1 slot 1: 3 steps, oldest first")
+        .stdout_has("RESULT")
+        .stdout_has("decode")
+        .stdout_has("advanced")
+        .stdout_has("20ms");
+    let json = s.probe(&["--json", "history", "e1"]).code_is(0).json();
+    let slots = json["slots"].as_array().unwrap();
+    assert_eq!(slots.len(), 2);
+    assert_eq!(slots[0]["steps"].as_array().unwrap().len(), 0);
+    let steps = slots[1]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3);
+    assert_eq!(steps[2]["task_id"], 7);
+    assert!(steps[0]["ordinal"].as_u64() < steps[2]["ordinal"].as_u64());
+    // By path.
+    let path = w.path().to_str().unwrap().to_owned();
+    s.probe(&["history", &path, "--slot", "1"])
+        .code_is(0)
+        .stdout_has("3 steps");
+    s.probe_error(
+        &["history", "e1", "--slot", "9"],
+        "slot 9 out of range: engine \"e1\" has 2 slots",
+    );
+}
+
+#[test]
 fn show_names_the_device_a_slot_waits_on() {
     let s = Scratch::new();
     let (_w, _) = s.rpc_split("split");
