@@ -58,6 +58,19 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         slot: Option<usize>,
     },
+    /// Write the slots' recent steps as Chrome Trace Event JSON (open it in
+    /// ui.perfetto.dev or chrome://tracing): one track per slot, one event per step
+    Trace {
+        /// Engine id or path to a segment file (may be omitted when only one engine exists)
+        engine: Option<String>,
+        /// The file to write
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: std::path::PathBuf,
+        /// Also sample the engine for this long first (every 100 ms): each slot's verdict
+        /// when it changes, and its layer position
+        #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: Option<u64>,
+    },
     /// Print the Hydra meta JSON of one slot (the drop-in answer to STATE_META)
     Meta {
         /// Engine id or path to a segment file

@@ -25,6 +25,7 @@ mod meta;
 mod output;
 mod show;
 mod stats;
+mod trace;
 mod watch;
 
 pub use args::{Cli, Command};
@@ -68,6 +69,11 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> anyhow::Result<u8> {
         Command::Meta { engine, slot } => meta::run(&ctx, engine, *slot, out)?,
         Command::Stats { engine, slot } => stats::run(&ctx, engine.as_deref(), *slot, out)?,
         Command::History { engine, slot } => history::run(&ctx, engine.as_deref(), *slot, out)?,
+        Command::Trace {
+            engine,
+            output,
+            seconds,
+        } => trace::run(&ctx, engine.as_deref(), output, *seconds, out)?,
         Command::Watch {
             engine,
             interval,

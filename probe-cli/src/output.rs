@@ -21,7 +21,7 @@ pub fn render_clap_error(e: &clap::Error) -> String {
         e.kind(),
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand
     ) {
-        return "missing command: list, show, stats, history, meta, watch, check or gc (see hydra-probe --help)"
+        return "missing command: list, show, stats, history, trace, meta, watch, check or gc (see hydra-probe --help)"
             .into();
     }
     let text = e.render().to_string();

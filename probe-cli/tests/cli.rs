@@ -278,6 +278,47 @@ fn history_lists_the_last_steps_oldest_first_by_id_or_path() {
 }
 
 #[test]
+fn trace_writes_the_steps_as_chrome_trace_events_and_samples_verdicts() {
+    let (s, mut w) = live_engine(2);
+    let t0 = clock::monotonic_ns() - 10 * S;
+    let mut st = SlotState::default();
+    st.begin_task(7, Phase::Decode, hydra_layout::WorkUnit::Tokens, 0, t0);
+    for i in 0..3 {
+        st.start_step(1, t0 + i * S / 10);
+        w.publish(1, &st).unwrap();
+        st.finish_step(i + 1, t0 + i * S / 10 + S / 50);
+        w.publish(1, &st).unwrap();
+    }
+    let file = s.tmp.path().join("trace.json");
+    let out = file.to_str().unwrap();
+    s.probe(&["trace", "e1", "-o", out, "--seconds", "1"])
+        .code_is(0)
+        .stdout_has("wrote 3 steps of engine e1");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let steps: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert_eq!(steps.len(), 3);
+    assert_eq!(
+        (&steps[0]["tid"], &steps[0]["name"]),
+        (&1.into(), &"decode".into())
+    );
+    assert_eq!(steps[0]["dur"], 20_000, "20 ms in microseconds");
+    assert_eq!(steps[0]["ts"], (t0 / 1_000));
+    assert_eq!(steps[2]["args"]["task_id"], 7);
+    let verdicts: Vec<_> = events.iter().filter(|e| e["ph"] == "i").collect();
+    assert!(
+        verdicts.iter().any(|e| e["tid"] == 1),
+        "slot 1's verdict was sampled: {verdicts:?}"
+    );
+    s.probe_error(&["trace", "e1"], "--output");
+    s.probe_error(&["trace", "e1", "-o", out, "--seconds", "0"], "0");
+    s.probe_error(
+        &["trace", "e1", "-o", "/nonexistent-dir/t.json"],
+        "cannot write /nonexistent-dir/t.json",
+    );
+}
+
+#[test]
 fn show_names_the_device_a_slot_waits_on() {
     let s = Scratch::new();
     let (_w, _) = s.rpc_split("split");
