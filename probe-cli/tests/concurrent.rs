@@ -73,3 +73,55 @@ fn meta_and_show_read_consistent_records_while_a_writer_publishes() {
     );
     drop(writer);
 }
+
+#[test]
+fn after_kill_9_stats_and_history_read_the_dead_engines_segment() {
+    let s = Scratch::new();
+    let mut writer = ChildWriter::spawn("fake_writer_child", &s.dir, "doomed", 2);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while loop_iterations_of(&s, "doomed") < 200 {
+        assert!(Instant::now() < deadline, "the writer never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writer.kill9();
+    let health = s.probe(&["--json", "show", "doomed"]).code_is(0).json();
+    assert_eq!(health["health"], "dead", "{health}");
+    let stats = s.probe(&["--json", "stats", "doomed"]).code_is(0).json();
+    let decode_steps = stats["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "decode")
+        .and_then(|n| n["value"].as_u64())
+        .unwrap_or(0);
+    assert!(decode_steps > 100, "{stats}");
+    let history = s
+        .probe(&["--json", "history", "doomed", "--slot", "0"])
+        .code_is(0)
+        .json();
+    let steps = history["slots"][0]["steps"].as_array().unwrap();
+    assert!(!steps.is_empty() && steps.len() <= 64, "{history}");
+    let last = steps.last().unwrap();
+    assert_eq!(last["kind"], "decode", "{last}");
+    assert!(
+        steps
+            .windows(2)
+            .all(|p| p[0]["ordinal"].as_u64() < p[1]["ordinal"].as_u64()),
+        "oldest first"
+    );
+    // The ring's last entry is the last step the slot finished before the kill.
+    let slot0 = s
+        .probe(&["--json", "stats", "doomed", "--slot", "0"])
+        .code_is(0)
+        .json();
+    let finished = slot0["steps"][0]["value"].as_u64();
+    assert_eq!(last["ordinal"].as_u64(), finished, "{slot0}");
+    s.probe(&["history", "doomed", "--slot", "1"])
+        .code_is(0)
+        .stdout_has("oldest first");
+}
+
+fn loop_iterations_of(s: &Scratch, id: &str) -> u64 {
+    let v = s.probe(&["--json", "show", id]).code_is(0).json();
+    v["header"]["loop_iterations"].as_u64().unwrap_or(0)
+}

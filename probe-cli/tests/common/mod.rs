@@ -239,6 +239,15 @@ impl ChildWriter {
     }
 }
 
+impl ChildWriter {
+    /// Kills the writer with SIGKILL (no clean close: its segment stays, its lock frees)
+    /// and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for ChildWriter {
     fn drop(&mut self) {
         let _ = self.child.kill();
