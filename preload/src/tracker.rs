@@ -291,10 +291,14 @@ impl Tracker {
     }
 
     /// Publishes the device words of `slots`' step in flight (a wait begins or ends,
-    /// FORMAT §5.6). A slot index out of range is skipped.
+    /// FORMAT §5.6). A slot index out of range, or without a step in flight (a call whose
+    /// awaited outputs the idle sweep already ended), is skipped: the step boundary that
+    /// ended its step cleared its words.
     pub fn step_devices(&mut self, slots: &[usize], d: &hydra_layout::StepDevices) {
         for &slot in slots {
-            let _ = self.writer.publish_step_devices(slot, d);
+            if self.slots.get(slot).is_some_and(|s| s.step_start_ns != 0) {
+                let _ = self.writer.publish_step_devices(slot, d);
+            }
         }
     }
 
@@ -934,6 +938,40 @@ mod tests {
         t.seq_removed(0, -1, -1);
         let s = *t.slot(0).unwrap();
         assert_eq!((s.phase, s.step_start_ns, s.work_done), (Phase::Idle, 0, 2));
+    }
+
+    #[test]
+    fn a_wait_is_published_only_for_a_step_in_flight() {
+        use hydra_layout::header::capabilities as caps;
+        let tmp = tempfile::tempdir().unwrap();
+        let w = SegmentWriter::create(&SegmentConfig {
+            dir: tmp.path().into(),
+            engine_id: "t".into(),
+            slot_count: 1,
+            description: EngineDescription {
+                capabilities: STEP_PREDICTION | caps::DEVICES | caps::DEVICE_WAIT,
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let mut t = Tracker::new(w, 8192, 8192);
+        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        let wait = hydra_layout::StepDevices {
+            layers_sent: 0,
+            wait_device: 1,
+            wait_since_ns: 150,
+        };
+        start_decode(&mut t, 0, vec![], 100);
+        t.step_devices(&[0], &wait);
+        assert_eq!(r.slot(0).unwrap().devices.map(|d| d.wait_device), Some(1));
+        t.step_devices(&[0], &hydra_layout::StepDevices::default());
+        assert!(t.decode_returned(0, 200, true));
+        assert_eq!(t.sweep_idle(10_000, 1_000), 1, "never synchronized");
+        // A wait on this thread after that (the call still looks awaited here) writes
+        // nothing on the slot, whose step is over.
+        t.step_devices(&[0], &wait);
+        let snap = r.slot(0).unwrap();
+        assert_eq!(snap.devices.map(|d| d.wait_device), Some(0), "{snap:?}");
     }
 
     #[test]
