@@ -190,12 +190,9 @@ pub unsafe fn sched_compute_with(
     sched: *mut GgmlSched,
     graph: *mut GgmlGraph,
 ) -> i32 {
-    let plan = guarded(|| {
-        layers::scheduler_seen(sched);
-        // SAFETY: forwarded from this function's contract.
-        Some(unsafe { layers::plan(sched, graph) })
-    })
-    .unwrap_or(layers::Plan::Pass);
+    // SAFETY: forwarded from this function's contract.
+    let plan =
+        guarded(|| Some(unsafe { layers::plan(sched, graph) })).unwrap_or(layers::Plan::Pass);
     if plan == layers::Plan::Pass {
         // SAFETY: forwarded from this function's contract.
         let status = unsafe { real(sched, graph) };

@@ -260,16 +260,6 @@ pub fn call_context() -> Option<(*mut LlamaContext, u64)> {
     with_call(|c| c.active.then_some((c.ctx as *mut LlamaContext, c.n_layer))).flatten()
 }
 
-/// The scheduler `sched` computes a graph on this thread: when a tracked call is in
-/// flight here, it is the call's.
-pub fn scheduler_seen(sched: *mut GgmlSched) {
-    with_call(|c| {
-        if c.active {
-            c.sched = sched as usize;
-        }
-    });
-}
-
 /// Whether the tracked call on this thread computed its forwards through a scheduler.
 pub fn call_scheduled() -> bool {
     with_call(|c| c.active && c.sched != 0).unwrap_or(false)
@@ -360,7 +350,7 @@ unsafe fn inspect(graph: *mut GgmlGraph, scan_layers: bool) -> (bool, u64) {
 }
 
 /// Decides what to do with `graph`, about to be computed by `sched` on this thread, and
-/// prepares an armed compute.
+/// prepares an armed compute; a tracked call in flight here records `sched` as its own.
 ///
 /// # Safety
 /// `sched` and `graph` are the host's live scheduler and graph.
@@ -380,6 +370,10 @@ pub unsafe fn plan(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
 /// As [`plan`].
 unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
     let Some((armed_call, multi)) = with_call(|c| {
+        if c.active {
+            // The call's scheduler, whose synchronize its outputs are awaited from.
+            c.sched = sched as usize;
+        }
         (
             c.active && c.publisher.is_some(),
             c.active && c.n_ubatch > 0 && c.n_tokens > c.n_ubatch,

@@ -231,22 +231,27 @@ fn layer_field(l: &HydraProbeLayer, value: u64) -> Option<Option<u64>> {
     (l.published == 1).then_some((l.in_step == 1).then_some(value))
 }
 
+/// `hydra_probe_value_name(kind, raw)` as an owned string.
+fn value_name(kind: u32, raw: u64) -> String {
+    // SAFETY: a known kind gives a static NUL-terminated string.
+    unsafe { CStr::from_ptr(hydra_probe_value_name(kind, raw)) }
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A handle's string, checked NUL-terminated.
+fn owned_text(s: &HydraProbeStr) -> String {
+    // SAFETY: the handle owns `len` bytes at `ptr` (and is open).
+    let b = unsafe { std::slice::from_raw_parts(s.ptr.cast::<u8>(), s.len + 1) };
+    assert_eq!(b[s.len], 0, "NUL-terminated");
+    String::from_utf8(b[..s.len].to_vec()).unwrap()
+}
+
 /// Checks that the meta numbers `n` with description `d` give meta `m`, field for field
 /// and as JSON (for an engine without a device table: tests/devices.rs has the others).
 fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta) {
-    let name = |kind: u32, raw: u64| {
-        // SAFETY: a known kind gives a static NUL-terminated string.
-        unsafe { CStr::from_ptr(hydra_probe_value_name(kind, raw)) }
-            .to_str()
-            .unwrap()
-            .to_owned()
-    };
-    let text = |s: &HydraProbeStr| {
-        // SAFETY: the handle owns `len` bytes at `ptr` (and is open).
-        let b = unsafe { std::slice::from_raw_parts(s.ptr.cast::<u8>(), s.len + 1) };
-        assert_eq!(b[s.len], 0, "NUL-terminated");
-        String::from_utf8(b[..s.len].to_vec()).unwrap()
-    };
+    let (name, text) = (value_name, owned_text);
     let opt = |v: i64| u64::try_from(v).ok();
     let fig = |v: f64| (v >= 0.0).then_some(v);
     let s = &n.slot;

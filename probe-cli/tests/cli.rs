@@ -192,19 +192,31 @@ fn show_table_json_and_slot_filter() {
     s.probe(&["show", &path]).code_is(0).stdout_has("engine e1");
 }
 
+/// Task `task_id` of three 20 ms decode steps, 100 ms apart, on `slot`, begun 10 s ago:
+/// its record after them, and its start.
+fn three_decode_steps(w: &mut SegmentWriter, slot: usize, task_id: u64) -> (SlotState, u64) {
+    let t0 = clock::monotonic_ns() - 10 * S;
+    let mut st = SlotState::default();
+    st.begin_task(
+        task_id,
+        Phase::Decode,
+        hydra_layout::WorkUnit::Tokens,
+        3,
+        t0,
+    );
+    for i in 0..3 {
+        st.start_step(1, t0 + i * S / 10);
+        w.publish(slot, &st).unwrap();
+        st.finish_step(i + 1, t0 + i * S / 10 + S / 50);
+        w.publish(slot, &st).unwrap();
+    }
+    (st, t0)
+}
+
 #[test]
 fn stats_sums_the_slots_histograms_and_counters() {
     let (s, mut w) = live_engine(2);
-    // Slot 0: a task of three 20 ms decode steps.
-    let t0 = clock::monotonic_ns() - 10 * S;
-    let mut st = SlotState::default();
-    st.begin_task(1, Phase::Decode, hydra_layout::WorkUnit::Tokens, 3, t0);
-    for i in 0..3 {
-        st.start_step(1, t0 + i * S / 10);
-        w.publish(0, &st).unwrap();
-        st.finish_step(i + 1, t0 + i * S / 10 + S / 50);
-        w.publish(0, &st).unwrap();
-    }
+    let (mut st, _) = three_decode_steps(&mut w, 0, 1);
     st.finish(
         hydra_layout::FinishReason::Completed,
         hydra_layout::ErrorCode::None,
@@ -242,15 +254,7 @@ fn stats_sums_the_slots_histograms_and_counters() {
 #[test]
 fn history_lists_the_last_steps_oldest_first_by_id_or_path() {
     let (s, mut w) = live_engine(2);
-    let t0 = clock::monotonic_ns() - 10 * S;
-    let mut st = SlotState::default();
-    st.begin_task(7, Phase::Decode, hydra_layout::WorkUnit::Tokens, 3, t0);
-    for i in 0..3 {
-        st.start_step(1, t0 + i * S / 10);
-        w.publish(1, &st).unwrap();
-        st.finish_step(i + 1, t0 + i * S / 10 + S / 50);
-        w.publish(1, &st).unwrap();
-    }
+    three_decode_steps(&mut w, 1, 7);
     s.probe(&["history", "e1", "--slot", "1"])
         .code_is(0)
         .stdout_has("engine e1 slot 1: 3 steps, oldest first")
@@ -280,15 +284,7 @@ fn history_lists_the_last_steps_oldest_first_by_id_or_path() {
 #[test]
 fn trace_writes_the_steps_as_chrome_trace_events_and_samples_verdicts() {
     let (s, mut w) = live_engine(2);
-    let t0 = clock::monotonic_ns() - 10 * S;
-    let mut st = SlotState::default();
-    st.begin_task(7, Phase::Decode, hydra_layout::WorkUnit::Tokens, 0, t0);
-    for i in 0..3 {
-        st.start_step(1, t0 + i * S / 10);
-        w.publish(1, &st).unwrap();
-        st.finish_step(i + 1, t0 + i * S / 10 + S / 50);
-        w.publish(1, &st).unwrap();
-    }
+    let (_, t0) = three_decode_steps(&mut w, 1, 7);
     let file = s.tmp.path().join("trace.json");
     let out = file.to_str().unwrap();
     s.probe(&["trace", "e1", "-o", out, "--seconds", "1"])

@@ -55,6 +55,24 @@ fn found_list(found: &[String]) -> String {
 }
 
 impl ProbeError {
+    /// The slots `slot` asks for among the `count` of engine `engine`: that one, or every
+    /// slot when `None`; [`ProbeError::SlotOutOfRange`] past the count.
+    pub(crate) fn slots_asked(
+        engine: &str,
+        count: usize,
+        slot: Option<usize>,
+    ) -> Result<std::ops::Range<usize>, ProbeError> {
+        match slot {
+            Some(s) if s >= count => Err(Self::SlotOutOfRange {
+                engine: engine.to_owned(),
+                slot: s,
+                count,
+            }),
+            Some(s) => Ok(s..s + 1),
+            None => Ok(0..count),
+        }
+    }
+
     /// The kind of this error, in the classification every surface maps from
     /// ([`hydra_layout::ErrorKind`]): a layout error keeps its own kind; a directory or
     /// engine that is not there is [`ErrorKind::NotFound`](hydra_layout::ErrorKind::NotFound).

@@ -77,18 +77,7 @@ impl HistoryReport {
         now_ns: u64,
     ) -> Result<Self, ProbeError> {
         let identity = reader.identity();
-        let count = reader.slot_count();
-        let slots: Vec<usize> = match slot {
-            Some(s) if s >= count => {
-                return Err(ProbeError::SlotOutOfRange {
-                    engine: identity.engine_id.clone(),
-                    slot: s,
-                    count,
-                })
-            }
-            Some(s) => vec![s],
-            None => (0..count).collect(),
-        };
+        let slots = ProbeError::slots_asked(&identity.engine_id, reader.slot_count(), slot)?;
         let devices = reader.devices().ok();
         let name = |id: u64| match devices.as_ref().and_then(|d| d.known()) {
             Some(d) => d.describe(id),

@@ -7,7 +7,7 @@
 //! never as zeros.
 
 use crate::error::ProbeError;
-use hydra_layout::stats::{Counter, Histogram, HistogramKind, SlotStats, CAUSE_WORDS};
+use hydra_layout::stats::{Counter, Histogram, HistogramKind, SlotStats};
 use hydra_layout::{ErrorCode, FinishCause, Phase, SegmentReader};
 use serde::Serialize;
 
@@ -90,18 +90,7 @@ impl StatsReport {
     /// The statistics of `slot`, or of every slot summed, of the engine `reader` maps.
     pub fn capture(reader: &SegmentReader, slot: Option<usize>) -> Result<Self, ProbeError> {
         let engine_id = reader.identity().engine_id.clone();
-        let count = reader.slot_count();
-        let slots: Vec<usize> = match slot {
-            Some(s) if s >= count => {
-                return Err(ProbeError::SlotOutOfRange {
-                    engine: engine_id,
-                    slot: s,
-                    count,
-                })
-            }
-            Some(s) => vec![s],
-            None => (0..count).collect(),
-        };
+        let slots = ProbeError::slots_asked(&engine_id, reader.slot_count(), slot)?;
         let mut report = Self::empty(engine_id);
         let mut copies = Vec::new();
         for s in slots {
@@ -146,59 +135,61 @@ impl StatsReport {
         let Some(first) = copies.first() else {
             return;
         };
-        let total =
-            |f: &dyn Fn(&SlotStats) -> u64| copies.iter().map(f).fold(0u64, u64::saturating_add);
         self.counters = Counter::ALL
             .into_iter()
             .filter(|c| c.is_monotonic() && first.counter(*c).is_some())
             .map(|c| Named {
                 name: c.as_str().to_owned(),
-                value: total(&|s| s.counter(c).unwrap_or(0)),
+                value: sum_each(copies, |s| [s.counter(c).unwrap_or(0)])[0],
             })
             .collect();
-        let sum_array = |get: &dyn Fn(&SlotStats) -> Option<[u64; CAUSE_WORDS]>| {
-            first.tasks_by_cause().map(|_| {
-                let mut out = [0u64; CAUSE_WORDS];
-                for s in copies {
-                    for (o, v) in out.iter_mut().zip(get(s).unwrap_or_default()) {
-                        *o = o.saturating_add(v);
-                    }
-                }
-                out
-            })
-        };
-        self.tasks_by_cause = sum_array(&|s| s.tasks_by_cause())
-            .map(|a| nonzero(&a, |i| FinishCause::from_raw(i).as_str()));
-        self.errors_by_code = sum_array(&|s| s.errors_by_code())
-            .map(|a| nonzero(&a, |i| ErrorCode::from_raw(i).as_str()));
-        let phases = |get: &dyn Fn(&SlotStats) -> [u64; 8]| {
-            let mut out = [0u64; 8];
-            for s in copies {
-                for (o, v) in out.iter_mut().zip(get(s)) {
-                    *o = o.saturating_add(v);
-                }
-            }
-            out
-        };
-        self.busy_seconds = nonzero(&phases(&|s| s.busy_ns()), phase_name)
+        if first.tasks_by_cause().is_some() {
+            let causes = sum_each(copies, |s| s.tasks_by_cause().unwrap_or_default());
+            let errors = sum_each(copies, |s| s.errors_by_code().unwrap_or_default());
+            self.tasks_by_cause = Some(nonzero(&causes, |i| FinishCause::from_raw(i).as_str()));
+            self.errors_by_code = Some(nonzero(&errors, |i| ErrorCode::from_raw(i).as_str()));
+        }
+        self.busy_seconds = nonzero(&sum_each(copies, SlotStats::busy_ns), phase_name)
             .into_iter()
             .map(|n| NamedFigure {
                 name: n.name,
                 value: n.value as f64 / 1e9,
             })
             .collect();
-        self.steps = nonzero(&phases(&|s| s.steps()), phase_name);
-        self.steps_abandoned = nonzero(&phases(&|s| s.steps_abandoned()), phase_name);
+        self.steps = nonzero(&sum_each(copies, SlotStats::steps), phase_name);
+        self.steps_abandoned = nonzero(&sum_each(copies, SlotStats::steps_abandoned), phase_name);
         self.histograms = HistogramKind::ALL
             .into_iter()
             .filter_map(|kind| {
                 let mut h = first.histogram(kind)?;
                 for s in &copies[1..] {
-                    add(&mut h, &s.histogram(kind)?);
+                    let more = s.histogram(kind)?;
+                    add_into(std::slice::from_mut(&mut h.count), &[more.count]);
+                    add_into(std::slice::from_mut(&mut h.sum), &[more.sum]);
+                    add_into(&mut h.buckets, &more.buckets);
                 }
                 Some(summarise(&h))
             })
             .collect();
+    }
+}
+
+/// The element-wise sum of `get` over `copies`, saturating.
+fn sum_each<const N: usize>(
+    copies: &[SlotStats],
+    get: impl Fn(&SlotStats) -> [u64; N],
+) -> [u64; N] {
+    let mut out = [0u64; N];
+    for s in copies {
+        add_into(&mut out, &get(s));
+    }
+    out
+}
+
+/// Adds `more` to `into`, element by element, saturating.
+fn add_into(into: &mut [u64], more: &[u64]) {
+    for (a, b) in into.iter_mut().zip(more) {
+        *a = a.saturating_add(*b);
     }
 }
 
@@ -216,15 +207,6 @@ fn nonzero(a: &[u64], name: impl Fn(u64) -> &'static str) -> Vec<Named> {
             value,
         })
         .collect()
-}
-
-/// Adds `h`'s observations to `into` (the same kind), saturating.
-fn add(into: &mut Histogram, h: &Histogram) {
-    into.count = into.count.saturating_add(h.count);
-    into.sum = into.sum.saturating_add(h.sum);
-    for (a, b) in into.buckets.iter_mut().zip(&h.buckets) {
-        *a = a.saturating_add(*b);
-    }
 }
 
 fn summarise(h: &Histogram) -> HistogramSummary {

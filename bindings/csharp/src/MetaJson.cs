@@ -104,7 +104,7 @@ namespace Hydra.Progress
                             m.HasSubsteps = true;
                         if (field >= PredictionFields && field < PredictionFields + 2)
                             m.HasPredictions = true;
-                        if ((field >= WaitFields && field < WaitFields + 2) || field >= WaitRuleFields)
+                        if ((field >= WaitFields && field < WaitFields + 2) || (field >= WaitRuleFields && field < WaitRuleFields + 2))
                             m.HasDeviceWaits = true;
                     }
                     SkipWs(p, len, ref i);

@@ -6,11 +6,12 @@
 //! must have generated what it generates alone, a cancelled one a prefix of it, and the
 //! segment's counters must add up. The seed is printed (`HYDRA_CANCEL_SEED` replays it).
 
+use crate::compute::generate_spec;
 use crate::support::{Rig, LIMIT};
-use hydra_engine_core::sampling::{SamplerConfig, StopReason};
+use hydra_engine_core::sampling::StopReason;
 use hydra_engine_server::cancel::Cancelled;
-use hydra_engine_server::task::generate::{GenEvent, GenSummary, GenerateSpec};
-use hydra_engine_server::task::{DecodeSpec, TaskKind};
+use hydra_engine_server::task::generate::{GenEvent, GenSummary};
+use hydra_engine_server::task::TaskKind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -39,31 +40,12 @@ enum Outcome {
     },
 }
 
-fn spec(r: &Request) -> GenerateSpec {
-    GenerateSpec {
-        tokens: r.prompt.clone(),
-        cache_prompt: false,
-        decode: DecodeSpec {
-            n_predict: r.n_predict,
-            sampler: SamplerConfig {
-                temperature: 0.0,
-                top_k: 0,
-                top_p: 1.0,
-                seed: 1,
-            },
-            stop_at_eos: false,
-        },
-        stop: Vec::new(),
-        logprobs: None,
-    }
-}
-
 /// Runs `r` on `slot` until it ends, or until its client goes away.
 async fn run(rig: &Rig, slot: usize, r: &Request) -> Outcome {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let events = tx;
     let kind = TaskKind::Generate {
-        spec: spec(r),
+        spec: generate_spec(r.prompt.clone(), r.n_predict),
         events,
     };
     rig.post(rig.state.slot(slot).expect("a slot"), kind);

@@ -22,6 +22,17 @@ fn decode(n_predict: usize) -> DecodeSpec {
     }
 }
 
+/// A greedy generation of `n_predict` tokens after `prompt` (no prompt cache, no stop).
+pub(crate) fn generate_spec(prompt: Vec<u32>, n_predict: usize) -> GenerateSpec {
+    GenerateSpec {
+        tokens: prompt,
+        cache_prompt: false,
+        decode: decode(n_predict),
+        stop: Vec::new(),
+        logprobs: None,
+    }
+}
+
 fn generation(
     rig: &Rig,
     slot: usize,
@@ -32,13 +43,7 @@ fn generation(
     rig.post(
         rig.state.slot(slot).expect("a slot"),
         TaskKind::Generate {
-            spec: GenerateSpec {
-                tokens: prompt,
-                cache_prompt: false,
-                decode: decode(n_predict),
-                stop: Vec::new(),
-                logprobs: None,
-            },
+            spec: generate_spec(prompt, n_predict),
             events: tx,
         },
     );
