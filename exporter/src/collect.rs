@@ -20,7 +20,7 @@
 
 use crate::stats::{DirState, ErrorKind, ExporterStats};
 use hydra_layout::{clock, Lifecycle, SegmentReader};
-use hydra_probe::{scan, EngineView, ProbeError, Thresholds};
+use hydra_probe::{scan, EngineView, ProbeError, StatsSum, Thresholds};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -80,6 +80,10 @@ pub struct EngineEntry {
     pub view: Result<EngineView, ReadError>,
     /// The file left the directory since the last scan; this is its last (closed) report.
     pub vanished: bool,
+    /// The engine's statistics (format v1.3): one sum of all its slots, or one per slot
+    /// (`Some(slot)`) when the collector keeps them per slot; empty when the view failed
+    /// or the writer keeps none.
+    pub stats: Vec<(Option<usize>, StatsSum)>,
 }
 
 /// Everything read in one scrape.
@@ -98,6 +102,15 @@ impl Collection {
     pub fn views(&self) -> impl Iterator<Item = &EngineView> + Clone {
         self.engines.iter().filter_map(|e| e.view.as_ref().ok())
     }
+
+    /// The readable engines' views with their statistics.
+    pub fn views_with_stats(
+        &self,
+    ) -> impl Iterator<Item = (&EngineView, &[(Option<usize>, StatsSum)])> + Clone {
+        self.engines
+            .iter()
+            .filter_map(|e| Some((e.view.as_ref().ok()?, e.stats.as_slice())))
+    }
 }
 
 #[derive(Debug)]
@@ -113,6 +126,7 @@ struct CachedReader {
 pub struct Collector {
     dir: PathBuf,
     thresholds: Thresholds,
+    per_slot_stats: bool,
     cache: Mutex<HashMap<PathBuf, CachedReader>>,
     stats: ExporterStats,
 }
@@ -123,9 +137,17 @@ impl Collector {
         Self {
             dir: dir.into(),
             thresholds,
+            per_slot_stats: false,
             cache: Mutex::new(HashMap::new()),
             stats: ExporterStats::new(),
         }
+    }
+
+    /// Keeps each engine's statistics per slot (a `slot` label on every histogram and
+    /// counter of them) instead of one sum per engine.
+    pub fn with_per_slot_stats(mut self, per_slot: bool) -> Self {
+        self.per_slot_stats = per_slot;
+        self
     }
 
     /// The segment directory.
@@ -180,11 +202,15 @@ impl Collector {
         let mut cache = self.lock_cache();
         let mut seen = Vec::with_capacity(found.segments.len());
         for seg in found.segments {
-            let view = match self.reader_locked(&mut cache, &seg.path) {
-                Ok(Some(reader)) => self.capture(&mut cache, &seg.path, &reader),
+            let (view, stats) = match self.reader_locked(&mut cache, &seg.path) {
+                Ok(Some(reader)) => {
+                    let view = self.capture(&mut cache, &seg.path, &reader);
+                    let stats = self.stats_of(&reader, view.is_ok());
+                    (view, stats)
+                }
                 // Gone between the scan and the lstat: it closed; not an error.
                 Ok(None) => continue,
-                Err(e) => Err(e),
+                Err(e) => (Err(e), Vec::new()),
             };
             if let Err(e) = &view {
                 self.stats.read_error(e.kind);
@@ -195,6 +221,7 @@ impl Collector {
                 path: seg.path,
                 view,
                 vanished: false,
+                stats,
             });
         }
         for stray in found.strays {
@@ -212,6 +239,7 @@ impl Collector {
                 path: stray.path,
                 view: Err(err),
                 vanished: false,
+                stats: Vec::new(),
             });
         }
         // Readers whose file left the directory: report a clean close once, then forget.
@@ -235,6 +263,7 @@ impl Collector {
                         path,
                         view: Ok(view),
                         vanished: true,
+                        stats: self.stats_of(&cached.reader, true),
                     });
                 }
             }
@@ -320,6 +349,30 @@ impl Collector {
                 Err(ReadError::from_probe(&e))
             }
         }
+    }
+
+    /// The statistics of the engine `reader` maps, summed or per slot; none unless `read`
+    /// (its view was captured) and the writer keeps them. When a slot's copy fails (torn,
+    /// or refused by the format's checks), its statistics are not exported at this scrape,
+    /// and neither is a sum that would lack it: a gap, never a sum that goes backwards,
+    /// which Prometheus would take for a counter reset.
+    fn stats_of(&self, reader: &SegmentReader, read: bool) -> Vec<(Option<usize>, StatsSum)> {
+        if !read {
+            return Vec::new();
+        }
+        let asked: Vec<Option<usize>> = if self.per_slot_stats {
+            (0..reader.slot_count()).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        asked
+            .into_iter()
+            .filter_map(|slot| {
+                let sum = StatsSum::capture(reader, slot).ok()?;
+                (sum.published && sum.left_out.is_empty() && !sum.slots.is_empty())
+                    .then_some((slot, sum))
+            })
+            .collect()
     }
 
     fn count_slot_reads(&self, view: &EngineView) {

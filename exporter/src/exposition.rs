@@ -78,6 +78,9 @@ pub(crate) enum Kind {
     Gauge,
     /// `counter`: the sample name ends in `_total`.
     Counter,
+    /// `histogram`: the samples are `name_sum`, `name_count` and the cumulative
+    /// `name_bucket{le="…"}`s ([`Family::histogram`]).
+    Histogram,
 }
 
 /// One exposition being written.
@@ -137,11 +140,13 @@ impl Exposition {
         out.push_str(match kind {
             Kind::Gauge => " gauge\n",
             Kind::Counter => " counter\n",
+            Kind::Histogram => " histogram\n",
         });
         let mut family = Family {
             out,
             name,
             samples: 0,
+            format: self.format,
         };
         samples(&mut family);
         if family.samples == 0 {
@@ -165,6 +170,7 @@ pub(crate) struct Family<'o> {
     out: &'o mut String,
     name: &'o str,
     samples: usize,
+    format: Format,
 }
 
 impl Family<'_> {
@@ -235,6 +241,127 @@ impl Family<'_> {
             out.push_str(&tails[usize::from(is(i))][skip..]);
         }
         self.samples += states.tails.len();
+    }
+}
+
+/// The observations of one histogram series, its buckets not cumulative.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Observations<'h, S> {
+    /// The sum of the observed values, in the histogram's unit.
+    pub(crate) sum: S,
+    /// How many were observed.
+    pub(crate) count: u64,
+    /// Per bucket of the [`Les`] it is written with (the last is `+Inf`).
+    pub(crate) buckets: &'h [u64],
+}
+
+impl Family<'_> {
+    /// The series of one histogram for one label set (and an optional extra pair), in the
+    /// order prometheus-client writes them: in text 0.0.4 the cumulative
+    /// `name_bucket{…,le="…"}`s in ascending `le`, then `name_sum` and `name_count`; in
+    /// OpenMetrics `name_sum` and `name_count` first. The buckets saturate.
+    #[inline(always)]
+    pub(crate) fn histogram<S: Value>(
+        &mut self,
+        labels: Labels<'_>,
+        extra: Option<&ExtraLabel>,
+        les: &Les,
+        h: Observations<'_, S>,
+    ) {
+        debug_assert_eq!(h.buckets.len(), les.text.len());
+        // The pairs without braces: `engine="e",kind="prefill"` (empty without labels).
+        let inner = labels
+            .0
+            .strip_prefix('{')
+            .and_then(|l| l.strip_suffix("} "));
+        let mut pairs = String::from(inner.unwrap_or_default());
+        if let Some(e) = extra {
+            if !pairs.is_empty() {
+                pairs.push(',');
+            }
+            pairs.push_str(&e.pair);
+        }
+        match self.format {
+            Format::Text => {
+                self.buckets(&pairs, &les.text, h.buckets);
+                self.sum_and_count(&pairs, h.sum, h.count);
+            }
+            Format::OpenMetrics => {
+                self.sum_and_count(&pairs, h.sum, h.count);
+                self.buckets(&pairs, &les.open_metrics, h.buckets);
+            }
+        }
+        self.samples += 2 + h.buckets.len();
+    }
+
+    fn sum_and_count<S: Value>(&mut self, pairs: &str, sum: S, count: u64) {
+        let out = &mut *self.out;
+        for (suffix, value) in [("_sum", None), ("_count", Some(count))] {
+            out.push_str(self.name);
+            out.push_str(suffix);
+            if pairs.is_empty() {
+                out.push(' ');
+            } else {
+                out.push('{');
+                out.push_str(pairs);
+                out.push_str("} ");
+            }
+            match value {
+                None => sum.write(out),
+                Some(n) => n.write(out),
+            }
+            out.push('\n');
+        }
+    }
+
+    fn buckets(&mut self, pairs: &str, tails: &[String], buckets: &[u64]) {
+        let out = &mut *self.out;
+        let mut total = 0u64;
+        for (n, tail) in buckets.iter().zip(tails) {
+            total = total.saturating_add(*n);
+            out.push_str(self.name);
+            out.push_str("_bucket{");
+            out.push_str(pairs);
+            if !pairs.is_empty() {
+                out.push(',');
+            }
+            out.push_str(tail);
+            total.write(out);
+            out.push('\n');
+        }
+    }
+}
+
+/// The `le` labels of one bucket layout, each rendered once as the end of a `_bucket`
+/// sample's label set (`le="0.000128"} `), as each format spells a bound: an integral
+/// bound is `1` in text 0.0.4 (as Go's client writes it) and `1.0` in OpenMetrics (its
+/// canonical float; Prometheus 3 normalises both to that).
+#[derive(Debug)]
+pub(crate) struct Les {
+    text: Vec<String>,
+    open_metrics: Vec<String>,
+}
+
+impl Les {
+    /// The layout whose bucket bounds are `les`, exact decimals in ascending order, the
+    /// last `+Inf`.
+    pub(crate) fn new(les: impl IntoIterator<Item = String>) -> Self {
+        let tail = |le: &str| {
+            let mut tail = String::new();
+            push_pair(&mut tail, "le", le);
+            tail.push_str("} ");
+            tail
+        };
+        let (mut text, mut open_metrics) = (Vec::new(), Vec::new());
+        for le in les {
+            text.push(tail(&le));
+            if le.bytes().all(|b| b.is_ascii_digit()) {
+                open_metrics.push(tail(&format!("{le}.0")));
+            } else {
+                open_metrics.push(tail(&le));
+            }
+        }
+        Self { text, open_metrics }
     }
 }
 

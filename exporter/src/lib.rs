@@ -26,6 +26,7 @@
 
 pub mod api;
 pub mod collect;
+pub mod engine_stats;
 mod exposition;
 pub mod http;
 pub mod metrics;
@@ -33,4 +34,4 @@ pub mod stats;
 
 pub use collect::Collector;
 pub use http::{router, serve, AppState};
-pub use metrics::{render, Format, METRIC_NAMES};
+pub use metrics::{is_sample_name, render, Format, METRIC_NAMES};

@@ -25,6 +25,11 @@ struct Cli {
     /// Segment directory [default: $HYDRA_PROGRESS_DIR, else /dev/shm/hydra-progress]
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Export each engine's statistics (the latency histograms and the task, token and step
+    /// counters) per slot, with a `slot` label, instead of summed per engine. Costs about
+    /// 700 series per slot
+    #[arg(long)]
+    per_slot_stats: bool,
     /// Classification thresholds (the same flags as hydra-probe).
     #[command(flatten)]
     thresholds: ThresholdArgs,
@@ -52,7 +57,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let dir = hydra_layout::naming::resolve_dir(cli.dir.as_deref());
-    let collector = Arc::new(Collector::new(dir.clone(), cli.thresholds.thresholds()));
+    let collector = Arc::new(
+        Collector::new(dir.clone(), cli.thresholds.thresholds())
+            .with_per_slot_stats(cli.per_slot_stats),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -44,8 +44,10 @@ use std::sync::Arc;
 
 pub use crate::exposition::Format;
 
-/// Every sample name `/metrics` can contain (counters with their `_total`), in output
-/// order. Tests check dashboards and alert rules against this list.
+/// Every family `/metrics` can contain, in output order: the sample name of a gauge or
+/// counter (`_total` included), the family name of a histogram (its samples add
+/// `_bucket`, `_sum` and `_count`: [`is_sample_name`]). Tests check dashboards and alert
+/// rules against this list.
 pub const METRIC_NAMES: &[&str] = &[
     "hydra_engine_info",
     "hydra_engine_device_info",
@@ -85,6 +87,25 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_slot_n_past_tokens",
     "hydra_slot_context_size_tokens",
     "hydra_slot_pending_tasks",
+    "hydra_time_to_first_token_seconds",
+    "hydra_inter_token_latency_seconds",
+    "hydra_request_queue_time_seconds",
+    "hydra_request_prefill_time_seconds",
+    "hydra_request_decode_time_seconds",
+    "hydra_e2e_request_latency_seconds",
+    "hydra_step_duration_seconds",
+    "hydra_step_duration_over_predicted_ratio",
+    "hydra_tasks_begun_total",
+    "hydra_tasks_ended_total",
+    "hydra_tasks_without_arrival_total",
+    "hydra_prompt_tokens_computed_total",
+    "hydra_prompt_tokens_reused_total",
+    "hydra_tokens_generated_total",
+    "hydra_tasks_finished_total",
+    "hydra_task_errors_total",
+    "hydra_busy_seconds_total",
+    "hydra_steps_total",
+    "hydra_steps_abandoned_total",
     "hydra_exporter_engines",
     "hydra_exporter_scrape_duration_seconds",
     "hydra_dir_up",
@@ -93,6 +114,12 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_exporter_seqlock_retries_total",
     "hydra_exporter_scrapes_total",
 ];
+
+/// Whether `/metrics` can contain a sample named `name`: a gauge or counter of
+/// [`METRIC_NAMES`], or a histogram's `_bucket`, `_sum` or `_count`.
+pub fn is_sample_name(name: &str) -> bool {
+    METRIC_NAMES.contains(&name) || crate::engine_stats::is_histogram_sample(name)
+}
 
 /// Values of `hydra_slot_phase{phase}` (every phase the format knows, plus "unknown").
 pub const PHASES: [&str; 7] = [
@@ -140,6 +167,7 @@ pub fn render(collection: Arc<Collection>, stats: &ExporterStats, format: Format
     let mut x = Exposition::with_capacity(format, rows.size_hint());
     engine_families(&mut x, &rows);
     slot_families(&mut x, &rows);
+    crate::engine_stats::stats_families(&mut x, &collection);
     scrape_families(&mut x, &collection);
     // Writing into a String cannot fail; an encoder error would be a bug in a label set.
     let res = match format {

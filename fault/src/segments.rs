@@ -7,9 +7,13 @@
 
 use hydra_layout::header::capabilities as caps;
 use hydra_layout::{
-    clock, Device, DeviceKind, Devices, EngineDescription, LayerRange, Phase, SegmentConfig,
-    SegmentReader, SegmentWriter, SlotState, StepDevices, Substep, WorkUnit,
+    clock, Device, DeviceKind, Devices, EngineDescription, ErrorCode, FinishCause, FinishReason,
+    LayerRange, Phase, Prediction, SegmentConfig, SegmentReader, SegmentWriter, SlotState,
+    StepDevices, Substep, WorkUnit,
 };
+
+/// A millisecond in nanoseconds.
+const MILLIS: u64 = 1_000_000;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -59,6 +63,11 @@ impl Scratch {
             description: d,
         })
         .unwrap_or_else(|e| panic!("create segment {id}: {e}\n{}", self.describe()))
+    }
+
+    /// [`served`] in this directory.
+    pub fn served(&self, id: &str, slots: usize) -> SegmentWriter {
+        served(&self.dir, id, slots)
     }
 
     /// [`rpc_split`] in this directory.
@@ -257,4 +266,92 @@ fn wait_on(w: &mut SegmentWriter, device: u64, since: u64) {
         wait_since_ns: since,
     };
     w.publish_step_devices(0, &wait).expect("publish wait");
+}
+
+/// An engine of `slots` slots (held by the caller: dropping the writer closes it) that gives arrivals, finish causes and predictions. Slot
+/// `s` serves one request: it arrives at `t0`, waits 5 ms, prefills 100 tokens in one
+/// 40 ms step predicted at 20 ms, then decodes `s + 2` tokens in 10 ms steps predicted
+/// at 10 ms, and ends by length. Slot 1 then fails a second request in its prefill
+/// (a 30 ms step, no prediction) with a compute error.
+pub fn served(dir: &Path, id: &str, slots: usize) -> SegmentWriter {
+    let mut description = description();
+    description.capabilities |= caps::ARRIVAL_TIMES | caps::FINISH_CAUSES | caps::STEP_PREDICTION;
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: dir.to_path_buf(),
+        engine_id: id.into(),
+        slot_count: slots,
+        description,
+    })
+    .expect("writer");
+    for slot in 0..slots {
+        let t0 = 1_000 * MILLIS * (slot as u64 + 1);
+        let mut s = SlotState::default();
+        w.note_arrival(slot, t0).unwrap();
+        s.begin_task(
+            slot as u64 + 1,
+            Phase::Prefill,
+            WorkUnit::Tokens,
+            100,
+            t0 + 5 * MILLIS,
+        );
+        served_step(
+            &mut w,
+            slot,
+            &mut s,
+            100,
+            (t0 + 5 * MILLIS, 40 * MILLIS),
+            Some(20 * MILLIS),
+        );
+        let mut at = t0 + 45 * MILLIS;
+        s.enter_phase(Phase::Decode, WorkUnit::Tokens, slot as u64 + 2, at);
+        for _ in 0..slot + 2 {
+            served_step(
+                &mut w,
+                slot,
+                &mut s,
+                1,
+                (at, 10 * MILLIS),
+                Some(10 * MILLIS),
+            );
+            at += 10 * MILLIS;
+        }
+        w.note_finish(slot, FinishCause::Length, at).unwrap();
+        s.finish(FinishReason::Completed, ErrorCode::None);
+        w.publish(slot, &s).unwrap();
+        if slot == 1 {
+            w.note_arrival(slot, at).unwrap();
+            s.begin_task(100, Phase::Prefill, WorkUnit::Tokens, 50, at);
+            served_step(&mut w, slot, &mut s, 50, (at, 30 * MILLIS), None);
+            w.note_finish(slot, FinishCause::Error, at + 30 * MILLIS)
+                .unwrap();
+            s.finish(FinishReason::Error, ErrorCode::Compute);
+            w.publish(slot, &s).unwrap();
+        }
+    }
+    w
+}
+
+/// One step of `size` units from `start` lasting `took`, published with its prediction.
+fn served_step(
+    w: &mut SegmentWriter,
+    slot: usize,
+    s: &mut SlotState,
+    size: u64,
+    (start, took): (u64, u64),
+    predicted: Option<u64>,
+) {
+    s.start_step(size, start);
+    match predicted {
+        Some(ns) => {
+            let p = Prediction {
+                step_expected_ns: ns,
+                step_start_ns: start,
+                ..Default::default()
+            };
+            w.publish_with_prediction(slot, s, &p).unwrap();
+        }
+        None => w.publish(slot, s).unwrap(),
+    }
+    s.finish_step(s.work_done + size, start + took);
+    w.publish(slot, s).unwrap();
 }

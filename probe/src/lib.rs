@@ -67,6 +67,6 @@ pub use findings::{findings, Finding};
 pub use gc::{gc, temporary_engine_id, GcAction, GcEntry, GcOptions};
 pub use history::{HistoryReport, SlotHistory, StepRecord};
 pub use meta::{HydraMeta, MetaFigures};
-pub use stats::{HistogramSummary, LeftOut, Named, NamedFigure, StatsReport};
+pub use stats::{HistogramSummary, LeftOut, Named, NamedFigure, StatsReport, StatsSum};
 pub use thresholds::{parse_duration, Thresholds};
 pub use view::{DeviceRef, DeviceWait, EngineView, SlotView};

@@ -7,7 +7,7 @@
 //! never as zeros.
 
 use crate::error::ProbeError;
-use hydra_layout::stats::{Counter, Histogram, HistogramKind, SlotStats};
+use hydra_layout::stats::{Counter, Histogram, HistogramKind, SlotStats, CAUSE_WORDS, PHASE_WORDS};
 use hydra_layout::{ErrorCode, FinishCause, Phase, SegmentReader};
 use serde::Serialize;
 
@@ -86,79 +86,100 @@ pub struct HistogramSummary {
     pub p99: Option<f64>,
 }
 
-impl StatsReport {
-    /// The statistics of `slot`, or of every slot summed, of the engine `reader` maps.
+/// The raw sum of an engine's slots' statistics (or of one slot's): what [`StatsReport`]
+/// summarises, and what an exporter writes as Prometheus counters and histograms. Every
+/// sum saturates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsSum {
+    /// The slots summed.
+    pub slots: Vec<usize>,
+    /// Slots left out, with why (a copy that fails FORMAT §17.7's checks, or unreadable).
+    pub left_out: Vec<LeftOut>,
+    /// Whether the writer keeps statistics at all (format v1.3 `slot_stats`); when not,
+    /// everything below is empty or zero.
+    pub published: bool,
+    /// The monotonic counters the writer fills, in block order.
+    pub counters: Vec<(Counter, u64)>,
+    /// Tasks ended per finish cause (indexed by [`FinishCause`]'s raw value), when the
+    /// writer gives causes.
+    pub tasks_by_cause: Option<[u64; CAUSE_WORDS]>,
+    /// Failed tasks per error code (indexed by [`ErrorCode`]'s raw value), likewise.
+    pub errors_by_code: Option<[u64; CAUSE_WORDS]>,
+    /// Nanoseconds busy per phase (indexed by [`Phase`]'s raw value).
+    pub busy_ns: [u64; PHASE_WORDS],
+    /// Finished steps per phase.
+    pub steps: [u64; PHASE_WORDS],
+    /// Abandoned steps per phase.
+    pub steps_abandoned: [u64; PHASE_WORDS],
+    /// Each histogram the writer fills, in block order, its buckets not cumulative.
+    pub histograms: Vec<Histogram>,
+}
+
+impl StatsSum {
+    /// The sum of `slot`'s statistics, or of every slot's, of the engine `reader` maps.
+    /// Each slot's block is copied once and checked; a failing one is left out and named.
     pub fn capture(reader: &SegmentReader, slot: Option<usize>) -> Result<Self, ProbeError> {
-        let engine_id = reader.identity().engine_id.clone();
-        let slots = ProbeError::slots_asked(&engine_id, reader.slot_count(), slot)?;
-        let mut report = Self::empty(engine_id);
+        let engine_id = &reader.identity().engine_id;
+        let slots = ProbeError::slots_asked(engine_id, reader.slot_count(), slot)?;
+        let mut left_out = Vec::new();
         let mut copies = Vec::new();
         for s in slots {
             match reader.stats(s) {
                 Ok(None) => {}
                 Ok(Some(copy)) => match copy.check() {
                     Ok(()) => copies.push((s, copy)),
-                    Err(defect) => report.leave_out(s, defect.to_string()),
+                    Err(defect) => left_out.push(LeftOut {
+                        slot: s,
+                        reason: defect.to_string(),
+                    }),
                 },
-                Err(e) => report.leave_out(s, e.to_string()),
+                Err(e) => left_out.push(LeftOut {
+                    slot: s,
+                    reason: e.to_string(),
+                }),
             }
         }
-        report.published = !copies.is_empty() || !report.left_out.is_empty();
-        report.slots = copies.iter().map(|(s, _)| *s).collect();
+        let published = !copies.is_empty() || !left_out.is_empty();
+        let slots = copies.iter().map(|(s, _)| *s).collect();
         let copies: Vec<SlotStats> = copies.into_iter().map(|(_, c)| c).collect();
-        report.sum(&copies);
-        Ok(report)
+        Ok(Self {
+            slots,
+            left_out,
+            published,
+            ..Self::of(&copies)
+        })
     }
 
-    fn empty(engine_id: String) -> Self {
-        Self {
-            engine_id,
+    /// The sum of `copies` (all of one writer, so the same families).
+    pub fn of(copies: &[SlotStats]) -> Self {
+        let mut sum = Self {
             slots: Vec::new(),
             left_out: Vec::new(),
-            published: false,
+            published: !copies.is_empty(),
             counters: Vec::new(),
             tasks_by_cause: None,
             errors_by_code: None,
-            busy_seconds: Vec::new(),
-            steps: Vec::new(),
-            steps_abandoned: Vec::new(),
+            busy_ns: [0; PHASE_WORDS],
+            steps: [0; PHASE_WORDS],
+            steps_abandoned: [0; PHASE_WORDS],
             histograms: Vec::new(),
-        }
-    }
-
-    fn leave_out(&mut self, slot: usize, reason: String) {
-        self.left_out.push(LeftOut { slot, reason });
-    }
-
-    /// Fills the report with the sum of `copies` (all of one writer, so the same families).
-    fn sum(&mut self, copies: &[SlotStats]) {
-        let Some(first) = copies.first() else {
-            return;
         };
-        self.counters = Counter::ALL
+        let Some(first) = copies.first() else {
+            return sum;
+        };
+        sum.counters = Counter::ALL
             .into_iter()
             .filter(|c| c.is_monotonic() && first.counter(*c).is_some())
-            .map(|c| Named {
-                name: c.as_str().to_owned(),
-                value: sum_each(copies, |s| [s.counter(c).unwrap_or(0)])[0],
-            })
+            .map(|c| (c, sum_each(copies, |s| [s.counter(c).unwrap_or(0)])[0]))
             .collect();
         if first.tasks_by_cause().is_some() {
-            let causes = sum_each(copies, |s| s.tasks_by_cause().unwrap_or_default());
-            let errors = sum_each(copies, |s| s.errors_by_code().unwrap_or_default());
-            self.tasks_by_cause = Some(nonzero(&causes, |i| FinishCause::from_raw(i).as_str()));
-            self.errors_by_code = Some(nonzero(&errors, |i| ErrorCode::from_raw(i).as_str()));
+            sum.tasks_by_cause = Some(sum_each(copies, |s| s.tasks_by_cause().unwrap_or_default()));
+            sum.errors_by_code = Some(sum_each(copies, |s| s.errors_by_code().unwrap_or_default()));
         }
-        self.busy_seconds = nonzero(&sum_each(copies, SlotStats::busy_ns), phase_name)
-            .into_iter()
-            .map(|n| NamedFigure {
-                name: n.name,
-                value: n.value as f64 / 1e9,
-            })
-            .collect();
-        self.steps = nonzero(&sum_each(copies, SlotStats::steps), phase_name);
-        self.steps_abandoned = nonzero(&sum_each(copies, SlotStats::steps_abandoned), phase_name);
-        self.histograms = HistogramKind::ALL
+        sum.busy_ns = sum_each(copies, SlotStats::busy_ns);
+        sum.steps = sum_each(copies, SlotStats::steps);
+        sum.steps_abandoned = sum_each(copies, SlotStats::steps_abandoned);
+        sum.histograms = HistogramKind::ALL
             .into_iter()
             .filter_map(|kind| {
                 let mut h = first.histogram(kind)?;
@@ -168,9 +189,63 @@ impl StatsReport {
                     add_into(std::slice::from_mut(&mut h.sum), &[more.sum]);
                     add_into(&mut h.buckets, &more.buckets);
                 }
-                Some(summarise(&h))
+                Some(h)
             })
             .collect();
+        sum
+    }
+
+    /// The histogram of `kind`, when the writer fills it.
+    pub fn histogram(&self, kind: HistogramKind) -> Option<&Histogram> {
+        self.histograms.iter().find(|h| h.kind == kind)
+    }
+
+    /// The counter `c`, when the writer fills it.
+    pub fn counter(&self, c: Counter) -> Option<u64> {
+        self.counters.iter().find(|(k, _)| *k == c).map(|(_, v)| *v)
+    }
+}
+
+impl StatsReport {
+    /// The statistics of `slot`, or of every slot summed, of the engine `reader` maps.
+    pub fn capture(reader: &SegmentReader, slot: Option<usize>) -> Result<Self, ProbeError> {
+        let sum = StatsSum::capture(reader, slot)?;
+        Ok(Self::of(reader.identity().engine_id.clone(), &sum))
+    }
+
+    /// The report of `sum`, an engine's statistics (see [`StatsSum`]).
+    pub fn of(engine_id: String, sum: &StatsSum) -> Self {
+        let seconds = |n: Named| NamedFigure {
+            name: n.name,
+            value: n.value as f64 / 1e9,
+        };
+        Self {
+            engine_id,
+            slots: sum.slots.clone(),
+            left_out: sum.left_out.clone(),
+            published: sum.published,
+            counters: sum
+                .counters
+                .iter()
+                .map(|(c, value)| Named {
+                    name: c.as_str().to_owned(),
+                    value: *value,
+                })
+                .collect(),
+            tasks_by_cause: sum
+                .tasks_by_cause
+                .map(|c| nonzero(&c, |i| FinishCause::from_raw(i).as_str())),
+            errors_by_code: sum
+                .errors_by_code
+                .map(|c| nonzero(&c, |i| ErrorCode::from_raw(i).as_str())),
+            busy_seconds: nonzero(&sum.busy_ns, phase_name)
+                .into_iter()
+                .map(seconds)
+                .collect(),
+            steps: nonzero(&sum.steps, phase_name),
+            steps_abandoned: nonzero(&sum.steps_abandoned, phase_name),
+            histograms: sum.histograms.iter().map(summarise).collect(),
+        }
     }
 }
 

@@ -7,6 +7,8 @@
 //! families, metadata and samples) and `benches/scrape.rs` (which times both in one run).
 //! Keep it as it was: it is the reference, not code to improve.
 
+mod stats;
+
 use hydra_exporter::collect::Collection;
 use hydra_exporter::metrics::{Format, LIVENESS, PHASES, WORK_METRICS};
 use hydra_exporter::stats::ExporterStats;
@@ -624,6 +626,7 @@ impl PromCollector for EngineMetrics {
         let mut f = FamilyWriter { enc: &mut encoder };
         self.encode_engines(&mut f)?;
         self.encode_slots(&mut f)?;
+        stats::encode(&self.0, f.enc)?;
         let c = &self.0;
         let mut m = f.enc.encode_descriptor(
             "hydra_exporter_engines",
