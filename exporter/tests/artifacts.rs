@@ -57,7 +57,7 @@ fn alert_rules_pass_promtool_and_use_emitted_metrics() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("expr:"))
         .collect();
-    assert_eq!(exprs.len(), 5, "{text}");
+    assert_eq!(exprs.len(), 6, "{text}");
     for e in &exprs {
         let names = metric_names(e);
         assert!(!names.is_empty(), "{e}");
@@ -69,6 +69,7 @@ fn alert_rules_pass_promtool_and_use_emitted_metrics() {
         "HydraEngineHung",
         "HydraExporterReadErrors",
         "HydraProgressDirectoryDown",
+        "HydraTimeToFirstTokenSLO",
     ] {
         assert!(text.contains(&format!("alert: {alert}")), "{alert} missing");
     }
@@ -110,6 +111,10 @@ fn dashboard_uses_only_emitted_metrics() {
         "hydra_slot_class",
         "hydra_engine_liveness",
         "hydra_engine_heartbeat_age_seconds",
+        "hydra_time_to_first_token_seconds_bucket",
+        "hydra_inter_token_latency_seconds_bucket",
+        "hydra_step_duration_seconds_bucket",
+        "hydra_tasks_finished_total",
     ] {
         assert!(used.iter().any(|u| u == needed), "dashboard lacks {needed}");
     }

@@ -123,11 +123,14 @@ fn prometheus_scrapes_published_counts_and_stalled_slot() {
         .publish(0, &decode(now, 7, 100, 20 * S, 10 * S))
         .unwrap();
 
+    // An engine that served 3 requests (format v1.3 statistics: 9 decode steps of 10 ms).
+    let _served = s.served("served", 3);
+
     let exporter = Exporter::start(&s.dir, &["--stall-floor", "1s"]);
     let target = exporter.base.trim_start_matches("http://").to_owned();
     let prom = Prometheus::start(s.tmp.path(), &target);
 
-    let checks: [(&str, f64); 5] = [
+    let checks: [(&str, f64); 7] = [
         (
             r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#,
             123.0,
@@ -144,6 +147,14 @@ fn prometheus_scrapes_published_counts_and_stalled_slot() {
         (
             r#"hydra_slot_class{engine="stuck",slot="0",class="stalled"}"#,
             1.0,
+        ),
+        (
+            r#"hydra_tasks_finished_total{engine="served",cause="length"}"#,
+            3.0,
+        ),
+        (
+            r#"hydra_step_duration_seconds_bucket{engine="served",kind="decode",le="0.012288"}"#,
+            9.0,
         ),
     ];
     let mut last = Vec::new();
@@ -163,6 +174,11 @@ fn prometheus_scrapes_published_counts_and_stalled_slot() {
         exporter.diagnostics(),
         s.describe()
     );
+    // The dashboards' quantiles: the median inter-token latency lies in the bucket of the
+    // 10 ms steps, (8.192, 12.288] ms.
+    let q = r#"histogram_quantile(0.5, sum by (le) (hydra_inter_token_latency_seconds_bucket{engine="served"}))"#;
+    let p50 = prom.query(q).expect("query").expect("a median");
+    assert!((0.008192..=0.012288).contains(&p50), "{p50}");
     // The scrape itself is healthy (Prometheus's own `up` for the target).
     assert_eq!(prom.query(r#"up{job="hydra"}"#), Ok(Some(1.0)));
 }
