@@ -125,6 +125,8 @@ pub struct EngineOpts {
     pub cpus: Option<String>,
     /// Extra `serve` arguments.
     pub extra: Vec<String>,
+    /// Extra environment variables (the test build's fault hooks).
+    pub env: Vec<(String, String)>,
     /// The engine binary; [`crate::bins::engine`] when unset (a bench passes its own
     /// `CARGO_BIN_EXE_hydra-engine`, already built in its profile).
     pub bin: Option<PathBuf>,
@@ -141,6 +143,7 @@ impl EngineOpts {
             threads: 1,
             cpus: None,
             extra: Vec::new(),
+            env: Vec::new(),
             bin: None,
         }
     }
@@ -176,6 +179,7 @@ pub fn start_engine(o: &EngineOpts) -> Server {
         .arg("--progress-dir")
         .arg(&o.dir)
         .args(&o.extra)
+        .envs(o.env.iter().map(|(k, v)| (k, v)))
         .env("RUST_LOG", "warn")
         .stderr(Stdio::inherit());
     Server::spawn(cmd)
