@@ -46,7 +46,7 @@ fn a_wedged_engine_still_has_every_histogram_on_metrics() {
         // Never answered: the compute thread stays stopped until the engine is killed.
         let _ = http::try_call(http::agent().post(&url), Some(&long));
     });
-    let reader = SegmentReader::open(&opts.segment()).expect("segment");
+    let reader = SegmentReader::open(opts.segment()).expect("segment");
     wait_for(
         Duration::from_secs(60),
         "the compute thread to stop",
@@ -80,7 +80,7 @@ fn a_wedged_engine_still_has_every_histogram_on_metrics() {
             &format!("hydra_e2e_request_latency_seconds_count{e}"),
         );
         assert_eq!(count, Some(3.0), "three requests served");
-        let ended = sample(&text, &format!("hydra_tasks_ended_total{e}"));
+        let ended = sample(text, &format!("hydra_tasks_ended_total{e}"));
         assert_eq!(ended, Some(3.0));
         let ttft = sample(
             &text,
@@ -91,7 +91,7 @@ fn a_wedged_engine_still_has_every_histogram_on_metrics() {
             Some(4.0),
             "the wedged request had its first token too"
         );
-        let generated = sample(&text, &format!("hydra_tokens_generated_total{e}"));
+        let generated = sample(text, &format!("hydra_tokens_generated_total{e}"));
         assert!(
             generated.is_some_and(|g| g >= 3.0 * N_PREDICT as f64),
             "{generated:?}"
