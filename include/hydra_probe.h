@@ -41,7 +41,10 @@
 // Minor 5 added the wait rule's figures (format v1.3 §19.6) as version 5 of
 // `HydraProbeMeta` (`wait_learnt_max_ns`, `wait_threshold_ns`) and the
 // `wait_learnt_max_ms` and `wait_threshold_ms` fields of the meta JSON.
-#define HYDRA_PROBE_ABI_MINOR 5
+// Minor 6 added the statistics and the flight recorder (format v1.3 §17, §18):
+// `hydra_probe_read_stats`, `hydra_probe_histogram_bound`, `hydra_probe_read_history`,
+// and `HYDRA_PROBE_VALUE_FINISH_CAUSE`, `_STEP_RESULT` and `_HISTOGRAM`.
+#define HYDRA_PROBE_ABI_MINOR 6
 
 // `HydraProbePrediction::eta_source`: no ETA.
 #define HYDRA_PROBE_ETA_NONE 0
@@ -95,6 +98,19 @@
 // Kind for `hydra_probe_value_name`: a device kind (`HydraProbeDevice::kind`: "cpu",
 // "gpu", "rpc", ...). Added in ABI minor 4.
 #define HYDRA_PROBE_VALUE_DEVICE_KIND 6
+
+// Kind for `hydra_probe_value_name`: a finish cause (the index of
+// `HydraProbeStats::tasks_by_cause`: "eos", "length", "cancelled", ...). Added in ABI
+// minor 6.
+#define HYDRA_PROBE_VALUE_FINISH_CAUSE 7
+
+// Kind for `hydra_probe_value_name`: how a step of the flight recorder ended
+// (`HydraProbeStep::result`). Added in ABI minor 6.
+#define HYDRA_PROBE_VALUE_STEP_RESULT 8
+
+// Kind for `hydra_probe_value_name`: a histogram (`HYDRA_PROBE_HISTOGRAM_*`:
+// "time_to_first_token", "inter_token_latency", ...). Added in ABI minor 6.
+#define HYDRA_PROBE_VALUE_HISTOGRAM 9
 
 // `HydraProbeDeviceTable::state`: the engine publishes no device table (a writer before
 // format v1.3, or one without the `devices` capability).
@@ -172,6 +188,64 @@
 
 // A bug in this library (a Rust panic, caught before it reached the caller).
 #define HYDRA_PROBE_E_INTERNAL -10
+
+// `HydraProbeStats::state` and `HydraProbeHistory::state`: the engine keeps none (a
+// writer before format v1.3, or one without the capability).
+#define HYDRA_PROBE_STATS_ABSENT 0
+
+// `HydraProbeStats::state` and `HydraProbeHistory::state`: the figures are the engine's.
+#define HYDRA_PROBE_STATS_KNOWN 1
+
+// Histograms of a slot (`HydraProbeStats::histograms`), indexed by the
+// `HYDRA_PROBE_HISTOGRAM_*` constants.
+#define HYDRA_PROBE_HISTOGRAMS 12
+
+// Buckets of the largest histogram layout: a `HydraProbeHistogram::buckets` array has
+// room for every layout (its `bucket_count` says how many are used).
+#define HYDRA_PROBE_HISTOGRAM_BUCKETS 54
+
+// Entries of the per-cause and per-code arrays.
+#define HYDRA_PROBE_CAUSES 16
+
+// Entries of the per-phase arrays (indexed by the raw phase, `HYDRA_PROBE_PHASE_*`).
+#define HYDRA_PROBE_PHASES 8
+
+// Histogram index: a task's arrival to its first generated token, ns.
+#define HYDRA_PROBE_HISTOGRAM_TTFT 0
+
+// Histogram index: each decode step's duration per token it produced, ns.
+#define HYDRA_PROBE_HISTOGRAM_ITL 1
+
+// Histogram index: a task's arrival to its first compute, ns.
+#define HYDRA_PROBE_HISTOGRAM_QUEUE_WAIT 2
+
+// Histogram index: a task's prefill phase, ns.
+#define HYDRA_PROBE_HISTOGRAM_PREFILL_TIME 3
+
+// Histogram index: a task's decode phase, ns.
+#define HYDRA_PROBE_HISTOGRAM_DECODE_TIME 4
+
+// Histogram index: a task's arrival to its end, ns.
+#define HYDRA_PROBE_HISTOGRAM_E2E 5
+
+// Histogram index: each prefill step, ns.
+#define HYDRA_PROBE_HISTOGRAM_STEP_PREFILL 6
+
+// Histogram index: each decode step, ns.
+#define HYDRA_PROBE_HISTOGRAM_STEP_DECODE 7
+
+// Histogram index: each save block, ns.
+#define HYDRA_PROBE_HISTOGRAM_STEP_SAVE 8
+
+// Histogram index: each restore block, ns.
+#define HYDRA_PROBE_HISTOGRAM_STEP_RESTORE 9
+
+// Histogram index: actual / predicted duration of each predicted prefill step, Q20 fixed
+// point (1 << 20 is a step that took exactly its prediction).
+#define HYDRA_PROBE_HISTOGRAM_RATIO_PREFILL 10
+
+// Histogram index: the same for decode steps, Q20.
+#define HYDRA_PROBE_HISTOGRAM_RATIO_DECODE 11
 
 // An open segment (opaque to C): a read-only mapping plus the thresholds its reads use.
 typedef struct HydraProbe HydraProbe;
@@ -483,6 +557,119 @@ typedef struct HydraProbeLayerRange {
   uint64_t device;
 } HydraProbeLayerRange;
 
+// One histogram: its observations per bucket (not cumulative; bucket `k` holds the values
+// in `(bound(k - 1), bound(k)]`, `hydra_probe_histogram_bound`), their count and sum.
+// 464 bytes.
+typedef struct HydraProbeHistogram {
+  // 1 when the writer fills this histogram, else 0 (and the rest is 0).
+  uint64_t present;
+  // Observations.
+  uint64_t count;
+  // Sum of the observed values: ns for times, Q20 for ratios (saturating).
+  uint64_t sum;
+  // Buckets used: 54 for times, 50 for ratios; the last is `+Inf`.
+  uint64_t bucket_count;
+  // Observations per bucket.
+  uint64_t buckets[HYDRA_PROBE_HISTOGRAM_BUCKETS];
+} HydraProbeHistogram;
+
+// An engine's statistics, or one slot's (filled by `hydra_probe_read_stats`): counters
+// and histograms kept by the writer from the segment's creation, never reset by a task.
+// Counters the writer does not fill are -1; absent histograms have `present` 0. Version 1
+// is 6,096 bytes.
+typedef struct HydraProbeStats {
+  // Set by the caller to `sizeof(HydraProbeStats)` before the call; the library stores
+  // the bytes it filled (fields added later go at the end).
+  uint32_t size;
+  // `HYDRA_PROBE_STATS_ABSENT` or `_KNOWN`; the fields below are 0 (counters -1) unless
+  // KNOWN.
+  uint32_t state;
+  // Slots summed.
+  uint64_t slots_summed;
+  // Slots left out: a copy that was torn or failed the format's checks (a faulty or
+  // hostile writer). Their figures are not in the sums.
+  uint64_t slots_left_out;
+  // Tasks begun; -1 when not kept.
+  int64_t tasks_begun;
+  // Tasks ended, whatever the cause; -1 when not kept.
+  int64_t tasks_ended;
+  // Tasks begun without an arrival time (absent from the arrival histograms); -1 when
+  // the writer is not given arrival times.
+  int64_t tasks_no_arrival;
+  // Prompt tokens evaluated; -1 when not kept.
+  int64_t prompt_tokens_computed;
+  // Prompt tokens reused from the cache; -1 when not kept.
+  int64_t prompt_tokens_reused;
+  // Tokens generated; -1 when not kept.
+  int64_t tokens_generated;
+  // 1 when the writer gives finish causes (the two arrays below), else 0.
+  uint64_t causes_present;
+  // Tasks ended per finish cause, indexed by the raw cause (named by
+  // `hydra_probe_value_name(HYDRA_PROBE_VALUE_FINISH_CAUSE, i)`).
+  uint64_t tasks_by_cause[HYDRA_PROBE_CAUSES];
+  // Failed tasks per error code, indexed by the raw code
+  // (`HYDRA_PROBE_VALUE_ERROR_CODE`).
+  uint64_t errors_by_code[HYDRA_PROBE_CAUSES];
+  // Nanoseconds spent in steps per phase, indexed by the raw phase.
+  uint64_t busy_ns[HYDRA_PROBE_PHASES];
+  // Finished steps per phase.
+  uint64_t steps[HYDRA_PROBE_PHASES];
+  // Abandoned steps per phase (in flight when another event ended them).
+  uint64_t steps_abandoned[HYDRA_PROBE_PHASES];
+  // The histograms, indexed by `HYDRA_PROBE_HISTOGRAM_*`.
+  struct HydraProbeHistogram histograms[HYDRA_PROBE_HISTOGRAMS];
+} HydraProbeStats;
+
+// `HydraProbeHistory`: what `hydra_probe_read_history` found in a slot's flight
+// recorder. Version 1 is 32 bytes.
+typedef struct HydraProbeHistory {
+  // Set by the caller to `sizeof(HydraProbeHistory)` before the call; the library
+  // stores the bytes it filled.
+  uint32_t size;
+  // `HYDRA_PROBE_STATS_ABSENT` (the engine keeps no flight recorder) or `_KNOWN`.
+  uint32_t state;
+  // Entries read (the slot's last finished steps, at most the ring's capacity).
+  uint64_t count;
+  // Positions whose entry was torn (a writer that died writing it) or kept changing:
+  // never shown.
+  uint64_t torn;
+  // The ordinal of the last entry written, as the ring's head word says (a hint).
+  uint64_t head;
+} HydraProbeHistory;
+
+// One finished (or abandoned) step of a slot's flight recorder. 112 bytes.
+typedef struct HydraProbeStep {
+  // Its ordinal among the slot's recorded steps, from 1 (gaps are missing steps).
+  uint64_t ordinal;
+  // The task it belonged to.
+  uint64_t task_id;
+  // Its kind: the raw phase (`HYDRA_PROBE_PHASE_*`).
+  uint64_t kind;
+  // How it ended: the raw result (`hydra_probe_value_name(HYDRA_PROBE_VALUE_STEP_RESULT,
+  // result)`: "advanced", "no_progress", "interrupted", ...).
+  uint64_t result;
+  // CLOCK_MONOTONIC start, ns.
+  uint64_t start_ns;
+  // Duration, ns.
+  uint64_t duration_ns;
+  // Units it carried (tokens; bytes for a save or restore block).
+  uint64_t size;
+  // How far the slot's work advanced at its end.
+  uint64_t advanced;
+  // The slot's context (`n_past`) when it started.
+  uint64_t context;
+  // Layers done when it ended (0 = none published).
+  uint64_t layers_done;
+  // Layers in that forward (0 = none).
+  uint64_t layers_total;
+  // Predicted duration, ns (0 = none).
+  uint64_t predicted_ns;
+  // The device (id in the device table) it waited on longest, 0 = none.
+  uint64_t wait_device;
+  // How long that wait lasted, ns.
+  uint64_t wait_ns;
+} HydraProbeStep;
+
 // No task.
 #define HYDRA_PROBE_SLOT_CLASS_IDLE 0
 
@@ -707,6 +894,49 @@ int32_t hydra_probe_read_devices(const struct HydraProbe *probe,
 int32_t hydra_probe_read_wait(const struct HydraProbe *probe,
                               uint32_t slot,
                               struct HydraProbeWait *out);
+
+// Reads the statistics of slot `slot`, or of every slot summed when `slot` is negative,
+// now, into `*out`: each slot's block is copied once and checked; a slot whose copy fails
+// is left out of the sum and counted in `slots_left_out`. An engine that keeps none is
+// not an error: `out->state` says ABSENT. Set `out->size` to `sizeof(HydraProbeStats)`
+// first. Added in ABI minor 6: check `hydra_probe_abi_minor() >= 6` first.
+//
+// Errors: `HYDRA_PROBE_E_SLOT_OUT_OF_RANGE` for a slot past the engine's;
+// `HYDRA_PROBE_E_IO` when the file changed size.
+//
+// # Safety
+// `probe` is NULL or an open handle; `out` is NULL or readable and writable.
+int32_t hydra_probe_read_stats(const struct HydraProbe *probe,
+                               int64_t slot,
+                               struct HydraProbeStats *out);
+
+// The inclusive upper bound of bucket `k` of histogram `histogram`
+// (`HYDRA_PROBE_HISTOGRAM_*`): nanoseconds for a time histogram (its bounds are whole
+// microseconds), Q20 for a ratio histogram; `UINT64_MAX` for the last (`+Inf`) bucket,
+// past it, and for an unknown histogram. The layouts never change within format major 1
+// (FORMAT §17.2). Added in ABI minor 6.
+uint64_t hydra_probe_histogram_bound(uint32_t histogram, uint32_t k);
+
+// Reads slot `slot`'s flight recorder now: `*history` gets the count of entries found,
+// and `steps[0..min(count, cap)]` the entries, oldest first (each vouched for by its own
+// sequence: a torn entry is counted in `history->torn`, never shown). A shorter array gets
+// the oldest entries that fit and the call returns `HYDRA_PROBE_E_BUFFER_TOO_SMALL`, with
+// `count` stored: the ring holds at most 65,536 entries (the reference writer keeps 64).
+// `steps` may be NULL when `cap` is 0. A dead engine's kept segment reads too. An engine
+// without a flight recorder is not an error: `history->state` says ABSENT. Set
+// `history->size` to `sizeof(HydraProbeHistory)` first. Added in ABI minor 6.
+//
+// Errors: `HYDRA_PROBE_E_SLOT_OUT_OF_RANGE`; `HYDRA_PROBE_E_NOT_A_SEGMENT` for a ring whose
+// geometry is unusable (a faulty or hostile writer).
+//
+// # Safety
+// `probe` is NULL or an open handle; `history` is NULL or readable and writable; `steps`
+// is NULL or writable for `cap` entries.
+int32_t hydra_probe_read_history(const struct HydraProbe *probe,
+                                 uint32_t slot,
+                                 struct HydraProbeHistory *history,
+                                 struct HydraProbeStep *steps,
+                                 size_t cap);
 
 #ifdef __cplusplus
 }  // extern "C"

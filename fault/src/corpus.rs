@@ -256,6 +256,7 @@ pub fn build(dir: &Path, outside: &Path) -> Vec<Case> {
     foreign_owner(&mut c);
     hostile_contents(&mut c);
     rpc_split_case(&mut c);
+    served_case(&mut c);
     c.cases
 }
 
@@ -591,6 +592,59 @@ fn rpc_split_case(c: &mut Cases<'_>) {
         "devices-wait-history-hostile",
         &hostile_wait_history(&bytes),
         "the RPC split with every device's wait history at its limits (steps and longest wait all ones) and slot 0 decoding while it waits: the wait rule's threshold saturates, nothing panics",
+        Expect::Readable,
+    );
+}
+
+/// The corpus entry of an engine that served requests ([`crate::segments::served`]).
+pub const SERVED_ID: &str = "stats-served";
+
+/// A well-formed v1.3 engine of three slots that served requests (statistics and flight
+/// recorders filled), and two hostile copies: one slot's histogram whose buckets add up to
+/// more than its count (a reader leaves that slot out of the sums), and flight recorders
+/// whose head, capacity and entry words are hostile (a reader refuses the ring or shows
+/// only the entries their own sequences vouch for).
+fn served_case(c: &mut Cases<'_>) {
+    let scratch = crate::scratch("hydra-corpus-served.");
+    let w = crate::segments::served(scratch.path(), SERVED_ID, 3);
+    let bytes = std::fs::read(w.path()).expect("read the served segment");
+    drop(w);
+    c.file(
+        SERVED_ID,
+        &bytes,
+        "an engine of 3 slots that served 3 requests and failed one: statistics and flight recorders filled",
+        Expect::Readable,
+    );
+    let layout = hydra_layout::region::Layout::for_slots(3);
+    let mut backwards = bytes.clone();
+    let itl = layout.stats.item(1) + hydra_layout::stats::HistogramKind::Itl.offset();
+    set_word(
+        &mut backwards,
+        itl + hydra_layout::stats::HIST_COUNT_OFFSET,
+        1,
+    );
+    c.file(
+        "stats-buckets-backwards",
+        &backwards,
+        "the served engine with slot 1's inter-token latency count below its buckets' total",
+        Expect::Readable,
+    );
+    let mut rings = bytes;
+    use hydra_layout::flight::{ENTRIES_OFFSET, FR_CAPACITY_OFFSET, FR_HEAD_OFFSET};
+    set_word(&mut rings, layout.flight.item(0) + FR_HEAD_OFFSET, u64::MAX);
+    set_word(
+        &mut rings,
+        layout.flight.item(1) + FR_CAPACITY_OFFSET,
+        u64::MAX,
+    );
+    let entry = layout.flight.item(2) + ENTRIES_OFFSET;
+    for off in (entry..entry + 128).step_by(8) {
+        set_word(&mut rings, off, u64::MAX);
+    }
+    c.file(
+        "stats-rings-hostile",
+        &rings,
+        "the served engine with slot 0's ring head all ones, slot 1's ring capacity all ones and slot 2's first entry all ones",
         Expect::Readable,
     );
 }

@@ -75,17 +75,11 @@ fn a_wedged_engine_still_has_every_histogram_on_metrics() {
                 family.name
             );
         }
-        let count = sample(
-            text,
-            &format!("hydra_e2e_request_latency_seconds_count{e}"),
-        );
+        let count = sample(text, &format!("hydra_e2e_request_latency_seconds_count{e}"));
         assert_eq!(count, Some(3.0), "three requests served");
         let ended = sample(text, &format!("hydra_tasks_ended_total{e}"));
         assert_eq!(ended, Some(3.0));
-        let ttft = sample(
-            text,
-            &format!("hydra_time_to_first_token_seconds_count{e}"),
-        );
+        let ttft = sample(text, &format!("hydra_time_to_first_token_seconds_count{e}"));
         assert_eq!(
             ttft,
             Some(4.0),

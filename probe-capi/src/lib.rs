@@ -27,8 +27,10 @@
 
 mod devices;
 mod error;
+mod stats;
 
 pub use devices::*;
+pub use stats::*;
 
 /// The reader ABI's error-code mapping (`hydra_ffi_support::Abi::code_of`), for tests that
 /// check what the C ABI returns for each error kind.
@@ -42,8 +44,10 @@ pub use error::{
 
 use error::{guard, probe_error};
 use hydra_ffi_support::{arg_str, copy_out, out_ptr, ErrorKind, FfiError, Overflow};
+use hydra_layout::stats::HistogramKind;
 use hydra_layout::{
-    clock, naming, DeviceKind, ErrorCode, FinishReason, Phase, SegmentReader, WorkUnit,
+    clock, naming, DeviceKind, ErrorCode, FinishCause, FinishReason, Phase, SegmentReader,
+    StepResult, WorkUnit,
 };
 use hydra_probe::{
     EngineHealth, EngineView, HydraMeta, MetaFigures, ProbeError, SlotClass, SlotView, Thresholds,
@@ -73,7 +77,10 @@ pub const HYDRA_PROBE_ABI_VERSION: u32 = 1;
 /// Minor 5 added the wait rule's figures (format v1.3 §19.6) as version 5 of
 /// `HydraProbeMeta` (`wait_learnt_max_ns`, `wait_threshold_ns`) and the
 /// `wait_learnt_max_ms` and `wait_threshold_ms` fields of the meta JSON.
-pub const HYDRA_PROBE_ABI_MINOR: u32 = 5;
+/// Minor 6 added the statistics and the flight recorder (format v1.3 §17, §18):
+/// `hydra_probe_read_stats`, `hydra_probe_histogram_bound`, `hydra_probe_read_history`,
+/// and `HYDRA_PROBE_VALUE_FINISH_CAUSE`, `_STEP_RESULT` and `_HISTOGRAM`.
+pub const HYDRA_PROBE_ABI_MINOR: u32 = 6;
 
 /// `HydraProbePrediction::eta_source`: no ETA.
 pub const HYDRA_PROBE_ETA_NONE: u32 = 0;
@@ -115,6 +122,19 @@ pub const HYDRA_PROBE_VALUE_ENGINE_HEALTH: u32 = 5;
 /// Kind for `hydra_probe_value_name`: a device kind (`HydraProbeDevice::kind`: "cpu",
 /// "gpu", "rpc", ...). Added in ABI minor 4.
 pub const HYDRA_PROBE_VALUE_DEVICE_KIND: u32 = 6;
+
+/// Kind for `hydra_probe_value_name`: a finish cause (the index of
+/// `HydraProbeStats::tasks_by_cause`: "eos", "length", "cancelled", ...). Added in ABI
+/// minor 6.
+pub const HYDRA_PROBE_VALUE_FINISH_CAUSE: u32 = 7;
+
+/// Kind for `hydra_probe_value_name`: how a step of the flight recorder ended
+/// (`HydraProbeStep::result`). Added in ABI minor 6.
+pub const HYDRA_PROBE_VALUE_STEP_RESULT: u32 = 8;
+
+/// Kind for `hydra_probe_value_name`: a histogram (`HYDRA_PROBE_HISTOGRAM_*`:
+/// "time_to_first_token", "inter_token_latency", ...). Added in ABI minor 6.
+pub const HYDRA_PROBE_VALUE_HISTOGRAM: u32 = 9;
 
 // Every raw phase constant is the wire value of its `Phase` (the writer ABI asserts the
 // same of its constants, so the two ABIs agree).
@@ -714,6 +734,11 @@ fn value_name(kind: u32, raw: u64) -> Option<&'static str> {
             ENGINE_HEALTHS.get(index).map_or(unknown, |h| h.as_str())
         }
         HYDRA_PROBE_VALUE_DEVICE_KIND => DeviceKind::from_raw(raw).as_str(),
+        HYDRA_PROBE_VALUE_FINISH_CAUSE => FinishCause::from_raw(raw).as_str(),
+        HYDRA_PROBE_VALUE_STEP_RESULT => StepResult::from_raw(raw).as_str(),
+        HYDRA_PROBE_VALUE_HISTOGRAM => HistogramKind::ALL
+            .get(index)
+            .map_or(unknown, |h| h.as_str()),
         _ => return None,
     })
 }

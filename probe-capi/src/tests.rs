@@ -453,7 +453,12 @@ fn value_names_are_the_json_words() {
     assert_eq!(name(HYDRA_PROBE_VALUE_SLOT_CLASS, 7), Some("unknown"));
     assert_eq!(name(HYDRA_PROBE_VALUE_ENGINE_HEALTH, 3), Some("dead"));
     assert_eq!(name(HYDRA_PROBE_VALUE_DEVICE_KIND, 3), Some("rpc"));
-    assert_eq!(name(7, 0), None);
+    assert_eq!(name(HYDRA_PROBE_VALUE_FINISH_CAUSE, 1), Some("eos"));
+    assert_eq!(name(HYDRA_PROBE_VALUE_STEP_RESULT, 1), Some("advanced"));
+    assert_eq!(name(HYDRA_PROBE_VALUE_HISTOGRAM, 5), Some("e2e_latency"));
+    assert_eq!(name(HYDRA_PROBE_VALUE_HISTOGRAM, 12), Some("unknown"));
+    // The first kind no minor defines (minor 6 defines 0-9).
+    assert_eq!(name(10, 0), None);
     // The same name twice is the same static string.
     assert_eq!(
         hydra_probe_value_name(HYDRA_PROBE_VALUE_PHASE, 3),
