@@ -615,6 +615,14 @@ fn served_case(c: &mut Cases<'_>) {
         "an engine of 3 slots that served 3 requests and failed one: statistics and flight recorders filled",
         Expect::Readable,
     );
+    let mut older = bytes.clone();
+    set_word(&mut older, h::VERSION_MINOR_OFFSET, 2);
+    c.file(
+        "stats-v1.2",
+        &older,
+        "the served engine relabelled format v1.2: no statistics and no flight recorder, absent rather than zero",
+        Expect::Readable,
+    );
     let layout = hydra_layout::region::Layout::for_slots(3);
     let mut backwards = bytes.clone();
     let itl = layout.stats.item(1) + hydra_layout::stats::HistogramKind::Itl.offset();

@@ -212,6 +212,98 @@ namespace Hydra.Progress.Interop
         public long WaitThresholdNs;
     }
 
+    /// <summary>
+    /// <c>HydraProbeHistogram</c> (464 bytes, ABI minor 6): one histogram's count, sum and
+    /// observations per bucket (not cumulative).
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public unsafe struct HydraProbeHistogram
+    {
+        public ulong Present;
+        public ulong Count;
+        public ulong Sum;
+        public ulong BucketCount;
+        public fixed ulong Buckets[54];
+    }
+
+    /// <summary>
+    /// The twelve <c>HydraProbeHistogram</c>s of <c>HydraProbeStats.histograms</c>, in
+    /// <c>HYDRA_PROBE_HISTOGRAM_*</c> order (C# has no fixed arrays of structs).
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeHistograms
+    {
+        public HydraProbeHistogram H0;
+        public HydraProbeHistogram H1;
+        public HydraProbeHistogram H2;
+        public HydraProbeHistogram H3;
+        public HydraProbeHistogram H4;
+        public HydraProbeHistogram H5;
+        public HydraProbeHistogram H6;
+        public HydraProbeHistogram H7;
+        public HydraProbeHistogram H8;
+        public HydraProbeHistogram H9;
+        public HydraProbeHistogram H10;
+        public HydraProbeHistogram H11;
+    }
+
+    /// <summary>
+    /// <c>HydraProbeStats</c> (version 1: 6,096 bytes, ABI minor 6): an engine's or a slot's
+    /// statistics. Counters not kept are -1.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public unsafe struct HydraProbeStats
+    {
+        public uint Size;
+        public uint State;
+        public ulong SlotsSummed;
+        public ulong SlotsLeftOut;
+        public long TasksBegun;
+        public long TasksEnded;
+        public long TasksNoArrival;
+        public long PromptTokensComputed;
+        public long PromptTokensReused;
+        public long TokensGenerated;
+        public ulong CausesPresent;
+        public fixed ulong TasksByCause[16];
+        public fixed ulong ErrorsByCode[16];
+        public fixed ulong BusyNs[8];
+        public fixed ulong Steps[8];
+        public fixed ulong StepsAbandoned[8];
+        public HydraProbeHistograms Histograms;
+    }
+
+    /// <summary><c>HydraProbeHistory</c> (version 1: 32 bytes, ABI minor 6): what a slot's flight recorder holds.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeHistory
+    {
+        public uint Size;
+        public uint State;
+        public ulong Count;
+        public ulong Torn;
+        public ulong Head;
+    }
+
+    /// <summary><c>HydraProbeStep</c> (112 bytes, ABI minor 6): one step of a flight recorder.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbeStep
+    {
+        public ulong Ordinal;
+        public ulong TaskId;
+        public ulong Kind;
+        public ulong Result;
+        public ulong StartNs;
+        public ulong DurationNs;
+        public ulong Size;
+        public ulong Advanced;
+        public ulong Context;
+        public ulong LayersDone;
+        public ulong LayersTotal;
+        public ulong PredictedNs;
+        public ulong WaitDevice;
+        public ulong WaitNs;
+    }
+
     /// <summary>Constants of include/hydra_probe.h.</summary>
     public static class HydraProbeAbi
     {
@@ -219,7 +311,7 @@ namespace Hydra.Progress.Interop
         public const uint AbiVersion = 1;
 
         /// <summary><c>HYDRA_PROBE_ABI_MINOR</c>: the least minor version these bindings need.</summary>
-        public const uint AbiMinor = 5;
+        public const uint AbiMinor = 6;
 
         /// <summary><c>HYDRA_PROBE_ETA_NONE</c>: no ETA.</summary>
         public const uint EtaNone = 0;
@@ -242,6 +334,27 @@ namespace Hydra.Progress.Interop
         public const uint ValueEngineHealth = 5;
         /// <summary><c>HYDRA_PROBE_VALUE_DEVICE_KIND</c>.</summary>
         public const uint ValueDeviceKind = 6;
+        /// <summary><c>HYDRA_PROBE_VALUE_FINISH_CAUSE</c> (ABI minor 6).</summary>
+        public const uint ValueFinishCause = 7;
+        /// <summary><c>HYDRA_PROBE_VALUE_STEP_RESULT</c> (ABI minor 6).</summary>
+        public const uint ValueStepResult = 8;
+        /// <summary><c>HYDRA_PROBE_VALUE_HISTOGRAM</c> (ABI minor 6).</summary>
+        public const uint ValueHistogram = 9;
+
+        /// <summary><c>HYDRA_PROBE_STATS_ABSENT</c>: the engine keeps no statistics (or no flight recorder).</summary>
+        public const uint StatsAbsent = 0;
+        /// <summary><c>HYDRA_PROBE_STATS_KNOWN</c>.</summary>
+        public const uint StatsKnown = 1;
+        /// <summary><c>HYDRA_PROBE_HISTOGRAMS</c>.</summary>
+        public const int Histograms = 12;
+        /// <summary><c>HYDRA_PROBE_HISTOGRAM_BUCKETS</c>.</summary>
+        public const int HistogramBuckets = 54;
+        /// <summary><c>HYDRA_PROBE_CAUSES</c>.</summary>
+        public const int Causes = 16;
+        /// <summary><c>HYDRA_PROBE_PHASES</c>.</summary>
+        public const int Phases = 8;
+        /// <summary><c>HYDRA_PROBE_HISTOGRAM_RATIO_PREFILL</c>: the first of the two ratio histograms (Q20 values).</summary>
+        public const uint HistogramRatioPrefill = 10;
 
         /// <summary><c>HYDRA_PROBE_DEVICES_ABSENT</c>: the engine publishes no device table.</summary>
         public const uint DevicesAbsent = 0;

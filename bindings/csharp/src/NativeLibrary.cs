@@ -60,6 +60,13 @@ namespace Hydra.Progress
         [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
         public delegate int ReadDevicesFn(IntPtr probe, HydraProbeDeviceTable* table, HydraProbeDevice* devices,
             UIntPtr deviceCap, HydraProbeLayerRange* ranges, UIntPtr rangeCap);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate int ReadStatsFn(IntPtr probe, long slot, HydraProbeStats* output);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate ulong HistogramBoundFn(uint histogram, uint k);
+        [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+        public delegate int ReadHistoryFn(IntPtr probe, uint slot, HydraProbeHistory* history,
+            HydraProbeStep* steps, UIntPtr cap);
 
         // Names of raw values below this are kept once fetched (per kind).
         const int CachedNames = 64;
@@ -81,8 +88,11 @@ namespace Hydra.Progress
         public readonly ReadLayerFn ReadLayer;
         public readonly ReadWaitFn ReadWait;
         public readonly ReadDevicesFn ReadDevices;
+        public readonly ReadStatsFn ReadStats;
+        public readonly HistogramBoundFn HistogramBound;
+        public readonly ReadHistoryFn ReadHistory;
         readonly ValueNameFn valueName;
-        readonly string[][] names = new string[HydraProbeAbi.ValueDeviceKind + 1][];
+        readonly string[][] names = new string[HydraProbeAbi.ValueHistogram + 1][];
 
         static readonly Lazy<NativeApi> Instance =
             new Lazy<NativeApi>(Load, System.Threading.LazyThreadSafetyMode.ExecutionAndPublication);
@@ -123,6 +133,9 @@ namespace Hydra.Progress
             ReadLayer = Bind<ReadLayerFn>(lib, "hydra_probe_read_layer");
             ReadWait = Bind<ReadWaitFn>(lib, "hydra_probe_read_wait");
             ReadDevices = Bind<ReadDevicesFn>(lib, "hydra_probe_read_devices");
+            ReadStats = Bind<ReadStatsFn>(lib, "hydra_probe_read_stats");
+            HistogramBound = Bind<HistogramBoundFn>(lib, "hydra_probe_histogram_bound");
+            ReadHistory = Bind<ReadHistoryFn>(lib, "hydra_probe_read_history");
         }
 
         /// <summary>

@@ -291,6 +291,76 @@ namespace Hydra.Progress
         }
 
         /// <summary>
+        /// The statistics the engine keeps (segment format v1.3): of slot
+        /// <paramref name="slot"/>, or of every slot summed when it is null. An engine that
+        /// keeps none reads as <see cref="EngineStats.Published"/> false, not as an error.
+        /// </summary>
+        /// <exception cref="SlotOutOfRangeException">No such slot.</exception>
+        /// <exception cref="HydraProbeException">The segment could not be read.</exception>
+        /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
+        public EngineStats ReadStats(int? slot = null)
+        {
+            long index = slot.HasValue ? (long)SlotIndex(slot.Value) : -1L;
+            var s = new HydraProbeStats { Size = (uint)sizeof(HydraProbeStats) };
+            Release(api.ReadStats(AddRef(), index, &s), "read the statistics of slot", slot ?? -1);
+            return new EngineStats(&s, api, BoundsOf);
+        }
+
+        /// <summary>
+        /// Slot <paramref name="slot"/>'s flight recorder (segment format v1.3): its last
+        /// finished steps, oldest first, a dead engine's kept segment included. An engine
+        /// without one reads as <see cref="SlotHistory.Published"/> false.
+        /// </summary>
+        /// <exception cref="SlotOutOfRangeException">No such slot.</exception>
+        /// <exception cref="HydraProbeException">The segment (or the slot's ring) could not be read.</exception>
+        /// <exception cref="ObjectDisposedException">The probe is disposed.</exception>
+        public SlotHistory ReadHistory(int slot)
+        {
+            uint index = SlotIndex(slot);
+            var head = new HydraProbeHistory { Size = (uint)sizeof(HydraProbeHistory) };
+            // The reference writer keeps 64 steps; a longer ring is read again at its size.
+            var raw = new HydraProbeStep[64];
+            int rc;
+            while (true)
+            {
+                fixed (HydraProbeStep* p = raw)
+                    rc = api.ReadHistory(AddRef(), index, &head, p, (UIntPtr)raw.Length);
+                if (rc != HydraProbeAbi.EBufferTooSmall || head.Count <= (ulong)raw.Length)
+                    break;
+                handle.DangerousRelease();
+                raw = new HydraProbeStep[(int)Math.Min(head.Count, 65536UL)];
+            }
+            Release(rc, "read the flight recorder of slot", slot);
+            var steps = new FlightStep[(int)Math.Min(head.Count, (ulong)raw.Length)];
+            for (int i = 0; i < steps.Length; i++)
+                steps[i] = new FlightStep(ref raw[i], api.ValueName(HydraProbeAbi.ValuePhase, raw[i].Kind),
+                    api.ValueName(HydraProbeAbi.ValueStepResult, raw[i].Result));
+            return new SlotHistory(head.State == HydraProbeAbi.StatsKnown, steps, (int)Math.Min(head.Torn, int.MaxValue));
+        }
+
+        static readonly double[][] Bounds = new double[HydraProbeAbi.Histograms][];
+
+        /// <summary>The upper bounds of histogram <paramref name="index"/>'s buckets in seconds (or the plain ratio), the last +Infinity; fetched once.</summary>
+        double[] BoundsOf(int index)
+        {
+            double[] known = Bounds[index];
+            if (known != null)
+                return known;
+            bool ratio = index >= HydraProbeAbi.HistogramRatioPrefill;
+            var bounds = new double[HydraProbeAbi.HistogramBuckets];
+            int n = 0;
+            while (n < bounds.Length)
+            {
+                ulong b = api.HistogramBound((uint)index, (uint)n);
+                bounds[n++] = b == ulong.MaxValue ? double.PositiveInfinity : ratio ? b / (double)(1UL << 20) : b / 1e9;
+                if (b == ulong.MaxValue)
+                    break;
+            }
+            Array.Resize(ref bounds, n);
+            return Bounds[index] = bounds;
+        }
+
+        /// <summary>
         /// The device table as of now: the one last read while its sequence word is
         /// unchanged (a head-only read, which allocates nothing), else read anew.
         /// </summary>

@@ -36,6 +36,7 @@ namespace Hydra.Progress.Tests
             runner.Run("corpus: every hostile file gives its typed exception; readable ones read", HostileCorpus);
             // Each live test gets its own engine (see LiveEngine).
             runner.Run("devices: an RPC split's table, its step's wait and the meta name the peer", RpcSplitDevices);
+            runner.Run("stats: statistics and flight recorders, summed and per slot, absent, hostile", Statistics);
             runner.Run("live: engines are discovered", () => { using (var live = new LiveEngine()) live.Discovery(); });
             runner.Run("live: the CPU engine's one device, its layer map, and no wait", () => { using (var live = new LiveEngine()) live.Devices(); });
             runner.Run("live: ReadMeta agrees with hydra-probe meta during a long decode", () => { using (var live = new LiveEngine()) live.MetaDuringDecode(); });
@@ -94,7 +95,7 @@ namespace Hydra.Progress.Tests
         {
             string headerPath = Bins.Require("HYDRA_PROBE_HEADER");
             string header = File.ReadAllText(headerPath);
-            var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds", "HydraProbeMeta", "HydraProbeDescription", "HydraProbeStr", "HydraProbeLayer", "HydraProbePrediction", "HydraProbeWait", "HydraProbeDeviceTable", "HydraProbeDevice", "HydraProbeLayerRange" };
+            var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds", "HydraProbeMeta", "HydraProbeDescription", "HydraProbeStr", "HydraProbeLayer", "HydraProbePrediction", "HydraProbeWait", "HydraProbeDeviceTable", "HydraProbeDevice", "HydraProbeLayerRange", "HydraProbeHistogram", "HydraProbeStats", "HydraProbeHistory", "HydraProbeStep" };
             // A C program, generated from the header's own field lists, prints every size and offset.
             var c = new StringBuilder("#include <stdio.h>\n#include <stddef.h>\n#include \"hydra_probe.h\"\nint main(void) {\n");
             foreach (string s in structs)
@@ -160,7 +161,7 @@ namespace Hydra.Progress.Tests
             Assert.Equal(uint.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ABI_VERSION (\d+)").Groups[1].Value), HydraProbeAbi.AbiVersion, "ABI version");
             Assert.Equal(uint.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ABI_MINOR (\d+)").Groups[1].Value), HydraProbeAbi.AbiMinor, "ABI minor");
             var kinds = Regex.Matches(header, @"#define HYDRA_PROBE_VALUE_(\w+) (\d+)");
-            Assert.Equal(7, kinds.Count, "value kinds");
+            Assert.Equal(10, kinds.Count, "value kinds");
             foreach (Match m in kinds)
                 Assert.Equal(uint.Parse(m.Groups[2].Value), (uint)typeof(HydraProbeAbi).GetField("Value" + Pascal(m.Groups[1].Value)).GetValue(null), "HYDRA_PROBE_VALUE_" + m.Groups[1].Value);
             Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_ENGINE_ID_LEN (\d+)").Groups[1].Value), HydraProbeAbi.EngineIdLen, "engine id length");
@@ -170,6 +171,13 @@ namespace Hydra.Progress.Tests
                 Assert.Equal(uint.Parse(m.Groups[2].Value), (uint)typeof(HydraProbeAbi).GetField("Devices" + Pascal(m.Groups[1].Value)).GetValue(null), "HYDRA_PROBE_DEVICES_" + m.Groups[1].Value);
             Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_MAX_DEVICES (\d+)").Groups[1].Value), HydraProbeAbi.MaxDevices, "max devices");
             Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_MAX_LAYER_RANGES (\d+)").Groups[1].Value), HydraProbeAbi.MaxLayerRanges, "max layer ranges");
+            var statsStates = Regex.Matches(header, @"#define HYDRA_PROBE_STATS_(\w+) (\d+)");
+            Assert.Equal(2, statsStates.Count, "statistics states");
+            foreach (Match m in statsStates)
+                Assert.Equal(uint.Parse(m.Groups[2].Value), (uint)typeof(HydraProbeAbi).GetField("Stats" + Pascal(m.Groups[1].Value)).GetValue(null), "HYDRA_PROBE_STATS_" + m.Groups[1].Value);
+            foreach (var pair in new[] { Tuple.Create("HISTOGRAMS", HydraProbeAbi.Histograms), Tuple.Create("HISTOGRAM_BUCKETS", HydraProbeAbi.HistogramBuckets), Tuple.Create("CAUSES", HydraProbeAbi.Causes), Tuple.Create("PHASES", HydraProbeAbi.Phases) })
+                Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_" + pair.Item1 + @" (\d+)").Groups[1].Value), pair.Item2, "HYDRA_PROBE_" + pair.Item1);
+            Assert.Equal(uint.Parse(Regex.Match(header, @"#define HYDRA_PROBE_HISTOGRAM_RATIO_PREFILL (\d+)").Groups[1].Value), HydraProbeAbi.HistogramRatioPrefill, "the first ratio histogram");
             Directory.Delete(dir, true);
         }
 
@@ -412,6 +420,67 @@ namespace Hydra.Progress.Tests
                 string json = p.ReadMetaJson(0);
                 Assert.True(json.Contains("\"wait_threshold_ms\":1000"), "native JSON: " + json);
                 Assert.Equal(json, SlotMeta.FromJson(json).ToJson(), "C# JSON of the native JSON");
+            }
+        }
+
+        static void Statistics()
+        {
+            string root = Bins.Require("HYDRA_CORPUS_DIR");
+            Func<string, string> Seg = id => Path.Combine(root, "segments", id + ".hps");
+            using (var p = new ProgressProbe(Seg("stats-served")))
+            {
+                EngineStats all = p.ReadStats();
+                Assert.True(all.Published && all.SlotsSummed == 3 && all.SlotsLeftOut == 0, "three slots summed");
+                // Three requests served (2 + 3 + 4 tokens), one failed with a compute error.
+                Assert.Equal((long?)4, all.TasksBegun, "tasks begun");
+                Assert.Equal((long?)9, all.TokensGenerated, "tokens generated");
+                Assert.Equal((ulong)3, all.TasksByCause["length"], "ended by length");
+                Assert.Equal((ulong)1, all.ErrorsByCode["compute"], "a compute error");
+                Assert.True(!all.TasksByCause.ContainsKey("eos"), "nonzero causes only");
+                Assert.Equal((ulong)9, all.Steps["decode"], "decode steps");
+                Assert.True(Math.Abs(all.BusySeconds["decode"] - 0.090) < 1e-9, "busy decoding " + all.BusySeconds["decode"]);
+                Assert.Equal(12, all.Histograms.Count, "every histogram");
+                Histogram itl = all.Histograms["inter_token_latency"];
+                Assert.True(!itl.IsRatio && itl.Count == 9 && Math.Abs(itl.Sum - 0.090) < 1e-12, "ITL " + itl);
+                Assert.Equal(54, itl.Buckets.Count, "time buckets");
+                Assert.True(double.IsPositiveInfinity(itl.UpperBounds[53]) && itl.UpperBounds[0] == 0.000128, "bounds");
+                int k = Enumerable.Range(0, 54).First(i => itl.Buckets[i] > 0);
+                Assert.True(itl.Buckets[k] == 9 && Math.Abs(itl.UpperBounds[k] - 0.012288) < 1e-12, "10 ms in (8.192, 12.288] ms");
+                Histogram ratio = all.Histograms["ratio_prefill"];
+                Assert.True(ratio.IsRatio && ratio.Count == 3 && Math.Abs(ratio.Mean.Value - 2.0) < 1e-9, "prefill took twice its prediction: " + ratio);
+                Assert.Equal(50, ratio.UpperBounds.Count, "ratio buckets");
+                Assert.True(Math.Abs(all.Histograms["time_to_first_token"].Mean.Value - 0.045) < 1e-9, "TTFT 45 ms");
+
+                EngineStats one = p.ReadStats(2);
+                Assert.True(one.SlotsSummed == 1 && one.TokensGenerated == 4, "slot 2 alone");
+                Assert.Throws<SlotOutOfRangeException>(() => p.ReadStats(3), "slot 3");
+                SlotHistory h = p.ReadHistory(1);
+                Assert.True(h.Published && h.Torn == 0, "slot 1's ring");
+                Assert.Equal(5, h.Steps.Count, "a prefill, 3 decode steps, the failed prefill");
+                Assert.Equal("prefill", h.Steps[0].Kind, "oldest first");
+                Assert.Equal((ulong?)20000000, h.Steps[0].PredictedNs, "its prediction");
+                Assert.True(h.Steps[1].Kind == "decode" && h.Steps[1].Result == "advanced" && h.Steps[1].DurationNs == 10000000, "a decode step");
+                Assert.True(h.Steps.Select(s => s.Ordinal).SequenceEqual(new ulong[] { 1, 2, 3, 4, 5 }), "ordinals");
+            }
+            using (var p = new ProgressProbe(Seg("stats-v1.2")))
+            {
+                EngineStats none = p.ReadStats();
+                Assert.True(!none.Published && none.TasksBegun == null && none.TasksByCause == null && none.Histograms.Count == 0, "absent, not zero");
+                SlotHistory h = p.ReadHistory(0);
+                Assert.True(!h.Published && h.Steps.Count == 0, "no flight recorder");
+            }
+            using (var p = new ProgressProbe(Seg("stats-buckets-backwards")))
+            {
+                EngineStats s = p.ReadStats();
+                Assert.True(s.Published && s.SlotsSummed == 2 && s.SlotsLeftOut == 1, "the faulty slot is left out");
+                Assert.Equal((long?)6, s.TokensGenerated, "slots 0 and 2: 2 + 4 tokens");
+            }
+            using (var p = new ProgressProbe(Seg("stats-rings-hostile")))
+            {
+                Assert.Equal(3, p.ReadHistory(0).Steps.Count, "a lying head is only a hint");
+                Assert.Throws<HydraProbeException>(() => p.ReadHistory(1), "a ring of capacity 2^64-1");
+                SlotHistory h = p.ReadHistory(2);
+                Assert.True(h.Steps.Count < 5 && h.Steps.Count + h.Torn >= 4, "an entry of all ones is never shown");
             }
         }
 
