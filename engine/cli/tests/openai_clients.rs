@@ -12,23 +12,6 @@ use crate::support;
 
 const N_CTX: usize = 1024;
 
-/// Whether `python3` can import `module` (found with importlib, not imported).
-fn python_module(test: &str, module: &str) -> Option<()> {
-    let found = Command::new("python3")
-        .args([
-            "-c",
-            &format!("import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('{module}') else 1)"),
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    hydra_fault::require::or_skip(
-        test,
-        found.then_some(()),
-        &format!("the Python package `{module}` is missing"),
-        &format!("python3 -m pip install {module}"),
-    )
-}
-
 fn start(model: &Path, dir: &Path) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-engine"));
     cmd.arg("serve")
@@ -56,7 +39,7 @@ fn the_openai_client_and_curl_against_smollm2() {
         return;
     };
     let (Some(()), Some(_curl)) = (
-        python_module(test, "openai"),
+        hydra_fault::require::python_module(test, "openai"),
         hydra_fault::require::tool(test, "curl", "apt-get install curl"),
     ) else {
         return;
