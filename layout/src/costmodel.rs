@@ -42,6 +42,17 @@
 //! is learnt alone, which gives the second step a prediction, and then forgotten: the fit
 //! is built from the second step on, and the first check of the error is the third step's.
 //!
+//! # Decode batches of several sizes
+//! A decode batch's cost is `a + b·rows + c·A`, but a run of steps of one size cannot tell
+//! `a` from `b·rows`, and the forgetting keeps some 20 steps in mind. A serving engine's
+//! rows finish at different times: after hundreds of 4-row steps, the fit knows nothing of
+//! a 1-row step (a long generation's ETA came out 20-40% short when its batch shrank). So
+//! besides the fit of every decode step, the model keeps one fit per batch size up to
+//! [`ROW_FITS`] rows, each fed only the steps of its size, and predicts a batch of a size
+//! seen twice by that size's fit ([`CostModel::predict_batch_remaining`] sums the
+//! segments of a shrinking batch, each by its size's fit). With one size only, that fit
+//! is the kind's fit exactly.
+//!
 //! # How sure it is
 //! Before each update the model's prediction for the finished step is compared with the
 //! step's real duration: the relative residual `e = (y − ŷ)/ŷ`. An exponentially weighted
@@ -105,6 +116,40 @@ impl StepShape {
             tokens: rows,
             context: context_sum,
         }
+    }
+
+    /// The forward that computes, for each sequence, `tokens` new tokens after its
+    /// `context` cached ones (`shares`: one `(tokens, context)` per sequence in the
+    /// forward). Sequences that each carry one token make a decode batch of that many rows
+    /// over their cached tokens; anything else is a prefill chunk of all the tokens, after
+    /// the context `C` at which one row's chunk reads as many (query, key) pairs as every
+    /// sequence's share does (`n·C + n(n+1)/2 = Σ nᵢ·ctxᵢ + nᵢ(nᵢ+1)/2`; exact for one
+    /// sequence, and 0 when the shares are too short to need any). `None` without a token.
+    ///
+    /// The one rule by which every writer (the engine's batched decode, the preload's
+    /// llama.cpp batches) names the shape of a forward over several slots.
+    pub fn of_shares(shares: impl IntoIterator<Item = (u64, u64)>) -> Option<Self> {
+        let (mut n, mut rows, mut ctx_sum, mut pairs) = (0u64, 0u64, 0u64, 0u128);
+        let mut one_each = true;
+        for (k, ctx) in shares {
+            if k == 0 {
+                continue;
+            }
+            n = n.saturating_add(k);
+            rows += 1;
+            one_each &= k == 1;
+            ctx_sum = ctx_sum.saturating_add(ctx);
+            pairs += u128::from(k) * u128::from(ctx) + u128::from(k) * u128::from(k + 1) / 2;
+        }
+        if n == 0 {
+            return None;
+        }
+        if one_each {
+            return Some(Self::decode(rows, ctx_sum));
+        }
+        let own = u128::from(n) * u128::from(n + 1) / 2;
+        let context = (pairs.saturating_sub(own) + u128::from(n / 2)) / u128::from(n);
+        Some(Self::prefill(n, u64::try_from(context).unwrap_or(u64::MAX)))
     }
 
     /// (query, key) pairs the step's attention reads.
@@ -290,6 +335,23 @@ impl Fit {
         (self.checked >= cfg.min_checked).then(|| 2.0 * self.mean_sq_error.sqrt())
     }
 
+    /// Checks the fit's prediction for a step of features `x` that took `y` ms, once it has
+    /// a sample: the residual enters the error mean.
+    fn check(&mut self, x: &[f64; 3], y: f64, cfg: &ModelConfig) {
+        if self.samples == 0 {
+            return;
+        }
+        if let Some(predicted) = self.predict_ms(x) {
+            let e = (y - predicted) / predicted;
+            self.mean_sq_error = if self.checked == 0 {
+                e * e
+            } else {
+                cfg.forgetting * self.mean_sq_error + (1.0 - cfg.forgetting) * e * e
+            };
+            self.checked = self.checked.saturating_add(1);
+        }
+    }
+
     /// Drops what the normal equations hold (the sample and check counts stay).
     fn forget(&mut self) {
         self.a = [[0.0; 3]; 3];
@@ -354,8 +416,15 @@ fn solve3(mut m: [[f64; 3]; 3], mut b: [f64; 3]) -> Option<[f64; 3]> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostModel {
     fits: [Fit; 2],
+    /// Decode steps again, one fit per batch size (index `rows - 1`, up to
+    /// [`ROW_FITS`] rows): see [`CostModel::fit_for`].
+    decode_by_rows: Vec<Fit>,
     config: ModelConfig,
 }
+
+/// Batch sizes the model keeps a decode fit of their own for (larger batches are
+/// predicted by the decode fit of every size).
+pub const ROW_FITS: usize = 16;
 
 impl Default for CostModel {
     fn default() -> Self {
@@ -368,6 +437,7 @@ impl CostModel {
     pub fn new(config: ModelConfig) -> Self {
         Self {
             fits: [Fit::new(), Fit::new()],
+            decode_by_rows: vec![Fit::new(); ROW_FITS],
             config,
         }
     }
@@ -387,8 +457,26 @@ impl CostModel {
         self.fits[kind.index()].rel_error(&self.config)
     }
 
-    fn estimate(&self, kind: StepKind, f: &Features) -> Option<Estimate> {
-        let fit = &self.fits[kind.index()];
+    /// The fit that predicts steps of `kind` with `rows` rows: for a decode batch of a size
+    /// seen in at least two recent steps, the fit of that size. The fit of every size
+    /// forgets in some 20 steps; a batch that shrinks after hundreds of steps of another
+    /// size (a serving engine's rows finish at different times) would otherwise be
+    /// predicted from the wrong size's costs, when the fixed and per-row costs cannot be
+    /// told apart from steps of one size.
+    fn fit_for(&self, kind: StepKind, rows: u64) -> &Fit {
+        let own = match kind {
+            StepKind::Decode => usize::try_from(rows)
+                .ok()
+                .and_then(|r| r.checked_sub(1))
+                .and_then(|i| self.decode_by_rows.get(i))
+                .filter(|fit| fit.samples >= 2),
+            StepKind::Prefill => None,
+        };
+        own.unwrap_or(&self.fits[kind.index()])
+    }
+
+    fn estimate(&self, kind: StepKind, rows: u64, f: &Features) -> Option<Estimate> {
+        let fit = self.fit_for(kind, rows);
         let ms = fit.predict_ms(&f.scaled(kind))?;
         let ns = (ms * NS_PER_MS).clamp(1.0, u64::MAX as f64) as u64;
         Some(Estimate {
@@ -399,7 +487,7 @@ impl CostModel {
 
     /// How long a step of `shape` should take; None before the first step of its kind.
     pub fn predict(&self, shape: &StepShape) -> Option<Estimate> {
-        self.estimate(shape.kind, &shape.features())
+        self.estimate(shape.kind, shape.tokens, &shape.features())
     }
 
     /// How long the rest of a phase should take, from the start of the step of `shape`
@@ -409,7 +497,58 @@ impl CostModel {
         if remaining == 0 {
             return None;
         }
-        self.estimate(shape.kind, &shape.remaining_features(remaining))
+        self.estimate(
+            shape.kind,
+            shape.tokens,
+            &shape.remaining_features(remaining),
+        )
+    }
+
+    /// How long the rest of a decode phase should take for one row of a batch, from the
+    /// start of the step in flight (included) until that row's `remaining` tokens are
+    /// done, when the batch's other rows have `others` tokens left each: rows leave the
+    /// batch as they finish theirs, so the steps get cheaper (no row joins: nobody knows
+    /// when one will). `rows` holds every row's context now, `(context, remaining)`, this
+    /// row's included, each growing by one token per step.
+    pub fn predict_batch_remaining(&self, remaining: u64, rows: &[(u64, u64)]) -> Option<Estimate> {
+        if remaining == 0 {
+            return None;
+        }
+        // The moments rows leave, before this row's end: each segment between two of
+        // them is a batch of constant rows.
+        let mut ends: Vec<u64> = rows
+            .iter()
+            .map(|(_, r)| (*r).min(remaining))
+            .filter(|r| *r > 0)
+            .collect();
+        ends.push(remaining);
+        ends.sort_unstable();
+        ends.dedup();
+        // Each segment by the fit of its batch size; the bound is the widest of theirs.
+        let mut total = Estimate {
+            ns: 0,
+            rel_error: Some(0.0),
+        };
+        let mut from = 0u64;
+        for to in ends {
+            let alive = rows.iter().filter(|(_, r)| *r > from);
+            let (m, ctx) = alive.fold((0u64, 0u64), |(m, c), (ctx, _)| {
+                (m + 1, c.saturating_add(ctx.saturating_add(from)))
+            });
+            let shape = StepShape::decode(m.max(1), ctx);
+            let e = self.estimate(
+                StepKind::Decode,
+                shape.tokens,
+                &shape.remaining_features(to - from),
+            )?;
+            total.ns = total.ns.saturating_add(e.ns);
+            total.rel_error = match (total.rel_error, e.rel_error) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
+            from = to;
+        }
+        Some(total)
     }
 
     /// Learns from a finished, uninterrupted step of `shape` that took `duration_ns`.
@@ -446,6 +585,17 @@ impl CostModel {
             fit.forget();
         }
         fit.update(&x, y, &cfg);
+        // The fits by batch size start after the kind's warm-up step, and check each step
+        // from their second on: with one size only, each is the kind's fit exactly.
+        if shape.kind == StepKind::Decode && fit.samples >= 2 {
+            let by_rows = usize::try_from(shape.tokens - 1)
+                .ok()
+                .and_then(|i| self.decode_by_rows.get_mut(i));
+            if let Some(by_rows) = by_rows {
+                by_rows.check(&x, y, &cfg);
+                by_rows.update(&x, y, &cfg);
+            }
+        }
         Observed::Learnt
     }
 

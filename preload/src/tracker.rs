@@ -164,44 +164,29 @@ impl Tracker {
     }
 
     /// The forward that computes tokens `[from, to)` of the call in flight (batch order,
-    /// the way llama.cpp cuts a call into ubatches). Sequences that each carry one token
-    /// in it make a decode batch of that many rows over their cached tokens; anything else
-    /// is a prefill chunk of its tokens, after the context `C` at which one row's chunk
-    /// reads as many (query, key) pairs as every sequence's share does (`n·C + n(n+1)/2 =
-    /// Σ nᵢ·ctxᵢ + nᵢ(nᵢ+1)/2`; exact for one sequence, and 0 when the shares are too short
-    /// to need any). `None` when no token of a slot is in it.
+    /// the way llama.cpp cuts a call into ubatches): each slot's share of it, named by
+    /// [`StepShape::of_shares`]. `None` when no token of a slot is in it.
     pub fn shape_between(&self, from: u32, to: u32) -> Option<StepShape> {
-        let (mut at, mut n, mut rows, mut ctx_sum, mut pairs) = (0u32, 0u64, 0u64, 0u64, 0u128);
-        let mut one_each = true;
-        for (slot, share) in self.scan.shares() {
-            let start = at;
-            at = at.saturating_add(share.count);
-            let (lo, hi) = (start.max(from), at.min(to));
-            if lo < hi {
-                let k = u64::from(hi - lo);
-                let ctx = self.cached_before(slot, share.min_pos) + u64::from(lo - start);
-                n += k;
-                rows += 1;
-                one_each &= k == 1;
-                ctx_sum = ctx_sum.saturating_add(ctx);
-                pairs += u128::from(k) * u128::from(ctx) + u128::from(k) * u128::from(k + 1) / 2;
-            }
-            if at >= to {
-                break;
-            }
-        }
-        if n == 0 {
-            return None;
-        }
-        if one_each {
-            return Some(StepShape::decode(rows, ctx_sum));
-        }
-        let own = u128::from(n) * u128::from(n + 1) / 2;
-        let context = (pairs.saturating_sub(own) + u128::from(n / 2)) / u128::from(n);
-        Some(StepShape::prefill(
-            n,
-            u64::try_from(context).unwrap_or(u64::MAX),
-        ))
+        // Each share's place in batch order, up to the first that starts past the range;
+        // no allocation on this path (once per step).
+        let mut at = 0u32;
+        let shares = self
+            .scan
+            .shares()
+            .map(move |(slot, share)| {
+                let start = at;
+                at = at.saturating_add(share.count);
+                (slot, share.min_pos, start, at)
+            })
+            .take_while(|&(_, _, start, _)| start < to)
+            .filter_map(|(slot, min_pos, start, end)| {
+                let (lo, hi) = (start.max(from), end.min(to));
+                (lo < hi).then(|| {
+                    let ctx = self.cached_before(slot, min_pos) + u64::from(lo - start);
+                    (u64::from(hi - lo), ctx)
+                })
+            });
+        StepShape::of_shares(shares)
     }
 
     /// The prediction for the step `[from, to)` of the call in flight starting at `now`

@@ -230,6 +230,7 @@ impl Stepping<'_> {
         let model = c.slots.model().clone();
         let n_ctx = c.slots.n_ctx();
         let mut steps = Vec::new();
+        let mut starts = Vec::new();
         let mut ended = Vec::new();
         let mut cut = Vec::new();
         for job in self.jobs.iter_mut() {
@@ -254,13 +255,20 @@ impl Stepping<'_> {
                 cut.push((slot, f));
                 continue;
             }
-            let mut publisher = step_publisher!(c, TokenKind::Generated);
-            let start = g.gen.step_start(slot.get(), n_past);
-            if publisher.before_step(&start).is_break() {
-                ended.push((slot, StopReason::Cancelled));
-            } else {
-                steps.push((slot, token));
-            }
+            starts.push(g.gen.step_start(slot.get(), n_past));
+            steps.push((slot, token));
+        }
+        // The batch is known: its steps start together, as one forward.
+        if !starts.is_empty()
+            && step_publisher!(c, TokenKind::Generated)
+                .batch_started(&starts)
+                .is_break()
+        {
+            ended.extend(
+                steps
+                    .drain(..)
+                    .map(|(slot, _)| (slot, StopReason::Cancelled)),
+            );
         }
         for (slot, finish) in ended {
             self.finish_generation(slot, finish);

@@ -187,6 +187,33 @@ impl Progress {
         }
     }
 
+    /// Decode steps of one token each start on the slots of `starts`, computed by one
+    /// forward: each slot is published with the forward's prediction, and with an end of
+    /// its phase that counts the batch shrinking as the other rows finish
+    /// ([`Forecaster::batch_started`]). A batch of one is a step of its own.
+    pub fn batch_started(&mut self, starts: &[StepStart]) {
+        let Some(w) = self.writer.as_mut() else {
+            return;
+        };
+        let now = clock::monotonic_ns();
+        w.heartbeat(now);
+        for start in starts {
+            self.slots[start.slot].start_step(start.n_tokens as u64, now);
+        }
+        let rows: Vec<usize> = starts.iter().map(|s| s.slot).collect();
+        let predictions = self.forecast.batch_started(&rows, &self.slots);
+        for (&slot, prediction) in rows.iter().zip(predictions) {
+            let s = &self.slots[slot];
+            let published = match prediction {
+                Some(p) => w.publish_with_prediction(slot, s, &p),
+                None => w.publish(slot, s),
+            };
+            if let Err(e) = published {
+                tracing::error!("publishing slot {slot}: {e}");
+            }
+        }
+    }
+
     /// A step finished on `slot`: `done` units of the phase are done, the cache holds
     /// `n_past` tokens; `tokens` were evaluated, counted as `kind`.
     #[inline]
@@ -309,6 +336,19 @@ pub struct StepPublisher<'a> {
     /// there (its task was cancelled). On an asynchronous device a layer is only enqueued
     /// when it is heard, so the task stops at the step's end instead.
     pub stop: Option<&'a dyn Fn() -> bool>,
+}
+
+impl StepPublisher<'_> {
+    /// The decode steps of `starts` are about to run in one forward (see
+    /// [`Progress::batch_started`]); a break: the engine shuts down, none of them runs.
+    pub fn batch_started(&mut self, starts: &[StepStart]) -> ControlFlow<()> {
+        // Acquire: pairs with the Release store in Server::stop.
+        if self.shutdown.load(Ordering::Acquire) {
+            return ControlFlow::Break(());
+        }
+        self.progress.batch_started(starts);
+        ControlFlow::Continue(())
+    }
 }
 
 impl StepObserver for StepPublisher<'_> {
