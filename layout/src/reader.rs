@@ -366,14 +366,37 @@ impl SegmentReader {
     /// is [`Error::BadStats`].
     pub fn stats(&self, slot: usize) -> Result<Option<SlotStats>> {
         self.check_slot(slot)?;
-        let caps = self.identity.description.capabilities;
-        let Some(region) = self.regions.stats else {
-            return Ok(None);
-        };
-        if caps & h::capabilities::SLOT_STATS == 0 {
+        if !self.has_stats() {
             return Ok(None);
         }
         self.check_size()?;
+        self.stats_unchecked(slot).map(Some)
+    }
+
+    /// [`stats`](Self::stats) of every slot, after one size check (an engine's statistics
+    /// are read slot by slot; one `fstat` per slot was most of an exporter's scrape):
+    /// entry `i` is slot `i`'s. `Ok(None)` when the segment has none.
+    pub fn stats_all(&self) -> Result<Option<Vec<Result<SlotStats>>>> {
+        if !self.has_stats() {
+            return Ok(None);
+        }
+        self.check_size()?;
+        Ok(Some(
+            (0..self.geometry.slot_count)
+                .map(|s| self.stats_unchecked(s))
+                .collect(),
+        ))
+    }
+
+    fn has_stats(&self) -> bool {
+        self.regions.stats.is_some()
+            && self.identity.description.capabilities & h::capabilities::SLOT_STATS != 0
+    }
+
+    /// Slot `slot`'s statistics (in range, in a segment that has them, its size checked).
+    fn stats_unchecked(&self, slot: usize) -> Result<SlotStats> {
+        let region = self.regions.stats.expect("checked by the caller");
+        let caps = self.identity.description.capabilities;
         let block = MappedRecord {
             words: self.words,
             base: region.item(slot),
@@ -387,7 +410,7 @@ impl SegmentReader {
                 let copy = SlotStats::from_block(words.into_boxed_slice(), caps);
                 copy.check()
                     .map_err(|defect| Error::BadStats { slot, defect })?;
-                Ok(Some(copy))
+                Ok(copy)
             }
             Err(failure) => Err(region_failure(Some(slot), REGION, failure)),
         }

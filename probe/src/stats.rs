@@ -123,16 +123,21 @@ impl StatsSum {
         let slots = ProbeError::slots_asked(engine_id, reader.slot_count(), slot)?;
         let mut left_out = Vec::new();
         let mut copies = Vec::new();
-        for s in slots {
-            match reader.stats(s) {
-                Ok(None) => {}
-                Ok(Some(copy)) => match copy.check() {
-                    Ok(()) => copies.push((s, copy)),
-                    Err(defect) => left_out.push(LeftOut {
-                        slot: s,
-                        reason: defect.to_string(),
-                    }),
-                },
+        // The reader checks each copy (FORMAT §17.7): a failing one is an error. Every slot
+        // is read after one size check.
+        let read: Vec<(usize, hydra_layout::Result<SlotStats>)> = match slot {
+            Some(s) => reader.stats(s).transpose().map(|r| (s, r)).into_iter().collect(),
+            None => reader
+                .stats_all()
+                .map_err(ProbeError::from)?
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .collect(),
+        };
+        for (s, copy) in read.into_iter().filter(|(s, _)| slots.contains(s)) {
+            match copy {
+                Ok(copy) => copies.push((s, copy)),
                 Err(e) => left_out.push(LeftOut {
                     slot: s,
                     reason: e.to_string(),
@@ -164,33 +169,23 @@ impl StatsSum {
             steps_abandoned: [0; PHASE_WORDS],
             histograms: Vec::new(),
         };
-        let Some(first) = copies.first() else {
+        // One block holding every slot's words added up, read once.
+        let Some(all) = SlotStats::sum(copies) else {
             return sum;
         };
         sum.counters = Counter::ALL
             .into_iter()
-            .filter(|c| c.is_monotonic() && first.counter(*c).is_some())
-            .map(|c| (c, sum_each(copies, |s| [s.counter(c).unwrap_or(0)])[0]))
+            .filter(|c| c.is_monotonic())
+            .filter_map(|c| Some((c, all.counter(c)?)))
             .collect();
-        if first.tasks_by_cause().is_some() {
-            sum.tasks_by_cause = Some(sum_each(copies, |s| s.tasks_by_cause().unwrap_or_default()));
-            sum.errors_by_code = Some(sum_each(copies, |s| s.errors_by_code().unwrap_or_default()));
-        }
-        sum.busy_ns = sum_each(copies, SlotStats::busy_ns);
-        sum.steps = sum_each(copies, SlotStats::steps);
-        sum.steps_abandoned = sum_each(copies, SlotStats::steps_abandoned);
+        sum.tasks_by_cause = all.tasks_by_cause();
+        sum.errors_by_code = all.errors_by_code();
+        sum.busy_ns = all.busy_ns();
+        sum.steps = all.steps();
+        sum.steps_abandoned = all.steps_abandoned();
         sum.histograms = HistogramKind::ALL
             .into_iter()
-            .filter_map(|kind| {
-                let mut h = first.histogram(kind)?;
-                for s in &copies[1..] {
-                    let more = s.histogram(kind)?;
-                    add_into(std::slice::from_mut(&mut h.count), &[more.count]);
-                    add_into(std::slice::from_mut(&mut h.sum), &[more.sum]);
-                    add_into(&mut h.buckets, &more.buckets);
-                }
-                Some(h)
-            })
+            .filter_map(|kind| all.histogram(kind))
             .collect();
         sum
     }
@@ -246,25 +241,6 @@ impl StatsReport {
             steps_abandoned: nonzero(&sum.steps_abandoned, phase_name),
             histograms: sum.histograms.iter().map(summarise).collect(),
         }
-    }
-}
-
-/// The element-wise sum of `get` over `copies`, saturating.
-fn sum_each<const N: usize>(
-    copies: &[SlotStats],
-    get: impl Fn(&SlotStats) -> [u64; N],
-) -> [u64; N] {
-    let mut out = [0u64; N];
-    for s in copies {
-        add_into(&mut out, &get(s));
-    }
-    out
-}
-
-/// Adds `more` to `into`, element by element, saturating.
-fn add_into(into: &mut [u64], more: &[u64]) {
-    for (a, b) in into.iter_mut().zip(more) {
-        *a = a.saturating_add(*b);
     }
 }
 

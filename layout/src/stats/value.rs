@@ -208,16 +208,44 @@ impl SlotStats {
         self.array(STEPS_ABANDONED_OFFSET)
     }
 
+    /// The element-wise sum of `copies` (of one writer, so the same families): every
+    /// counter, count, sum and bucket added up, saturating; the words that are values, not
+    /// counts (the sequence, the last arrival time, the last finish cause), 0. `None`
+    /// without a copy. What an engine's statistics are: the sum of its slots'.
+    pub fn sum(copies: &[SlotStats]) -> Option<SlotStats> {
+        let first = copies.first()?;
+        let mut words = vec![0u64; first.words.len()].into_boxed_slice();
+        for copy in copies {
+            for (w, c) in words.iter_mut().zip(copy.words.iter()) {
+                *w = w.saturating_add(*c);
+            }
+        }
+        for value in [
+            0,
+            Counter::TaskArrivalNs.offset(),
+            Counter::LastFinishCause.offset(),
+        ] {
+            words[value / WORD_LEN] = 0;
+        }
+        Some(Self {
+            words,
+            capabilities: first.capabilities,
+        })
+    }
+
     /// The checks every consistent copy of a conforming writer passes (FORMAT §17.7).
     pub fn check(&self) -> Result<(), StatsDefect> {
         for kind in HistogramKind::ALL {
-            let h = self.histogram_raw(kind);
-            let total: u128 = h.buckets.iter().map(|&n| u128::from(n)).sum();
-            if total != u128::from(h.count) {
+            let at = kind.offset();
+            let count = self.word(at + HIST_COUNT_OFFSET);
+            let total: u128 = (0..kind.buckets())
+                .map(|k| u128::from(self.word(at + HIST_BUCKETS_OFFSET + k * WORD_LEN)))
+                .sum();
+            if total != u128::from(count) {
                 return Err(StatsDefect::BucketsNotCount {
                     kind: kind.as_str(),
                     buckets: total,
-                    count: h.count,
+                    count,
                 });
             }
         }
