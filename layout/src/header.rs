@@ -281,6 +281,12 @@ pub mod capabilities {
     pub const DEVICE_WAIT: u64 = 1 << 10;
     /// v1.3: the writer publishes how far the step in flight was sent to its devices.
     pub const LAYERS_SENT: u64 = 1 << 11;
+    /// v1.3: the writer's arrival times are each task's first compute (its prompt's start),
+    /// not the request's: time to first token and end-to-end time are filled from there,
+    /// queue wait is not (it never saw the request wait). For a writer inside a server that
+    /// does not say when a request arrives (the preload library). `ARRIVAL_TIMES`, when set
+    /// too, takes precedence.
+    pub const PROMPT_ARRIVALS: u64 = 1 << 12;
     /// The bits every `SegmentWriter` sets by itself, since it derives their families.
     pub const WRITER_DERIVED: u64 = SLOT_STATS | FLIGHT_RECORDER;
 }

@@ -361,8 +361,10 @@ impl SegmentWriter {
             let _ = rustix::fs::unlinkat(dir.fd(), tmp_name.as_str(), AtFlags::empty());
             return Err(Error::io("rename into place", &path, e));
         }
+        // A writer whose arrivals are prompt starts never saw a request wait.
+        let queue_wait = config.description.capabilities & h::capabilities::ARRIVAL_TIMES != 0;
         let recorders = (0..mapping.slot_count)
-            .map(|_| SlotRecorder::default())
+            .map(|_| SlotRecorder::new(queue_wait))
             .collect();
         Ok(Self {
             mapping: Arc::new(mapping),

@@ -73,8 +73,11 @@ pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
         description.capabilities |= hydra_layout::header::capabilities::DEVICES
             | hydra_layout::header::capabilities::DEVICE_WAIT;
     }
-    // Every step start is published with the cost model's prediction (format v1.2).
-    description.capabilities |= hydra_layout::header::capabilities::STEP_PREDICTION;
+    // Every step start is published with the cost model's prediction (format v1.2), and
+    // each task's arrival is its prompt's start (llama.cpp never sees a request wait):
+    // time to first token and end-to-end time from there, no queue wait (format v1.3).
+    description.capabilities |= hydra_layout::header::capabilities::STEP_PREDICTION
+        | hydra_layout::header::capabilities::PROMPT_ARRIVALS;
     ContextFacts {
         n_seqs,
         n_ctx_seq,

@@ -37,8 +37,8 @@
 use crate::batch::{BatchScan, OddBatch};
 use crate::ffi::LlamaBatch;
 use hydra_layout::{
-    CostModel, ErrorCode, FinishReason, Observed, Phase, Prediction, SegmentWriter, SlotState,
-    StepShape, WorkUnit, WriterCounters,
+    CostModel, ErrorCode, FinishCause, FinishReason, Observed, Phase, Prediction, SegmentWriter,
+    SlotState, StepShape, WorkUnit, WriterCounters,
 };
 
 /// The publisher of one llama context's segment.
@@ -372,6 +372,13 @@ impl Tracker {
             };
             let s = self.slots[slot];
             if !s.phase.is_active() || (s.phase == Phase::Decode && phase == Phase::Prefill) {
+                if s.phase.is_active() {
+                    // A new prompt on a decoding sequence: its request ended with its
+                    // last step.
+                    self.end_task(slot);
+                    self.publish(slot);
+                }
+                self.note_arrival(slot, now);
                 let id = self.new_task_id();
                 let cached = share.min_pos.map_or(s.n_past, |p| p.max(0) as u64);
                 let s = &mut self.slots[slot];
@@ -535,7 +542,21 @@ impl Tracker {
         let s = &mut self.slots[slot];
         if s.phase.is_active() {
             s.finish(FinishReason::Completed, ErrorCode::None);
+            // It ended with its last step, not when the preload noticed (end-to-end time).
+            // Every caller passes an index below the slot count, so this cannot fail.
+            let _ = self.writer.note_finish(
+                slot,
+                FinishCause::Unspecified,
+                self.last_activity_ns[slot],
+            );
         }
+    }
+
+    /// The task about to begin on `slot` arrives at `now`: its prompt's start (the preload
+    /// never sees a request wait; the `prompt_arrivals` capability).
+    fn note_arrival(&mut self, slot: usize, now: u64) {
+        // Every caller passes an index below the slot count, so this cannot fail.
+        let _ = self.writer.note_arrival(slot, now);
     }
 
     /// Ends the task of every prefilling or decoding slot with no step in flight and no
@@ -585,6 +606,7 @@ impl Tracker {
         if before.phase.is_active() {
             self.slots[slot].enter_phase(phase, WorkUnit::Bytes, total, now);
         } else {
+            self.note_arrival(slot, now);
             let id = self.new_task_id();
             self.slots[slot].begin_task(id, phase, WorkUnit::Bytes, total, now);
         }
@@ -711,6 +733,55 @@ mod tests {
             (3, 2, 1, 5)
         );
         assert_eq!(h.heartbeat_ns, 310);
+    }
+
+    /// The preload's arrivals are prompt starts (`prompt_arrivals`): time to first token
+    /// and end-to-end time count from there, to the prompt's end and to the last step;
+    /// queue wait and finish causes stay absent.
+    #[test]
+    fn a_request_s_times_count_from_its_prompt_s_start_and_end_with_its_last_step() {
+        use hydra_layout::header::capabilities::PROMPT_ARRIVALS;
+        use hydra_layout::stats::HistogramKind;
+        const MS: u64 = 1_000_000;
+        let tmp = tempfile::tempdir().unwrap();
+        let w = SegmentWriter::create(&SegmentConfig {
+            dir: tmp.path().into(),
+            engine_id: "t".into(),
+            slot_count: 1,
+            description: EngineDescription {
+                capabilities: STEP_PREDICTION | PROMPT_ARRIVALS,
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let mut t = Tracker::new(w, 8192, 16384);
+        // A prompt of 2 tokens at 100 ms (done at 100 ms + 10 ns), two decode steps, and a
+        // new prompt on the same sequence at 400 ms.
+        step(&mut t, &[(0, 0), (1, 0)], 0, 100 * MS);
+        step(&mut t, &[(2, 0)], 0, 200 * MS);
+        step(&mut t, &[(3, 0)], 0, 300 * MS);
+        step(&mut t, &[(3, 0), (4, 0), (5, 0)], 0, 400 * MS);
+        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        let stats = r.stats(0).unwrap().expect("statistics");
+        let ttft = stats
+            .histogram(HistogramKind::Ttft)
+            .expect("time to first token");
+        // The first token: the first decode step's start, 100 ms after the prompt's.
+        assert_eq!((ttft.count, ttft.sum), (1, 100 * MS));
+        let e2e = stats
+            .histogram(HistogramKind::E2e)
+            .expect("end-to-end time");
+        assert_eq!(
+            (e2e.count, e2e.sum),
+            (1, 200 * MS + 10),
+            "to the last step's end"
+        );
+        assert_eq!(
+            stats.histogram(HistogramKind::QueueWait),
+            None,
+            "never seen: absent"
+        );
+        assert_eq!(stats.tasks_by_cause(), None, "absent");
     }
 
     #[test]

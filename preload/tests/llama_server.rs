@@ -257,6 +257,7 @@ fn publishes_progress(test: &str, gen: Gen) {
     assert!(seen >= 512, "prefill progress seen up to {seen}");
     let m = wait_idle(&dir, 0);
     assert!(m["n_past"].as_u64().unwrap() >= n_prompt, "{m}");
+    assert_statistics(&dir, n, n_prompt);
 
     // During a decode: the exporter and the probe agree the total is unknown.
     let base = server.base.clone();
@@ -305,6 +306,51 @@ fn publishes_progress(test: &str, gen: Gen) {
     let (code, out) = common::run_probe(&dir, &["check", ENGINE]);
     assert_eq!(code, 2, "check is critical after the kill: {out}");
     drop(exporter);
+}
+
+/// The statistics the preload keeps (format v1.3, FORMAT §17.8) after a generation of `n`
+/// tokens on slot 1 and a prompt of `n_prompt` tokens on slot 0: step and inter-token
+/// histograms filled, time to first token and end-to-end time from the prompt's start,
+/// queue wait and finish causes absent; slot 0's flight recorder holds the prompt's last
+/// ubatches.
+fn assert_statistics(dir: &Path, n: u32, n_prompt: u64) {
+    use hydra_layout::stats::{Counter, HistogramKind};
+    let r = hydra_layout::SegmentReader::open_engine(dir, ENGINE).expect("segment");
+    let s = hydra_probe::StatsSum::capture(&r, None).expect("statistics");
+    assert!(s.published && s.left_out.is_empty(), "{s:?}");
+    let count = |kind| s.histogram(kind).map(|h| h.count);
+    // The generation's decode steps, one token each (its first token came from its
+    // prompt's logits).
+    assert!(count(HistogramKind::Itl) >= Some(u64::from(n) - 1), "{s:?}");
+    assert!(
+        count(HistogramKind::StepDecode) >= Some(u64::from(n) - 1),
+        "{s:?}"
+    );
+    assert!(count(HistogramKind::StepPrefill) >= Some(2), "{s:?}");
+    assert!(
+        count(HistogramKind::RatioDecode) >= Some(u64::from(n) / 2),
+        "{s:?}"
+    );
+    // From the prompt's start: the generation had its first token and ended.
+    assert!(count(HistogramKind::Ttft) >= Some(1), "{s:?}");
+    assert!(count(HistogramKind::E2e) >= Some(1), "{s:?}");
+    assert!(
+        s.counter(Counter::PromptTokensComputed) >= Some(n_prompt),
+        "{s:?}"
+    );
+    // Never seen by llama.cpp: absent, not zero.
+    assert_eq!(count(HistogramKind::QueueWait), None, "{s:?}");
+    assert_eq!((s.tasks_by_cause, s.errors_by_code), (None, None), "{s:?}");
+    // Slot 0's ring: the prompt's ubatches, the last of them last.
+    let ring = r.history(0).expect("ring").expect("a flight recorder");
+    let last = ring.entries.last().expect("an entry");
+    assert_eq!(last.kind, Phase::Prefill, "{last:?}");
+    let prefill = ring.entries.iter().filter(|e| e.kind == Phase::Prefill);
+    let tokens: u64 = prefill.map(|e| e.size).sum();
+    assert!(
+        tokens >= n_prompt.min(64 * 512) / 2,
+        "{tokens} prompt tokens in the ring: {ring:?}"
+    );
 }
 
 /// The same greedy completions with and without the preload; a prompt of several

@@ -126,7 +126,12 @@ impl StatsSum {
         // The reader checks each copy (FORMAT §17.7): a failing one is an error. Every slot
         // is read after one size check.
         let read: Vec<(usize, hydra_layout::Result<SlotStats>)> = match slot {
-            Some(s) => reader.stats(s).transpose().map(|r| (s, r)).into_iter().collect(),
+            Some(s) => reader
+                .stats(s)
+                .transpose()
+                .map(|r| (s, r))
+                .into_iter()
+                .collect(),
             None => reader
                 .stats_all()
                 .map_err(ProbeError::from)?

@@ -72,8 +72,11 @@ pub enum Family {
     Steps,
     /// Needs the cost model's predictions (`step_prediction`).
     Predictions,
-    /// Needs the host's arrival times (`arrival_times`).
+    /// Needs arrival times: the host's (`arrival_times`) or each task's first compute
+    /// (`prompt_arrivals`).
     Arrivals,
+    /// Needs the host's arrival times of requests (`arrival_times`): the queue wait.
+    Queue,
     /// Needs the host's finish causes (`finish_causes`).
     Causes,
 }
@@ -84,7 +87,8 @@ impl Family {
         let extra = match self {
             Self::Steps => 0,
             Self::Predictions => caps::STEP_PREDICTION,
-            Self::Arrivals => caps::ARRIVAL_TIMES,
+            Self::Arrivals if capabilities & caps::PROMPT_ARRIVALS != 0 => 0,
+            Self::Arrivals | Self::Queue => caps::ARRIVAL_TIMES,
             Self::Causes => caps::FINISH_CAUSES,
         };
         let want = caps::SLOT_STATS | extra;
@@ -170,7 +174,8 @@ impl HistogramKind {
     /// The family it belongs to.
     pub const fn family(self) -> Family {
         match self {
-            Self::Ttft | Self::QueueWait | Self::E2e => Family::Arrivals,
+            Self::QueueWait => Family::Queue,
+            Self::Ttft | Self::E2e => Family::Arrivals,
             Self::RatioPrefill | Self::RatioDecode => Family::Predictions,
             _ => Family::Steps,
         }

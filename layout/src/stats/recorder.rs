@@ -115,6 +115,8 @@ pub(crate) struct SlotRecorder {
     next_finish: Option<(FinishCause, u64)>,
     /// The current task has computed (its queue wait is observed).
     computed: bool,
+    /// Whether arrivals are requests' (queue wait is observed), not prompt starts.
+    queue_wait: bool,
     /// The current task has had its first token (its TTFT is observed).
     first_token: bool,
     /// The current task began in decode (its TTFT is its first advancing decode step).
@@ -144,6 +146,7 @@ impl Default for SlotRecorder {
             next_arrival: None,
             next_finish: None,
             computed: false,
+            queue_wait: true,
             first_token: false,
             began_in_decode: false,
             wait: WaitMemo::default(),
@@ -166,6 +169,15 @@ pub(crate) struct Place {
 }
 
 impl SlotRecorder {
+    /// A slot's recorder; `queue_wait`: the arrivals it is given are requests' (the
+    /// `arrival_times` capability), so a task's first compute observes its queue wait.
+    pub(crate) fn new(queue_wait: bool) -> Self {
+        Self {
+            queue_wait,
+            ..Self::default()
+        }
+    }
+
     /// The host's arrival time (CLOCK_MONOTONIC ns) for the next task to begin on the slot.
     pub(crate) fn note_arrival(&mut self, arrival_ns: u64) {
         self.next_arrival = Some(arrival_ns);
@@ -383,7 +395,9 @@ impl SlotRecorder {
     fn first_compute(&mut self, start: u64) {
         if !self.computed {
             self.computed = true;
-            self.observe_since_arrival(HistogramKind::QueueWait, start);
+            if self.queue_wait {
+                self.observe_since_arrival(HistogramKind::QueueWait, start);
+            }
         }
     }
 
