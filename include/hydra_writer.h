@@ -32,6 +32,13 @@
 // them as `int32_t`).
 #define HYDRA_WRITER_ABI_VERSION 2
 
+// Minor version of this ABI: bumped when a function or constant is added, reset to 0 when
+// [`HYDRA_WRITER_ABI_VERSION`] changes. Minor 1 added `hydra_writer_abi_minor`,
+// `hydra_writer_note_arrival`, `hydra_writer_note_finish`, the capability bits
+// `HYDRA_WRITER_CAP_ARRIVAL_TIMES`, `_FINISH_CAUSES`, `_PROMPT_ARRIVALS` and the
+// `HYDRA_WRITER_CAUSE_*` values (format v1.3 statistics).
+#define HYDRA_WRITER_ABI_MINOR 1
+
 // Success.
 #define HYDRA_WRITER_OK 0
 
@@ -141,6 +148,49 @@
 // (`hydra_writer_set_n_past`, to be kept current); each step counts as a forward of its
 // own slot. Steps cut short by `hydra_writer_finish` or a new phase are not learnt.
 #define HYDRA_WRITER_CAP_STEP_PREDICTION (1 << 4)
+
+// Capability bit (format v1.3): the host gives each task's arrival time
+// ([`hydra_writer_note_arrival`], before [`hydra_writer_begin_task`]), so that time to
+// first token, queue wait and end-to-end time are kept. A task begun without one counts
+// as such. (The statistics derived from the steps alone and the flight recorder are
+// always kept: the library sets their bits itself.)
+#define HYDRA_WRITER_CAP_ARRIVAL_TIMES (1 << 6)
+
+// Capability bit (format v1.3): the host says why each task ends
+// ([`hydra_writer_note_finish`], before [`hydra_writer_finish`]), so that tasks by finish
+// cause and failed tasks by error code are kept. A task ended without one counts as
+// `UNSPECIFIED` (or `CANCELLED`, `ERROR` from its finish reason).
+#define HYDRA_WRITER_CAP_FINISH_CAUSES (1 << 7)
+
+// Capability bit (format v1.3): the arrival times the host gives are each task's first
+// compute, not the request's (a host that never sees its requests wait): time to first
+// token and end-to-end time are kept from there, queue wait is not.
+// `HYDRA_WRITER_CAP_ARRIVAL_TIMES`, when set too, takes precedence.
+#define HYDRA_WRITER_CAP_PROMPT_ARRIVALS (1 << 12)
+
+// Finish cause (`hydra_writer_note_finish`): completed, the host did not say why.
+#define HYDRA_WRITER_CAUSE_UNSPECIFIED 0
+
+// Finish cause: the model produced its end-of-generation token.
+#define HYDRA_WRITER_CAUSE_EOS 1
+
+// Finish cause: the most tokens the task may generate were generated.
+#define HYDRA_WRITER_CAUSE_LENGTH 2
+
+// Finish cause: a stop string of the request matched.
+#define HYDRA_WRITER_CAUSE_STOP_STRING 3
+
+// Finish cause: the slot's context is full.
+#define HYDRA_WRITER_CAUSE_CONTEXT_FULL 4
+
+// Finish cause: a task that generates nothing (prefill, save, restore) did all its work.
+#define HYDRA_WRITER_CAUSE_DONE 5
+
+// Finish cause: cancelled (client gone, cancel request, shutdown).
+#define HYDRA_WRITER_CAUSE_CANCELLED 6
+
+// Finish cause: failed (the error code is `hydra_writer_finish`'s).
+#define HYDRA_WRITER_CAUSE_ERROR 7
 
 // A segment being written (opaque to C).
 typedef struct HydraWriter HydraWriter;
@@ -321,6 +371,33 @@ int32_t hydra_writer_finish(struct HydraWriter *writer,
                             uint32_t slot,
                             uint64_t reason,
                             uint64_t error_code);
+
+// The next task to begin on `slot` arrived at `arrival_ns` (CLOCK_MONOTONIC ns: when the
+// request was queued, before it waited; with `HYDRA_WRITER_CAP_PROMPT_ARRIVALS`, its
+// first compute). Call it just before `hydra_writer_begin_task`: the task's queue wait,
+// time to first token and end-to-end time start there. For a writer created with
+// `HYDRA_WRITER_CAP_ARRIVAL_TIMES` (or `_PROMPT_ARRIVALS`); without, readers show none.
+// Added in writer ABI minor 1.
+//
+// # Safety
+// `writer` is NULL or an open handle.
+int32_t hydra_writer_note_arrival(struct HydraWriter *writer, uint32_t slot, uint64_t arrival_ns);
+
+// The running task on `slot` ends now because of `cause` (`HYDRA_WRITER_CAUSE_*`). Call
+// it just before `hydra_writer_finish`, whose reason should be the cause's (`CANCELLED`
+// for `CANCELLED`, `ERROR` for `ERROR`, else `COMPLETED`). For a writer created with
+// `HYDRA_WRITER_CAP_FINISH_CAUSES`; without, readers show no causes. Added in writer ABI
+// minor 1.
+//
+// Errors: `HYDRA_WRITER_E_INVALID_ARGUMENT` for a cause this library does not know.
+//
+// # Safety
+// `writer` is NULL or an open handle.
+int32_t hydra_writer_note_finish(struct HydraWriter *writer, uint32_t slot, uint64_t cause);
+
+// The ABI's minor version, [`HYDRA_WRITER_ABI_MINOR`] (added in minor 1: a library
+// without this symbol is minor 0).
+uint32_t hydra_writer_abi_minor(void);
 
 // One pass of the compute loop: stores the heartbeat (now) and counts the iteration.
 // Call it on every pass, idle ones included, from the compute loop itself (a side thread

@@ -42,7 +42,8 @@
 
 use hydra_ffi_support::{arg_str, copy_out, opt_str, out_ptr, Abi, ErrorKind, FfiError, Overflow};
 use hydra_layout::{
-    clock, naming, EngineDescription, ErrorCode, FinishReason, Forecaster, PendingCounter, Phase,
+    clock, naming, EngineDescription, ErrorCode, FinishCause, FinishReason, Forecaster,
+    PendingCounter, Phase,
     PhaseEnd, SegmentConfig, SegmentWriter, SlotState, Substep, SubstepPublisher, WorkUnit,
     WriterCounters,
 };
@@ -57,6 +58,13 @@ use std::thread::LocalKey;
 /// the segment's words and the reader ABI's `HydraProbeSlot` fields are (version 1 took
 /// them as `int32_t`).
 pub const HYDRA_WRITER_ABI_VERSION: u32 = 2;
+
+/// Minor version of this ABI: bumped when a function or constant is added, reset to 0 when
+/// [`HYDRA_WRITER_ABI_VERSION`] changes. Minor 1 added `hydra_writer_abi_minor`,
+/// `hydra_writer_note_arrival`, `hydra_writer_note_finish`, the capability bits
+/// `HYDRA_WRITER_CAP_ARRIVAL_TIMES`, `_FINISH_CAUSES`, `_PROMPT_ARRIVALS` and the
+/// `HYDRA_WRITER_CAUSE_*` values (format v1.3 statistics).
+pub const HYDRA_WRITER_ABI_MINOR: u32 = 1;
 
 /// Success.
 pub const HYDRA_WRITER_OK: i32 = 0;
@@ -139,6 +147,39 @@ pub const HYDRA_WRITER_CAP_LAYER_PROGRESS: u64 = 1 << 3;
 /// (`hydra_writer_set_n_past`, to be kept current); each step counts as a forward of its
 /// own slot. Steps cut short by `hydra_writer_finish` or a new phase are not learnt.
 pub const HYDRA_WRITER_CAP_STEP_PREDICTION: u64 = 1 << 4;
+/// Capability bit (format v1.3): the host gives each task's arrival time
+/// ([`hydra_writer_note_arrival`], before [`hydra_writer_begin_task`]), so that time to
+/// first token, queue wait and end-to-end time are kept. A task begun without one counts
+/// as such. (The statistics derived from the steps alone and the flight recorder are
+/// always kept: the library sets their bits itself.)
+pub const HYDRA_WRITER_CAP_ARRIVAL_TIMES: u64 = 1 << 6;
+/// Capability bit (format v1.3): the host says why each task ends
+/// ([`hydra_writer_note_finish`], before [`hydra_writer_finish`]), so that tasks by finish
+/// cause and failed tasks by error code are kept. A task ended without one counts as
+/// `UNSPECIFIED` (or `CANCELLED`, `ERROR` from its finish reason).
+pub const HYDRA_WRITER_CAP_FINISH_CAUSES: u64 = 1 << 7;
+/// Capability bit (format v1.3): the arrival times the host gives are each task's first
+/// compute, not the request's (a host that never sees its requests wait): time to first
+/// token and end-to-end time are kept from there, queue wait is not.
+/// `HYDRA_WRITER_CAP_ARRIVAL_TIMES`, when set too, takes precedence.
+pub const HYDRA_WRITER_CAP_PROMPT_ARRIVALS: u64 = 1 << 12;
+
+/// Finish cause (`hydra_writer_note_finish`): completed, the host did not say why.
+pub const HYDRA_WRITER_CAUSE_UNSPECIFIED: u64 = 0;
+/// Finish cause: the model produced its end-of-generation token.
+pub const HYDRA_WRITER_CAUSE_EOS: u64 = 1;
+/// Finish cause: the most tokens the task may generate were generated.
+pub const HYDRA_WRITER_CAUSE_LENGTH: u64 = 2;
+/// Finish cause: a stop string of the request matched.
+pub const HYDRA_WRITER_CAUSE_STOP_STRING: u64 = 3;
+/// Finish cause: the slot's context is full.
+pub const HYDRA_WRITER_CAUSE_CONTEXT_FULL: u64 = 4;
+/// Finish cause: a task that generates nothing (prefill, save, restore) did all its work.
+pub const HYDRA_WRITER_CAUSE_DONE: u64 = 5;
+/// Finish cause: cancelled (client gone, cancel request, shutdown).
+pub const HYDRA_WRITER_CAUSE_CANCELLED: u64 = 6;
+/// Finish cause: failed (the error code is `hydra_writer_finish`'s).
+pub const HYDRA_WRITER_CAUSE_ERROR: u64 = 7;
 
 // Every wire constant is the value the Rust format code writes (the reader ABI asserts the
 // same of its phase constants, so the two ABIs agree).
@@ -149,6 +190,17 @@ const _: () = {
     assert!(HYDRA_WRITER_CAP_CHUNKED_PREFILL == cap::CHUNKED_PREFILL);
     assert!(HYDRA_WRITER_CAP_LAYER_PROGRESS == cap::LAYER_PROGRESS);
     assert!(HYDRA_WRITER_CAP_STEP_PREDICTION == cap::STEP_PREDICTION);
+    assert!(HYDRA_WRITER_CAP_ARRIVAL_TIMES == cap::ARRIVAL_TIMES);
+    assert!(HYDRA_WRITER_CAP_FINISH_CAUSES == cap::FINISH_CAUSES);
+    assert!(HYDRA_WRITER_CAP_PROMPT_ARRIVALS == cap::PROMPT_ARRIVALS);
+    assert!(HYDRA_WRITER_CAUSE_UNSPECIFIED == FinishCause::Unspecified.to_raw());
+    assert!(HYDRA_WRITER_CAUSE_EOS == FinishCause::Eos.to_raw());
+    assert!(HYDRA_WRITER_CAUSE_LENGTH == FinishCause::Length.to_raw());
+    assert!(HYDRA_WRITER_CAUSE_STOP_STRING == FinishCause::StopString.to_raw());
+    assert!(HYDRA_WRITER_CAUSE_CONTEXT_FULL == FinishCause::ContextFull.to_raw());
+    assert!(HYDRA_WRITER_CAUSE_DONE == FinishCause::Done.to_raw());
+    assert!(HYDRA_WRITER_CAUSE_CANCELLED == FinishCause::Cancelled.to_raw());
+    assert!(HYDRA_WRITER_CAUSE_ERROR == FinishCause::Error.to_raw());
 
     assert!(HYDRA_WRITER_PHASE_IDLE == Phase::Idle.to_raw());
     assert!(HYDRA_WRITER_PHASE_QUEUED == Phase::Queued.to_raw());
@@ -800,6 +852,74 @@ pub unsafe extern "C" fn hydra_writer_finish(
             s.finish(reason, code)
         })
     }
+}
+
+/// The next task to begin on `slot` arrived at `arrival_ns` (CLOCK_MONOTONIC ns: when the
+/// request was queued, before it waited; with `HYDRA_WRITER_CAP_PROMPT_ARRIVALS`, its
+/// first compute). Call it just before `hydra_writer_begin_task`: the task's queue wait,
+/// time to first token and end-to-end time start there. For a writer created with
+/// `HYDRA_WRITER_CAP_ARRIVAL_TIMES` (or `_PROMPT_ARRIVALS`); without, readers show none.
+/// Added in writer ABI minor 1.
+///
+/// # Safety
+/// `writer` is NULL or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hydra_writer_note_arrival(
+    writer: *mut HydraWriter,
+    slot: u32,
+    arrival_ns: u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+        let w = unsafe { handle(writer) }?;
+        let mut inner = w.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let count = inner.slots.len();
+        inner
+            .writer
+            .note_arrival(slot as usize, arrival_ns)
+            .map_err(|_| slot_out_of_range(slot, count))
+    })
+}
+
+/// The running task on `slot` ends now because of `cause` (`HYDRA_WRITER_CAUSE_*`). Call
+/// it just before `hydra_writer_finish`, whose reason should be the cause's (`CANCELLED`
+/// for `CANCELLED`, `ERROR` for `ERROR`, else `COMPLETED`). For a writer created with
+/// `HYDRA_WRITER_CAP_FINISH_CAUSES`; without, readers show no causes. Added in writer ABI
+/// minor 1.
+///
+/// Errors: `HYDRA_WRITER_E_INVALID_ARGUMENT` for a cause this library does not know.
+///
+/// # Safety
+/// `writer` is NULL or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hydra_writer_note_finish(
+    writer: *mut HydraWriter,
+    slot: u32,
+    cause: u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller guarantees `writer` is NULL or an open handle.
+        let w = unsafe { handle(writer) }?;
+        let cause = match FinishCause::from_raw(cause) {
+            FinishCause::Unknown(raw) => {
+                return Err(FfiError::invalid(format!("unknown finish cause {raw}")))
+            }
+            known => known,
+        };
+        let mut inner = w.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let count = inner.slots.len();
+        inner
+            .writer
+            .note_finish(slot as usize, cause, clock::monotonic_ns())
+            .map_err(|_| slot_out_of_range(slot, count))
+    })
+}
+
+/// The ABI's minor version, [`HYDRA_WRITER_ABI_MINOR`] (added in minor 1: a library
+/// without this symbol is minor 0).
+#[unsafe(no_mangle)]
+pub extern "C" fn hydra_writer_abi_minor() -> u32 {
+    HYDRA_WRITER_ABI_MINOR
 }
 
 /// One pass of the compute loop: stores the heartbeat (now) and counts the iteration.

@@ -300,3 +300,72 @@ fn layer_positions_from_the_compute_thread_and_a_callback_thread() {
         assert_eq!(hydra_writer_close(w), HYDRA_WRITER_OK);
     }
 }
+
+/// Arrival times and finish causes from the host (writer ABI minor 1): a request that
+/// arrived 5 ms before its task began, prefilled, decoded 3 tokens and ended by length
+/// shows its queue wait, time to first token, end-to-end time and cause; a cause this
+/// library does not know, a slot past the engine's and a NULL handle are refused.
+#[test]
+fn arrivals_and_finish_causes_fill_the_statistics() {
+    use hydra_layout::stats::HistogramKind;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CString::new(tmp.path().join("segs").to_str().unwrap()).unwrap();
+    let mut d = description();
+    d.capabilities |= HYDRA_WRITER_CAP_ARRIVAL_TIMES | HYDRA_WRITER_CAP_FINISH_CAUSES;
+    let mut w: *mut HydraWriter = ptr::null_mut();
+    assert_eq!(hydra_writer_abi_minor(), 1);
+    // SAFETY: every pointer is valid; `w` is used while open and closed once.
+    unsafe {
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"causes".as_ptr(), 2, &d, &mut w),
+            HYDRA_WRITER_OK
+        );
+        let arrived = hydra_layout::clock::monotonic_ns() - 5_000_000;
+        assert_eq!(hydra_writer_note_arrival(w, 0, arrived), HYDRA_WRITER_OK);
+        let tokens = HYDRA_WRITER_UNIT_TOKENS;
+        assert_eq!(
+            hydra_writer_begin_task(w, 0, 7, HYDRA_WRITER_PHASE_PREFILL, tokens, 4),
+            HYDRA_WRITER_OK
+        );
+        hydra_writer_step_start(w, 0, 4);
+        hydra_writer_step_finish(w, 0, 4);
+        hydra_writer_begin_phase(w, 0, HYDRA_WRITER_PHASE_DECODE, tokens, 3);
+        for done in 1..=3 {
+            hydra_writer_step_start(w, 0, 1);
+            hydra_writer_step_finish(w, 0, done);
+        }
+        assert_eq!(
+            hydra_writer_note_finish(w, 0, HYDRA_WRITER_CAUSE_LENGTH),
+            HYDRA_WRITER_OK
+        );
+        assert_eq!(
+            hydra_writer_finish(w, 0, HYDRA_WRITER_FINISH_COMPLETED, HYDRA_WRITER_ERROR_NONE),
+            HYDRA_WRITER_OK
+        );
+        assert_eq!(
+            hydra_writer_note_finish(w, 0, 99),
+            HYDRA_WRITER_E_INVALID_ARGUMENT
+        );
+        assert!(last_error().contains("99"), "{}", last_error());
+        assert_eq!(
+            hydra_writer_note_arrival(w, 2, arrived),
+            HYDRA_WRITER_E_SLOT_OUT_OF_RANGE
+        );
+        assert_eq!(
+            hydra_writer_note_finish(ptr::null_mut(), 0, 0),
+            HYDRA_WRITER_E_NULL
+        );
+
+        let r = SegmentReader::open_engine(&tmp.path().join("segs"), "causes").unwrap();
+        let stats = r.stats(0).unwrap().expect("statistics");
+        let observed = |kind| stats.histogram(kind).map(|h| h.count);
+        assert_eq!(observed(HistogramKind::QueueWait), Some(1));
+        assert_eq!(observed(HistogramKind::Ttft), Some(1));
+        assert_eq!(observed(HistogramKind::E2e), Some(1));
+        let e2e = stats.histogram(HistogramKind::E2e).unwrap();
+        assert!(e2e.sum >= 5_000_000, "from the arrival: {e2e:?}");
+        let causes = stats.tasks_by_cause().expect("causes");
+        assert_eq!(causes[HYDRA_WRITER_CAUSE_LENGTH as usize], 1);
+        assert_eq!(hydra_writer_close(w), HYDRA_WRITER_OK);
+    }
+}
