@@ -43,9 +43,8 @@
 use hydra_ffi_support::{arg_str, copy_out, opt_str, out_ptr, Abi, ErrorKind, FfiError, Overflow};
 use hydra_layout::{
     clock, naming, EngineDescription, ErrorCode, FinishCause, FinishReason, Forecaster,
-    PendingCounter, Phase,
-    PhaseEnd, SegmentConfig, SegmentWriter, SlotState, Substep, SubstepPublisher, WorkUnit,
-    WriterCounters,
+    PendingCounter, Phase, PhaseEnd, SegmentConfig, SegmentWriter, SlotState, Substep,
+    SubstepPublisher, WorkUnit, WriterCounters,
 };
 use std::cell::RefCell;
 use std::ffi::c_char;

@@ -366,17 +366,23 @@ impl Fit {
             }
             self.b[i] = lambda * self.b[i] + x[i] * y;
         }
+        match self.solve(cfg) {
+            Some(theta) => self.theta = theta,
+            // Cannot happen with a positive ridge and finite inputs; never keep a poisoned
+            // fit.
+            None => *self = Self::new(),
+        }
+        self.samples += 1;
+    }
+
+    /// The coefficients of the normal equations with the ridge; `None` when they are not
+    /// finite.
+    fn solve(&self, cfg: &ModelConfig) -> Option<[f64; 3]> {
         let mut m = self.a;
         for (i, row) in m.iter_mut().enumerate() {
             row[i] += cfg.ridge[i];
         }
-        match solve3(m, self.b) {
-            Some(theta) if theta.iter().all(|t| t.is_finite()) => self.theta = theta,
-            // Cannot happen with a positive ridge and finite inputs; never keep a poisoned
-            // fit.
-            _ => *self = Self::new(),
-        }
-        self.samples += 1;
+        solve3(m, self.b).filter(|theta| theta.iter().all(|t| t.is_finite()))
     }
 }
 
@@ -422,6 +428,31 @@ pub struct CostModel {
     config: ModelConfig,
 }
 
+/// What one fit has learnt, as plain numbers (see [`Learnt`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LearntFit {
+    /// The forgotten normal equations' matrix `A` (scaled features).
+    pub a: [[f64; 3]; 3],
+    /// Their right-hand side `b`.
+    pub b: [f64; 3],
+    /// Steps learnt.
+    pub samples: u64,
+    /// Predictions checked against their step.
+    pub checked: u32,
+    /// The weighted mean of the checked relative residuals squared.
+    pub mean_sq_error: f64,
+}
+
+/// What a [`CostModel`] has learnt, as numbers a writer may keep between runs of the same
+/// model on the same device and threads ([`CostModel::learnt`], [`CostModel::with_learnt`]),
+/// so that its first request after a restart is predicted from the start: the prefill
+/// fit, the decode fit, then the decode fits by batch size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learnt {
+    /// The fits, in the model's order.
+    pub fits: Vec<LearntFit>,
+}
+
 /// Batch sizes the model keeps a decode fit of their own for (larger batches are
 /// predicted by the decode fit of every size).
 pub const ROW_FITS: usize = 16;
@@ -440,6 +471,52 @@ impl CostModel {
             decode_by_rows: vec![Fit::new(); ROW_FITS],
             config,
         }
+    }
+
+    /// What it has learnt so far.
+    pub fn learnt(&self) -> Learnt {
+        let fits = self.fits.iter().chain(&self.decode_by_rows);
+        Learnt {
+            fits: fits
+                .map(|f| LearntFit {
+                    a: f.a,
+                    b: f.b,
+                    samples: f.samples,
+                    checked: f.checked,
+                    mean_sq_error: f.mean_sq_error,
+                })
+                .collect(),
+        }
+    }
+
+    /// A model of `config` that starts from `learnt` (a run of the same model on the same
+    /// device and threads). `None` when `learnt` is not a model's: another number of fits,
+    /// or a figure that is not finite, negative where it cannot be, or a matrix the ridge
+    /// cannot solve (a foreign or damaged file). Its predictions then come from the start;
+    /// its forgetting makes the new run's steps outweigh the old ones within some 20 steps.
+    pub fn with_learnt(config: ModelConfig, learnt: &Learnt) -> Option<Self> {
+        if learnt.fits.len() != 2 + ROW_FITS {
+            return None;
+        }
+        let mut model = Self::new(config);
+        let fits = model.fits.iter_mut().chain(model.decode_by_rows.iter_mut());
+        for (fit, l) in fits.zip(&learnt.fits) {
+            let finite = l.a.iter().flatten().chain(&l.b).all(|x| x.is_finite());
+            let sane = l.mean_sq_error.is_finite() && l.mean_sq_error >= 0.0;
+            let diagonal = (0..3).all(|i| l.a[i][i] >= 0.0);
+            if !(finite && sane && diagonal) {
+                return None;
+            }
+            fit.a = l.a;
+            fit.b = l.b;
+            fit.samples = l.samples;
+            fit.checked = l.checked;
+            fit.mean_sq_error = l.mean_sq_error;
+            if l.samples > 0 {
+                fit.theta = fit.solve(&config)?;
+            }
+        }
+        Some(model)
     }
 
     /// The knobs it runs with.
@@ -879,5 +956,30 @@ mod tests {
         );
         let unknown = m.prediction(&s, 10_000, 9_000, None);
         assert_eq!(unknown.task_expected_end_ns, 0);
+    }
+
+    #[test]
+    fn what_a_model_learnt_starts_another_and_a_damaged_one_is_refused() {
+        let mut m = CostModel::default();
+        learn_chunks(&mut m, 0..8);
+        for k in 0..40u64 {
+            let s = StepShape::decode(1 + k % 3, 300 + k);
+            m.observe(&s, truth(&s));
+        }
+        let learnt = m.learnt();
+        let again = CostModel::with_learnt(ModelConfig::default(), &learnt).expect("restored");
+        for s in [StepShape::prefill(512, 2048), StepShape::decode(2, 700)] {
+            assert_eq!(again.predict(&s), m.predict(&s), "{s:?}");
+        }
+        assert_eq!(again.learnt(), learnt);
+        let mut short = learnt.clone();
+        short.fits.pop();
+        assert!(CostModel::with_learnt(ModelConfig::default(), &short).is_none());
+        let mut nan = learnt.clone();
+        nan.fits[1].b[0] = f64::NAN;
+        assert!(CostModel::with_learnt(ModelConfig::default(), &nan).is_none());
+        let mut negative = learnt;
+        negative.fits[0].mean_sq_error = -1.0;
+        assert!(CostModel::with_learnt(ModelConfig::default(), &negative).is_none());
     }
 }

@@ -62,6 +62,15 @@ impl Forecaster {
         }
     }
 
+    /// A forecaster for `slots` slots whose model starts from `model` (one restored from an
+    /// earlier run: [`CostModel::with_learnt`]).
+    pub fn with_model(slots: usize, phase_end: PhaseEnd, model: CostModel) -> Self {
+        Self {
+            model,
+            ..Self::with_config(slots, phase_end, ModelConfig::default())
+        }
+    }
+
     /// The model.
     pub fn model(&self) -> &CostModel {
         &self.model

@@ -64,7 +64,9 @@ pub mod stats;
 mod words;
 mod writer;
 
-pub use costmodel::{CostModel, Estimate, ModelConfig, Observed, StepKind, StepShape};
+pub use costmodel::{
+    CostModel, Estimate, Learnt, LearntFit, ModelConfig, Observed, StepKind, StepShape,
+};
 pub use device_waits::{DeviceWaits, WaitHistory};
 pub use devices::{Device, DeviceTable, Devices, LayerRange, PublishedDevices};
 pub use error::{Error, ErrorKind, Result};

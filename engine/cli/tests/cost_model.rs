@@ -171,3 +171,57 @@ fn a_decode_step_stopped_after_learning_is_judged_by_the_prediction() {
     assert_stalls_at(dir, id, 3);
     engine.kill();
 }
+
+/// What the cost model learnt survives a restart: an engine serves a prompt of 8 chunks and
+/// a short generation, then shuts down (it saves its model beside its segment); the same
+/// engine started again stops inside its very first forward, and that step already has a
+/// prediction and the phase a predicted end, where a fresh model has nothing to say yet.
+#[test]
+fn the_first_step_after_a_restart_is_predicted_from_the_last_run() {
+    let tmp = hydra_fault::scratch("hydra-cost-model");
+    let dir = tmp.path();
+    let id = "restart";
+    let prompt = "z".repeat(8 * UBATCH as usize);
+    // Never stops: the fault hook's forward is past anything this run does.
+    let mut first = stopping_engine(dir, id, 2, 1_000_000);
+    let (status, _) = call(
+        agent().post(&first.url("/slots/0/prefill")),
+        Some(&serde_json::json!({ "prompt": prompt }).to_string()),
+    );
+    assert_eq!(status, 200);
+    let (status, _) = call(
+        agent().post(&first.url("/slots/0/decode")),
+        Some(r#"{"n_predict":16,"ignore_eos":true}"#),
+    );
+    assert_eq!(status, 200);
+    assert!(first.terminate().success(), "a clean shutdown");
+    let saved: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(".cost-model-"))
+        .collect();
+    assert_eq!(saved.len(), 1, "{saved:?}");
+
+    let engine = stopping_engine(dir, id, 2, 1);
+    probe_bin();
+    fire(
+        &engine,
+        "/slots/0/prefill",
+        serde_json::json!({ "prompt": prompt }).to_string(),
+    );
+    let m = stopped_at(dir, id, 2);
+    assert_eq!(
+        m["tokens_processed"].as_u64(),
+        Some(0),
+        "the first chunk: {m}"
+    );
+    assert!(
+        m["step_expected_ms"].as_u64().is_some(),
+        "the first step is predicted: {m}"
+    );
+    // The phase's end too (the probe's ETA follows it while it lies ahead; the stopped
+    // step has outlived it here).
+    let segment = hydra_layout::SegmentReader::open_engine(dir, id).expect("open the segment");
+    let slot = segment.slot(0).expect("read slot 0");
+    assert!(slot.phase_end_ns().is_some(), "a predicted end: {slot:?}");
+}

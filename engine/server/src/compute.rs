@@ -101,7 +101,13 @@ impl Compute {
         let llama = model.config().clone();
 
         let segment = Segment::open(config, &info, llama.n_layer)?;
-        let progress = Progress::new(segment.writer, config.slots, n_ctx, llama.clone());
+        let mut progress = Progress::new(segment.writer, config.slots, n_ctx, llama.clone());
+        progress.keep_learnt(crate::progress::learnt::LearntStore::new(
+            &config.progress_dir,
+            info.fingerprint,
+            &config.load.device.to_string(),
+            hydra_engine_core::threads::cpu_threads(),
+        ));
         let shared = Arc::new(Shared {
             segment_path: segment.path,
             pending: segment.pending,

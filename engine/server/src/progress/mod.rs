@@ -16,6 +16,7 @@
 //! [`segment`] creates the segment (the engine's description and capabilities) and reads
 //! it back for the front end ([`segment::Shared`]).
 
+pub mod learnt;
 pub mod segment;
 
 use crate::layer_signal::{DeviceLayerSignal, LayerMark};
@@ -49,6 +50,8 @@ pub struct Progress {
     layers: Option<DeviceLayerSignal>,
     /// The cost model of this engine's steps and the shapes of the steps in flight.
     forecast: Forecaster,
+    /// Where the cost model is kept between runs, and when it was last saved.
+    learnt: Option<(learnt::LearntStore, Option<std::time::Instant>)>,
     /// Test builds only: the layer at which to stop the compute thread once.
     #[cfg(feature = "fault-injection")]
     stall: fault::StallAtLayer,
@@ -77,6 +80,7 @@ impl Progress {
         let mut p = Self {
             layers,
             forecast: Forecaster::new(n_slots, PhaseEnd::Predict),
+            learnt: None,
             #[cfg(feature = "fault-injection")]
             stall: fault::StallAtLayer::from_env(),
             writer,
@@ -94,6 +98,34 @@ impl Progress {
             p.publish_counters();
         }
         p
+    }
+
+    /// Keeps the cost model in `store` between runs: starts it from what the last run
+    /// learnt when the file is this engine's (see [`learnt`]), and saves it at task ends
+    /// (at most every [`learnt::SAVE_EVERY`]) and when the engine closes. Only with
+    /// publishing on: the model serves the segment's predictions.
+    pub fn keep_learnt(&mut self, store: learnt::LearntStore) {
+        if !self.enabled() {
+            return;
+        }
+        if let Some(model) = store.load(*self.forecast.model().config()) {
+            self.forecast = Forecaster::with_model(self.slots.len(), PhaseEnd::Predict, model);
+        }
+        self.learnt = Some((store, None));
+    }
+
+    /// Saves the cost model, when kept and `force` or [`learnt::SAVE_EVERY`] has passed.
+    fn save_learnt(&mut self, force: bool) {
+        let Some((store, saved_at)) = self.learnt.as_mut() else {
+            return;
+        };
+        if !force && saved_at.is_some_and(|t| t.elapsed() < learnt::SAVE_EVERY) {
+            return;
+        }
+        if let Err(e) = store.save(self.forecast.model()) {
+            tracing::warn!(file = %store.path().display(), "cannot save the cost model: {e}");
+        }
+        *saved_at = Some(std::time::Instant::now());
     }
 
     /// Whether publishing is on.
@@ -311,10 +343,12 @@ impl Progress {
         self.counters.requests_running = self.counters.requests_running.saturating_sub(1);
         self.publish(slot);
         self.publish_counters();
+        self.save_learnt(false);
     }
 
-    /// Marks the segment CLOSED and removes it.
+    /// Saves the cost model (when kept), marks the segment CLOSED and removes it.
     pub fn close(&mut self) {
+        self.save_learnt(true);
         if let Some(w) = self.writer.take() {
             if let Err(e) = w.close() {
                 tracing::warn!("closing the progress segment: {e}");
