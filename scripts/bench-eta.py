@@ -33,6 +33,7 @@ figure. Needs release builds of hydra-engine (with `--features fault-injection` 
 (scripts/llama-cpp.sh build).
 
   scripts/bench-eta.py eta [--builtin | --model GGUF] [--preload] [--prompt N] [--decode N]
+                          [--restart]
   scripts/bench-eta.py batch [--builtin | --model GGUF] [--decode N]
   scripts/bench-eta.py stall [--model GGUF]
   scripts/bench-eta.py verdicts [--model GGUF]
@@ -148,8 +149,13 @@ class Engine:
         return http(f"{self.url}/slots/{slot}?action=erase", b"", method="POST")
 
     def stop(self):
-        self.proc.kill()
-        self.proc.wait()
+        # SIGTERM: a clean shutdown, which saves the cost model beside the segment.
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self.log.close()
 
 
@@ -319,13 +325,20 @@ def run_eta(args, work):
         return
     model = ["--builtin"] if args.builtin else ["--model", args.model or smollm2_gguf()]
     name = "builtin" if args.builtin else "smollm2"
-    eng = Engine(args.engine, model, work,
-                 ["--slots", "1", "--threads", str(args.threads),
-                  "--ctx", str(args.prompt + args.decode + 64)])
+    engine_args = ["--slots", "1", "--threads", str(args.threads),
+                   "--ctx", str(args.prompt + args.decode + 64)]
+    eng = Engine(args.engine, model, work, engine_args)
     toks = eng.tokens(args.prompt)
     # The same request twice on one engine: the first after start (the model learns as
-    # it goes), then again (the model knows this engine from the first).
-    for request in ("first", "second"):
+    # it goes), then again (the model knows this engine from the first); with --restart,
+    # once more as the first request of a new engine process (its model restored from the
+    # file the first one saved beside its segment).
+    for request in ("first", "second", "restarted"):
+        if request == "restarted":
+            if not args.restart:
+                break
+            eng.stop()
+            eng = Engine(args.engine, model, work, engine_args)
         label = f"{name}.{request}"
         sampler = Sampler(args.probe, eng.dir, eng.id, period)
         sampler.start()
@@ -394,6 +407,8 @@ def run_batch(args, work):
         samples = sampler.stop()
         print(f"{name}.batch.{case}: slot 0 decoded {n} tokens, {len(samples)} samples")
         eta_table(f"{name}.batch.{case}", samples, 0, "decode", end)
+        step_table(f"{name}.batch.{case}", samples, 0,
+                   lambda v: v["state"]["phase"] == "decode", n)
         for slot in range(4):
             eng.erase(slot)
     eng.stop()
@@ -582,6 +597,8 @@ def main():
     ap.add_argument("--preload", action="store_true",
                     help="eta: llama-server with libhydra_preload.so")
     ap.add_argument("--prompt", type=int, default=7000, help="eta: prompt tokens")
+    ap.add_argument("--restart", action="store_true",
+                    help="eta: a third request, the first of a restarted engine")
     ap.add_argument("--decode", type=int, default=1024, help="eta: tokens decoded after it")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--period", type=float, default=0.05, help="probe sampling period, s")
