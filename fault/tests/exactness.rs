@@ -6,8 +6,8 @@
 //!   the client measured: for every bucket bound, at least as many server values as client
 //!   values lie below it;
 //! - the histograms' sums are within 5% of the client's, less its measured HTTP overhead;
-//! - queue wait is near zero for the request each wave starts first, and the two that
-//!   wait for a slot in each wave show it.
+//! - queue wait is near zero (under 33 ms) for the request each wave starts first, and the
+//!   two that wait for a slot in each wave show it (over 49 ms).
 //!
 //! `HYDRA_EXACT_SEED` replays a draw of lengths (the seed is printed).
 
@@ -150,12 +150,13 @@ fn the_exporter_counts_what_a_real_client_saw() {
     assert_sums_agree("end-to-end", &e2e, overhead, e2e_sum);
 
     // Queue wait: the first request of each wave computes at once; the two that find both
-    // slots taken wait for one to finish (a generation of at least 64 tokens).
+    // slots taken wait for one to finish a generation of at least 96 tokens (some 100 ms
+    // or more here). The bounds leave room for a loaded machine on both sides.
     let (queue, _) = histogram(body, "hydra_request_queue_time_seconds", id);
     let at = |bound: f64| queue.iter().find(|(le, _)| *le == bound).map(|(_, c)| *c);
-    let near_zero = at(0.008192).expect("the 8.192 ms bucket");
-    let waited = n - at(0.012288).expect("the 12.288 ms bucket");
-    eprintln!("queue wait: {near_zero} requests under 8.2 ms, {waited} over 12.3 ms");
+    let near_zero = at(0.032768).expect("the 32.768 ms bucket");
+    let waited = n - at(0.049152).expect("the 49.152 ms bucket");
+    eprintln!("queue wait: {near_zero} requests under 32.8 ms, {waited} over 49.2 ms");
     assert!(near_zero >= WAVES as f64, "{near_zero} near zero");
     assert!(waited >= 2.0 * WAVES as f64, "{waited} waited for a slot");
     engine.kill();

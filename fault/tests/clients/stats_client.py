@@ -66,7 +66,7 @@ def main():
         threads = []
         for _ in range(4):
             prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 120)))
-            max_tokens = rng.randint(64, 192)
+            max_tokens = rng.randint(96, 192)
             t = threading.Thread(target=one, args=(prompt, max_tokens, results, barrier))
             t.start()
             threads.append(t)
