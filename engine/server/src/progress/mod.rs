@@ -224,6 +224,10 @@ impl Progress {
     /// its phase that counts the batch shrinking as the other rows finish
     /// ([`Forecaster::batch_started`]). A batch of one is a step of its own.
     pub fn batch_started(&mut self, starts: &[StepStart]) {
+        if let [one] = starts {
+            // A forward of its own: the same prediction, without the batch's vectors.
+            return self.step_started(one.slot, one.n_tokens);
+        }
         let Some(w) = self.writer.as_mut() else {
             return;
         };
