@@ -335,21 +335,26 @@ impl Fit {
         (self.checked >= cfg.min_checked).then(|| 2.0 * self.mean_sq_error.sqrt())
     }
 
-    /// Checks the fit's prediction for a step of features `x` that took `y` ms, once it has
-    /// a sample: the residual enters the error mean.
-    fn check(&mut self, x: &[f64; 3], y: f64, cfg: &ModelConfig) {
-        if self.samples == 0 {
-            return;
-        }
+    /// A step predicted at `predicted` ms took `y`: its relative residual enters the
+    /// weighted mean of the squared errors.
+    fn record_error(&mut self, predicted: f64, y: f64, cfg: &ModelConfig) {
+        let e = (y - predicted) / predicted;
+        self.mean_sq_error = if self.checked == 0 {
+            e * e
+        } else {
+            cfg.forgetting * self.mean_sq_error + (1.0 - cfg.forgetting) * e * e
+        };
+        self.checked = self.checked.saturating_add(1);
+    }
+
+    /// Learns a step of features `x` that took `y` ms, its prediction checked first once
+    /// the fit has a sample (no warm-up, no outlier rule: a fit by batch size, fed what
+    /// the kind's fit accepted).
+    fn learn(&mut self, x: &[f64; 3], y: f64, cfg: &ModelConfig) {
         if let Some(predicted) = self.predict_ms(x) {
-            let e = (y - predicted) / predicted;
-            self.mean_sq_error = if self.checked == 0 {
-                e * e
-            } else {
-                cfg.forgetting * self.mean_sq_error + (1.0 - cfg.forgetting) * e * e
-            };
-            self.checked = self.checked.saturating_add(1);
+            self.record_error(predicted, y, cfg);
         }
+        self.update(x, y, cfg);
     }
 
     /// Drops what the normal equations hold (the sample and check counts stay).
@@ -430,6 +435,7 @@ pub struct CostModel {
 
 /// What one fit has learnt, as plain numbers (see [`Learnt`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LearntFit {
     /// The forgotten normal equations' matrix `A` (scaled features).
     pub a: [[f64; 3]; 3],
@@ -448,6 +454,8 @@ pub struct LearntFit {
 /// so that its first request after a restart is predicted from the start: the prefill
 /// fit, the decode fit, then the decode fits by batch size.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
 pub struct Learnt {
     /// The fits, in the model's order.
     pub fits: Vec<LearntFit>,
@@ -647,13 +655,7 @@ impl CostModel {
                     return Observed::LeftOutAsStall;
                 }
             }
-            let e = (y - predicted) / predicted;
-            fit.mean_sq_error = if fit.checked == 0 {
-                e * e
-            } else {
-                cfg.forgetting * fit.mean_sq_error + (1.0 - cfg.forgetting) * e * e
-            };
-            fit.checked = fit.checked.saturating_add(1);
+            fit.record_error(predicted, y, &cfg);
         }
         fit.outliers_in_row = 0;
         if fit.samples == 1 {
@@ -669,8 +671,7 @@ impl CostModel {
                 .ok()
                 .and_then(|i| self.decode_by_rows.get_mut(i));
             if let Some(by_rows) = by_rows {
-                by_rows.check(&x, y, &cfg);
-                by_rows.update(&x, y, &cfg);
+                by_rows.learn(&x, y, &cfg);
             }
         }
         Observed::Learnt

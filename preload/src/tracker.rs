@@ -666,14 +666,18 @@ mod tests {
     use hydra_layout::{EngineDescription, SegmentConfig, SegmentReader, StepKind};
 
     fn tracker(dir: &std::path::Path, slots: usize) -> Tracker {
+        // As the preload's own description says (describe.rs): readers then take the
+        // prediction words.
+        tracker_with(dir, slots, STEP_PREDICTION)
+    }
+
+    fn tracker_with(dir: &std::path::Path, slots: usize, capabilities: u64) -> Tracker {
         let w = SegmentWriter::create(&SegmentConfig {
             dir: dir.into(),
             engine_id: "t".into(),
             slot_count: slots,
-            // As the preload's own description says (describe.rs): readers then take the
-            // prediction words.
             description: EngineDescription {
-                capabilities: STEP_PREDICTION,
+                capabilities,
                 ..Default::default()
             },
         })
@@ -744,17 +748,7 @@ mod tests {
         use hydra_layout::stats::HistogramKind;
         const MS: u64 = 1_000_000;
         let tmp = tempfile::tempdir().unwrap();
-        let w = SegmentWriter::create(&SegmentConfig {
-            dir: tmp.path().into(),
-            engine_id: "t".into(),
-            slot_count: 1,
-            description: EngineDescription {
-                capabilities: STEP_PREDICTION | PROMPT_ARRIVALS,
-                ..Default::default()
-            },
-        })
-        .unwrap();
-        let mut t = Tracker::new(w, 8192, 16384);
+        let mut t = tracker_with(tmp.path(), 1, STEP_PREDICTION | PROMPT_ARRIVALS);
         // A prompt of 2 tokens at 100 ms (done at 100 ms + 10 ns), two decode steps, and a
         // new prompt on the same sequence at 400 ms.
         step(&mut t, &[(0, 0), (1, 0)], 0, 100 * MS);

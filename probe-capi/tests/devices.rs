@@ -1,9 +1,12 @@
 //! The device table and the device wait through the C ABI, on a real v1.3 segment of an
 //! engine split across two RPC peers, and on one without devices.
 
+mod open_support;
+
 use hydra_fault::segments::{rpc_split_devices, Scratch};
 use hydra_probe_ffi::*;
-use std::ffi::{c_char, CStr, CString};
+use open_support::open;
+use std::ffi::{c_char, CStr};
 use std::ptr;
 
 const NO_DEVICE: HydraProbeDevice = HydraProbeDevice {
@@ -57,17 +60,6 @@ fn kind_name(raw: u64) -> String {
         .to_str()
         .unwrap()
         .to_owned()
-}
-
-/// Opens engine `id` of `dir`.
-fn open(dir: &std::path::Path, id: &str) -> *mut HydraProbe {
-    let dir = CString::new(dir.to_str().unwrap()).unwrap();
-    let id = CString::new(id).unwrap();
-    let mut h: *mut HydraProbe = ptr::null_mut();
-    // SAFETY: the strings are NUL-terminated and `h` is writable.
-    let rc = unsafe { hydra_probe_open(dir.as_ptr(), id.as_ptr(), &mut h) };
-    assert_eq!(rc, HYDRA_PROBE_OK);
-    h
 }
 
 #[test]

@@ -2,26 +2,25 @@
 //! of an engine that served requests, against the Rust library's reading of the same
 //! segment; an engine without them reads as absent; misuse gives error codes.
 
+mod open_support;
+
 use hydra_fault::segments::Scratch;
 use hydra_layout::stats::HistogramKind;
 use hydra_probe::StatsSum;
 use hydra_probe_ffi::*;
-use std::ffi::{CStr, CString};
+use open_support::{close, open};
+use std::ffi::CStr;
 use std::ptr;
 
-fn open(dir: &std::path::Path, id: &str) -> *mut HydraProbe {
-    let dir = CString::new(dir.to_str().unwrap()).unwrap();
-    let id = CString::new(id).unwrap();
-    let mut h: *mut HydraProbe = ptr::null_mut();
-    // SAFETY: the strings are NUL-terminated and `h` is writable.
-    let rc = unsafe { hydra_probe_open(dir.as_ptr(), id.as_ptr(), &mut h) };
-    assert_eq!(rc, HYDRA_PROBE_OK);
-    h
-}
-
-fn close(h: *mut HydraProbe) {
-    // SAFETY: `h` is an open handle, closed once.
-    assert_eq!(unsafe { hydra_probe_close(h) }, HYDRA_PROBE_OK);
+/// A history head the library has not filled (every field 99), its size set.
+fn unset_history() -> HydraProbeHistory {
+    HydraProbeHistory {
+        size: std::mem::size_of::<HydraProbeHistory>() as u32,
+        state: 99,
+        count: 99,
+        torn: 99,
+        head: 99,
+    }
 }
 
 /// Stats the library has not filled (every counter 99).
@@ -168,13 +167,7 @@ fn the_flight_recorder_reads_oldest_first_and_a_short_array_is_told() {
         wait_device: 0,
         wait_ns: 0,
     };
-    let mut head = HydraProbeHistory {
-        size: std::mem::size_of::<HydraProbeHistory>() as u32,
-        state: 99,
-        count: 99,
-        torn: 99,
-        head: 99,
-    };
+    let mut head = unset_history();
     let mut steps = [blank; 64];
     // SAFETY: `h` is open; `head` and `steps` are writable for their sizes.
     let rc = unsafe { hydra_probe_read_history(h, 1, &mut head, steps.as_mut_ptr(), 64) };
@@ -233,13 +226,7 @@ fn an_engine_without_statistics_reads_absent_and_misuse_is_refused() {
         (-1, -1, 0)
     );
     assert!(s.histograms.iter().all(|h| h.present == 0 && h.count == 0));
-    let mut head = HydraProbeHistory {
-        size: std::mem::size_of::<HydraProbeHistory>() as u32,
-        state: 99,
-        count: 99,
-        torn: 99,
-        head: 99,
-    };
+    let mut head = unset_history();
     // SAFETY: `h` is open, `head` writable.
     let rc = unsafe { hydra_probe_read_history(h, 0, &mut head, ptr::null_mut(), 0) };
     assert_eq!(
@@ -288,13 +275,7 @@ fn hostile_statistics_and_rings_of_the_corpus_give_figures_or_error_codes() {
     close(h);
 
     let h = open(&scratch.dir, "stats-rings-hostile");
-    let mut head = HydraProbeHistory {
-        size: std::mem::size_of::<HydraProbeHistory>() as u32,
-        state: 99,
-        count: 99,
-        torn: 99,
-        head: 99,
-    };
+    let mut head = unset_history();
     let history = |slot: u32, head: &mut HydraProbeHistory| {
         let mut steps = [0u8; 112 * 64];
         // SAFETY: `h` is open; the byte array has room for 64 steps.

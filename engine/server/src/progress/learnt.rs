@@ -12,7 +12,7 @@
 //! renamed over it) at most every [`SAVE_EVERY`] at a task's end, and when the engine
 //! closes.
 
-use hydra_layout::{CostModel, Learnt, LearntFit, ModelConfig};
+use hydra_layout::{CostModel, Learnt, ModelConfig};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -37,19 +37,11 @@ struct Key {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct FileFit {
-    a: [[f64; 3]; 3],
-    b: [f64; 3],
-    samples: u64,
-    checked: u32,
-    mean_sq_error: f64,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
 struct File {
     key: Key,
     saved_unix_s: u64,
-    fits: Vec<FileFit>,
+    /// The fits, as `hydra_layout::LearntFit` serializes them.
+    fits: Learnt,
 }
 
 /// Where one engine keeps what its cost model learnt.
@@ -103,20 +95,7 @@ impl LearntStore {
         if age > MAX_AGE.as_secs() {
             return self.ignored(format_args!("stale (saved {age} s ago)"));
         }
-        let learnt = Learnt {
-            fits: file
-                .fits
-                .into_iter()
-                .map(|f| LearntFit {
-                    a: f.a,
-                    b: f.b,
-                    samples: f.samples,
-                    checked: f.checked,
-                    mean_sq_error: f.mean_sq_error,
-                })
-                .collect(),
-        };
-        let Some(model) = CostModel::with_learnt(config, &learnt) else {
+        let Some(model) = CostModel::with_learnt(config, &file.fits) else {
             return self.ignored(format_args!("its figures are not a model's"));
         };
         tracing::info!(file = %self.path.display(), "cost model restored from the last run");
@@ -131,22 +110,10 @@ impl LearntStore {
     /// Writes `model`'s learnt figures, atomically (a temporary file renamed over the
     /// file). Figures that are not finite (JSON has no NaN) are not written.
     pub fn save(&self, model: &CostModel) -> std::io::Result<()> {
-        let learnt = model.learnt();
-        let fits: Vec<FileFit> = learnt
-            .fits
-            .iter()
-            .map(|f| FileFit {
-                a: f.a,
-                b: f.b,
-                samples: f.samples,
-                checked: f.checked,
-                mean_sq_error: f.mean_sq_error,
-            })
-            .collect();
         let file = File {
             key: self.key.clone(),
             saved_unix_s: unix_now(),
-            fits,
+            fits: model.learnt(),
         };
         let text = serde_json::to_string(&file).map_err(std::io::Error::other)?;
         let tmp = self.path.with_extension("json.tmp");
