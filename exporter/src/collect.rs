@@ -200,11 +200,31 @@ impl Collector {
             }
         };
         let mut cache = self.lock_cache();
-        let mut seen = Vec::with_capacity(found.segments.len());
-        for seg in found.segments {
-            let (view, stats) = match self.reader_locked(&mut cache, &seg.path) {
+        let seen = self.read_segments(&mut cache, found.segments, &mut out);
+        for stray in found.strays {
+            out.engines.push(self.stray_entry(stray));
+        }
+        self.report_vanished(&mut cache, &seen, &mut out);
+        drop(cache);
+        out.engines.sort_by(|a, b| a.engine_id.cmp(&b.engine_id));
+        self.stats.scrape();
+        out.duration = started.elapsed();
+        out
+    }
+
+    /// Reads every segment `found` (each engine's view and statistics) into `out`; returns
+    /// the paths read.
+    fn read_segments(
+        &self,
+        cache: &mut HashMap<PathBuf, CachedReader>,
+        found: Vec<hydra_probe::Discovered>,
+        out: &mut Collection,
+    ) -> Vec<PathBuf> {
+        let mut seen = Vec::with_capacity(found.len());
+        for seg in found {
+            let (view, stats) = match self.reader_locked(cache, &seg.path) {
                 Ok(Some(reader)) => {
-                    let view = self.capture(&mut cache, &seg.path, &reader);
+                    let view = self.capture(cache, &seg.path, &reader);
                     let stats = self.stats_of(&reader, view.is_ok());
                     (view, stats)
                 }
@@ -224,25 +244,37 @@ impl Collector {
                 stats,
             });
         }
-        for stray in found.strays {
-            let err = ReadError {
-                kind: ErrorKind::Segment(hydra_layout::ErrorKind::NotRegularFile),
-                message: format!(
-                    "{} is not a regular file (it is a {})",
-                    stray.path.display(),
-                    stray.kind
-                ),
-            };
-            self.stats.read_error(err.kind);
-            out.engines.push(EngineEntry {
-                engine_id: stray.engine_id,
-                path: stray.path,
-                view: Err(err),
-                vanished: false,
-                stats: Vec::new(),
-            });
+        seen
+    }
+
+    /// The entry of a segment-named thing that is not a regular file, counted as an error.
+    fn stray_entry(&self, stray: hydra_probe::Stray) -> EngineEntry {
+        let err = ReadError {
+            kind: ErrorKind::Segment(hydra_layout::ErrorKind::NotRegularFile),
+            message: format!(
+                "{} is not a regular file (it is a {})",
+                stray.path.display(),
+                stray.kind
+            ),
+        };
+        self.stats.read_error(err.kind);
+        EngineEntry {
+            engine_id: stray.engine_id,
+            path: stray.path,
+            view: Err(err),
+            vanished: false,
+            stats: Vec::new(),
         }
-        // Readers whose file left the directory: report a clean close once, then forget.
+    }
+
+    /// Readers whose file left the directory (not in `seen`): a clean close is reported
+    /// once into `out`, then each is forgotten.
+    fn report_vanished(
+        &self,
+        cache: &mut HashMap<PathBuf, CachedReader>,
+        seen: &[PathBuf],
+        out: &mut Collection,
+    ) {
         let gone: Vec<PathBuf> = cache
             .keys()
             .filter(|p| !seen.contains(p))
@@ -252,27 +284,22 @@ impl Collector {
             let Some(cached) = cache.remove(&path) else {
                 continue;
             };
-            if matches!(cached.reader.lifecycle(), Ok(Lifecycle::Closed)) {
-                let engine_id = cached.reader.identity().engine_id.clone();
-                if let Ok(view) =
-                    EngineView::capture(&cached.reader, clock::monotonic_ns(), &self.thresholds)
-                {
-                    self.count_slot_reads(&view);
-                    out.engines.push(EngineEntry {
-                        engine_id,
-                        path,
-                        view: Ok(view),
-                        vanished: true,
-                        stats: self.stats_of(&cached.reader, true),
-                    });
-                }
+            if !matches!(cached.reader.lifecycle(), Ok(Lifecycle::Closed)) {
+                continue;
+            }
+            let engine_id = cached.reader.identity().engine_id.clone();
+            let now = clock::monotonic_ns();
+            if let Ok(view) = EngineView::capture(&cached.reader, now, &self.thresholds) {
+                self.count_slot_reads(&view);
+                out.engines.push(EngineEntry {
+                    engine_id,
+                    path,
+                    view: Ok(view),
+                    vanished: true,
+                    stats: self.stats_of(&cached.reader, true),
+                });
             }
         }
-        drop(cache);
-        out.engines.sort_by(|a, b| a.engine_id.cmp(&b.engine_id));
-        self.stats.scrape();
-        out.duration = started.elapsed();
-        out
     }
 
     /// Captures the engine whose segment is at `path` (through the reader cache), counting

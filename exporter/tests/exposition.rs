@@ -111,16 +111,8 @@ fn parse(text: &str, format: Format) -> Parsed {
             let sample = parse_sample(line).unwrap_or_else(|e| panic!("{e} at {}", at()));
             let name = current.as_deref().expect("sample before any family");
             let family = parsed.families.get_mut(name).unwrap();
-            let want: Vec<String> = match (family.kind.as_str(), format) {
-                ("counter", Format::OpenMetrics) => vec![format!("{name}_total")],
-                ("histogram", _) => ["_bucket", "_sum", "_count"]
-                    .iter()
-                    .map(|s| format!("{name}{s}"))
-                    .collect(),
-                _ => vec![name.to_owned()],
-            };
             assert!(
-                want.contains(&sample.name),
+                sample_names(name, &family.kind, format).contains(&sample.name),
                 "sample outside its family at {}",
                 at()
             );
@@ -137,6 +129,18 @@ fn parse(text: &str, format: Format) -> Parsed {
         assert!(!f.samples.is_empty(), "family {name} without samples");
     }
     parsed
+}
+
+/// The sample names family `name` of type `kind` may have in `format`.
+fn sample_names(name: &str, kind: &str, format: Format) -> Vec<String> {
+    match (kind, format) {
+        ("counter", Format::OpenMetrics) => vec![format!("{name}_total")],
+        ("histogram", _) => ["_bucket", "_sum", "_count"]
+            .iter()
+            .map(|s| format!("{name}{s}"))
+            .collect(),
+        _ => vec![name.to_owned()],
+    }
 }
 
 fn unescape_help(help: &str, format: Format) -> String {

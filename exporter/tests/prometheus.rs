@@ -97,6 +97,36 @@ impl Drop for Prometheus {
     }
 }
 
+/// The series Prometheus must return once it has scraped the test's engines, with their
+/// values.
+const CHECKS: [(&str, f64); 7] = [
+    (
+        r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#,
+        123.0,
+    ),
+    (
+        r#"hydra_slot_work_target_tokens{engine="live",slot="0"}"#,
+        456.0,
+    ),
+    (r#"hydra_engine_prompt_tokens_total{engine="live"}"#, 777.0),
+    (
+        r#"hydra_slot_class{engine="live",slot="0",class="progressing"}"#,
+        1.0,
+    ),
+    (
+        r#"hydra_slot_class{engine="stuck",slot="0",class="stalled"}"#,
+        1.0,
+    ),
+    (
+        r#"hydra_tasks_finished_total{engine="served",cause="length"}"#,
+        3.0,
+    ),
+    (
+        r#"hydra_step_duration_seconds_bucket{engine="served",kind="decode",le="0.012288"}"#,
+        9.0,
+    ),
+];
+
 #[test]
 fn prometheus_scrapes_published_counts_and_stalled_slot() {
     let s = Scratch::new();
@@ -130,36 +160,9 @@ fn prometheus_scrapes_published_counts_and_stalled_slot() {
     let target = exporter.base.trim_start_matches("http://").to_owned();
     let prom = Prometheus::start(s.tmp.path(), &target);
 
-    let checks: [(&str, f64); 7] = [
-        (
-            r#"hydra_slot_work_done_tokens{engine="live",slot="0"}"#,
-            123.0,
-        ),
-        (
-            r#"hydra_slot_work_target_tokens{engine="live",slot="0"}"#,
-            456.0,
-        ),
-        (r#"hydra_engine_prompt_tokens_total{engine="live"}"#, 777.0),
-        (
-            r#"hydra_slot_class{engine="live",slot="0",class="progressing"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_slot_class{engine="stuck",slot="0",class="stalled"}"#,
-            1.0,
-        ),
-        (
-            r#"hydra_tasks_finished_total{engine="served",cause="length"}"#,
-            3.0,
-        ),
-        (
-            r#"hydra_step_duration_seconds_bucket{engine="served",kind="decode",le="0.012288"}"#,
-            9.0,
-        ),
-    ];
     let mut last = Vec::new();
     let ok = poll(Duration::from_secs(60), Duration::from_millis(500), || {
-        last = checks
+        last = CHECKS
             .iter()
             .map(|(q, want)| (q, want, prom.query(q)))
             .collect();
