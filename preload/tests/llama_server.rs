@@ -294,18 +294,28 @@ fn publishes_progress(test: &str, gen: Gen) {
         "unknown progress is null in show --json: {show}"
     );
 
-    // kill -9 mid-decode: dead, orphaned, last progress kept.
     let before = during["work_done"].as_u64().unwrap();
+    kill_mid_decode(&mut server, &dir, gen, before);
+    drop(exporter);
+}
+
+/// kill -9 while slot 1 decodes (`before` tokens done when last seen): the engine reads
+/// dead, the slot orphaned in decode with its last progress kept, and `check` is critical.
+fn kill_mid_decode<T>(
+    server: &mut LlamaServer,
+    dir: &Path,
+    gen: std::thread::JoinHandle<T>,
+    before: u64,
+) {
     server.kill9();
     let _ = gen.join().expect("request thread");
-    let (_, _, done, class, m) = sample(&dir, 1).expect("meta after the kill");
+    let (_, _, done, class, m) = sample(dir, 1).expect("meta after the kill");
     assert_eq!(m["engine_liveness"], "dead", "{m}");
     assert_eq!(class, "orphaned", "{m}");
     assert_eq!(m["phase"], "decode", "{m}");
     assert!(done >= before, "last progress kept: {done} < {before}");
-    let (code, out) = common::run_probe(&dir, &["check", ENGINE]);
+    let (code, out) = common::run_probe(dir, &["check", ENGINE]);
     assert_eq!(code, 2, "check is critical after the kill: {out}");
-    drop(exporter);
 }
 
 /// The statistics the preload keeps (format v1.3, FORMAT §17.8) after a generation of `n`
