@@ -170,7 +170,9 @@ enum hydra_capability {
     HYDRA_CAP_FLIGHT_RECORDER = 1 << 8,    /* v1.3: keeps the flight recorder */
     HYDRA_CAP_DEVICES = 1 << 9,            /* v1.3: publishes its devices and layer map */
     HYDRA_CAP_DEVICE_WAIT = 1 << 10,       /* v1.3: publishes the device a step waits on */
-    HYDRA_CAP_LAYERS_SENT = 1 << 11        /* v1.3: publishes how far a step was sent */
+    HYDRA_CAP_LAYERS_SENT = 1 << 11,       /* v1.3: publishes how far a step was sent */
+    HYDRA_CAP_PROMPT_ARRIVALS = 1 << 12,   /* v1.3: arrival times are each prompt's start */
+    HYDRA_CAP_PEER_READS = 1 << 13         /* v1.3: watches its RPC peers' reads (FORMAT 19.7) */
 };
 
 /* Results of the helpers below. */

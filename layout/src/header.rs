@@ -287,6 +287,10 @@ pub mod capabilities {
     /// does not say when a request arrives (the preload library). `ARRIVAL_TIMES`, when set
     /// too, takes precedence.
     pub const PROMPT_ARRIVALS: u64 = 1 << 12;
+    /// v1.3: the writer watches its RPC peers' sockets and publishes, per device, since
+    /// when the peer has read nothing of what was sent to it (`DEV_UNREAD_SINCE_NS`,
+    /// FORMAT §19.7); without it that word is unknown, not "keeping up".
+    pub const PEER_READS: u64 = 1 << 13;
     /// The bits every `SegmentWriter` sets by itself, since it derives their families.
     pub const WRITER_DERIVED: u64 = SLOT_STATS | FLIGHT_RECORDER;
 }

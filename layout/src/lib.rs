@@ -55,6 +55,7 @@ pub mod forecast;
 mod fsutil;
 pub mod header;
 pub mod naming;
+pub mod peer_reads;
 mod primitive;
 mod reader;
 pub mod region;

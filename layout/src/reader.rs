@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::flight::{self, History};
 use crate::fsutil::{self, LockProbe};
 use crate::header::{self as h, EngineDescription, Lifecycle, MAX_SLOTS};
+use crate::peer_reads;
 use crate::region::Regions;
 use crate::seqlock::{self, MappedRecord, ReadFailure, ReadPolicy};
 use crate::slot::{self, Phase, Prediction, SlotState, StepDevices, Substep};
@@ -129,6 +130,12 @@ impl Identity {
     /// and the `DEVICES` capability.
     pub fn publishes_devices(&self) -> bool {
         self.has_v1_3(h::capabilities::DEVICES)
+    }
+
+    /// Whether the writer watches its RPC peers' reads (`DEV_UNREAD_SINCE_NS`): format v1.3
+    /// or later with the `DEVICES` and `PEER_READS` capabilities.
+    pub fn publishes_peer_reads(&self) -> bool {
+        self.publishes_devices() && self.has_v1_3(h::capabilities::PEER_READS)
     }
 
     fn has_v1_3(&self, capability: u64) -> bool {
@@ -715,6 +722,28 @@ impl SegmentReader {
             .map(|id| DeviceWaits {
                 prefill: history(id, Phase::Prefill),
                 decode: history(id, Phase::Decode),
+            })
+            .collect())
+    }
+
+    /// Per device, since when that RPC peer has read nothing of what the engine queued to
+    /// it (v1.3, FORMAT §19.7): entry `j` for device id `j + 1`, all 16 entries, each
+    /// `CLOCK_MONOTONIC` ns or 0 (keeping up, no peer, or nothing known yet). Empty when
+    /// the writer does not watch its peers. Each word is one Relaxed load, outside the
+    /// seqlock, like the wait histories.
+    pub fn peers_unread_since(&self) -> Result<Vec<u64>> {
+        let Some(region) = self.regions.devices else {
+            return Ok(Vec::new());
+        };
+        if !self.identity.publishes_peer_reads() {
+            return Ok(Vec::new());
+        }
+        self.check_size()?;
+        let base = region.item(0);
+        Ok((1..=devices::MAX_DEVICES as u64)
+            .map(|id| {
+                let at = peer_reads::word_offset(id).expect("id 1..=16");
+                self.words.load(base + at)
             })
             .collect())
     }

@@ -581,6 +581,31 @@ impl SegmentWriter {
         w.store(base + at.max_ns, history.recent_max_ns, Ordering::Relaxed);
     }
 
+    /// Publishes since when the RPC peer that is device `device` (1-based id) has read
+    /// nothing of what the engine queued to it (v1.3, FORMAT §19.7), `since_ns`
+    /// `CLOCK_MONOTONIC`, or 0 when it keeps up: one Relaxed word outside the devices
+    /// item's seqlock, from the one thread that watches the peers. Refused when the segment
+    /// was created without [`h::capabilities::DEVICES`] and
+    /// [`h::capabilities::PEER_READS`], or `device` is outside `1..=16`.
+    pub fn publish_peer_unread(&mut self, device: u64, since_ns: u64) -> Result<()> {
+        let needed = h::capabilities::DEVICES | h::capabilities::PEER_READS;
+        if self.mapping.capabilities & needed != needed {
+            return Err(Error::BadDevices {
+                reason: "the segment was created without the devices and peer_reads \
+                         capabilities"
+                    .into(),
+            });
+        }
+        let at = crate::peer_reads::word_offset(device).ok_or_else(|| Error::BadDevices {
+            reason: format!("device id {device} is not in 1..=16"),
+        })?;
+        let base = self.mapping.layout.devices.item(0);
+        self.mapping
+            .words
+            .store(base + at, since_ns, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Publishes the engine's devices and layer map (v1.3, FORMAT §19) as one seqlock
     /// update of the devices item; again when the placement changes. Refused (and nothing
     /// written) when the table breaks the format's rules or the segment was created

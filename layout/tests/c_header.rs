@@ -247,6 +247,8 @@ fn expected_layout() -> BTreeMap<String, String> {
         ("HYDRA_CAP_DEVICES", capabilities::DEVICES),
         ("HYDRA_CAP_DEVICE_WAIT", capabilities::DEVICE_WAIT),
         ("HYDRA_CAP_LAYERS_SENT", capabilities::LAYERS_SENT),
+        ("HYDRA_CAP_PROMPT_ARRIVALS", capabilities::PROMPT_ARRIVALS),
+        ("HYDRA_CAP_PEER_READS", capabilities::PEER_READS),
     ];
     for &(name, value) in constants {
         put(name, value.to_string());

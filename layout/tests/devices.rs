@@ -426,3 +426,49 @@ fn a_wait_nested_inside_another_is_not_counted_twice() {
         after_end - outer
     );
 }
+
+#[test]
+fn each_peer_s_unread_since_is_its_own_word_and_a_new_placement_clears_it() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS | caps::PEER_READS);
+    let r = reader(&scratch);
+    assert!(r.identity().publishes_peer_reads());
+    w.publish_devices(&rpc_split()).unwrap();
+    assert_eq!(r.peers_unread_since().unwrap(), vec![0; 16]);
+    w.publish_peer_unread(3, 123_456_789).unwrap();
+    let unread = r.peers_unread_since().unwrap();
+    assert_eq!(unread[2], 123_456_789);
+    assert_eq!(unread.iter().filter(|&&t| t != 0).count(), 1, "{unread:?}");
+    // The table itself is untouched by it.
+    let DeviceTable::Known(t) = r.devices().unwrap() else {
+        panic!("published")
+    };
+    assert_eq!((t.devices, t.seq), (rpc_split(), 2));
+    // The peer caught up; then it falls behind again and the placement is republished.
+    w.publish_peer_unread(3, 0).unwrap();
+    assert_eq!(r.peers_unread_since().unwrap(), vec![0; 16]);
+    w.publish_peer_unread(2, 5).unwrap();
+    w.publish_devices(&rpc_split()).unwrap();
+    assert_eq!(r.peers_unread_since().unwrap(), vec![0; 16]);
+    for id in [0, 17] {
+        let e = w.publish_peer_unread(id, 1).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    }
+}
+
+#[test]
+fn without_the_peer_reads_capability_nothing_is_written_or_read() {
+    let scratch = Scratch::new();
+    let mut w = writer(&scratch, DEVICE_CAPS);
+    w.publish_devices(&rpc_split()).unwrap();
+    let e = w.publish_peer_unread(2, 7).unwrap_err();
+    assert!(matches!(e, Error::BadDevices { .. }), "{e}");
+    let r = reader(&scratch);
+    assert!(!r.identity().publishes_peer_reads());
+    assert_eq!(r.peers_unread_since().unwrap(), Vec::<u64>::new());
+    // The bit alone, without a device table, is no peer watch either.
+    let other = Scratch::new();
+    let mut w = writer(&other, caps::PEER_READS);
+    assert!(w.publish_peer_unread(2, 7).is_err());
+    assert_eq!(reader(&other).peers_unread_since().unwrap(), vec![]);
+}

@@ -289,6 +289,13 @@ pub struct Derived {
     /// `max(confident floor, factor x wait_learnt_max_ns)`: a wait longer than this is a
     /// stall on the device; none without `wait_learnt_max_ns`.
     pub wait_stall_threshold_ns: Option<u64>,
+    /// How long an RPC peer has read nothing of what the engine sent it, while the slot's
+    /// step is in flight (format v1.3, FORMAT §19.7): the peer unread the longest.
+    pub peer_unread_age_ns: Option<u64>,
+    /// `max(confident floor, PEER_STALL_STEPS x the step's slow limit)`: a peer unread for
+    /// longer has stopped (see [`PEER_STALL_STEPS`]); none without a prediction of the
+    /// step in flight.
+    pub peer_stall_threshold_ns: Option<u64>,
 }
 
 impl Derived {
@@ -297,6 +304,15 @@ impl Derived {
     pub fn stalled_on_wait(&self) -> bool {
         matches!(
             (self.wait_age_ns, self.wait_stall_threshold_ns),
+            (Some(age), Some(threshold)) if age > threshold
+        )
+    }
+
+    /// Whether an RPC peer has read nothing for longer than its threshold while the step is
+    /// in flight (the peer rule of [`classify_derived`]).
+    pub fn stalled_on_peer(&self) -> bool {
+        matches!(
+            (self.peer_unread_age_ns, self.peer_stall_threshold_ns),
             (Some(age), Some(threshold)) if age > threshold
         )
     }
@@ -320,6 +336,17 @@ pub(crate) fn finite(x: f64) -> Option<f64> {
 fn age(now_ns: u64, stamp: u64) -> Option<u64> {
     (stamp != 0).then(|| now_ns.saturating_sub(stamp))
 }
+
+/// How many times the step's slow limit (its prediction with the error bound,
+/// `predicted x (1 + error)`; an unknown bound counts as 100 %) an RPC peer may read
+/// nothing before the slot is stalled on it (FORMAT §19.7): 2.
+///
+/// Why: a peer reads the next command as soon as it has finished the graph in flight, and
+/// its share of a step cannot take longer than the whole step; a peer that is merely slow
+/// still reads once per graph. Twice the step's slow limit leaves room for a step that runs
+/// to its bound while the peer finishes the one before, and is far sooner than ten
+/// predictions of a step, which the host first blocks on seconds after the peer stopped.
+pub const PEER_STALL_STEPS: f64 = 2.0;
 
 /// A step is slow by the writer's prediction only once it has run this long (500 ms): a
 /// decode step of a few milliseconds that a busy machine delays by a scheduler tick or two
@@ -362,6 +389,9 @@ pub struct SlotExtras {
     /// The wait of the step in flight on a device (format v1.3), with what the device's
     /// history says its waits take.
     pub wait: Option<WaitFacts>,
+    /// Since when the RPC peer unread the longest has read nothing of what the engine sent
+    /// it (`DEV_UNREAD_SINCE_NS`, format v1.3); none while every peer keeps up.
+    pub peer_unread_since_ns: Option<u64>,
 }
 
 impl SlotExtras {
@@ -370,6 +400,7 @@ impl SlotExtras {
         substep: None,
         prediction: None,
         wait: None,
+        peer_unread_since_ns: None,
     };
 }
 
@@ -392,6 +423,7 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
         substep,
         prediction,
         wait,
+        peer_unread_since_ns,
     } = extras;
     let layer = substep.and_then(|l| l.in_step(s));
     let progress = (s.work_total > 0)
@@ -462,7 +494,20 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
         wait_age_ns: wait.and_then(|w| age(now_ns, w.since_ns)),
         wait_learnt_max_ns: judged_wait_max,
         wait_stall_threshold_ns: judged_wait_max.map(|max| t.stall_threshold_ns(Some(max), true)),
+        peer_unread_age_ns: peer_unread_since_ns
+            .filter(|_| s.step_start_ns != 0)
+            .and_then(|since| age(now_ns, since)),
+        peer_stall_threshold_ns: predicted_step_ns
+            .map(|p| peer_stall_threshold_ns(p, prediction_error, t)),
     }
+}
+
+/// `max(confident floor, PEER_STALL_STEPS x predicted x (1 + error))`, saturating; an
+/// unknown error counts as 100 %.
+fn peer_stall_threshold_ns(predicted_ns: u64, error: Option<f64>, t: &Thresholds) -> u64 {
+    let floor = crate::thresholds::duration_ns(t.confident_stall_floor.min(t.stall_floor));
+    let slow_limit = predicted_ns as f64 * (1.0 + error.unwrap_or(1.0));
+    floor.max(sat_u64(PEER_STALL_STEPS * slow_limit))
 }
 
 fn sat_u64(x: f64) -> u64 {
@@ -509,6 +554,10 @@ pub fn classify_slot(
 ///   the wait by itself: a peer whose waits take milliseconds and that stopped answering is
 ///   stalled a second into the wait, whatever the step's prediction allows. (Prefill waits
 ///   are not judged so: their length depends on where the ubatch sits in a pipeline.)
+/// - **stalled on a peer**: while a step is in flight, an RPC peer has read nothing of what
+///   the engine sent it for longer than
+///   [`peer_stall_threshold_ns`](Derived::peer_stall_threshold_ns), [`PEER_STALL_STEPS`]
+///   times the step's slow limit (FORMAT §19.7), whatever the host itself waits on.
 /// - **stalled**: while the layer position of the step in flight is known, the shorter of
 ///   the silence and [`layer_age_ns`](Derived::layer_age_ns) (a finished layer is movement
 ///   too) is past [`layer_stall_threshold_ns`](Derived::layer_stall_threshold_ns): the
@@ -538,7 +587,7 @@ pub fn classify_derived(
         return SlotClass::Idle;
     }
     // The rules applied below are stated in the doc comment above.
-    if d.stalled_on_wait() {
+    if d.stalled_on_wait() || d.stalled_on_peer() {
         return SlotClass::Stalled;
     }
     let silence = match (d.last_progress_age_ns, d.step_age_ns) {
@@ -697,6 +746,66 @@ mod tests {
             waiting(1_500 * MS, S, Some(3 * MS)).0,
             SlotClass::Progressing
         );
+    }
+
+    /// A prefill step of 512 started 3 s ago, predicted to take `predicted` with a bound
+    /// of 20 % (`None`: no prediction), whose RPC peer has read nothing for `unread`.
+    fn peer_unread(predicted: Option<u64>, unread: u64) -> (SlotClass, Derived) {
+        let mut s = decode(1_024, 4_000, 30 * S, 3 * S);
+        s.phase = Phase::Prefill;
+        s.start_step(512, NOW - 3 * S);
+        let prediction = predicted.map(|p| Prediction {
+            step_expected_ns: p,
+            step_start_ns: s.step_start_ns,
+            task_expected_end_ns: 0,
+            phase_start_ns: s.phase_start_ns,
+            error_ppm: 200_000,
+        });
+        let extras = SlotExtras {
+            prediction,
+            peer_unread_since_ns: Some(NOW - unread),
+            ..SlotExtras::NONE
+        };
+        let t = Thresholds::default();
+        let d = derive(&s, extras, NOW, &t);
+        (classify_derived(&s, 0, Liveness::Live, &d, &t), d)
+    }
+
+    #[test]
+    fn a_peer_that_reads_nothing_for_two_slow_limits_of_the_step_stalls_it() {
+        // 4.6 s ubatches with a 20 % bound: 2 x 5.52 s = 11.04 s.
+        let (class, d) = peer_unread(Some(4_600 * MS), 11_100 * MS);
+        assert_eq!(d.peer_stall_threshold_ns, Some(11_040 * MS));
+        assert_eq!(d.peer_unread_age_ns, Some(11_100 * MS));
+        assert!(d.stalled_on_peer());
+        assert_eq!(class, SlotClass::Stalled);
+        // Under it and exactly at it: the step itself (3 s of 4.6 s) progresses.
+        for unread in [10 * S, 11_040 * MS] {
+            let (class, d) = peer_unread(Some(4_600 * MS), unread);
+            assert!(!d.stalled_on_peer(), "{unread}");
+            assert_eq!(class, SlotClass::Progressing, "{unread}");
+        }
+        // A fast step: the confident floor (1 s) decides.
+        let (class, d) = peer_unread(Some(40 * MS), 1_100 * MS);
+        assert_eq!(d.peer_stall_threshold_ns, Some(S));
+        assert_eq!(class, SlotClass::Stalled);
+    }
+
+    #[test]
+    fn without_a_prediction_or_a_step_in_flight_the_peer_rule_does_not_speak() {
+        let (class, d) = peer_unread(None, 100 * S);
+        assert_eq!(d.peer_stall_threshold_ns, None);
+        assert_eq!(class, SlotClass::Progressing);
+        // Between steps the unread peer is no slot's business.
+        let mut s = decode(10, 100, 60 * S, 10 * MS);
+        s.step_start_ns = 0;
+        let extras = SlotExtras {
+            peer_unread_since_ns: Some(NOW - 100 * S),
+            ..SlotExtras::NONE
+        };
+        let d = derive(&s, extras, NOW, &Thresholds::default());
+        assert_eq!(d.peer_unread_age_ns, None);
+        assert!(!d.stalled_on_peer());
     }
 
     #[test]
@@ -1127,7 +1236,7 @@ mod tests {
         let extras = SlotExtras {
             substep: layer,
             prediction: Some(p),
-            wait: None,
+            ..SlotExtras::NONE
         };
         let d = derive(s, extras, NOW, &t);
         (classify_derived(s, 0, Liveness::Live, &d, &t), d)

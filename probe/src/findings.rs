@@ -119,6 +119,33 @@ fn stalled_on_wait(id: &str, s: &SlotView) -> String {
     )
 }
 
+/// "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053, which has read nothing for 11.5s
+/// (threshold 11.0s, twice the step's slow limit): prefill task 4 at ..., step of 512 in
+/// flight for 12.1s, waiting on RPC0 127.0.0.1:50052 for 0.4s": the peer rule's verdict
+/// (FORMAT §19.7), with whatever the host itself waits on.
+fn stalled_on_peer(id: &str, s: &SlotView) -> String {
+    let Some(p) = s.unread_peer.as_ref() else {
+        return String::new();
+    };
+    let layer = s
+        .layer_text()
+        .map(|l| format!(", at {l}"))
+        .unwrap_or_default();
+    format!(
+        "{id} slot {} stalled waiting on {}, which has read nothing for {} (threshold {}, \
+         {} times the step's slow limit): {}, step of {} in flight for {}{layer}{}",
+        s.slot,
+        p.name,
+        human::duration_ns(p.age_ns),
+        human::duration_ns(p.threshold_ns.unwrap_or(0)),
+        crate::classify::PEER_STALL_STEPS,
+        work(s),
+        s.state.step_size,
+        human::age(s.derived.step_age_ns),
+        waiting(s),
+    )
+}
+
 /// "; slot 0 was waiting on RPC1 127.0.0.1:50053 (since 4.2s ago)" for each slot whose
 /// step was waiting on a device when its engine stopped.
 fn last_waits(view: &EngineView) -> String {
@@ -152,6 +179,9 @@ fn slot_message(view: &EngineView, s: &SlotView, t: &Thresholds) -> String {
         ),
         SlotClass::Stalled if s.derived.stalled_on_wait() && s.wait.is_some() => {
             stalled_on_wait(id, s)
+        }
+        SlotClass::Stalled if s.derived.stalled_on_peer() && s.unread_peer.is_some() => {
+            stalled_on_peer(id, s)
         }
         SlotClass::Stalled if s.stalled_at_layer().is_some() => format!(
             "{id} slot {n} stalled at {}{}: {}, layer counter frozen for {} (threshold {}), step of {} in flight for {}{}",
@@ -246,6 +276,47 @@ mod tests {
             "{}",
             f[0].message
         );
+    }
+
+    #[test]
+    fn a_peer_that_reads_nothing_for_two_slow_limits_is_named_whatever_the_host_waits_on() {
+        // The step (2 s within 10 %) allows the second peer 4.4 s without a read; it has
+        // read nothing for 5 s while the host waits on the first peer.
+        let dir = tempfile::tempdir().unwrap();
+        let (_w, now) = crate::test_support::peer_engine(dir.path(), 5 * S);
+        let t = Thresholds::default();
+        let view = view_at(dir.path(), now, &t);
+        let s = &view.slots[0];
+        assert_eq!(s.class, SlotClass::Stalled);
+        let p = s.unread_peer.as_ref().expect("the unread peer");
+        assert_eq!((p.device, p.name.as_str()), (2, "RPC1 127.0.0.1:50053"));
+        assert_eq!((p.age_ns, p.threshold_ns), (5 * S, Some(4_400_000_000)));
+        let f = findings(&view, &t);
+        let m = &f[0].message;
+        assert!(
+            m.starts_with(
+                "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053, which has read nothing \
+                 for 5.0s (threshold 4.4s, 2 times the step's slow limit): prefill task 1"
+            ),
+            "{m}"
+        );
+        assert!(
+            m.ends_with(
+                ", step of 512 in flight for 6.0s, waiting on RPC0[127.0.0.1:50052] for 1.0s"
+            ),
+            "{m}"
+        );
+        assert_eq!(f[0].severity.exit_code(), 2);
+
+        // Unread for 4 s, or keeping up: the step (6 s of 2 s, under the slow factor's 8 s
+        // and ten predictions) progresses.
+        for unread in [4 * S, 0] {
+            let other = tempfile::tempdir().unwrap();
+            let (_w, now) = crate::test_support::peer_engine(other.path(), unread);
+            let view = view_at(other.path(), now, &t);
+            assert_eq!(view.slots[0].class, SlotClass::Progressing, "{unread}");
+            assert_eq!(view.slots[0].unread_peer.is_some(), unread != 0);
+        }
     }
 
     #[test]

@@ -69,4 +69,4 @@ pub use history::{HistoryReport, SlotHistory, StepRecord};
 pub use meta::{HydraMeta, MetaFigures};
 pub use stats::{HistogramSummary, LeftOut, Named, NamedFigure, StatsReport, StatsSum};
 pub use thresholds::{parse_duration, Thresholds};
-pub use view::{DeviceRef, DeviceWait, EngineView, SlotView};
+pub use view::{DeviceFacts, DeviceRef, DeviceWait, EngineView, PeerUnread, SlotView};

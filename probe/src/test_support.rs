@@ -46,32 +46,7 @@ pub(crate) fn split_engine_learnt(
         },
     })
     .expect("create");
-    let rpc = |name: &str, endpoint: &str| Device {
-        kind: DeviceKind::Rpc,
-        name: name.into(),
-        endpoint: endpoint.into(),
-    };
-    w.publish_devices(&Devices {
-        devices: vec![
-            rpc("RPC0[127.0.0.1:50052]", "127.0.0.1:50052"),
-            rpc("RPC1", "127.0.0.1:50053"),
-        ],
-        layer_count: 30,
-        ranges: vec![
-            LayerRange {
-                first: 0,
-                last: 15,
-                device: 1,
-            },
-            LayerRange {
-                first: 16,
-                last: 29,
-                device: 2,
-            },
-        ],
-        output_device: 2,
-    })
-    .expect("devices");
+    w.publish_devices(&two_peers()).expect("devices");
     let now = clock::monotonic_ns();
     let start = now - 6 * S;
     let mut s = SlotState::default();
@@ -101,6 +76,79 @@ pub(crate) fn split_engine_learnt(
     };
     w.publish_step_devices(0, &wait).unwrap();
     (w, now)
+}
+
+/// An engine split over two RPC peers (see [`split_engine`]) that watches their reads: its
+/// slot 0 in a 512-token prefill step started 6 s ago and predicted at 2 s within 10 %,
+/// its thread waiting on the first peer for 1 s, and the second peer unread for
+/// `unread_ns` (0: it keeps up).
+pub(crate) fn peer_engine(dir: &Path, unread_ns: u64) -> (SegmentWriter, u64) {
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: dir.to_path_buf(),
+        engine_id: "rpc".into(),
+        slot_count: 1,
+        description: hydra_layout::EngineDescription {
+            capabilities: caps::DEVICES
+                | caps::DEVICE_WAIT
+                | caps::PEER_READS
+                | caps::STEP_PREDICTION,
+            ..Default::default()
+        },
+    })
+    .expect("create");
+    w.publish_devices(&two_peers()).expect("devices");
+    let now = clock::monotonic_ns();
+    let start = now - 6 * S;
+    let mut s = SlotState::default();
+    s.begin_task(1, Phase::Prefill, WorkUnit::Tokens, 4000, start - S);
+    s.start_step(512, start);
+    w.publish(0, &s).unwrap();
+    let prediction = hydra_layout::Prediction {
+        step_expected_ns: 2 * S,
+        step_start_ns: start,
+        task_expected_end_ns: 0,
+        phase_start_ns: s.phase_start_ns,
+        error_ppm: 100_000,
+    };
+    w.publish_prediction(0, &prediction).unwrap();
+    let wait = StepDevices {
+        layers_sent: 0,
+        wait_device: 1,
+        wait_since_ns: now - S,
+    };
+    w.publish_step_devices(0, &wait).unwrap();
+    let since = if unread_ns == 0 { 0 } else { now - unread_ns };
+    w.publish_peer_unread(2, since).unwrap();
+    (w, now)
+}
+
+/// Two RPC peers, the 30 layers split 16/14, the output on the second.
+fn two_peers() -> Devices {
+    let rpc = |name: &str, endpoint: &str| Device {
+        kind: DeviceKind::Rpc,
+        name: name.into(),
+        endpoint: endpoint.into(),
+    };
+    Devices {
+        devices: vec![
+            rpc("RPC0[127.0.0.1:50052]", "127.0.0.1:50052"),
+            rpc("RPC1", "127.0.0.1:50053"),
+        ],
+        layer_count: 30,
+        ranges: vec![
+            LayerRange {
+                first: 0,
+                last: 15,
+                device: 1,
+            },
+            LayerRange {
+                first: 16,
+                last: 29,
+                device: 2,
+            },
+        ],
+        output_device: 2,
+    }
 }
 
 /// A wait of about `ns` on `device` by slot 0's step in flight, ended now. Leaves no wait

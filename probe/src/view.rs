@@ -34,6 +34,51 @@ pub struct DeviceWait {
     pub learnt_max_ns: Option<u64>,
 }
 
+/// An RPC peer that has read nothing of what the engine sent it for a while (format v1.3,
+/// FORMAT §19.7), while the slot's step is in flight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeerUnread {
+    /// The device id (1-based position in the engine's device table).
+    pub device: u64,
+    /// How to name it, as [`DeviceWait::name`].
+    pub name: String,
+    /// `now - DEV_UNREAD_SINCE_NS`: how long it has read nothing.
+    pub age_ns: u64,
+    /// The peer rule's threshold for the step in flight; none without a prediction.
+    pub threshold_ns: Option<u64>,
+}
+
+/// What the engine's writer says of its devices beside the table (format v1.3), entry `j`
+/// for device `j + 1`: the wait histories (FORMAT §19.6) and since when each RPC peer has
+/// read nothing (§19.7; 0 = keeping up). Empty vectors: not published.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// [`SegmentReader::device_waits`].
+    pub waits: Vec<DeviceWaits>,
+    /// [`SegmentReader::peers_unread_since`].
+    pub unread_since_ns: Vec<u64>,
+}
+
+impl DeviceFacts {
+    /// Reads both from `reader`; what cannot be read is left empty (not published).
+    pub fn read(reader: &SegmentReader) -> Self {
+        Self {
+            waits: reader.device_waits().unwrap_or_default(),
+            unread_since_ns: reader.peers_unread_since().unwrap_or_default(),
+        }
+    }
+
+    /// The peer unread the longest, as (device id, since), when any is.
+    pub fn longest_unread(&self) -> Option<(u64, u64)> {
+        self.unread_since_ns
+            .iter()
+            .enumerate()
+            .filter(|(_, &since)| since != 0)
+            .min_by_key(|(_, &since)| since)
+            .map(|(j, &since)| (j as u64 + 1, since))
+    }
+}
+
 /// A device of the engine's table, by id and by the name a reader gives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeviceRef {
@@ -76,6 +121,8 @@ pub struct SlotView {
     /// The device of the layer being computed (the next one after the layers done), from
     /// the engine's layer map (format v1.3).
     pub layer_device: Option<DeviceRef>,
+    /// The RPC peer that has read nothing the longest, while the step is in flight.
+    pub unread_peer: Option<PeerUnread>,
 }
 
 impl SlotView {
@@ -122,6 +169,7 @@ impl SlotView {
             waits_published: false,
             wait: None,
             layer_device: None,
+            unread_peer: None,
         }
     }
 
@@ -132,6 +180,7 @@ impl SlotView {
         mut self,
         snap: &SlotSnapshot,
         devices: Option<&Devices>,
+        facts: &DeviceFacts,
         now_ns: u64,
     ) -> Self {
         let name = |id: u64| match devices {
@@ -145,6 +194,15 @@ impl SlotView {
             age_ns: now_ns.saturating_sub(since),
             learnt_max_ns: self.derived.wait_learnt_max_ns,
         });
+        self.unread_peer = match (self.derived.peer_unread_age_ns, facts.longest_unread()) {
+            (Some(age_ns), Some((device, _))) => Some(PeerUnread {
+                device,
+                name: name(device),
+                age_ns,
+                threshold_ns: self.derived.peer_stall_threshold_ns,
+            }),
+            _ => None,
+        };
         self.layer_device = match (self.derived.layer, devices) {
             (Some(l), Some(d)) if l.done < l.total => {
                 d.device_of_layer(l.done).map(|device| DeviceRef {
@@ -301,6 +359,7 @@ impl Serialize for SlotView {
             "waits_published": &self.waits_published,
             "wait": &self.wait,
             "layer_device": &self.layer_device,
+            "unread_peer": &self.unread_peer,
         })
     }
 }
@@ -377,7 +436,7 @@ impl EngineView {
         // A device table that cannot be read (left mid-update) leaves the devices unnamed;
         // the slots still read.
         let devices = reader.devices().ok();
-        let device_waits = reader.device_waits().unwrap_or_default();
+        let facts = DeviceFacts::read(reader);
         Self::from_parts(
             reader.identity().clone(),
             reader.path().to_path_buf(),
@@ -385,14 +444,14 @@ impl EngineView {
             liveness,
             slots,
             devices.as_ref().and_then(|d| d.known()),
-            &device_waits,
+            &facts,
             now_ns,
             thresholds,
         )
     }
 
     /// Builds a view from already-read parts, with the engine's device table when known
-    /// and its devices' wait histories (entry `j` for device `j + 1`; empty: none) (pure
+    /// and what the writer says of its devices beside it (pure
     /// apart from the error conversion: no I/O). Slot errors other than torn and contended
     /// reads are returned as errors.
     #[allow(clippy::too_many_arguments)]
@@ -403,7 +462,7 @@ impl EngineView {
         liveness: Liveness,
         slots: Vec<hydra_layout::Result<SlotSnapshot>>,
         devices: Option<&Devices>,
-        device_waits: &[DeviceWaits],
+        facts: &DeviceFacts,
         now_ns: u64,
         t: &Thresholds,
     ) -> Result<EngineView, ProbeError> {
@@ -415,14 +474,14 @@ impl EngineView {
                     ..SlotView::from_record(
                         i,
                         snap.state,
-                        extras_of(&snap, device_waits),
+                        extras_of(&snap, facts),
                         snap.pending,
                         liveness,
                         now_ns,
                         t,
                     )
                 }
-                .with_devices(&snap, devices, now_ns),
+                .with_devices(&snap, devices, facts, now_ns),
                 Err(e) => {
                     let reason = e.to_string();
                     match e {
@@ -481,12 +540,12 @@ impl EngineView {
 /// What was read beside a slot's record: its layer position, its prediction, and its wait
 /// with the history of the device waited on for the slot's phase (FORMAT §19.6; which
 /// waits it judges is [`crate::classify::derive`]'s rule).
-fn extras_of(snap: &SlotSnapshot, device_waits: &[DeviceWaits]) -> SlotExtras {
+fn extras_of(snap: &SlotSnapshot, facts: &DeviceFacts) -> SlotExtras {
     let wait = snap.wait().map(|(device, since_ns)| WaitFacts {
         since_ns,
         learnt_max_ns: usize::try_from(device.wrapping_sub(1))
             .ok()
-            .and_then(|j| device_waits.get(j))
+            .and_then(|j| facts.waits.get(j))
             .and_then(|w| w.for_phase(snap.state.phase))
             .and_then(|h| h.learnt_max_ns()),
     });
@@ -494,6 +553,7 @@ fn extras_of(snap: &SlotSnapshot, device_waits: &[DeviceWaits]) -> SlotExtras {
         substep: snap.substep,
         prediction: snap.prediction,
         wait,
+        peer_unread_since_ns: facts.longest_unread().map(|(_, since)| since),
     }
 }
 
@@ -615,6 +675,7 @@ mod tests {
             "waits_published",
             "wait",
             "layer_device",
+            "unread_peer",
         ];
         let at: Vec<usize> = keys
             .iter()
