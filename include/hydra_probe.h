@@ -44,7 +44,10 @@
 // Minor 6 added the statistics and the flight recorder (format v1.3 §17, §18):
 // `hydra_probe_read_stats`, `hydra_probe_histogram_bound`, `hydra_probe_read_history`,
 // and `HYDRA_PROBE_VALUE_FINISH_CAUSE`, `_STEP_RESULT` and `_HISTOGRAM`.
-#define HYDRA_PROBE_ABI_MINOR 6
+// Minor 7 added the RPC peer that reads nothing (format v1.3 §19.7): `HydraProbePeer` as
+// version 7 of `HydraProbeMeta`, and the `unread_peer`, `unread_peer_ms` and
+// `unread_peer_threshold_ms` fields of the meta JSON.
+#define HYDRA_PROBE_ABI_MINOR 7
 
 // `HydraProbePrediction::eta_source`: no ETA.
 #define HYDRA_PROBE_ETA_NONE 0
@@ -438,6 +441,24 @@ typedef struct HydraProbeWait {
   uint64_t layer_device;
 } HydraProbeWait;
 
+// The RPC peer that has read nothing the longest of what the engine sent it, while the
+// slot's step is in flight (segment format v1.3 §19.7), with the peer rule's threshold.
+// Added in ABI minor 7 as version 7 of `HydraProbeMeta`.
+typedef struct HydraProbePeer {
+  // 1 when the engine watches its RPC peers' reads; 0 when not: then such a peer is
+  // unknown, not absent, and the fields below are 0 or -1.
+  uint32_t published;
+  // 1 while a peer has read nothing during the step in flight, else 0.
+  uint32_t unread;
+  // The id of that peer's device (see `hydra_probe_read_devices`); 0 when none.
+  uint64_t device;
+  // ns it has read nothing; -1 when none.
+  int64_t unread_ns;
+  // The peer rule's threshold, ns (a peer unread for longer stalls the slot); -1 when
+  // none (no such peer, or no expected step).
+  int64_t threshold_ns;
+} HydraProbePeer;
+
 // One slot's Hydra meta as numbers (filled by `hydra_probe_read_meta`): the slot read
 // with its class and the engine's health, plus the figures the meta JSON derives from
 // it. With `hydra_probe_describe`'s strings this is every field of the meta JSON but a
@@ -445,8 +466,9 @@ typedef struct HydraProbeWait {
 // are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
 // version 2 (ABI minor 2) appends `layer` (408 bytes); version 3 (ABI minor 3) appends
 // `prediction` (440 bytes); version 4 (ABI minor 4) appends `wait` (472 bytes); version
-// 5 (ABI minor 5) appends `wait_learnt_max_ns` and `wait_threshold_ns` (488 bytes). A
-// caller built against version 1 sets `size` 368 and gets the version 1 fields.
+// 5 (ABI minor 5) appends `wait_learnt_max_ns` and `wait_threshold_ns` (488 bytes);
+// version 7 (ABI minor 7) appends `peer` (520 bytes). A caller built against version 1
+// sets `size` 368 and gets the version 1 fields.
 typedef struct HydraProbeMeta {
   // Set by the caller to `sizeof(HydraProbeMeta)` before the call; the library stores
   // the bytes it filled (fields added later go at the end).
@@ -499,6 +521,9 @@ typedef struct HydraProbeMeta {
   // Version 5 (ABI minor 5): the wait rule's threshold for that wait, ns (waiting
   // longer is a stall on the device); -1 when the wait is not judged by a history.
   int64_t wait_threshold_ns;
+  // Version 7 (ABI minor 7): the RPC peer that has read nothing the longest while the
+  // step is in flight.
+  struct HydraProbePeer peer;
 } HydraProbeMeta;
 
 // The engine's device table (filled by `hydra_probe_read_devices`): its state, counts

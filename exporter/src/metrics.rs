@@ -82,6 +82,8 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_slot_layer_age_seconds",
     "hydra_slot_device_wait_seconds",
     "hydra_slot_device_wait_threshold_seconds",
+    "hydra_slot_peer_unread_seconds",
+    "hydra_slot_peer_unread_threshold_seconds",
     "hydra_slot_phase_start_timestamp_seconds",
     "hydra_slot_state_size_bytes",
     "hydra_slot_n_past_tokens",
@@ -418,6 +420,40 @@ fn device_wait(x: &mut Exposition, rows: &Rows) {
     );
 }
 
+/// `hydra_slot_peer_unread_seconds{device}`: how long the RPC peer unread the longest has
+/// read nothing of what the engine sent it, for each slot whose step is in flight (format
+/// v1.3 §19.7), with the peer rule's threshold.
+fn peer_unread(x: &mut Exposition, rows: &Rows) {
+    x.family(
+        "hydra_slot_peer_unread_seconds",
+        "How long the labelled RPC peer has read nothing of what the engine sent it, while the slot's step is in flight (format v1.3; absent while every peer keeps up, and for writers that do not watch their peers)",
+        Kind::Gauge,
+        |f| {
+            for (_, s, labels) in &rows.slots {
+                if let Some(p) = s.unread_peer.as_ref().filter(|_| s.is_active()) {
+                    f.sample_with(*labels, &ExtraLabel::new("device", &p.name), secs(p.age_ns));
+                }
+            }
+        },
+    );
+    x.family(
+        "hydra_slot_peer_unread_threshold_seconds",
+        PEER_THRESHOLD_HELP,
+        Kind::Gauge,
+        |f| {
+            for (_, s, labels) in &rows.slots {
+                let peer = s.unread_peer.as_ref().filter(|_| s.is_active());
+                if let Some((p, t)) = peer.and_then(|p| Some((p, p.threshold_ns?))) {
+                    f.sample_with(*labels, &ExtraLabel::new("device", &p.name), secs(t));
+                }
+            }
+        },
+    );
+}
+
+/// The help of `hydra_slot_peer_unread_threshold_seconds`.
+const PEER_THRESHOLD_HELP: &str = "Time without a read beyond which the labelled RPC peer stalls the slot's step: max(confident floor, 2 x the step's length) (format v1.3; absent with the peer, or without an expected step)";
+
 /// The help of `hydra_slot_device_wait_threshold_seconds`.
 const WAIT_THRESHOLD_HELP: &str = "Wait beyond which the decode step in flight, blocked on the labelled device, is classified stalled on it: max(confident floor, factor x the longest recent decode wait on that device) (format v1.3; absent without a wait or before the device's waits are learnt)";
 
@@ -656,6 +692,7 @@ fn slot_timing_families(x: &mut Exposition, rows: &Rows) {
     per_slot(x, rows, "hydra_slot_step_layers", "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_total().map(int)));
     per_slot(x, rows, "hydra_slot_layer_age_seconds", "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_age_ns().map(secs)));
     device_wait(x, rows);
+    peer_unread(x, rows);
     per_slot(
         x,
         rows,

@@ -137,6 +137,16 @@ fn scrape_with_every_engine_state_passes_promtool() {
         r#"hydra_slot_device_wait_threshold_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
     );
     assert_eq!(threshold, Some(1.0), "{}", ctx());
+    // The peer has read nothing since then; the peer rule's threshold is the 1 s floor too
+    // (two steps of 50 ms).
+    let peer = r#"{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#;
+    let unread = sample(body, &format!("hydra_slot_peer_unread_seconds{peer}"));
+    assert!(unread.is_some_and(|u| u >= 0.01), "{unread:?}\n{}", ctx());
+    let threshold = sample(
+        body,
+        &format!("hydra_slot_peer_unread_threshold_seconds{peer}"),
+    );
+    assert_eq!(threshold, Some(1.0), "{}", ctx());
 
     assert!(sample(body, "hydra_exporter_torn_reads_total").unwrap() >= 1.0);
     expect("hydra_exporter_engines", 5.0);

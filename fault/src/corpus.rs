@@ -588,6 +588,22 @@ fn rpc_split_case(c: &mut Cases<'_>) {
         Expect::Readable,
     );
     drop(w);
+    let unread = crate::scratch("hydra-corpus-split.");
+    let (w, _) = crate::segments::rpc_split_unread(unread.path(), RPC_SPLIT_UNREAD_ID);
+    let unread_bytes = std::fs::read(w.path()).expect("read the unread RPC split segment");
+    drop(w);
+    c.file(
+        RPC_SPLIT_UNREAD_ID,
+        &unread_bytes,
+        "the RPC split watching its peers' reads, slot 0 prefilling while the second peer has read nothing for 5 s after a 2 s step: past the peer rule's threshold",
+        Expect::Readable,
+    );
+    c.file(
+        "devices-peer-unread-hostile",
+        &hostile_unread(&unread_bytes),
+        "the watched RPC split with every device's unread-since word all ones (a time far in the future, devices past the table's count included): no peer reads as unread for long, nothing panics",
+        Expect::Readable,
+    );
     c.file(
         "devices-wait-history-hostile",
         &hostile_wait_history(&bytes),
@@ -678,12 +694,31 @@ fn hostile_wait_history(split: &[u8]) -> Vec<u8> {
     b
 }
 
+/// `split` (the watched RPC split) with every device's `DEV_UNREAD_SINCE_NS` all ones.
+fn hostile_unread(split: &[u8]) -> Vec<u8> {
+    let mut b = split.to_vec();
+    let base = hydra_layout::region::Layout::for_slots(2).devices.item(0);
+    for j in 0..hydra_layout::devices::MAX_DEVICES {
+        let at = base + hydra_layout::devices::TABLE_OFFSET + j * hydra_layout::devices::DEVICE_LEN;
+        set_word(
+            &mut b,
+            at + hydra_layout::peer_reads::entry::DEV_UNREAD_SINCE_NS,
+            u64::MAX,
+        );
+    }
+    b
+}
+
 /// The corpus entry of a well-formed engine on two RPC peers
 /// ([`crate::segments::rpc_split`]).
 pub const RPC_SPLIT_ID: &str = "devices-rpc-split";
 
 /// The corpus entry of that engine decoding ([`crate::segments::rpc_split_decoding`]).
 pub const RPC_SPLIT_DECODING_ID: &str = "devices-rpc-split-decoding";
+
+/// The corpus entry of that engine with a peer that reads nothing
+/// ([`crate::segments::rpc_split_unread`]).
+pub const RPC_SPLIT_UNREAD_ID: &str = "devices-rpc-split-unread";
 
 /// Slot words and engine counters that no conforming writer leaves, in `template`'s
 /// well-formed segment.

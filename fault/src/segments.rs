@@ -80,6 +80,11 @@ impl Scratch {
         rpc_split_decoding(&self.dir, id)
     }
 
+    /// [`rpc_split_unread`] in this directory.
+    pub fn rpc_split_unread(&self, id: &str) -> (SegmentWriter, u64) {
+        rpc_split_unread(&self.dir, id)
+    }
+
     /// Leaves a CLOSED segment for `id` in the directory: a clean close unlinks the file,
     /// so a hard link taken before the close is renamed back to the segment's name.
     pub fn closed_engine(&self, id: &str) {
@@ -239,13 +244,40 @@ pub fn rpc_split_decoding(dir: &Path, id: &str) -> (SegmentWriter, u64) {
     (w, now)
 }
 
+/// [`rpc_split`]'s engine watching its peers' reads (format v1.3 §19.7), slot 0 in a
+/// prefill whose first 512-token step took 2 s and whose second has run for 6 s with
+/// nothing to say where it is; the second peer (device 2) has read nothing for 5 s: past
+/// the peer rule's threshold (two steps, 4 s), so readers call the slot stalled on that
+/// peer, while the step rule (the 30 s floor) still allows the step.
+pub fn rpc_split_unread(dir: &Path, id: &str) -> (SegmentWriter, u64) {
+    let mut w = rpc_split_writer_with(dir, id, caps::PEER_READS);
+    let now = clock::monotonic_ns();
+    let start = now - 6 * S;
+    let mut s = SlotState::default();
+    s.begin_task(1, Phase::Prefill, WorkUnit::Tokens, 4000, start - 3 * S);
+    s.start_step(512, start - 3 * S);
+    w.publish(0, &s).expect("publish");
+    s.finish_step(512, start - S);
+    w.publish(0, &s).expect("publish");
+    s.start_step(512, start);
+    w.publish(0, &s).expect("publish");
+    w.publish_peer_unread(2, now - 5 * S)
+        .expect("publish the unread peer");
+    (w, now)
+}
+
 const S: u64 = 1_000_000_000;
 
 /// A 2-slot segment for engine `id` with the device capabilities and
 /// [`rpc_split_devices`] published.
 fn rpc_split_writer(dir: &Path, id: &str) -> SegmentWriter {
+    rpc_split_writer_with(dir, id, 0)
+}
+
+/// [`rpc_split_writer`] with the capability bits `more` too.
+fn rpc_split_writer_with(dir: &Path, id: &str, more: u64) -> SegmentWriter {
     let mut d = description();
-    d.capabilities |= caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT;
+    d.capabilities |= caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT | more;
     let mut w = SegmentWriter::create(&SegmentConfig {
         dir: dir.to_path_buf(),
         engine_id: id.into(),

@@ -71,7 +71,8 @@ pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
     }
     if crate::devices::available() {
         description.capabilities |= hydra_layout::header::capabilities::DEVICES
-            | hydra_layout::header::capabilities::DEVICE_WAIT;
+            | hydra_layout::header::capabilities::DEVICE_WAIT
+            | hydra_layout::header::capabilities::PEER_READS;
     }
     // Every step start is published with the cost model's prediction (format v1.2), and
     // each task's arrival is its prompt's start (llama.cpp never sees a request wait):

@@ -23,6 +23,8 @@
 //! - [`devices`]: the scheduler's devices and layer map, and which device a blocking ggml
 //!   call (`ggml_backend_synchronize` and the others, interposed) waits on.
 //! - [`waits`]: that wait, published for the tracked call's slots while it lasts.
+//! - [`peers`]: whether each RPC peer reads what the host sends it (its socket's
+//!   `TCP_INFO`, sampled by the background thread).
 //! - [`layers`]: inside one decode call, the ubatch and the layer (the scheduler's compute
 //!   and eval callback, interposed in libggml-base), published as the substep words.
 //! - [`interpose`]: the wrapper bodies (panic-proof, generic over the real function).
@@ -47,6 +49,7 @@ pub mod ffi;
 pub mod interpose;
 pub mod layers;
 pub(crate) mod log;
+pub mod peers;
 pub mod registry;
 pub mod symbols;
 #[cfg(feature = "test-hooks")]

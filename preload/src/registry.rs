@@ -157,14 +157,18 @@ pub fn idle_after() -> Duration {
     Duration::from_millis(ms)
 }
 
-/// Ends the tasks of sequences the host stopped decoding (see [`Tracker::sweep_idle`]) in
-/// every context; never waits for a tracker its decode thread holds.
+/// Ends the tasks of sequences the host stopped decoding (see [`Tracker::sweep_idle`]) and
+/// samples the RPC peers' reads ([`Tracker::watch_peers`]) in every context; never waits
+/// for a tracker its decode thread holds.
 pub fn sweep(now: u64, idle_after_ns: u64) -> usize {
     let reg = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
     reg.iter()
         .filter_map(|e| e.tracker.as_deref())
         .filter_map(|m| m.try_lock().ok())
-        .map(|mut t| t.sweep_idle(now, idle_after_ns))
+        .map(|mut t| {
+            t.watch_peers(now);
+            t.sweep_idle(now, idle_after_ns)
+        })
         .sum()
 }
 

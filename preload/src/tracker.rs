@@ -70,6 +70,8 @@ pub struct Tracker {
     /// The call that returned but whose outputs the host has not synchronized yet: its
     /// step is still in flight (see [`Tracker::decode_returned`]).
     awaiting: Option<Awaiting>,
+    /// The RPC devices of the published table, whose reads the background thread watches.
+    peers: Vec<crate::peers::Watch>,
 }
 
 /// A call that returned 0 while its outputs may still be computing on a device.
@@ -118,6 +120,7 @@ impl Tracker {
             step_from: 0,
             step_start_ns: 0,
             awaiting: None,
+            peers: Vec::new(),
         };
         for s in 0..n {
             t.publish(s);
@@ -292,6 +295,25 @@ impl Tracker {
     pub fn publish_devices(&mut self, devices: &hydra_layout::Devices) {
         if let Err(e) = self.writer.publish_devices(devices) {
             crate::log::warn_once!("the device table was not published: {e}");
+            return;
+        }
+        self.peers = devices
+            .devices
+            .iter()
+            .zip(1u64..)
+            .filter(|(d, _)| d.kind == hydra_layout::DeviceKind::Rpc && !d.endpoint.is_empty())
+            .map(|(d, id)| crate::peers::Watch::new(id, &d.endpoint))
+            .collect();
+    }
+
+    /// Samples each RPC peer's socket (FORMAT §19.7) and publishes since when it has read
+    /// nothing where that changed; from the background thread. A segment without the
+    /// `peer_reads` capability publishes nothing.
+    pub fn watch_peers(&mut self, now: u64) {
+        for w in &mut self.peers {
+            if let Some(since) = w.poll(now) {
+                let _ = self.writer.publish_peer_unread(w.device, since);
+            }
         }
     }
 

@@ -151,15 +151,16 @@ fn rpc_identical_text(test: &str, gen: Gen) {
 }
 
 /// `hydra-probe check` until slot 0 is reported stalled waiting on `endpoint` (at most
-/// `within`); returns the exit code, the message, how long after its wait on that peer
-/// began the check that said so was started, and the wait's stall threshold then (none
+/// `within`); returns the exit code, the message, how long after the slot's wait on a
+/// device began the check that said so was started (none when the host was not waiting:
+/// the peer rule speaks whatever the host does), and the wait's stall threshold then (none
 /// when the peer's waits had no trusted history).
 fn stalled_verdict(
     r: &hydra_layout::SegmentReader,
     dir: &Path,
     endpoint: &str,
     within: Duration,
-) -> (i32, String, Duration, Option<Duration>) {
+) -> (i32, String, Option<Duration>, Option<Duration>) {
     let started = Instant::now();
     loop {
         let asked_at = hydra_layout::clock::monotonic_ns();
@@ -178,8 +179,9 @@ fn stalled_verdict(
                 "names another device: {message}"
             );
             let snap = r.slot(0).expect("slot 0");
-            let (_, since) = snap.wait().expect("still waiting on the frozen peer");
-            let after = Duration::from_nanos(asked_at.saturating_sub(since));
+            let after = snap
+                .wait()
+                .map(|(_, since)| Duration::from_nanos(asked_at.saturating_sub(since)));
             let t = hydra_probe::Thresholds {
                 stall_floor: Duration::from_secs(1),
                 ..Default::default()
@@ -223,8 +225,8 @@ struct Verdict {
     message: String,
     /// From SIGSTOP to the check that said so.
     took: Duration,
-    /// From the start of the slot's wait on the peer to that check.
-    into_wait: Duration,
+    /// From the start of the slot's wait on a device to that check (none: not waiting).
+    into_wait: Option<Duration>,
     /// The wait rule's threshold then (none when the wait is not judged by a history).
     threshold: Option<Duration>,
 }
@@ -244,7 +246,7 @@ fn freeze_until_stalled(
     let took = stopped.elapsed();
     peer.signal(libc::SIGCONT);
     eprintln!(
-        "{test}: stalled verdict {took:?} after SIGSTOP, {into_wait:?} into the wait on the peer \
+        "{test}: stalled verdict {took:?} after SIGSTOP, {into_wait:?} into the slot's wait \
          (its threshold {threshold:?}): {message}"
     );
     Verdict {
@@ -278,10 +280,10 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
     in_phase(&r, before, hydra_layout::Phase::Prefill, 0);
     // The 0.3.16 generation blocks in the peer's synchronous graph compute at once, and the
     // layer rule calls it stalled there. On 0c1e570 (pipeline parallelism) the host runs
-    // ahead into the peer's socket and first blocks on it several seconds later, in an
-    // event synchronisation or in the allocator's size question to the peer
-    // (`ggml_backend_buft_get_alloc_size`), both of which name the peer; the step rule
-    // decides (ten predicted ubatches). The deadline leaves room for a loaded machine.
+    // ahead into the peer's socket and first blocks on it 7-10 s later; the peer's socket
+    // shows sooner that it reads nothing (FORMAT §19.7), and the peer rule decides (two
+    // steps of it), before the step rule (ten steps). The deadline leaves room for a
+    // loaded machine.
     let v = freeze_until_stalled(test, &r, &dir, &peers[1], Duration::from_secs(120));
     let message = &v.message;
     assert_eq!(v.code, 2, "check exits 2 on a stalled slot: {message}");
@@ -289,6 +291,12 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
         v.threshold, None,
         "prefill waits are not judged by the history"
     );
+    if gen == Gen::Current {
+        assert!(
+            message.contains(", which has read nothing for "),
+            "the peer rule, not the step rule: {message}"
+        );
+    }
 
     let answer = work
         .join()
@@ -400,6 +408,10 @@ struct Watch {
     reads: usize,
     active: usize,
     bad: Vec<String>,
+    /// Reads that found a peer unread during slot 0's step, and the largest fraction of
+    /// the peer rule's threshold such a peer reached (FORMAT §19.7).
+    unread: usize,
+    unread_max: f64,
 }
 
 /// Polls engine [`ENGINE`] in `dir` with the default thresholds (the operator's) until
@@ -415,6 +427,11 @@ fn watch(dir: &Path, stop: &std::sync::atomic::AtomicBool, limit: Duration) -> W
         let view = EngineView::capture(&r, now, &t).expect("a view of the engine");
         w.reads += 1;
         for s in &view.slots {
+            if let Some(p) = &s.unread_peer {
+                w.unread += 1;
+                let threshold = p.threshold_ns.unwrap_or(u64::MAX) as f64;
+                w.unread_max = w.unread_max.max(p.age_ns as f64 / threshold);
+            }
             match s.class {
                 SlotClass::Idle | SlotClass::Queued => {}
                 SlotClass::Progressing => w.active += 1,
@@ -458,10 +475,13 @@ fn rpc_no_false_verdict(test: &str, gen: Gen) {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let w = watcher.join().expect("watcher");
     eprintln!(
-        "{test}: {} reads, {} of an active slot, {} other verdicts",
+        "{test}: {} reads, {} of an active slot, {} other verdicts; {} with a peer unread, \
+         at most {:.3} of the peer rule's threshold",
         w.reads,
         w.active,
-        w.bad.len()
+        w.bad.len(),
+        w.unread,
+        w.unread_max
     );
     assert!(w.bad.is_empty(), "false verdicts: {:#?}", w.bad);
     assert!(w.active >= 50, "the probe saw too little work: {w:?}");

@@ -147,6 +147,41 @@ const _: () = assert!(std::mem::size_of::<HydraProbeDeviceTable>() == 56);
 const _: () = assert!(std::mem::size_of::<HydraProbeDevice>() == 408);
 const _: () = assert!(std::mem::size_of::<HydraProbeLayerRange>() == 24);
 const _: () = assert!(std::mem::size_of::<HydraProbeWait>() == 32);
+const _: () = assert!(std::mem::size_of::<HydraProbePeer>() == 32);
+
+/// The RPC peer that has read nothing the longest of what the engine sent it, while the
+/// slot's step is in flight (segment format v1.3 §19.7), with the peer rule's threshold.
+/// Added in ABI minor 7 as version 7 of `HydraProbeMeta`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HydraProbePeer {
+    /// 1 when the engine watches its RPC peers' reads; 0 when not: then such a peer is
+    /// unknown, not absent, and the fields below are 0 or -1.
+    pub published: u32,
+    /// 1 while a peer has read nothing during the step in flight, else 0.
+    pub unread: u32,
+    /// The id of that peer's device (see `hydra_probe_read_devices`); 0 when none.
+    pub device: u64,
+    /// ns it has read nothing; -1 when none.
+    pub unread_ns: i64,
+    /// The peer rule's threshold, ns (a peer unread for longer stalls the slot); -1 when
+    /// none (no such peer, or no expected step).
+    pub threshold_ns: i64,
+}
+
+impl HydraProbePeer {
+    pub(crate) fn from_view(v: &SlotView) -> Self {
+        let ns = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+        let p = v.unread_peer.as_ref();
+        Self {
+            published: u32::from(v.peers_published),
+            unread: u32::from(p.is_some()),
+            device: p.map_or(0, |p| p.device),
+            unread_ns: p.map_or(-1, |p| ns(p.age_ns)),
+            threshold_ns: p.and_then(|p| p.threshold_ns).map_or(-1, ns),
+        }
+    }
+}
 
 impl HydraProbeWait {
     pub(crate) fn from_view(v: &SlotView) -> Self {

@@ -80,7 +80,10 @@ pub const HYDRA_PROBE_ABI_VERSION: u32 = 1;
 /// Minor 6 added the statistics and the flight recorder (format v1.3 §17, §18):
 /// `hydra_probe_read_stats`, `hydra_probe_histogram_bound`, `hydra_probe_read_history`,
 /// and `HYDRA_PROBE_VALUE_FINISH_CAUSE`, `_STEP_RESULT` and `_HISTOGRAM`.
-pub const HYDRA_PROBE_ABI_MINOR: u32 = 6;
+/// Minor 7 added the RPC peer that reads nothing (format v1.3 §19.7): `HydraProbePeer` as
+/// version 7 of `HydraProbeMeta`, and the `unread_peer`, `unread_peer_ms` and
+/// `unread_peer_threshold_ms` fields of the meta JSON.
+pub const HYDRA_PROBE_ABI_MINOR: u32 = 7;
 
 /// `HydraProbePrediction::eta_source`: no ETA.
 pub const HYDRA_PROBE_ETA_NONE: u32 = 0;
@@ -534,8 +537,9 @@ pub struct HydraProbeDescription {
 /// are named by `hydra_probe_value_name`. Unknown values are -1. Version 1 is 368 bytes;
 /// version 2 (ABI minor 2) appends `layer` (408 bytes); version 3 (ABI minor 3) appends
 /// `prediction` (440 bytes); version 4 (ABI minor 4) appends `wait` (472 bytes); version
-/// 5 (ABI minor 5) appends `wait_learnt_max_ns` and `wait_threshold_ns` (488 bytes). A
-/// caller built against version 1 sets `size` 368 and gets the version 1 fields.
+/// 5 (ABI minor 5) appends `wait_learnt_max_ns` and `wait_threshold_ns` (488 bytes);
+/// version 7 (ABI minor 7) appends `peer` (520 bytes). A caller built against version 1
+/// sets `size` 368 and gets the version 1 fields.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HydraProbeMeta {
@@ -590,10 +594,13 @@ pub struct HydraProbeMeta {
     /// Version 5 (ABI minor 5): the wait rule's threshold for that wait, ns (waiting
     /// longer is a stall on the device); -1 when the wait is not judged by a history.
     pub wait_threshold_ns: i64,
+    /// Version 7 (ABI minor 7): the RPC peer that has read nothing the longest while the
+    /// step is in flight.
+    pub peer: HydraProbePeer,
 }
 
 const _: () = assert!(std::mem::size_of::<HydraProbeDescription>() == 128);
-const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 488);
+const _: () = assert!(std::mem::size_of::<HydraProbeMeta>() == 520);
 
 impl HydraProbeMeta {
     fn from_view(engine: &EngineView, v: &SlotView) -> Self {
@@ -621,6 +628,7 @@ impl HydraProbeMeta {
             wait: HydraProbeWait::from_view(v),
             wait_learnt_max_ns: age(v.derived.wait_learnt_max_ns),
             wait_threshold_ns: age(v.derived.wait_stall_threshold_ns),
+            peer: HydraProbePeer::from_view(v),
         }
     }
 }

@@ -324,6 +324,12 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
             .then(|| opt(n.wait_learnt_max_ns).map(|ns| ns / 1_000_000)),
         wait_threshold_ms: (n.wait.published == 1)
             .then(|| opt(n.wait_threshold_ns).map(|ns| ns / 1_000_000)),
+        unread_peer: (n.peer.published == 1)
+            .then(|| (n.peer.unread == 1).then(|| device_name(n.peer.device))),
+        unread_peer_ms: (n.peer.published == 1)
+            .then(|| opt(n.peer.unread_ns).map(|ns| ns / 1_000_000)),
+        unread_peer_threshold_ms: (n.peer.published == 1)
+            .then(|| opt(n.peer.threshold_ns).map(|ns| ns / 1_000_000)),
     };
     assert_eq!(&got, m);
     assert_eq!(got.to_json(), m.to_json());

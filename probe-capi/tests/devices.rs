@@ -162,7 +162,13 @@ fn a_step_waiting_on_a_peer_reads_with_its_device_in_the_wait_and_the_meta() {
         let mut meta = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
         meta.size = std::mem::size_of::<HydraProbeMeta>() as u32;
         assert_eq!(hydra_probe_read_meta(h, 0, &mut meta), HYDRA_PROBE_OK);
-        assert_eq!(meta.size, 488);
+        assert_eq!(meta.size, 520);
+        assert_eq!(
+            (meta.peer.published, meta.peer.unread),
+            (0, 0),
+            "not watched"
+        );
+        assert_eq!((meta.peer.unread_ns, meta.peer.threshold_ns), (-1, -1));
         assert_eq!((meta.wait.waiting, meta.wait.device), (1, 2));
         assert_eq!((meta.wait_learnt_max_ns, meta.wait_threshold_ns), (-1, -1));
         let mut v3 = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
@@ -236,7 +242,7 @@ fn a_decode_wait_past_the_peers_history_reads_with_the_wait_rule_in_meta_v5() {
         let mut meta = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
         meta.size = std::mem::size_of::<HydraProbeMeta>() as u32;
         assert_eq!(hydra_probe_read_meta(h, 0, &mut meta), HYDRA_PROBE_OK);
-        assert_eq!((meta.size, meta.wait.device), (488, 2));
+        assert_eq!((meta.size, meta.wait.device), (520, 2));
         let max = meta.wait_learnt_max_ns;
         assert!((2_000_000..100_000_000).contains(&max), "~2 ms: {max}");
         assert_eq!(meta.wait_threshold_ns, 1_000_000_000, "the 1 s floor");
@@ -258,6 +264,51 @@ fn a_decode_wait_past_the_peers_history_reads_with_the_wait_rule_in_meta_v5() {
             serde_json::from_str(CStr::from_ptr(buf.as_ptr()).to_str().unwrap()).unwrap();
         assert_eq!(json["wait_threshold_ms"], 1000, "{json}");
         assert_eq!(json["wait_learnt_max_ms"], max / 1_000_000, "{json}");
+        assert_eq!(hydra_probe_close(h), HYDRA_PROBE_OK);
+    }
+    drop(w);
+}
+
+#[test]
+fn a_peer_that_reads_nothing_reads_in_meta_v7_and_its_json() {
+    let scratch = Scratch::new();
+    let (w, _) = scratch.rpc_split_unread("split");
+    let h = open(&scratch.dir, "split");
+    // SAFETY: the handle is open and the out-parameters writable; closed at the end.
+    unsafe {
+        let mut meta = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
+        meta.size = std::mem::size_of::<HydraProbeMeta>() as u32;
+        assert_eq!(hydra_probe_read_meta(h, 0, &mut meta), HYDRA_PROBE_OK);
+        let p = meta.peer;
+        assert_eq!((meta.size, p.published, p.unread, p.device), (520, 1, 1, 2));
+        assert!(p.unread_ns >= 5_000_000_000, "{p:?}");
+        assert_eq!(p.threshold_ns, 4_000_000_000, "two steps of 2 s");
+        assert_eq!(meta.slot.slot_class, HYDRA_PROBE_SLOT_CLASS_STALLED);
+        // A version-5 caller gets 488 bytes, and nothing past them.
+        let mut v5 = std::mem::MaybeUninit::<HydraProbeMeta>::zeroed().assume_init();
+        v5.size = 488;
+        v5.peer.device = 77;
+        assert_eq!(hydra_probe_read_meta(h, 0, &mut v5), HYDRA_PROBE_OK);
+        assert_eq!((v5.size, v5.peer.device), (488, 77));
+        // The idle slot: watched, no peer unread during a step.
+        assert_eq!(hydra_probe_read_meta(h, 1, &mut meta), HYDRA_PROBE_OK);
+        let p = meta.peer;
+        assert_eq!(
+            (p.published, p.unread, p.device, p.unread_ns),
+            (1, 0, 0, -1)
+        );
+
+        let mut buf = vec![0 as c_char; 8192];
+        let rc = hydra_probe_meta_json(h, 0, buf.as_mut_ptr(), buf.len(), ptr::null_mut());
+        assert_eq!(rc, HYDRA_PROBE_OK);
+        let json: serde_json::Value =
+            serde_json::from_str(CStr::from_ptr(buf.as_ptr()).to_str().unwrap()).unwrap();
+        assert_eq!(json["unread_peer"], "RPC1 127.0.0.1:50053", "{json}");
+        assert_eq!(json["unread_peer_threshold_ms"], 4000, "{json}");
+        assert!(
+            json["unread_peer_ms"].as_u64().is_some_and(|ms| ms >= 5000),
+            "{json}"
+        );
         assert_eq!(hydra_probe_close(h), HYDRA_PROBE_OK);
     }
     drop(w);

@@ -292,9 +292,9 @@ pub struct Derived {
     /// How long an RPC peer has read nothing of what the engine sent it, while the slot's
     /// step is in flight (format v1.3, FORMAT §19.7): the peer unread the longest.
     pub peer_unread_age_ns: Option<u64>,
-    /// `max(confident floor, PEER_STALL_STEPS x the step's slow limit)`: a peer unread for
-    /// longer has stopped (see [`PEER_STALL_STEPS`]); none without a prediction of the
-    /// step in flight.
+    /// `max(confident floor, PEER_STALL_STEPS x the step's length)`, the length being the
+    /// larger of the expected step and the last step: a peer unread for longer has stopped
+    /// (see [`PEER_STALL_STEPS`]); none while neither is known.
     pub peer_stall_threshold_ns: Option<u64>,
 }
 
@@ -337,15 +337,17 @@ fn age(now_ns: u64, stamp: u64) -> Option<u64> {
     (stamp != 0).then(|| now_ns.saturating_sub(stamp))
 }
 
-/// How many times the step's slow limit (its prediction with the error bound,
-/// `predicted x (1 + error)`; an unknown bound counts as 100 %) an RPC peer may read
-/// nothing before the slot is stalled on it (FORMAT §19.7): 2.
+/// How many times the step's length (the larger of the expected step, which is the
+/// writer's prediction where it has one, and the last step's duration) an RPC peer may
+/// read nothing before the slot is stalled on it (FORMAT §19.7): 2.
 ///
 /// Why: a peer reads the next command as soon as it has finished the graph in flight, and
 /// its share of a step cannot take longer than the whole step; a peer that is merely slow
-/// still reads once per graph. Twice the step's slow limit leaves room for a step that runs
-/// to its bound while the peer finishes the one before, and is far sooner than ten
-/// predictions of a step, which the host first blocks on seconds after the peer stopped.
+/// still reads once per graph. Twice the step leaves room for a step that runs long while
+/// the peer finishes the one before, and is far sooner than ten steps, the step rule's
+/// factor, which a host first blocks on seconds after the peer stopped. The prediction's
+/// error bound is not used: on a pipeline-parallel RPC split it is wide (over 100x,
+/// measured on 0c1e570), while the steps themselves are regular.
 pub const PEER_STALL_STEPS: f64 = 2.0;
 
 /// A step is slow by the writer's prediction only once it has run this long (500 ms): a
@@ -497,17 +499,15 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
         peer_unread_age_ns: peer_unread_since_ns
             .filter(|_| s.step_start_ns != 0)
             .and_then(|since| age(now_ns, since)),
-        peer_stall_threshold_ns: predicted_step_ns
-            .map(|p| peer_stall_threshold_ns(p, prediction_error, t)),
+        peer_stall_threshold_ns: expected_step_ns
+            .map(|e| peer_stall_threshold_ns(e.max(s.last_step_ns), t)),
     }
 }
 
-/// `max(confident floor, PEER_STALL_STEPS x predicted x (1 + error))`, saturating; an
-/// unknown error counts as 100 %.
-fn peer_stall_threshold_ns(predicted_ns: u64, error: Option<f64>, t: &Thresholds) -> u64 {
+/// `max(confident floor, PEER_STALL_STEPS x step)`, saturating.
+fn peer_stall_threshold_ns(step_ns: u64, t: &Thresholds) -> u64 {
     let floor = crate::thresholds::duration_ns(t.confident_stall_floor.min(t.stall_floor));
-    let slow_limit = predicted_ns as f64 * (1.0 + error.unwrap_or(1.0));
-    floor.max(sat_u64(PEER_STALL_STEPS * slow_limit))
+    floor.max(sat_u64(PEER_STALL_STEPS * step_ns as f64))
 }
 
 fn sat_u64(x: f64) -> u64 {
@@ -557,7 +557,7 @@ pub fn classify_slot(
 /// - **stalled on a peer**: while a step is in flight, an RPC peer has read nothing of what
 ///   the engine sent it for longer than
 ///   [`peer_stall_threshold_ns`](Derived::peer_stall_threshold_ns), [`PEER_STALL_STEPS`]
-///   times the step's slow limit (FORMAT §19.7), whatever the host itself waits on.
+///   times the step's length (FORMAT §19.7), whatever the host itself waits on.
 /// - **stalled**: while the layer position of the step in flight is known, the shorter of
 ///   the silence and [`layer_age_ns`](Derived::layer_age_ns) (a finished layer is movement
 ///   too) is past [`layer_stall_threshold_ns`](Derived::layer_stall_threshold_ns): the
@@ -749,17 +749,19 @@ mod tests {
     }
 
     /// A prefill step of 512 started 3 s ago, predicted to take `predicted` with a bound
-    /// of 20 % (`None`: no prediction), whose RPC peer has read nothing for `unread`.
+    /// of 2,000 % (`None`: no prediction), after a step of 4 s, whose RPC peer has read
+    /// nothing for `unread`.
     fn peer_unread(predicted: Option<u64>, unread: u64) -> (SlotClass, Derived) {
         let mut s = decode(1_024, 4_000, 30 * S, 3 * S);
         s.phase = Phase::Prefill;
         s.start_step(512, NOW - 3 * S);
+        s.last_step_ns = 4 * S;
         let prediction = predicted.map(|p| Prediction {
             step_expected_ns: p,
             step_start_ns: s.step_start_ns,
             task_expected_end_ns: 0,
             phase_start_ns: s.phase_start_ns,
-            error_ppm: 200_000,
+            error_ppm: 20_000_000,
         });
         let extras = SlotExtras {
             prediction,
@@ -772,32 +774,53 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_that_reads_nothing_for_two_slow_limits_of_the_step_stalls_it() {
-        // 4.6 s ubatches with a 20 % bound: 2 x 5.52 s = 11.04 s.
-        let (class, d) = peer_unread(Some(4_600 * MS), 11_100 * MS);
-        assert_eq!(d.peer_stall_threshold_ns, Some(11_040 * MS));
-        assert_eq!(d.peer_unread_age_ns, Some(11_100 * MS));
+    fn a_peer_that_reads_nothing_for_two_steps_stalls_the_slot() {
+        // Steps of 4.6 s predicted (whatever the bound says): 2 x 4.6 s = 9.2 s.
+        let (class, d) = peer_unread(Some(4_600 * MS), 9_300 * MS);
+        assert_eq!(d.peer_stall_threshold_ns, Some(9_200 * MS));
+        assert_eq!(d.peer_unread_age_ns, Some(9_300 * MS));
         assert!(d.stalled_on_peer());
         assert_eq!(class, SlotClass::Stalled);
         // Under it and exactly at it: the step itself (3 s of 4.6 s) progresses.
-        for unread in [10 * S, 11_040 * MS] {
+        for unread in [9 * S, 9_200 * MS] {
             let (class, d) = peer_unread(Some(4_600 * MS), unread);
             assert!(!d.stalled_on_peer(), "{unread}");
             assert_eq!(class, SlotClass::Progressing, "{unread}");
         }
-        // A fast step: the confident floor (1 s) decides.
-        let (class, d) = peer_unread(Some(40 * MS), 1_100 * MS);
-        assert_eq!(d.peer_stall_threshold_ns, Some(S));
+        // A prediction under the last step (4 s): the last step decides.
+        let (_, d) = peer_unread(Some(S), 0);
+        assert_eq!(d.peer_stall_threshold_ns, Some(8 * S));
+        // Without a prediction, the rate's expected step (512 tokens at 1,024 tokens in
+        // 27 s) is the longer one.
+        let (class, d) = peer_unread(None, 30 * S);
+        assert_eq!(d.peer_stall_threshold_ns, Some(27 * S));
         assert_eq!(class, SlotClass::Stalled);
     }
 
     #[test]
-    fn without_a_prediction_or_a_step_in_flight_the_peer_rule_does_not_speak() {
-        let (class, d) = peer_unread(None, 100 * S);
-        assert_eq!(d.peer_stall_threshold_ns, None);
-        assert_eq!(class, SlotClass::Progressing);
-        // Between steps the unread peer is no slot's business.
+    fn a_fast_step_leaves_the_floor_and_between_steps_the_peer_rule_does_not_speak() {
         let mut s = decode(10, 100, 60 * S, 10 * MS);
+        s.start_step(1, NOW - 10 * MS);
+        s.last_step_ns = 40 * MS;
+        let extras = SlotExtras {
+            prediction: Some(Prediction {
+                step_expected_ns: 30 * MS,
+                step_start_ns: s.step_start_ns,
+                task_expected_end_ns: 0,
+                phase_start_ns: s.phase_start_ns,
+                error_ppm: 100_000,
+            }),
+            peer_unread_since_ns: Some(NOW - 1_100 * MS),
+            ..SlotExtras::NONE
+        };
+        let t = Thresholds::default();
+        let d = derive(&s, extras, NOW, &t);
+        assert_eq!(d.peer_stall_threshold_ns, Some(S), "the confident floor");
+        assert_eq!(
+            classify_derived(&s, 0, Liveness::Live, &d, &t),
+            SlotClass::Stalled
+        );
+        // Between steps the unread peer is no slot's business.
         s.step_start_ns = 0;
         let extras = SlotExtras {
             peer_unread_since_ns: Some(NOW - 100 * S),

@@ -119,8 +119,8 @@ fn stalled_on_wait(id: &str, s: &SlotView) -> String {
     )
 }
 
-/// "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053, which has read nothing for 11.5s
-/// (threshold 11.0s, twice the step's slow limit): prefill task 4 at ..., step of 512 in
+/// "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053, which has read nothing for 9.5s
+/// (threshold 9.2s, 2 times the step's length): prefill task 4 at ..., step of 512 in
 /// flight for 12.1s, waiting on RPC0 127.0.0.1:50052 for 0.4s": the peer rule's verdict
 /// (FORMAT §19.7), with whatever the host itself waits on.
 fn stalled_on_peer(id: &str, s: &SlotView) -> String {
@@ -133,7 +133,7 @@ fn stalled_on_peer(id: &str, s: &SlotView) -> String {
         .unwrap_or_default();
     format!(
         "{id} slot {} stalled waiting on {}, which has read nothing for {} (threshold {}, \
-         {} times the step's slow limit): {}, step of {} in flight for {}{layer}{}",
+         {} times the step's length): {}, step of {} in flight for {}{layer}{}",
         s.slot,
         p.name,
         human::duration_ns(p.age_ns),
@@ -279,9 +279,9 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_that_reads_nothing_for_two_slow_limits_is_named_whatever_the_host_waits_on() {
-        // The step (2 s within 10 %) allows the second peer 4.4 s without a read; it has
-        // read nothing for 5 s while the host waits on the first peer.
+    fn a_peer_that_reads_nothing_for_two_steps_is_named_whatever_the_host_waits_on() {
+        // The step (2 s predicted) allows the second peer 4 s without a read; it has read
+        // nothing for 5 s while the host waits on the first peer.
         let dir = tempfile::tempdir().unwrap();
         let (_w, now) = crate::test_support::peer_engine(dir.path(), 5 * S);
         let t = Thresholds::default();
@@ -290,13 +290,13 @@ mod tests {
         assert_eq!(s.class, SlotClass::Stalled);
         let p = s.unread_peer.as_ref().expect("the unread peer");
         assert_eq!((p.device, p.name.as_str()), (2, "RPC1 127.0.0.1:50053"));
-        assert_eq!((p.age_ns, p.threshold_ns), (5 * S, Some(4_400_000_000)));
+        assert_eq!((p.age_ns, p.threshold_ns), (5 * S, Some(4 * S)));
         let f = findings(&view, &t);
         let m = &f[0].message;
         assert!(
             m.starts_with(
                 "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053, which has read nothing \
-                 for 5.0s (threshold 4.4s, 2 times the step's slow limit): prefill task 1"
+                 for 5.0s (threshold 4.0s, 2 times the step's length): prefill task 1"
             ),
             "{m}"
         );
@@ -308,9 +308,9 @@ mod tests {
         );
         assert_eq!(f[0].severity.exit_code(), 2);
 
-        // Unread for 4 s, or keeping up: the step (6 s of 2 s, under the slow factor's 8 s
+        // Unread for 3 s, or keeping up: the step (6 s of 2 s, under the slow factor's 8 s
         // and ten predictions) progresses.
-        for unread in [4 * S, 0] {
+        for unread in [3 * S, 0] {
             let other = tempfile::tempdir().unwrap();
             let (_w, now) = crate::test_support::peer_engine(other.path(), unread);
             let view = view_at(other.path(), now, &t);

@@ -187,6 +187,30 @@ pub struct HydraMeta {
         deserialize_with = "crate::ser::present"
     )]
     pub wait_threshold_ms: Option<Option<u64>>,
+    /// While the step is in flight, the RPC peer that has read nothing the longest of what
+    /// the engine sent it (format v1.3 §19.7), named as `wait_device` is: absent when the
+    /// writer does not watch its peers, null while every peer keeps up.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub unread_peer: Option<Option<String>>,
+    /// Milliseconds that peer has read nothing: absent as `unread_peer`, null with it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub unread_peer_ms: Option<Option<u64>>,
+    /// The peer rule's threshold in ms: a peer unread for longer stalls the slot. Absent
+    /// as `unread_peer`; null without that peer or without an expected step.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::ser::present"
+    )]
+    pub unread_peer_threshold_ms: Option<Option<u64>>,
 }
 
 fn ms(ns: u64) -> u64 {
@@ -265,6 +289,15 @@ pub struct MetaFigures {
     pub wait_learnt_max_ms: Option<u64>,
     /// The wait rule's threshold for that wait, ms.
     pub wait_threshold_ms: Option<u64>,
+    /// Whether the writer watches its RPC peers' reads (format v1.3); else the peer is
+    /// unknown.
+    pub peers_published: bool,
+    /// The id of the RPC peer that has read nothing the longest, while the step is in flight.
+    pub unread_peer: Option<u64>,
+    /// Milliseconds it has read nothing.
+    pub unread_peer_ms: Option<u64>,
+    /// The peer rule's threshold, ms.
+    pub unread_peer_threshold_ms: Option<u64>,
 }
 
 impl MetaFigures {
@@ -321,6 +354,14 @@ impl MetaFigures {
             layer_device: v.layer_device.as_ref().map(|d| d.device),
             wait_learnt_max_ms: v.derived.wait_learnt_max_ns.map(ms_bounded),
             wait_threshold_ms: v.derived.wait_stall_threshold_ns.map(ms_bounded),
+            peers_published: v.peers_published,
+            unread_peer: v.unread_peer.as_ref().map(|p| p.device),
+            unread_peer_ms: v.unread_peer.as_ref().map(|p| ms(p.age_ns)),
+            unread_peer_threshold_ms: v
+                .unread_peer
+                .as_ref()
+                .and_then(|p| p.threshold_ns)
+                .map(ms_bounded),
         }
     }
 }
@@ -387,6 +428,11 @@ impl HydraMeta {
             layer_device: v.layer_device.as_ref().map(|d| d.name.clone()),
             wait_learnt_max_ms: f.waits_published.then_some(f.wait_learnt_max_ms),
             wait_threshold_ms: f.waits_published.then_some(f.wait_threshold_ms),
+            unread_peer: f
+                .peers_published
+                .then(|| v.unread_peer.as_ref().map(|p| p.name.clone())),
+            unread_peer_ms: f.peers_published.then_some(f.unread_peer_ms),
+            unread_peer_threshold_ms: f.peers_published.then_some(f.unread_peer_threshold_ms),
         })
     }
 
@@ -710,5 +756,54 @@ mod tests {
         );
         let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
         assert!(json.get("wait_threshold_ms").is_some_and(|v| v.is_null()));
+    }
+
+    /// The peer rule's figures (format v1.3 §19.7): the peer unread the longest, for how
+    /// long and the threshold; null while every peer keeps up; absent for a writer that
+    /// does not watch its peers.
+    #[test]
+    fn meta_unread_peer_figures_null_while_peers_keep_up_and_absent_unwatched() {
+        let t = Thresholds::default();
+        let read = |dir: &std::path::Path, now| {
+            let r = SegmentReader::open_engine(dir, "rpc").unwrap();
+            let view = EngineView::capture(&r, now, &t).unwrap();
+            (
+                HydraMeta::from_view(&view, 0).unwrap(),
+                MetaFigures::of(&view, &view.slots[0]),
+            )
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let (_w, now) = crate::test_support::peer_engine(tmp.path(), 5_000_000_000);
+        let (m, f) = read(tmp.path(), now);
+        assert_eq!(m.unread_peer, Some(Some("RPC1 127.0.0.1:50053".into())));
+        assert_eq!(m.unread_peer_ms, Some(Some(5000)));
+        assert_eq!(m.unread_peer_threshold_ms, Some(Some(4000)));
+        assert_eq!((f.unread_peer, f.peers_published), (Some(2), true));
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(json["unread_peer"], "RPC1 127.0.0.1:50053");
+        assert_eq!(serde_json::from_value::<HydraMeta>(json).unwrap(), m);
+
+        let tmp = tempfile::tempdir().unwrap();
+        let (_w, now) = crate::test_support::peer_engine(tmp.path(), 0);
+        let (m, _) = read(tmp.path(), now);
+        assert_eq!(
+            (
+                m.unread_peer.clone(),
+                m.unread_peer_ms,
+                m.unread_peer_threshold_ms
+            ),
+            (Some(None), Some(None), Some(None))
+        );
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert!(json.get("unread_peer").is_some_and(|v| v.is_null()));
+
+        let tmp = tempfile::tempdir().unwrap();
+        let (_w, now) = crate::test_support::split_engine(tmp.path());
+        let r = SegmentReader::open_engine(tmp.path(), "rpc").unwrap();
+        let m = HydraMeta::from_view(&EngineView::capture(&r, now, &t).unwrap(), 0).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        for field in ["unread_peer", "unread_peer_ms", "unread_peer_threshold_ms"] {
+            assert!(json.get(field).is_none(), "{field}: {json}");
+        }
     }
 }

@@ -121,6 +121,9 @@ pub struct SlotView {
     /// The device of the layer being computed (the next one after the layers done), from
     /// the engine's layer map (format v1.3).
     pub layer_device: Option<DeviceRef>,
+    /// Whether the writer watches its RPC peers' reads (format v1.3 §19.7); when false
+    /// `unread_peer` is unknown, not none.
+    pub peers_published: bool,
     /// The RPC peer that has read nothing the longest, while the step is in flight.
     pub unread_peer: Option<PeerUnread>,
 }
@@ -169,6 +172,7 @@ impl SlotView {
             waits_published: false,
             wait: None,
             layer_device: None,
+            peers_published: false,
             unread_peer: None,
         }
     }
@@ -194,6 +198,7 @@ impl SlotView {
             age_ns: now_ns.saturating_sub(since),
             learnt_max_ns: self.derived.wait_learnt_max_ns,
         });
+        self.peers_published = !facts.unread_since_ns.is_empty();
         self.unread_peer = match (self.derived.peer_unread_age_ns, facts.longest_unread()) {
             (Some(age_ns), Some((device, _))) => Some(PeerUnread {
                 device,
@@ -359,6 +364,7 @@ impl Serialize for SlotView {
             "waits_published": &self.waits_published,
             "wait": &self.wait,
             "layer_device": &self.layer_device,
+            "peers_published": &self.peers_published,
             "unread_peer": &self.unread_peer,
         })
     }
@@ -675,6 +681,7 @@ mod tests {
             "waits_published",
             "wait",
             "layer_device",
+            "peers_published",
             "unread_peer",
         ];
         let at: Vec<usize> = keys

@@ -140,6 +140,22 @@ namespace Hydra.Progress.Interop
     }
 
     /// <summary>
+    /// <c>HydraProbePeer</c> (32 bytes, ABI minor 7): the RPC peer that has read nothing the
+    /// longest of what the engine sent it while the slot's step is in flight, with the peer
+    /// rule's threshold (segment format v1.3). Read through
+    /// <see cref="Hydra.Progress.SlotMeta.UnreadPeer"/> instead.
+    /// </summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct HydraProbePeer
+    {
+        public uint Published;
+        public uint Unread;
+        public ulong Device;
+        public long UnreadNs;
+        public long ThresholdNs;
+    }
+
+    /// <summary>
     /// <c>HydraProbeDeviceTable</c> (version 1: 56 bytes, ABI minor 4): the state and counts
     /// of an engine's device table. Use <see cref="Hydra.Progress.DeviceTable"/> instead.
     /// </summary>
@@ -181,7 +197,7 @@ namespace Hydra.Progress.Interop
     }
 
     /// <summary>
-    /// <c>HydraProbeMeta</c> (version 5: 488 bytes): one slot's Hydra meta as numbers, the
+    /// <c>HydraProbeMeta</c> (version 7: 520 bytes): one slot's Hydra meta as numbers, the
     /// slot read plus the figures the meta derives from it. Unknown values are -1;
     /// <see cref="Hydra.Progress.SlotMeta"/> turns them into <c>null</c>.
     /// </summary>
@@ -210,6 +226,7 @@ namespace Hydra.Progress.Interop
         public HydraProbeWait Wait;
         public long WaitLearntMaxNs;
         public long WaitThresholdNs;
+        public HydraProbePeer Peer;
     }
 
     /// <summary>
@@ -311,7 +328,7 @@ namespace Hydra.Progress.Interop
         public const uint AbiVersion = 1;
 
         /// <summary><c>HYDRA_PROBE_ABI_MINOR</c>: the least minor version these bindings need.</summary>
-        public const uint AbiMinor = 6;
+        public const uint AbiMinor = 7;
 
         /// <summary><c>HYDRA_PROBE_ETA_NONE</c>: no ETA.</summary>
         public const uint EtaNone = 0;

@@ -24,7 +24,8 @@ namespace Hydra.Progress
             "stall_threshold_ms", "finish_reason", "error_code", "n_ctx", "tokens_cached",
             "device", "heartbeat_age_ms", "read_error", "substep_done", "substep_total",
             "substep_age_ms", "stalled_at_layer", "wait_device", "wait_ms", "layer_device",
-            "wait_learnt_max_ms", "wait_threshold_ms",
+            "wait_learnt_max_ms", "wait_threshold_ms", "unread_peer", "unread_peer_ms",
+            "unread_peer_threshold_ms",
         };
         // The first key of the layer fields: any of the three substep keys, null or not,
         // means the engine publishes layer positions.
@@ -38,6 +39,9 @@ namespace Hydra.Progress
         // The wait rule's figures (segment format v1.3): written, null or not, exactly when
         // the device-wait fields are.
         const int WaitRuleFields = 50;
+        // The peer rule's fields (segment format v1.3): any of the three, null or not, means
+        // the engine watches its peers' reads.
+        const int PeerFields = 52;
         const int HydraFields = 15;
 
         static readonly byte[][] Keys = KeyNames.Select(k => Encoding.ASCII.GetBytes(k)).ToArray();
@@ -106,6 +110,8 @@ namespace Hydra.Progress
                             m.HasPredictions = true;
                         if ((field >= WaitFields && field < WaitFields + 2) || (field >= WaitRuleFields && field < WaitRuleFields + 2))
                             m.HasDeviceWaits = true;
+                        if (field >= PeerFields && field < PeerFields + 3)
+                            m.HasPeerReads = true;
                     }
                     SkipWs(p, len, ref i);
                     if (i < len && p[i] == (byte)',')

@@ -93,6 +93,9 @@ namespace Hydra.Progress
                 WaitMs = m.Wait.Waiting != 0 ? (ulong)m.Wait.WaitAgeNs / 1000000 : (ulong?)null,
                 WaitLearntMaxMs = m.WaitLearntMaxNs < 0 ? (ulong?)null : (ulong)m.WaitLearntMaxNs / 1000000,
                 WaitThresholdMs = m.WaitThresholdNs < 0 ? (ulong?)null : (ulong)m.WaitThresholdNs / 1000000,
+                HasPeerReads = m.Peer.Published != 0,
+                UnreadPeerMs = m.Peer.UnreadNs < 0 ? (ulong?)null : (ulong)m.Peer.UnreadNs / 1000000,
+                UnreadPeerThresholdMs = m.Peer.ThresholdNs < 0 ? (ulong?)null : (ulong)m.Peer.ThresholdNs / 1000000,
             };
         }
     }

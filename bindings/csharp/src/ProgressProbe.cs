@@ -229,13 +229,15 @@ namespace Hydra.Progress
             if (m.Slot.SlotClass == SlotClass.Torn)
                 return ReadMetaFromJson(slot);
             SlotMeta meta = description.Meta(ref m, api);
-            if (m.Wait.Waiting != 0 || m.Wait.LayerDevice != 0)
+            if (m.Wait.Waiting != 0 || m.Wait.LayerDevice != 0 || m.Peer.Unread != 0)
             {
                 DeviceTable table = CurrentDevices();
                 if (m.Wait.Waiting != 0)
                     meta.WaitDevice = table.Label(m.Wait.Device);
                 if (m.Wait.LayerDevice != 0)
                     meta.LayerDevice = table.Label(m.Wait.LayerDevice);
+                if (m.Peer.Unread != 0)
+                    meta.UnreadPeer = table.Label(m.Peer.Device);
             }
             return meta;
         }

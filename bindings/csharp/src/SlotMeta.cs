@@ -152,6 +152,24 @@ namespace Hydra.Progress
         /// a stall on the device); null when the wait is not judged by a history.
         /// </summary>
         public ulong? WaitThresholdMs { get; set; }
+        /// <summary>
+        /// Whether the engine watches its RPC peers' reads (segment format v1.3): then
+        /// <c>unread_peer</c>, <c>unread_peer_ms</c> and <c>unread_peer_threshold_ms</c> are
+        /// written, null while every peer keeps up; else they are left out.
+        /// </summary>
+        public bool HasPeerReads { get; set; }
+        /// <summary>
+        /// <c>unread_peer</c>: while the step is in flight, the RPC peer that has read nothing
+        /// the longest of what the engine sent it (<c>RPC1 127.0.0.1:50053</c>).
+        /// </summary>
+        public string UnreadPeer { get; set; }
+        /// <summary><c>unread_peer_ms</c>: how long that peer has read nothing.</summary>
+        public ulong? UnreadPeerMs { get; set; }
+        /// <summary>
+        /// <c>unread_peer_threshold_ms</c>: the peer rule's threshold (a peer unread for longer
+        /// stalls the slot); null without such a peer or without an expected step.
+        /// </summary>
+        public ulong? UnreadPeerThresholdMs { get; set; }
 
         /// <summary>
         /// One line of JSON, fields in the order above. Without an <see cref="EngineId"/> (a
@@ -231,6 +249,12 @@ namespace Hydra.Progress
             {
                 w.Nullable("wait_learnt_max_ms", WaitLearntMaxMs);
                 w.Nullable("wait_threshold_ms", WaitThresholdMs);
+            }
+            if (HasPeerReads)
+            {
+                w.Nullable("unread_peer", UnreadPeer);
+                w.Nullable("unread_peer_ms", UnreadPeerMs);
+                w.Nullable("unread_peer_threshold_ms", UnreadPeerThresholdMs);
             }
             return w.End();
         }

@@ -35,7 +35,7 @@ namespace Hydra.Progress.Tests
             runner.Run("missing: engine, path and directory", MissingThings);
             runner.Run("corpus: every hostile file gives its typed exception; readable ones read", HostileCorpus);
             // Each live test gets its own engine (see LiveEngine).
-            runner.Run("devices: an RPC split's table, its step's wait and the meta name the peer", RpcSplitDevices);
+            runner.Run("devices: an RPC split's table, its step's wait, the peer that reads nothing and the meta name the peer", RpcSplitDevices);
             runner.Run("stats: statistics and flight recorders, summed and per slot, absent, hostile", Statistics);
             runner.Run("live: engines are discovered", () => { using (var live = new LiveEngine()) live.Discovery(); });
             runner.Run("live: the CPU engine's one device, its layer map, and no wait", () => { using (var live = new LiveEngine()) live.Devices(); });
@@ -420,6 +420,23 @@ namespace Hydra.Progress.Tests
                 string json = p.ReadMetaJson(0);
                 Assert.True(json.Contains("\"wait_threshold_ms\":1000"), "native JSON: " + json);
                 Assert.Equal(json, SlotMeta.FromJson(json).ToJson(), "C# JSON of the native JSON");
+                Assert.True(!m.HasPeerReads && !json.Contains("unread_peer"), "peers not watched: absent");
+            }
+            using (var p = new ProgressProbe(Path.Combine(root, "segments", "devices-rpc-split-unread.hps")))
+            {
+                SlotMeta m = p.ReadMeta(0);
+                Assert.True(m.HasPeerReads, "peers watched");
+                Assert.Equal("RPC1 127.0.0.1:50053", m.UnreadPeer, "the peer that reads nothing");
+                Assert.True(m.UnreadPeerMs >= 5000, "for 5 s or more: " + m.UnreadPeerMs);
+                Assert.Equal((ulong?)4000, m.UnreadPeerThresholdMs, "two steps of 2 s");
+                string json = p.ReadMetaJson(0);
+                Assert.True(json.Contains("\"unread_peer\":\"RPC1 127.0.0.1:50053\""), "native JSON: " + json);
+                Assert.Equal(json, SlotMeta.FromJson(json).ToJson(), "C# JSON of the native JSON");
+                SlotMeta parsed = SlotMeta.FromJson(json);
+                Assert.True(parsed.HasPeerReads && parsed.UnreadPeerThresholdMs == 4000, "parsed back");
+                SlotMeta idle = p.ReadMeta(1);
+                Assert.True(idle.HasPeerReads && idle.UnreadPeer == null && idle.UnreadPeerMs == null, "slot 1: none");
+                Assert.True(p.ReadMetaJson(1).Contains("\"unread_peer\":null"), "null, not absent");
             }
         }
 

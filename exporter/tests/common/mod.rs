@@ -94,7 +94,8 @@ fn learn_decode_waits(live: &mut SegmentWriter, step_start_ns: u64, now: u64) {
 
 /// Engines in every state, kept alive by the returned writers:
 /// - `live` (publishes layer positions): slot 0 decoding 123/456 (progressing), inside a
-///   step at layer 7 of 30 waiting on an RPC peer (its layers split as [`rpc_split`]);
+///   step at layer 7 of 30 waiting on an RPC peer (its layers split as [`rpc_split`])
+///   that has read nothing since the step began;
 ///   slot 1 idle, slot 2 saving (bytes), slot 3 idle with a task pending (queued);
 /// - `stalled`: slot 0 decoding with its last progress 120 s ago (default floor 30 s);
 /// - `dead`: crashed with slot 0 decoding (orphaned) and slot 1 torn;
@@ -105,7 +106,8 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
     description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS
         | hydra_layout::header::capabilities::STEP_PREDICTION
         | hydra_layout::header::capabilities::DEVICES
-        | hydra_layout::header::capabilities::DEVICE_WAIT;
+        | hydra_layout::header::capabilities::DEVICE_WAIT
+        | hydra_layout::header::capabilities::PEER_READS;
     let mut live = SegmentWriter::create(&hydra_layout::SegmentConfig {
         dir: s.dir.clone(),
         engine_id: "live".into(),
@@ -161,6 +163,8 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
         },
     )
     .unwrap();
+    // The peer has read nothing since the step began (format v1.3 §19.7).
+    live.publish_peer_unread(2, step_start_ns).unwrap();
     live.publish(2, &save(now, 1 << 20, 4 << 20)).unwrap();
     live.pending_counter().queued(3);
 

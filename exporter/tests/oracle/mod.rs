@@ -549,6 +549,45 @@ impl EngineMetrics {
         self.encode_slot_waits(f)
     }
 
+    /// The slot families from the RPC peer that has read nothing the longest.
+    fn encode_slot_peers(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::Gauge;
+        type Peer<'v> = (&'v EngineView, &'v SlotView, [(&'static str, &'v str); 1]);
+        let peers: Vec<Peer> = self
+            .active()
+            .filter_map(|(e, s)| Some((e, s, [("device", s.unread_peer.as_ref()?.name.as_str())])))
+            .collect();
+        f.family(
+            "hydra_slot_peer_unread_seconds",
+            "How long the labelled RPC peer has read nothing of what the engine sent it, while the slot's step is in flight (format v1.3; absent while every peer keeps up, and for writers that do not watch their peers)",
+            Gauge,
+            peers.iter().map(|(e, s, extra)| {
+                (
+                    L {
+                        extra,
+                        ..sl(e, s)
+                    },
+                    secs(s.unread_peer.as_ref().map_or(0, |p| p.age_ns)),
+                )
+            }),
+        )?;
+        f.family(
+            "hydra_slot_peer_unread_threshold_seconds",
+            "Time without a read beyond which the labelled RPC peer stalls the slot's step: max(confident floor, 2 x the step's length) (format v1.3; absent with the peer, or without an expected step)",
+            Gauge,
+            peers.iter().filter_map(|(e, s, extra)| {
+                let t = s.unread_peer.as_ref()?.threshold_ns?;
+                Some((
+                    L {
+                        extra,
+                        ..sl(e, s)
+                    },
+                    secs(t),
+                ))
+            }),
+        )
+    }
+
     /// The slot families from the device wait on.
     fn encode_slot_waits(&self, f: &mut FamilyWriter) -> fmt::Result {
         use MetricType::Gauge;
@@ -586,6 +625,7 @@ impl EngineMetrics {
                 ))
             }),
         )?;
+        self.encode_slot_peers(f)?;
         f.family(
             "hydra_slot_phase_start_timestamp_seconds",
             "When the slot's current phase started, Unix time",

@@ -1,0 +1,387 @@
+//! Whether each RPC peer reads what the host sends it (format v1.3, FORMAT §19.7).
+//!
+//! ggml's RPC client (0c1e570) sends a peer its graphs without waiting for an answer, so a
+//! pipeline-parallel llama-server runs seconds ahead of a frozen peer and first blocks on
+//! it 7-10 s later (measured with two peers on loopback). The host's kernel knows at once:
+//! a peer whose process reads nothing leaves the right edge of its receive window (bytes
+//! acked plus the window it advertises) where it was, while its window fills and then the
+//! host's bytes wait unsent. This module watches each RPC device's socket with
+//! `getsockopt(TCP_INFO)` from the preload's background thread (no traffic, nothing sent
+//! on llama.cpp's connection) and tells the tracker since when each peer has read nothing.
+//!
+//! The socket of a device is found by its endpoint: among this process's descriptors, the
+//! TCP socket whose peer address is the endpoint (a numeric `host:port`, as llama-server's
+//! `--rpc` is normally given; a name is never resolved, since that would be traffic: such
+//! a device is matched by its port alone, when exactly one socket has that remote port).
+
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+/// What one `TCP_INFO` sample says of the host's side of a peer's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sample {
+    /// Bytes the peer's kernel has acknowledged (`tcpi_bytes_acked`).
+    pub bytes_acked: u64,
+    /// The receive window the peer last advertised (`tcpi_snd_wnd`).
+    pub window: u32,
+    /// Bytes queued on the host and not yet sent (`tcpi_notsent_bytes`).
+    pub notsent: u32,
+    /// Segments sent and not yet acknowledged (`tcpi_unacked`).
+    pub unacked: u32,
+}
+
+impl Sample {
+    /// The right edge of the peer's receive window, in bytes of the stream: it moves only
+    /// when the peer's process reads (or its buffer grows).
+    fn right_edge(&self) -> u64 {
+        self.bytes_acked.saturating_add(u64::from(self.window))
+    }
+}
+
+/// The right edge must pass the episode's by more than this, or by a sixteenth of the
+/// largest window, to count as a read (64 KiB): a receiver's advertised window is rounded
+/// to its window scale and follows its buffer's accounting, so the edge of a peer that
+/// reads nothing still creeps (by about 20 KB per 2 MB burst, measured on loopback).
+pub const MIN_READ_BYTES: u64 = 64 << 10;
+
+/// One peer's reading, from its samples: since when it has read nothing while data
+/// waited for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// The largest window the peer advertised.
+    max_window: u32,
+    /// The right edge when the episode of unread data began (none while the peer keeps
+    /// up).
+    anchor: Option<u64>,
+    /// `CLOCK_MONOTONIC` ns of the first sample of the episode, or of the last read in
+    /// it; 0 while the peer keeps up.
+    since_ns: u64,
+}
+
+impl Reading {
+    /// Takes the sample `s` taken at `now_ns` and returns since when the peer has read
+    /// nothing (0: it keeps up). Data waits for the peer when bytes are unsent or
+    /// unacknowledged, or its window is under half of the largest it advertised (a Linux
+    /// receiver announces a larger window by itself only once its window fell under half
+    /// of its clamp, so a window reduced less than that may be stale after a read).
+    pub fn observe(&mut self, s: Sample, now_ns: u64) -> u64 {
+        let edge = s.right_edge();
+        self.max_window = self.max_window.max(s.window);
+        let waiting =
+            s.notsent > 0 || s.unacked > 0 || u64::from(s.window) * 2 < u64::from(self.max_window);
+        let tolerance = MIN_READ_BYTES.max(u64::from(self.max_window) / 16);
+        match self.anchor {
+            _ if !waiting => {
+                self.anchor = None;
+                self.since_ns = 0;
+            }
+            Some(anchor) if edge <= anchor.saturating_add(tolerance) => {}
+            // The episode's first sample, or a read inside it: nothing read since now.
+            _ => {
+                self.anchor = Some(edge);
+                self.since_ns = now_ns.max(1);
+            }
+        }
+        self.since_ns
+    }
+}
+
+/// The address an endpoint names, when it is numeric (`10.0.0.5:50052`, `[fd00::5]:50052`).
+pub fn numeric(endpoint: &str) -> Option<SocketAddr> {
+    endpoint.parse().ok()
+}
+
+/// The port of an endpoint `host:port` (the text after the last colon).
+pub fn port_of(endpoint: &str) -> Option<u16> {
+    endpoint.rsplit_once(':')?.1.parse().ok()
+}
+
+/// The remote address of socket `fd`, when it is a connected IPv4 or IPv6 socket.
+pub fn peer_of(fd: RawFd) -> Option<SocketAddr> {
+    // SAFETY: an all-zero sockaddr_storage is a valid value; getpeername writes at most
+    // `len` bytes into it and only reads `fd` (which may be stale: then it fails).
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let ptr = (&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
+    // SAFETY: `ptr` and `len` describe `storage`, which outlives the call.
+    if unsafe { libc::getpeername(fd, ptr, &mut len) } != 0 {
+        return None;
+    }
+    match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which it can.
+            let a = unsafe { *(ptr as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(a.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for a sockaddr_in6.
+            let a = unsafe { *(ptr as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddr::from((ip, u16::from_be(a.sin6_port))))
+        }
+        _ => None,
+    }
+}
+
+/// Whether socket `fd`'s peer is what `endpoint` names: its address when numeric, else
+/// its port.
+fn is_endpoint(fd: RawFd, endpoint: &str) -> bool {
+    match (peer_of(fd), numeric(endpoint)) {
+        (Some(peer), Some(want)) => peer == want,
+        (Some(peer), None) => port_of(endpoint) == Some(peer.port()),
+        (None, _) => false,
+    }
+}
+
+/// This process's socket connected to `endpoint`: a numeric endpoint's first match; a
+/// named one's only socket with that remote port (none when several have it).
+pub fn find_socket(endpoint: &str) -> Option<RawFd> {
+    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
+    let mut found = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"socket:"))
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok())
+        .filter(|&fd| is_endpoint(fd, endpoint));
+    let first = found.next()?;
+    if numeric(endpoint).is_none() && found.next().is_some() {
+        return None;
+    }
+    Some(first)
+}
+
+/// One `TCP_INFO` sample of socket `fd`; none when it is no TCP socket (any more) or the
+/// kernel does not give the peer's window (Linux before 5.19).
+pub fn sample(fd: RawFd) -> Option<Sample> {
+    // SAFETY: an all-zero tcp_info is a valid value; the kernel writes at most `len` bytes.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` describe a buffer that outlives the call; `fd` may be stale,
+    // and then the call fails without touching anything.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    let needed = std::mem::offset_of!(libc::tcp_info, tcpi_snd_wnd) + 4;
+    if rc != 0 || (len as usize) < needed {
+        return None;
+    }
+    Some(Sample {
+        bytes_acked: info.tcpi_bytes_acked,
+        window: info.tcpi_snd_wnd,
+        notsent: info.tcpi_notsent_bytes,
+        unacked: info.tcpi_unacked,
+    })
+}
+
+/// Look for a device's socket again at most this often (1 s) while it is not found.
+pub const LOOKUP_EVERY_NS: u64 = 1_000_000_000;
+
+/// One RPC device watched.
+#[derive(Debug)]
+pub struct Watch {
+    /// The device id in the table (1-based).
+    pub device: u64,
+    endpoint: String,
+    fd: Option<RawFd>,
+    next_lookup_ns: u64,
+    reading: Reading,
+    /// The value last published (so that an unchanged one is not stored again).
+    published: u64,
+}
+
+impl Watch {
+    /// Watches device `device` at `endpoint`.
+    pub fn new(device: u64, endpoint: &str) -> Self {
+        Self {
+            device,
+            endpoint: endpoint.to_owned(),
+            fd: None,
+            next_lookup_ns: 0,
+            reading: Reading::default(),
+            published: 0,
+        }
+    }
+
+    /// Samples the peer's socket at `now_ns` and returns the value to publish when it
+    /// changed (since when the peer has read nothing, or 0). A socket that cannot be found
+    /// or sampled (not connected yet, closed, another process's reconnect) is looked for
+    /// again at most once a second, and reads as keeping up meanwhile.
+    pub fn poll(&mut self, now_ns: u64) -> Option<u64> {
+        let s = self
+            .fd
+            .filter(|&fd| is_endpoint(fd, &self.endpoint))
+            .and_then(sample);
+        let value = match s {
+            Some(s) => self.reading.observe(s, now_ns),
+            None => {
+                self.fd = None;
+                self.reading = Reading::default();
+                if now_ns >= self.next_lookup_ns {
+                    self.next_lookup_ns = now_ns.saturating_add(LOOKUP_EVERY_NS);
+                    self.fd = find_socket(&self.endpoint);
+                }
+                0
+            }
+        };
+        (value != self.published).then(|| {
+            self.published = value;
+            value
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    fn s(bytes_acked: u64, window: u32, notsent: u32, unacked: u32) -> Sample {
+        Sample {
+            bytes_acked,
+            window,
+            notsent,
+            unacked,
+        }
+    }
+
+    const MB: u64 = 1 << 20;
+
+    /// A peer with a 6 MiB window, `acked` MiB acknowledged and `window` KiB advertised.
+    fn kib(acked: u64, window: u64, notsent: u32, unacked: u32) -> Sample {
+        s(acked * MB, (window << 10) as u32, notsent, unacked)
+    }
+
+    #[test]
+    fn a_peer_that_reads_keeps_up_whatever_its_window() {
+        let mut r = Reading::default();
+        // The window fills as a burst arrives (unread for a moment); the peer reads it and
+        // the edge moves on.
+        assert_eq!(r.observe(kib(0, 6 << 10, 0, 0), 10), 0);
+        assert_eq!(
+            r.observe(kib(3, 3 << 10, 0, 2), 20),
+            20,
+            "a burst waits, unread"
+        );
+        assert_eq!(
+            r.observe(kib(3, 6 << 10, 0, 0), 30),
+            0,
+            "read: nothing waits"
+        );
+        // A window reduced by less than half, and nothing pending: a stale window after a
+        // read the kernel did not announce, not data waiting.
+        assert_eq!(r.observe(kib(4, 5 << 10, 0, 0), 40), 0);
+        assert_eq!(r.observe(kib(4, 5 << 10, 0, 0), 50), 0);
+        // Data waits while the peer reads it piece by piece: each read starts afresh.
+        assert_eq!(r.observe(kib(8, 2 << 10, 0, 0), 60), 60);
+        assert_eq!(r.observe(kib(9, 2 << 10, 0, 0), 70), 70, "read 1 MiB");
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_is_unread_from_the_first_sample_that_shows_it() {
+        let mut r = Reading::default();
+        assert_eq!(r.observe(kib(10, 6 << 10, 0, 0), 10), 0);
+        // A burst: acked, the window at 2 of 6 MiB, the edge where it was but for the
+        // receiver's rounding (20 KiB), which is no read.
+        assert_eq!(r.observe(kib(14, (2 << 10) + 20, 0, 0), 20), 20);
+        assert_eq!(r.observe(kib(14, (2 << 10) + 20, 0, 0), 30), 20);
+        // The window closes and the host's bytes wait unsent: still since 20.
+        assert_eq!(r.observe(kib(16, 40, 9_000, 0), 40), 20);
+        assert_eq!(r.observe(kib(16, 0, 9_000, 0), 90), 20);
+        // It reads again (SIGCONT): the edge moves by megabytes, nothing read since 100;
+        // then nothing waits any more.
+        assert_eq!(r.observe(kib(16, 6 << 10, 3_000, 1), 100), 100);
+        assert_eq!(r.observe(kib(19, 6 << 10, 0, 0), 110), 0);
+    }
+
+    #[test]
+    fn a_partitioned_peer_acknowledges_nothing_and_is_unread() {
+        let mut r = Reading::default();
+        assert_eq!(r.observe(kib(1, 6 << 10, 0, 0), 10), 0);
+        assert_eq!(r.observe(kib(1, 6 << 10, 0, 3), 20), 20);
+        assert_eq!(r.observe(kib(1, 6 << 10, 500, 3), 30), 20);
+    }
+
+    #[test]
+    fn endpoints_numeric_and_named() {
+        assert_eq!(
+            numeric("127.0.0.1:50052"),
+            Some("127.0.0.1:50052".parse().unwrap())
+        );
+        assert_eq!(numeric("[fd00::5]:50052").map(|a| a.port()), Some(50052));
+        assert_eq!(numeric("gpu-b:50052"), None);
+        assert_eq!(port_of("gpu-b:50052"), Some(50052));
+        assert_eq!(port_of("[fd00::5]:7"), Some(7));
+        assert_eq!(port_of("gpu-b"), None);
+        assert_eq!(port_of("gpu-b:http"), None);
+    }
+
+    /// A real loopback connection: found by its endpoint, sampled, and seen unread when
+    /// the other side stops reading, then keeping up once it reads.
+    #[test]
+    fn a_real_socket_is_found_sampled_and_seen_unread_then_read() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = listener.local_addr().unwrap().to_string();
+        let mut client = std::net::TcpStream::connect(&endpoint).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        assert_eq!(find_socket(&endpoint), Some(client.as_raw_fd()));
+        let mut w = Watch::new(2, &endpoint);
+        let mut now = 1_000;
+        assert_eq!(
+            w.poll(now),
+            None,
+            "found: keeps up (0 is what was published)"
+        );
+        // The server reads nothing: fill its window from a non-blocking client.
+        client.set_nonblocking(true).unwrap();
+        let chunk = vec![7u8; 1 << 16];
+        let mut sent = 0usize;
+        for _ in 0..4_096 {
+            match client.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        assert!(sent > 0);
+        let mut since = None;
+        for _ in 0..50 {
+            now += 100;
+            if let Some(v) = w.poll(now) {
+                since = Some(v);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let since = since.expect("seen unread");
+        assert!(since > 1_000 && since <= now, "{since}");
+        assert_eq!(w.poll(now + 100), None, "unchanged: nothing to publish");
+        // The server reads everything: the edge moves.
+        let mut buf = vec![0u8; 1 << 16];
+        let mut read = 0usize;
+        server
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        while read < sent {
+            read += server.read(&mut buf).unwrap();
+        }
+        let mut cleared = false;
+        for _ in 0..50 {
+            now += 100;
+            if w.poll(now) == Some(0) {
+                cleared = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(cleared, "keeps up again once it read");
+    }
+}
