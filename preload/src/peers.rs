@@ -28,6 +28,8 @@ pub struct Sample {
     pub notsent: u32,
     /// Segments sent and not yet acknowledged (`tcpi_unacked`).
     pub unacked: u32,
+    /// Bytes received from the peer (`tcpi_bytes_received`): a peer that answers is alive.
+    pub bytes_received: u64,
 }
 
 impl Sample {
@@ -38,11 +40,12 @@ impl Sample {
     }
 }
 
-/// The right edge must pass the episode's by more than this, or by a sixteenth of the
-/// largest window, to count as a read (64 KiB): a receiver's advertised window is rounded
-/// to its window scale and follows its buffer's accounting, so the edge of a peer that
-/// reads nothing still creeps (by about 20 KB per 2 MB burst, measured on loopback).
-pub const MIN_READ_BYTES: u64 = 64 << 10;
+/// The right edge must pass the episode's by more than this plus a sixteenth of the bytes
+/// that arrived since to count as a read (4 KiB): a receiver's advertised window is
+/// rounded to its window scale and follows its buffer's accounting, so the edge of a peer
+/// that reads nothing still creeps as data arrives (about 20 KB per 2 MB burst, measured
+/// on loopback).
+pub const MIN_READ_BYTES: u64 = 4 << 10;
 
 /// One peer's reading, from its samples: since when it has read nothing while data
 /// waited for it.
@@ -50,9 +53,9 @@ pub const MIN_READ_BYTES: u64 = 64 << 10;
 pub struct Reading {
     /// The largest window the peer advertised.
     max_window: u32,
-    /// The right edge when the episode of unread data began (none while the peer keeps
-    /// up).
-    anchor: Option<u64>,
+    /// The sample that began the episode of unread data, or the last read in it (none
+    /// while the peer keeps up).
+    anchor: Option<Sample>,
     /// `CLOCK_MONOTONIC` ns of the first sample of the episode, or of the last read in
     /// it; 0 while the peer keeps up.
     since_ns: u64,
@@ -63,27 +66,40 @@ impl Reading {
     /// nothing (0: it keeps up). Data waits for the peer when bytes are unsent or
     /// unacknowledged, or its window is under half of the largest it advertised (a Linux
     /// receiver announces a larger window by itself only once its window fell under half
-    /// of its clamp, so a window reduced less than that may be stale after a read).
+    /// of its clamp, so a window reduced less than that may be stale after a read). A peer
+    /// reads when the right edge passes the episode's by more than [`MIN_READ_BYTES`] plus
+    /// a sixteenth of what arrived since, or answers (bytes received).
+    ///
+    /// The host being blocked on the peer's answer is not counted as data waiting: a peer
+    /// computing a long step legitimately answers late, and the step's prediction, which
+    /// would have to bound that, can be far off for a step of a new size (measured: a
+    /// 1,085-token call predicted under 0.5 s after small prompts, while the first peer
+    /// computed it for seconds).
     pub fn observe(&mut self, s: Sample, now_ns: u64) -> u64 {
-        let edge = s.right_edge();
         self.max_window = self.max_window.max(s.window);
         let waiting =
             s.notsent > 0 || s.unacked > 0 || u64::from(s.window) * 2 < u64::from(self.max_window);
-        let tolerance = MIN_READ_BYTES.max(u64::from(self.max_window) / 16);
         match self.anchor {
             _ if !waiting => {
                 self.anchor = None;
                 self.since_ns = 0;
             }
-            Some(anchor) if edge <= anchor.saturating_add(tolerance) => {}
+            Some(a) if !read_since(&a, &s) => {}
             // The episode's first sample, or a read inside it: nothing read since now.
             _ => {
-                self.anchor = Some(edge);
+                self.anchor = Some(s);
                 self.since_ns = now_ns.max(1);
             }
         }
         self.since_ns
     }
+}
+
+/// Whether the peer read (or answered) between samples `a` and `s`.
+fn read_since(a: &Sample, s: &Sample) -> bool {
+    let arrived = s.bytes_acked.saturating_sub(a.bytes_acked);
+    let tolerance = MIN_READ_BYTES.saturating_add(arrived / 16);
+    s.right_edge() > a.right_edge().saturating_add(tolerance) || s.bytes_received > a.bytes_received
 }
 
 /// The address an endpoint names, when it is numeric (`10.0.0.5:50052`, `[fd00::5]:50052`).
@@ -179,6 +195,7 @@ pub fn sample(fd: RawFd) -> Option<Sample> {
         window: info.tcpi_snd_wnd,
         notsent: info.tcpi_notsent_bytes,
         unacked: info.tcpi_unacked,
+        bytes_received: info.tcpi_bytes_received,
     })
 }
 
@@ -251,6 +268,7 @@ mod tests {
             window,
             notsent,
             unacked,
+            bytes_received: 0,
         }
     }
 
@@ -301,6 +319,24 @@ mod tests {
         // then nothing waits any more.
         assert_eq!(r.observe(kib(16, 6 << 10, 3_000, 1), 100), 100);
         assert_eq!(r.observe(kib(19, 6 << 10, 0, 0), 110), 0);
+    }
+
+    #[test]
+    fn a_peer_that_answers_has_not_stopped_and_small_creep_is_no_read() {
+        let mut r = Reading::default();
+        assert_eq!(r.observe(kib(1, 6 << 10, 0, 0), 10), 0);
+        // A 4 MiB burst fills the window; the edge creeps by 40 KiB, under 4 KiB plus a
+        // sixteenth of the 4 MiB that arrived: no read.
+        let burst = kib(5, (2 << 10) + 40, 0, 0);
+        assert_eq!(r.observe(burst, 20), 20);
+        assert_eq!(r.observe(burst, 30), 20);
+        // It answers (bytes received): alive, nothing read since then.
+        let answered = Sample {
+            bytes_received: 64,
+            ..burst
+        };
+        assert_eq!(r.observe(answered, 40), 40);
+        assert_eq!(r.observe(answered, 50), 40);
     }
 
     #[test]

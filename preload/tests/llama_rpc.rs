@@ -18,6 +18,9 @@ on_both_builds! {
     rpc_frozen_peer:
         a_frozen_rpc_peer_is_named_by_the_stalled_verdict,
         legacy_a_frozen_rpc_peer_is_named_by_the_stalled_verdict;
+    rpc_frozen_first_peer:
+        a_frozen_first_rpc_peer_is_named_by_the_stalled_verdict,
+        legacy_a_frozen_first_rpc_peer_is_named_by_the_stalled_verdict;
     rpc_killed_peer:
         a_killed_rpc_peer_is_named_by_the_dead_verdict,
         legacy_a_killed_rpc_peer_is_named_by_the_dead_verdict;
@@ -258,10 +261,23 @@ fn freeze_until_stalled(
     }
 }
 
-/// A peer stopped with SIGSTOP in the middle of a long prefill: a separate probe reports
-/// the slot stalled and names that peer's endpoint, exiting 2; after SIGCONT the request
-/// completes and the slot is idle again with no wait left.
+/// [`frozen_mid_prefill`] on the second peer (layers 16-29 and the output).
 fn rpc_frozen_peer(test: &str, gen: Gen) {
+    frozen_mid_prefill(test, gen, 1);
+}
+
+/// [`frozen_mid_prefill`] on the first peer (layers 0-15): the host blocks on it in its
+/// copy of the first peer's output to the second, a request whose answer never comes.
+/// On 0c1e570 little is sent to that peer unread, so the step rule decides (FORMAT
+/// §19.7).
+fn rpc_frozen_first_peer(test: &str, gen: Gen) {
+    frozen_mid_prefill(test, gen, 0);
+}
+
+/// Peer `which` stopped with SIGSTOP in the middle of a long prefill: a separate probe
+/// reports the slot stalled and names that peer's endpoint, exiting 2; after SIGCONT the
+/// request completes and the slot is idle again with no wait left.
+fn frozen_mid_prefill(test: &str, gen: Gen, which: usize) {
     let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
         return;
     };
@@ -280,18 +296,19 @@ fn rpc_frozen_peer(test: &str, gen: Gen) {
     in_phase(&r, before, hydra_layout::Phase::Prefill, 0);
     // The 0.3.16 generation blocks in the peer's synchronous graph compute at once, and the
     // layer rule calls it stalled there. On 0c1e570 (pipeline parallelism) the host runs
-    // ahead into the peer's socket and first blocks on it 7-10 s later; the peer's socket
-    // shows sooner that it reads nothing (FORMAT §19.7), and the peer rule decides (two
-    // steps of it), before the step rule (ten steps). The deadline leaves room for a
-    // loaded machine.
-    let v = freeze_until_stalled(test, &r, &dir, &peers[1], Duration::from_secs(120));
+    // ahead into the second peer's socket and first blocks on it 7-10 s later; that peer's
+    // socket shows sooner that it reads nothing (FORMAT §19.7), and the peer rule decides
+    // (two steps of it), before the step rule (ten steps). The host blocks at once on the
+    // first peer's answer, and the step rule decides there. The deadline leaves room for
+    // a loaded machine.
+    let v = freeze_until_stalled(test, &r, &dir, &peers[which], Duration::from_secs(120));
     let message = &v.message;
     assert_eq!(v.code, 2, "check exits 2 on a stalled slot: {message}");
     assert_eq!(
         v.threshold, None,
         "prefill waits are not judged by the history"
     );
-    if gen == Gen::Current {
+    if gen == Gen::Current && which == 1 {
         assert!(
             message.contains(", which has read nothing for "),
             "the peer rule, not the step rule: {message}"
