@@ -14,6 +14,8 @@
 # armed (HYDRA_PRELOAD_LAYER_MIN_TOKENS=1) and once with none (HYDRA_PRELOAD_LAYERS=off),
 # ABBA over ROUNDS rounds with $HYDRA_BENCH_THREADS threads (default 2, not pinned: the
 # cost of the extra thread-pool barriers is the point), 5 repetitions a run. No valgrind.
+# With HYDRA_BENCH_RPC=1 the same over the RPC split below, armed with
+# HYDRA_PRELOAD_LAYERS=always (its pipeline-parallel scheduler is never armed by auto).
 #
 # The prompt mode measures prompt processing instead of decoding: llama-bench -p N -n 0
 # with llama-server's default batch sizes (-b 2048 -ub 512), so the preloaded side arms
@@ -62,7 +64,6 @@ case "$mode" in
   *) echo "HYDRA_BENCH_MODE is decode, prompt or threshold" >&2; exit 2 ;;
 esac
 rpc=${HYDRA_BENCH_RPC:-0}
-[ "$rpc" = 1 ] && [ "$mode" = threshold ] && { echo "HYDRA_BENCH_RPC=1 is for the decode and prompt modes" >&2; exit 2; }
 n_short=${HYDRA_BENCH_N_SHORT:-$short_default}
 n_long=${HYDRA_BENCH_N_LONG:-$long_default}
 cpu=${HYDRA_BENCH_CPU:-$(($(nproc) - 1))}
@@ -162,12 +163,16 @@ instructions() { # instructions SIDE N
 if [ "$mode" = threshold ]; then
   threads=${HYDRA_BENCH_THREADS:-2}
   # arm SIDE: one llama-bench run over every size; prints "n tokens/s" lines.
+  # Over RPC the split's scheduler is pipeline-parallel, which auto never arms: always.
+  armed=auto
+  split=()
+  if [ "$rpc" = 1 ]; then armed=always; split=(--rpc "$peers" -ngl 99 -ts 1/1); fi
   arm() {
     local env=(LD_PRELOAD="$so")
-    if [ "$1" = armed ]; then env+=(HYDRA_PRELOAD_LAYERS=auto HYDRA_PRELOAD_LAYER_MIN_TOKENS=1)
+    if [ "$1" = armed ]; then env+=(HYDRA_PRELOAD_LAYERS=$armed HYDRA_PRELOAD_LAYER_MIN_TOKENS=1)
     else env+=(HYDRA_PRELOAD_LAYERS=off); fi
     env "${env[@]}" "$bench" -m "$model" -p "$sizes" -n 0 -b 2048 -ub 512 -r 5 -t "$threads" \
-      -o json | python3 -c 'import json,sys
+      "${split[@]}" -o json | python3 -c 'import json,sys
 for t in json.load(sys.stdin): print(t["n_prompt"], t["avg_ts"])'
   }
   echo "== threshold: $rounds rounds ABBA, sizes $sizes, -t $threads, preload loaded on both sides"

@@ -93,6 +93,13 @@ fn on_device(s: &SlotView) -> String {
         .unwrap_or_default()
 }
 
+/// ", at layer 17/30" inside a step whose layer position is known.
+fn at_layer(s: &SlotView) -> String {
+    s.layer_text()
+        .map(|l| format!(", at {l}"))
+        .unwrap_or_default()
+}
+
 /// "rpc slot 0 stalled waiting on RPC1 127.0.0.1:50053 for 1.2s (its prefill waits there
 /// took at most 3.4ms; threshold 1.0s): prefill task 4 at ..., step of 512 in flight for
 /// 1.3s, at layer 17/30": the wait rule's verdict (FORMAT §19.6).
@@ -100,10 +107,7 @@ fn stalled_on_wait(id: &str, s: &SlotView) -> String {
     let Some(w) = s.wait.as_ref() else {
         return String::new();
     };
-    let layer = s
-        .layer_text()
-        .map(|l| format!(", at {l}"))
-        .unwrap_or_default();
+    let layer = at_layer(s);
     format!(
         "{id} slot {} stalled waiting on {} for {} (its {} waits there took at most {}; \
          threshold {}): {}, step of {} in flight for {}{layer}",
@@ -127,10 +131,7 @@ fn stalled_on_peer(id: &str, s: &SlotView) -> String {
     let Some(p) = s.unread_peer.as_ref() else {
         return String::new();
     };
-    let layer = s
-        .layer_text()
-        .map(|l| format!(", at {l}"))
-        .unwrap_or_default();
+    let layer = at_layer(s);
     format!(
         "{id} slot {} stalled waiting on {}, which has read nothing for {} (threshold {}, \
          {} times the step's length): {}, step of {} in flight for {}{layer}{}",

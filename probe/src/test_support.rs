@@ -36,17 +36,10 @@ pub(crate) fn split_engine_learnt(
     ns: u64,
 ) -> (SegmentWriter, u64) {
     let size = if phase == Phase::Decode { 1 } else { 512 };
-    let mut w = SegmentWriter::create(&SegmentConfig {
-        dir: dir.to_path_buf(),
-        engine_id: "rpc".into(),
-        slot_count: 1,
-        description: hydra_layout::EngineDescription {
-            capabilities: caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT,
-            ..Default::default()
-        },
-    })
-    .expect("create");
-    w.publish_devices(&two_peers()).expect("devices");
+    let mut w = rpc_writer(
+        dir,
+        caps::LAYER_PROGRESS | caps::DEVICES | caps::DEVICE_WAIT,
+    );
     let now = clock::monotonic_ns();
     let start = now - 6 * S;
     let mut s = SlotState::default();
@@ -83,20 +76,8 @@ pub(crate) fn split_engine_learnt(
 /// its thread waiting on the first peer for 1 s, and the second peer unread for
 /// `unread_ns` (0: it keeps up).
 pub(crate) fn peer_engine(dir: &Path, unread_ns: u64) -> (SegmentWriter, u64) {
-    let mut w = SegmentWriter::create(&SegmentConfig {
-        dir: dir.to_path_buf(),
-        engine_id: "rpc".into(),
-        slot_count: 1,
-        description: hydra_layout::EngineDescription {
-            capabilities: caps::DEVICES
-                | caps::DEVICE_WAIT
-                | caps::PEER_READS
-                | caps::STEP_PREDICTION,
-            ..Default::default()
-        },
-    })
-    .expect("create");
-    w.publish_devices(&two_peers()).expect("devices");
+    let capabilities = caps::DEVICES | caps::DEVICE_WAIT | caps::PEER_READS | caps::STEP_PREDICTION;
+    let mut w = rpc_writer(dir, capabilities);
     let now = clock::monotonic_ns();
     let start = now - 6 * S;
     let mut s = SlotState::default();
@@ -120,6 +101,22 @@ pub(crate) fn peer_engine(dir: &Path, unread_ns: u64) -> (SegmentWriter, u64) {
     let since = if unread_ns == 0 { 0 } else { now - unread_ns };
     w.publish_peer_unread(2, since).unwrap();
     (w, now)
+}
+
+/// A one-slot engine `rpc` in `dir` with `capabilities`, its [`two_peers`] published.
+fn rpc_writer(dir: &Path, capabilities: u64) -> SegmentWriter {
+    let mut w = SegmentWriter::create(&SegmentConfig {
+        dir: dir.to_path_buf(),
+        engine_id: "rpc".into(),
+        slot_count: 1,
+        description: hydra_layout::EngineDescription {
+            capabilities,
+            ..Default::default()
+        },
+    })
+    .expect("create");
+    w.publish_devices(&two_peers()).expect("devices");
+    w
 }
 
 /// Two RPC peers, the 30 layers split 16/14, the output on the second.
