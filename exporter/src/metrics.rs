@@ -80,6 +80,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "hydra_slot_layers_done",
     "hydra_slot_step_layers",
     "hydra_slot_layer_age_seconds",
+    "hydra_slot_layers_sent",
     "hydra_slot_device_wait_seconds",
     "hydra_slot_device_wait_threshold_seconds",
     "hydra_slot_peer_unread_seconds",
@@ -451,6 +452,9 @@ fn peer_unread(x: &mut Exposition, rows: &Rows) {
     );
 }
 
+/// The help of `hydra_slot_layers_sent`.
+const LAYERS_SENT_HELP: &str = "Transformer layers of the step in flight's forward handed to their devices: on a ggml RPC split whose host only sends them (llama.cpp 0c1e570), how far it has sent (format v1.3; absent between steps and for writers that do not publish it)";
+
 /// The help of `hydra_slot_peer_unread_threshold_seconds`.
 const PEER_THRESHOLD_HELP: &str = "Time without a read beyond which the labelled RPC peer stalls the slot's step: max(confident floor, 2 x the step's length) (format v1.3; absent with the peer, or without an expected step)";
 
@@ -691,6 +695,13 @@ fn slot_timing_families(x: &mut Exposition, rows: &Rows) {
     per_slot(x, rows, "hydra_slot_layers_done", "Transformer layers of the step in flight's forward finished: the layer the compute is at (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_done().map(int)));
     per_slot(x, rows, "hydra_slot_step_layers", "Transformer layers in the step in flight's forward (absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_total().map(int)));
     per_slot(x, rows, "hydra_slot_layer_age_seconds", "Time since the step in flight's last layer finished (CLOCK_MONOTONIC, at scrape; absent between steps and for v1.0 writers)", if_active(|_, s| s.substep_age_ns().map(secs)));
+    per_slot(
+        x,
+        rows,
+        "hydra_slot_layers_sent",
+        LAYERS_SENT_HELP,
+        if_active(|_, s| s.layers_sent.map(int)),
+    );
     device_wait(x, rows);
     peer_unread(x, rows);
     per_slot(

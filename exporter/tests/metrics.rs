@@ -137,6 +137,8 @@ fn scrape_with_every_engine_state_passes_promtool() {
         r#"hydra_slot_device_wait_threshold_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
     );
     assert_eq!(threshold, Some(1.0), "{}", ctx());
+    let sent = sample(body, r#"hydra_slot_layers_sent{engine="live",slot="0"}"#);
+    assert_eq!(sent, Some(20.0), "{}", ctx());
     // The peer has read nothing since then; the peer rule's threshold is the 1 s floor too
     // (two steps of 50 ms).
     let peer = r#"{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#;

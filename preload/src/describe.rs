@@ -73,6 +73,10 @@ pub unsafe fn describe(sym: &Symbols, ctx: *mut LlamaContext) -> ContextFacts {
         description.capabilities |= hydra_layout::header::capabilities::DEVICES
             | hydra_layout::header::capabilities::DEVICE_WAIT
             | hydra_layout::header::capabilities::PEER_READS;
+        // An armed RPC split of 0c1e570 publishes its layers as sent (see `layers`).
+        if crate::layers::available() && crate::symbols::get().process.is_some() {
+            description.capabilities |= hydra_layout::header::capabilities::LAYERS_SENT;
+        }
     }
     // Every step start is published with the cost model's prediction (format v1.2), and
     // each task's arrival is its prompt's start (llama.cpp never sees a request wait):

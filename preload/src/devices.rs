@@ -286,6 +286,23 @@ pub fn sched_freed(sched: *mut GgmlSched) {
     FREED.fetch_add(1, Ordering::Release);
 }
 
+/// Whether `sched`'s learnt backends are RPC peers and CPUs only, at least one peer: a
+/// split whose compute on its devices a host only *sends* (0c1e570's RPC client queues a
+/// graph to its dispatcher thread and returns; its synchronize waits until the command is
+/// written, not computed). False for an unknown scheduler, or one with another device.
+pub fn rpc_only(sched: *mut GgmlSched) -> bool {
+    let tables = TABLES.read().unwrap_or_else(|e| e.into_inner());
+    tables
+        .iter()
+        .find(|t| t.sched == sched as usize)
+        .is_some_and(|t| {
+            t.backends.iter().any(|b| b.kind == DeviceKind::Rpc)
+                && t.backends
+                    .iter()
+                    .all(|b| matches!(b.kind, DeviceKind::Rpc | DeviceKind::Cpu))
+        })
+}
+
 /// The device id of the first learnt backend that `matches`, unless it is a CPU.
 fn waitable(matches: impl Fn(&Backend) -> bool) -> Option<u64> {
     if !ANY_WAITABLE.load(Ordering::Relaxed) {

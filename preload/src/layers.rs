@@ -217,6 +217,10 @@ struct Call {
     host_wants: bool,
     /// Layers of the forward being computed.
     total: u64,
+    /// Whether the armed positions are layers sent, not done (an RPC split of 0c1e570,
+    /// whose client only sends a piece before the callback sees it): published as the
+    /// step's `LAYERS_SENT` (format v1.3) instead of its layer position.
+    sent: bool,
 }
 
 thread_local! {
@@ -391,7 +395,12 @@ unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
         return Plan::Pass;
     }
     let policy = Policy::get();
+    // On 0c1e570 (`llama_process`) an RPC split's pieces are only sent when shown: their
+    // positions are layers sent, and arming its pipeline costs nothing resolved
+    // (BENCHMARKS row 52), so it is armed whatever its copies.
+    let sent = symbols::get().process.is_some() && crate::devices::rpc_only(sched);
     let copies_ok = policy.mode == Mode::Always
+        || sent
         || symbols::get()
             .sched_n_copies
             // SAFETY: the live scheduler, ggml's getter.
@@ -405,6 +414,7 @@ unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
         c.host = host;
         c.host_data = host_data as usize;
         c.host_wants = false;
+        c.sent = sent;
         // The model's layer count when known; the graph's own otherwise.
         c.total = if c.n_layer >= layers {
             c.n_layer
@@ -423,6 +433,11 @@ unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
 }
 
 fn publish(c: &Call, sub: &Substep) {
+    if c.sent {
+        let ctx = c.ctx as *mut LlamaContext;
+        crate::registry::with_existing(ctx, |t| t.layers_sent(&c.slots, sub.done));
+        return;
+    }
     if let Some(p) = &c.publisher {
         for &slot in &c.slots {
             let _ = p.publish(slot, sub);

@@ -72,6 +72,9 @@ pub struct Tracker {
     awaiting: Option<Awaiting>,
     /// The RPC devices of the published table, whose reads the background thread watches.
     peers: Vec<crate::peers::Watch>,
+    /// The step in flight's device words as last published: the wait (from the waits) and
+    /// the layers sent (from an armed RPC compute), each kept while the other changes.
+    step_devices: hydra_layout::StepDevices,
 }
 
 /// A call that returned 0 while its outputs may still be computing on a device.
@@ -121,6 +124,7 @@ impl Tracker {
             step_start_ns: 0,
             awaiting: None,
             peers: Vec::new(),
+            step_devices: hydra_layout::StepDevices::default(),
         };
         for s in 0..n {
             t.publish(s);
@@ -257,6 +261,8 @@ impl Tracker {
         self.learn(self.step_from, covered, self.step_start_ns, now);
         self.step_from = covered;
         self.step_start_ns = now;
+        // The step boundary clears the device words; a wait in progress is kept.
+        self.step_devices.layers_sent = 0;
         let prediction = self.predict_step(covered, self.step_end(covered), now);
         let mut before = 0u32;
         let scan = std::mem::take(&mut self.scan);
@@ -283,9 +289,24 @@ impl Tracker {
     /// awaited outputs the idle sweep already ended), is skipped: the step boundary that
     /// ended its step cleared its words.
     pub fn step_devices(&mut self, slots: &[usize], d: &hydra_layout::StepDevices) {
+        self.step_devices.wait_device = d.wait_device;
+        self.step_devices.wait_since_ns = d.wait_since_ns;
+        self.publish_step_devices(slots);
+    }
+
+    /// The step in flight of the call on `slots` has handed layers `0..layers_sent` to
+    /// their devices (an armed RPC split of 0c1e570): published with the wait, as
+    /// [`step_devices`](Self::step_devices) publishes the wait with the layers sent.
+    pub fn layers_sent(&mut self, slots: &[usize], layers_sent: u64) {
+        self.step_devices.layers_sent = layers_sent;
+        self.publish_step_devices(slots);
+    }
+
+    fn publish_step_devices(&mut self, slots: &[usize]) {
+        let d = self.step_devices;
         for &slot in slots {
             if self.slots.get(slot).is_some_and(|s| s.step_start_ns != 0) {
-                let _ = self.writer.publish_step_devices(slot, d);
+                let _ = self.writer.publish_step_devices(slot, &d);
             }
         }
     }
@@ -381,6 +402,7 @@ impl Tracker {
             .fold(0u32, |n, (_, x)| n.saturating_add(x.count));
         self.step_from = 0;
         self.step_start_ns = now;
+        self.step_devices.layers_sent = 0;
         let prediction = self.predict_step(0, self.step_end(0), now);
         // Taken out for the loop (three pointer moves) so the slots can be updated in it.
         let scan = std::mem::take(&mut self.scan);
@@ -491,6 +513,7 @@ impl Tracker {
             self.learn(self.step_from, self.call_tokens, self.step_start_ns, now);
         }
         self.step_start_ns = 0;
+        self.step_devices.layers_sent = 0;
         self.step_from = 0;
         self.call_tokens = 0;
         let mut scan = std::mem::take(&mut self.scan);
@@ -1044,6 +1067,38 @@ mod tests {
         t.step_devices(&[0], &wait);
         let snap = r.slot(0).unwrap();
         assert_eq!(snap.devices.map(|d| d.wait_device), Some(0), "{snap:?}");
+    }
+
+    #[test]
+    fn layers_sent_and_the_wait_are_published_together_and_the_next_step_clears_both() {
+        use hydra_layout::header::capabilities as caps;
+        let tmp = tempfile::tempdir().unwrap();
+        let c = STEP_PREDICTION | caps::DEVICES | caps::DEVICE_WAIT | caps::LAYERS_SENT;
+        let mut t = tracker_with(tmp.path(), 1, c);
+        let r = SegmentReader::open_engine(tmp.path(), "t").unwrap();
+        start_decode(&mut t, 0, vec![], 100);
+        let words = |r: &SegmentReader| {
+            let d = r.slot(0).unwrap().devices.unwrap();
+            (d.layers_sent, d.wait_device)
+        };
+        t.layers_sent(&[0], 16);
+        assert_eq!(words(&r), (16, 0));
+        let wait = hydra_layout::StepDevices {
+            layers_sent: 0,
+            wait_device: 1,
+            wait_since_ns: 150,
+        };
+        t.step_devices(&[0], &wait);
+        assert_eq!(words(&r), (16, 1), "the wait keeps the layers sent");
+        t.layers_sent(&[0], 30);
+        assert_eq!(words(&r), (30, 1), "the layers sent keep the wait");
+        t.step_devices(&[0], &hydra_layout::StepDevices::default());
+        assert_eq!(words(&r), (30, 0));
+        // The next call's step starts with nothing sent.
+        assert!(!t.decode_returned(0, 200, false));
+        start_decode(&mut t, 0, vec![], 300);
+        t.step_devices(&[0], &wait);
+        assert_eq!(words(&r), (0, 1));
     }
 
     #[test]

@@ -24,6 +24,9 @@ on_both_builds! {
     rpc_killed_peer:
         a_killed_rpc_peer_is_named_by_the_dead_verdict,
         legacy_a_killed_rpc_peer_is_named_by_the_dead_verdict;
+    rpc_positions_move:
+        a_long_prompt_s_layers_move_across_both_peers_and_never_back,
+        legacy_a_long_prompt_s_layers_move_across_both_peers_and_never_back;
     rpc_frozen_peer_in_decode:
         a_peer_frozen_mid_decode_is_named_within_two_seconds,
         legacy_a_peer_frozen_mid_decode_is_named_within_two_seconds;
@@ -322,6 +325,61 @@ fn frozen_mid_prefill(test: &str, gen: Gen, which: usize) {
     assert_eq!(answer["tokens_predicted"], 4, "{answer}");
     let snap = idle_slot(&r);
     assert_eq!(snap.wait(), None, "{snap:?}");
+}
+
+/// Where slot 0's step in flight has got to: on 0c1e570 the layers sent (its RPC client
+/// only sends a piece before the armed callback sees it, FORMAT §5.6), on 0.3.16 the
+/// layers done (its RPC compute is a round trip). Keyed by the step's start.
+fn position(gen: Gen, snap: &hydra_layout::SlotSnapshot) -> Option<(u64, u64)> {
+    let at = match gen {
+        Gen::Current => snap.layers_sent()?,
+        Gen::Legacy => snap.substep?.in_step(&snap.state)?.done,
+    };
+    Some((snap.state.step_start_ns, at))
+}
+
+/// During a 3,000-token prompt a separate reader polling every 2 ms sees the step's layer
+/// position reach both peers' layers (1-16 on the first, 17-30 on the second), and never
+/// go back within a step. On 0c1e570 that position is the layers sent, and its layer
+/// position words stay unpublished; the 0.3.16 generation publishes layers done.
+fn rpc_positions_move(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
+        return;
+    };
+    let scratch = tempfile::tempdir().expect("scratch");
+    let (peers, server) = rpc_rig(gen, &prefix, &model, scratch.path(), Some(&so));
+    let dir = scratch.path().join("segments");
+    complete(&server.base, request(&prose(20), 1, 0)).expect("warm-up prompt");
+    let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE).expect("segment");
+    assert_split_published(&r, &peers);
+    let base = server.base.clone();
+    let work = std::thread::spawn(move || complete(&base, request(&long_prompt(), 1, 0)));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    while !work.is_finished() && Instant::now() < deadline {
+        let snap = r.slot(0).expect("slot 0");
+        if gen == Gen::Current {
+            assert_eq!(snap.substep.and_then(|l| l.in_step(&snap.state)), None);
+        }
+        if let Some(p) = position(gen, &snap).filter(|p| seen.last() != Some(p)) {
+            seen.push(p);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    work.join()
+        .expect("request thread")
+        .expect("the long prompt");
+    for w in seen.windows(2) {
+        let ((step_a, a), (step_b, b)) = (w[0], w[1]);
+        assert!(
+            step_a != step_b || a <= b,
+            "went back within a step: {seen:?}"
+        );
+    }
+    let most = seen.iter().map(|&(_, at)| at).max().unwrap_or(0);
+    let first_peer = seen.iter().any(|&(_, at)| (1..=16).contains(&at));
+    eprintln!("{test}: {} positions, the farthest {most}", seen.len());
+    assert!(first_peer && most > 16 && most <= N_LAYER, "{seen:?}");
 }
 
 /// A peer stopped with SIGSTOP in the middle of a long generation: every token needs

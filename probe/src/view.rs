@@ -121,6 +121,9 @@ pub struct SlotView {
     /// The device of the layer being computed (the next one after the layers done), from
     /// the engine's layer map (format v1.3).
     pub layer_device: Option<DeviceRef>,
+    /// Layers of the step in flight's forward handed to their devices (format v1.3
+    /// `LAYERS_SENT`: an RPC split whose host only sends them); none when unknown.
+    pub layers_sent: Option<u64>,
     /// Whether the writer watches its RPC peers' reads (format v1.3 §19.7); when false
     /// `unread_peer` is unknown, not none.
     pub peers_published: bool,
@@ -172,6 +175,7 @@ impl SlotView {
             waits_published: false,
             wait: None,
             layer_device: None,
+            layers_sent: None,
             peers_published: false,
             unread_peer: None,
         }
@@ -192,6 +196,7 @@ impl SlotView {
             None => format!("device #{id}"),
         };
         self.waits_published = snap.waits_published;
+        self.layers_sent = snap.layers_sent();
         self.wait = snap.wait().map(|(device, since)| DeviceWait {
             device,
             name: name(device),
@@ -305,7 +310,8 @@ impl SlotView {
     }
 
     /// The step in flight for people: its age, the writer's prediction when there is one,
-    /// its size and the layer position (`1.2s/3.4s x512 layer 3/30`); `-` between steps.
+    /// its size, the layer position and the layers sent (`1.2s/3.4s x512 layer 3/30`,
+    /// `1.2s/3.4s x512 sent 20`); `-` between steps.
     pub fn step_text(&self) -> String {
         let Some(age) = self.derived.step_age_ns else {
             return "-".into();
@@ -319,6 +325,9 @@ impl SlotView {
         if let Some(layer) = self.layer_text() {
             text.push(' ');
             text.push_str(&layer);
+        }
+        if let Some(sent) = self.layers_sent {
+            text.push_str(&format!(" sent {sent}"));
         }
         text
     }
@@ -364,6 +373,7 @@ impl Serialize for SlotView {
             "waits_published": &self.waits_published,
             "wait": &self.wait,
             "layer_device": &self.layer_device,
+            "layers_sent": &self.layers_sent,
             "peers_published": &self.peers_published,
             "unread_peer": &self.unread_peer,
         })
@@ -681,6 +691,7 @@ mod tests {
             "waits_published",
             "wait",
             "layer_device",
+            "layers_sent",
             "peers_published",
             "unread_peer",
         ];

@@ -107,6 +107,7 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
         | hydra_layout::header::capabilities::STEP_PREDICTION
         | hydra_layout::header::capabilities::DEVICES
         | hydra_layout::header::capabilities::DEVICE_WAIT
+        | hydra_layout::header::capabilities::LAYERS_SENT
         | hydra_layout::header::capabilities::PEER_READS;
     let mut live = SegmentWriter::create(&hydra_layout::SegmentConfig {
         dir: s.dir.clone(),
@@ -153,11 +154,11 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
         },
     )
     .unwrap();
-    // Slot 0's step waiting on the peer since it began.
+    // Slot 0's step waiting on the peer since it began, 20 layers sent.
     live.publish_step_devices(
         0,
         &hydra_layout::StepDevices {
-            layers_sent: 0,
+            layers_sent: 20,
             wait_device: 2,
             wait_since_ns: step_start_ns,
         },

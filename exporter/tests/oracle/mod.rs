@@ -546,6 +546,13 @@ impl EngineMetrics {
             self.active()
                 .filter_map(|(e, s)| s.substep_age_ns().map(|a| (sl(e, s), secs(a)))),
         )?;
+        f.family(
+            "hydra_slot_layers_sent",
+            "Transformer layers of the step in flight's forward handed to their devices: on a ggml RPC split whose host only sends them (llama.cpp 0c1e570), how far it has sent (format v1.3; absent between steps and for writers that do not publish it)",
+            Gauge,
+            self.active()
+                .filter_map(|(e, s)| s.layers_sent.map(|n| (sl(e, s), i(n)))),
+        )?;
         self.encode_slot_waits(f)
     }
 
