@@ -123,32 +123,7 @@ fn scrape_with_every_engine_state_passes_promtool() {
         "last progress {lp} vs now {now_unix}"
     );
 
-    // Slot 0's step has waited on the peer since it began (10 ms before the writer
-    // published it).
-    let wait = sample(
-        body,
-        r#"hydra_slot_device_wait_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
-    );
-    assert!(wait.is_some_and(|w| w >= 0.01), "{wait:?}\n{}", ctx());
-    // Its decode waits on the peer took about 1 ms: the wait rule's threshold is the 1 s
-    // confident floor.
-    let threshold = sample(
-        body,
-        r#"hydra_slot_device_wait_threshold_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
-    );
-    assert_eq!(threshold, Some(1.0), "{}", ctx());
-    let sent = sample(body, r#"hydra_slot_layers_sent{engine="live",slot="0"}"#);
-    assert_eq!(sent, Some(20.0), "{}", ctx());
-    // The peer has read nothing since then; the peer rule's threshold is the 1 s floor too
-    // (two steps of 50 ms).
-    let peer = r#"{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#;
-    let unread = sample(body, &format!("hydra_slot_peer_unread_seconds{peer}"));
-    assert!(unread.is_some_and(|u| u >= 0.01), "{unread:?}\n{}", ctx());
-    let threshold = sample(
-        body,
-        &format!("hydra_slot_peer_unread_threshold_seconds{peer}"),
-    );
-    assert_eq!(threshold, Some(1.0), "{}", ctx());
+    assert_live_devices(body, &ctx);
 
     assert!(sample(body, "hydra_exporter_torn_reads_total").unwrap() >= 1.0);
     expect("hydra_exporter_engines", 5.0);
@@ -196,4 +171,35 @@ fn scrape_with_every_engine_state_passes_promtool() {
     // SIGTERM shuts down gracefully (exit 0).
     let status = exporter.terminate();
     assert!(status.success(), "exit status after SIGTERM: {status}");
+}
+
+/// The `live` engine's slot 0 on its RPC peer: the wait, the wait rule's threshold, the
+/// layers sent, and the peer that reads nothing with the peer rule's threshold.
+fn assert_live_devices(body: &str, ctx: &dyn Fn() -> String) {
+    // Slot 0's step has waited on the peer since it began (10 ms before the writer
+    // published it).
+    let wait = sample(
+        body,
+        r#"hydra_slot_device_wait_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
+    );
+    assert!(wait.is_some_and(|w| w >= 0.01), "{wait:?}\n{}", ctx());
+    // Its decode waits on the peer took about 1 ms: the wait rule's threshold is the 1 s
+    // confident floor.
+    let threshold = sample(
+        body,
+        r#"hydra_slot_device_wait_threshold_seconds{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#,
+    );
+    assert_eq!(threshold, Some(1.0), "{}", ctx());
+    let sent = sample(body, r#"hydra_slot_layers_sent{engine="live",slot="0"}"#);
+    assert_eq!(sent, Some(20.0), "{}", ctx());
+    // The peer has read nothing since then; the peer rule's threshold is the 1 s floor too
+    // (two steps of 50 ms).
+    let peer = r#"{engine="live",slot="0",device="RPC0[127.0.0.1:50052]"}"#;
+    let unread = sample(body, &format!("hydra_slot_peer_unread_seconds{peer}"));
+    assert!(unread.is_some_and(|u| u >= 0.01), "{unread:?}\n{}", ctx());
+    let threshold = sample(
+        body,
+        &format!("hydra_slot_peer_unread_threshold_seconds{peer}"),
+    );
+    assert_eq!(threshold, Some(1.0), "{}", ctx());
 }

@@ -240,12 +240,33 @@ fn value_name(kind: u32, raw: u64) -> String {
         .to_owned()
 }
 
+/// The value `hydra_probe_value_name(kind, raw)` names, as the meta's enum.
+fn named<T: serde::de::DeserializeOwned>(kind: u32, raw: u64) -> T {
+    serde_json::from_value(value_name(kind, raw).into()).unwrap()
+}
+
 /// A handle's string, checked NUL-terminated.
 fn owned_text(s: &HydraProbeStr) -> String {
     // SAFETY: the handle owns `len` bytes at `ptr` (and is open).
     let b = unsafe { std::slice::from_raw_parts(s.ptr.cast::<u8>(), s.len + 1) };
     assert_eq!(b[s.len], 0, "NUL-terminated");
     String::from_utf8(b[..s.len].to_vec()).unwrap()
+}
+
+/// The meta JSON's peer fields from the numbers: absent when the engine does not watch
+/// its peers, null without an unread peer.
+type PeerFields = (
+    Option<Option<String>>,
+    Option<Option<u64>>,
+    Option<Option<u64>>,
+);
+fn peer_fields(p: &HydraProbePeer) -> PeerFields {
+    let ms = |ns: i64| u64::try_from(ns).ok().map(|ns| ns / 1_000_000);
+    if p.published != 1 {
+        return (None, None, None);
+    }
+    let name = (p.unread == 1).then(|| device_name(p.device));
+    (Some(name), Some(ms(p.unread_ns)), Some(ms(p.threshold_ns)))
 }
 
 /// Checks that the meta numbers `n` with description `d` give meta `m`, field for field
@@ -256,6 +277,7 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
     let fig = |v: f64| (v >= 0.0).then_some(v);
     let s = &n.slot;
     assert_eq!(n.size as usize, std::mem::size_of::<HydraProbeMeta>());
+    let (unread_peer, unread_peer_ms, unread_peer_threshold_ms) = peer_fields(&n.peer);
     let got = HydraMeta {
         slot_id: s.slot.into(),
         n_past: s.n_past,
@@ -273,14 +295,8 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
         tokens_total: n.tokens_total,
         elapsed_ms: n.elapsed_ms,
         engine_id: text(&d.engine_id),
-        engine_liveness: serde_json::from_value(
-            name(HYDRA_PROBE_VALUE_ENGINE_HEALTH, s.engine_health as u64).into(),
-        )
-        .unwrap(),
-        classification: serde_json::from_value(
-            name(HYDRA_PROBE_VALUE_SLOT_CLASS, s.slot_class as u64).into(),
-        )
-        .unwrap(),
+        engine_liveness: named(HYDRA_PROBE_VALUE_ENGINE_HEALTH, s.engine_health as u64),
+        classification: named(HYDRA_PROBE_VALUE_SLOT_CLASS, s.slot_class as u64),
         queued: n.queued == 1,
         pending: s.pending,
         phase: name(HYDRA_PROBE_VALUE_PHASE, s.phase),
@@ -324,12 +340,9 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
             .then(|| opt(n.wait_learnt_max_ns).map(|ns| ns / 1_000_000)),
         wait_threshold_ms: (n.wait.published == 1)
             .then(|| opt(n.wait_threshold_ns).map(|ns| ns / 1_000_000)),
-        unread_peer: (n.peer.published == 1)
-            .then(|| (n.peer.unread == 1).then(|| device_name(n.peer.device))),
-        unread_peer_ms: (n.peer.published == 1)
-            .then(|| opt(n.peer.unread_ns).map(|ns| ns / 1_000_000)),
-        unread_peer_threshold_ms: (n.peer.published == 1)
-            .then(|| opt(n.peer.threshold_ns).map(|ns| ns / 1_000_000)),
+        unread_peer,
+        unread_peer_ms,
+        unread_peer_threshold_ms,
     };
     assert_eq!(&got, m);
     assert_eq!(got.to_json(), m.to_json());

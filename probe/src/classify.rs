@@ -455,15 +455,7 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
         .filter(|_| predicted_step_ns.is_some())
         .and_then(|p| p.rel_error())
         .and_then(finite);
-    let from_step_in_flight = match (s.step_start_ns != 0, rate) {
-        (true, Some(r)) if s.step_size > 0 => finite(s.step_size as f64 * 1e9 / r).map(sat_u64),
-        _ => None,
-    };
-    let from_last_step = (s.last_step_ns > 0).then_some(s.last_step_ns);
-    let expected_step_ns = predicted_step_ns.or(match (from_step_in_flight, from_last_step) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    });
+    let expected_step_ns = predicted_step_ns.or_else(|| observed_step_ns(s, rate));
     let confident =
         predicted_step_ns.is_some() && prediction_error.is_some_and(|e| e <= t.confident_error);
     // Only decode waits are judged by the device's history: a prefill's waits depend on
@@ -501,6 +493,20 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
             .and_then(|since| age(now_ns, since)),
         peer_stall_threshold_ns: expected_step_ns
             .map(|e| peer_stall_threshold_ns(e.max(s.last_step_ns), t)),
+    }
+}
+
+/// The step in flight's expected duration from what was observed, without a prediction:
+/// the longer of its size at the phase's rate and the last step's duration.
+fn observed_step_ns(s: &SlotState, rate: Option<f64>) -> Option<u64> {
+    let from_step_in_flight = match (s.step_start_ns != 0, rate) {
+        (true, Some(r)) if s.step_size > 0 => finite(s.step_size as f64 * 1e9 / r).map(sat_u64),
+        _ => None,
+    };
+    let from_last_step = (s.last_step_ns > 0).then_some(s.last_step_ns);
+    match (from_step_in_flight, from_last_step) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
     }
 }
 

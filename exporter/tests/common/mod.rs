@@ -102,6 +102,26 @@ fn learn_decode_waits(live: &mut SegmentWriter, step_start_ns: u64, now: u64) {
 /// - `closed`: exited cleanly (file kept).
 pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
     let now = clock::monotonic_ns();
+    let live = live_engine(s, now);
+
+    let mut stalled = s.writer("stalled", 2);
+    stalled.heartbeat(now);
+    stalled
+        .publish(0, &decode(now, 10, 100, 200 * S, 120 * S))
+        .unwrap();
+
+    let mut dead = s.writer("dead", 2);
+    dead.publish(0, &decode(now, 5, 50, 5 * S, 0)).unwrap();
+    dead.publish(1, &decode(now, 6, 50, 5 * S, 0)).unwrap();
+    dead.abandon_update(1).unwrap();
+    dead.simulate_crash();
+
+    s.closed_engine("closed");
+    vec![live, stalled]
+}
+
+/// [`every_state`]'s `live` engine at `now`.
+fn live_engine(s: &Scratch, now: u64) -> SegmentWriter {
     let mut description = hydra_fault::segments::description();
     description.capabilities |= hydra_layout::header::capabilities::LAYER_PROGRESS
         | hydra_layout::header::capabilities::STEP_PREDICTION
@@ -168,21 +188,7 @@ pub fn every_state(s: &Scratch) -> Vec<SegmentWriter> {
     live.publish_peer_unread(2, step_start_ns).unwrap();
     live.publish(2, &save(now, 1 << 20, 4 << 20)).unwrap();
     live.pending_counter().queued(3);
-
-    let mut stalled = s.writer("stalled", 2);
-    stalled.heartbeat(now);
-    stalled
-        .publish(0, &decode(now, 10, 100, 200 * S, 120 * S))
-        .unwrap();
-
-    let mut dead = s.writer("dead", 2);
-    dead.publish(0, &decode(now, 5, 50, 5 * S, 0)).unwrap();
-    dead.publish(1, &decode(now, 6, 50, 5 * S, 0)).unwrap();
-    dead.abandon_update(1).unwrap();
-    dead.simulate_crash();
-
-    s.closed_engine("closed");
-    vec![live, stalled]
+    live
 }
 
 /// A writer thread that republishes slot 0 of its engine every `period` (fresh last
