@@ -91,8 +91,15 @@ pub unsafe fn decode_with(
 /// thread: the compute wrapper counts its ubatches and arms its layers from here on.
 fn begin_call(ctx: *mut LlamaContext, t: &crate::tracker::Tracker) {
     let policy = layers::Policy::get();
-    let start = t.call_start(|n| layers::available() && policy.arms(n));
+    let mut start = t.call_start(|n| layers::available() && policy.arms(n));
+    start.sent_sink = Some(publish_layers_sent);
     layers::call_begin(ctx, start, t.call_slots());
+}
+
+/// [`layers::SentSink`]: the layers sent by the step in flight of `ctx`'s call, through
+/// its tracker.
+fn publish_layers_sent(ctx: *mut LlamaContext, slots: &[usize], layers_sent: u64) {
+    registry::with_existing(ctx, |t| t.layers_sent(slots, layers_sent));
 }
 
 /// Ends a recorded call when it is dropped: with the real function's result after a
@@ -191,8 +198,11 @@ pub unsafe fn sched_compute_with(
     graph: *mut GgmlGraph,
 ) -> i32 {
     // SAFETY: forwarded from this function's contract.
+    // On 0c1e570 (`llama_process`) an RPC split's pieces are only sent when the callback
+    // sees them (see `layers::plan`).
+    let sent = symbols::get().process.is_some() && devices::rpc_only(sched);
     let plan =
-        guarded(|| Some(unsafe { layers::plan(sched, graph) })).unwrap_or(layers::Plan::Pass);
+        guarded(|| Some(unsafe { layers::plan(sched, graph, sent) })).unwrap_or(layers::Plan::Pass);
     if plan == layers::Plan::Pass {
         // SAFETY: forwarded from this function's contract.
         let status = unsafe { real(sched, graph) };

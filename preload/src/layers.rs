@@ -189,7 +189,14 @@ pub struct CallStart {
     pub step_start_ns: u64,
     /// Where the layer position goes, when the call is armed.
     pub publisher: Option<SubstepPublisher>,
+    /// Where its positions go when they are layers sent (see [`plan`]); none: never
+    /// published as sent.
+    pub sent_sink: Option<SentSink>,
 }
+
+/// Publishes that the step in flight of the call of a context on its slots has handed
+/// layers `0..k` to their devices (the caller's function, through the call's tracker).
+pub type SentSink = fn(*mut LlamaContext, &[usize], u64);
 
 /// The tracked call on this thread, and the armed compute's state.
 #[derive(Default)]
@@ -208,6 +215,7 @@ struct Call {
     forwards: u32,
     step_start_ns: u64,
     publisher: Option<SubstepPublisher>,
+    sent_sink: Option<SentSink>,
     /// Slots of the call (reused from call to call).
     slots: Vec<usize>,
     // The armed compute:
@@ -246,6 +254,7 @@ pub fn call_begin(ctx: *mut LlamaContext, start: CallStart, slots: impl Iterator
         c.forwards = 0;
         c.step_start_ns = start.step_start_ns;
         c.publisher = start.publisher;
+        c.sent_sink = start.sent_sink;
         c.slots.clear();
         c.slots.extend(slots);
     });
@@ -355,12 +364,16 @@ unsafe fn inspect(graph: *mut GgmlGraph, scan_layers: bool) -> (bool, u64) {
 
 /// Decides what to do with `graph`, about to be computed by `sched` on this thread, and
 /// prepares an armed compute; a tracked call in flight here records `sched` as its own.
+/// `sent`: the scheduler's pieces are only sent when the callback sees them (an RPC split
+/// of 0c1e570, whose client queues each piece to a dispatcher thread): its positions are
+/// then layers sent, published through the call's [`SentSink`], and its pipeline is armed
+/// whatever its copies (arming it costs nothing resolved: BENCHMARKS row 52).
 ///
 /// # Safety
 /// `sched` and `graph` are the host's live scheduler and graph.
-pub unsafe fn plan(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
+pub unsafe fn plan(sched: *mut GgmlSched, graph: *mut GgmlGraph, sent: bool) -> Plan {
     // SAFETY: forwarded.
-    let plan = unsafe { decide(sched, graph) };
+    let plan = unsafe { decide(sched, graph, sent) };
     #[cfg(feature = "test-hooks")]
     if let Some((true, n)) = with_call(|c| (c.active, c.n_tokens)) {
         crate::test_hooks::planned(n, plan);
@@ -372,7 +385,7 @@ pub unsafe fn plan(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
 ///
 /// # Safety
 /// As [`plan`].
-unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
+unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph, sent: bool) -> Plan {
     let Some((armed_call, multi)) = with_call(|c| {
         if c.active {
             // The call's scheduler, whose synchronize its outputs are awaited from.
@@ -395,10 +408,7 @@ unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
         return Plan::Pass;
     }
     let policy = Policy::get();
-    // On 0c1e570 (`llama_process`) an RPC split's pieces are only sent when shown: their
-    // positions are layers sent, and arming its pipeline costs nothing resolved
-    // (BENCHMARKS row 52), so it is armed whatever its copies.
-    let sent = symbols::get().process.is_some() && crate::devices::rpc_only(sched);
+    let sent = sent && with_call(|c| c.sent_sink.is_some()).unwrap_or(false);
     let copies_ok = policy.mode == Mode::Always
         || sent
         || symbols::get()
@@ -434,8 +444,9 @@ unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph) -> Plan {
 
 fn publish(c: &Call, sub: &Substep) {
     if c.sent {
-        let ctx = c.ctx as *mut LlamaContext;
-        crate::registry::with_existing(ctx, |t| t.layers_sent(&c.slots, sub.done));
+        if let Some(sink) = c.sent_sink {
+            sink(c.ctx as *mut LlamaContext, &c.slots, sub.done);
+        }
         return;
     }
     if let Some(p) = &c.publisher {

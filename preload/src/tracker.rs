@@ -241,6 +241,7 @@ impl Tracker {
             n_layer: self.n_layer,
             step_start_ns,
             publisher: arm(n_tokens).then(|| self.writer.substep_publisher()),
+            sent_sink: None,
         }
     }
 
