@@ -394,63 +394,53 @@ fn device_info(x: &mut Exposition, rows: &Rows) {
 /// `hydra_slot_device_wait_seconds{device}`: the wait of each active slot's step on a
 /// device (format v1.3).
 fn device_wait(x: &mut Exposition, rows: &Rows) {
-    x.family(
-        "hydra_slot_device_wait_seconds",
-        "How long the step in flight has been blocked on a device, labelled with it (its name and, for an RPC peer, host:port; absent without a wait, and for writers that do not publish waits)",
-        Kind::Gauge,
-        |f| {
-            for (_, s, labels) in &rows.slots {
-                if let Some(w) = s.wait.as_ref().filter(|_| s.is_active()) {
-                    f.sample_with(*labels, &ExtraLabel::new("device", &w.name), secs(w.age_ns));
-                }
-            }
-        },
-    );
-    x.family(
-        "hydra_slot_device_wait_threshold_seconds",
-        WAIT_THRESHOLD_HELP,
-        Kind::Gauge,
-        |f| {
-            for (_, s, labels) in &rows.slots {
-                let threshold = s.derived.wait_stall_threshold_ns;
-                if let (Some(w), Some(t)) = (s.wait.as_ref().filter(|_| s.is_active()), threshold) {
-                    f.sample_with(*labels, &ExtraLabel::new("device", &w.name), secs(t));
-                }
-            }
-        },
-    );
+    per_device(x, rows, "hydra_slot_device_wait_seconds", WAIT_HELP, |s| {
+        s.wait.as_ref().map(|w| (w.name.as_str(), w.age_ns))
+    });
+    let name = "hydra_slot_device_wait_threshold_seconds";
+    per_device(x, rows, name, WAIT_THRESHOLD_HELP, |s| {
+        let t = s.derived.wait_stall_threshold_ns?;
+        s.wait.as_ref().map(|w| (w.name.as_str(), t))
+    });
 }
 
 /// `hydra_slot_peer_unread_seconds{device}`: how long the RPC peer unread the longest has
 /// read nothing of what the engine sent it, for each slot whose step is in flight (format
 /// v1.3 §19.7), with the peer rule's threshold.
 fn peer_unread(x: &mut Exposition, rows: &Rows) {
-    x.family(
-        "hydra_slot_peer_unread_seconds",
-        "How long the labelled RPC peer has read nothing of what the engine sent it, while the slot's step is in flight (format v1.3; absent while every peer keeps up, and for writers that do not watch their peers)",
-        Kind::Gauge,
-        |f| {
-            for (_, s, labels) in &rows.slots {
-                if let Some(p) = s.unread_peer.as_ref().filter(|_| s.is_active()) {
-                    f.sample_with(*labels, &ExtraLabel::new("device", &p.name), secs(p.age_ns));
-                }
-            }
-        },
-    );
-    x.family(
-        "hydra_slot_peer_unread_threshold_seconds",
-        PEER_THRESHOLD_HELP,
-        Kind::Gauge,
-        |f| {
-            for (_, s, labels) in &rows.slots {
-                let peer = s.unread_peer.as_ref().filter(|_| s.is_active());
-                if let Some((p, t)) = peer.and_then(|p| Some((p, p.threshold_ns?))) {
-                    f.sample_with(*labels, &ExtraLabel::new("device", &p.name), secs(t));
-                }
-            }
-        },
-    );
+    per_device(x, rows, "hydra_slot_peer_unread_seconds", PEER_HELP, |s| {
+        s.unread_peer.as_ref().map(|p| (p.name.as_str(), p.age_ns))
+    });
+    let name = "hydra_slot_peer_unread_threshold_seconds";
+    per_device(x, rows, name, PEER_THRESHOLD_HELP, |s| {
+        let p = s.unread_peer.as_ref()?;
+        Some((p.name.as_str(), p.threshold_ns?))
+    });
 }
+
+/// A gauge in seconds per active slot, labelled with the device `value` names beside its
+/// ns (none: no sample for that slot).
+fn per_device(
+    x: &mut Exposition,
+    rows: &Rows,
+    name: &str,
+    help: &str,
+    value: impl Fn(&SlotView) -> Option<(&str, u64)>,
+) {
+    x.family(name, help, Kind::Gauge, |f| {
+        for (_, s, labels) in &rows.slots {
+            if let Some((device, ns)) = value(s).filter(|_| s.is_active()) {
+                f.sample_with(*labels, &ExtraLabel::new("device", device), secs(ns));
+            }
+        }
+    });
+}
+
+/// The help of `hydra_slot_device_wait_seconds`.
+const WAIT_HELP: &str = "How long the step in flight has been blocked on a device, labelled with it (its name and, for an RPC peer, host:port; absent without a wait, and for writers that do not publish waits)";
+
+/// The help of `hydra_slot_peer_unread_seconds`.
+const PEER_HELP: &str = "How long the labelled RPC peer has read nothing of what the engine sent it, while the slot's step is in flight (format v1.3; absent while every peer keeps up, and for writers that do not watch their peers)";
 
 /// The help of `hydra_slot_layers_sent`.
 const LAYERS_SENT_HELP: &str = "Transformer layers of the step in flight's forward handed to their devices: on a ggml RPC split whose host only sends them (llama.cpp 0c1e570), how far it has sent (format v1.3; absent between steps and for writers that do not publish it)";

@@ -703,14 +703,9 @@ impl SegmentReader {
     /// the segment publishes no devices. Each word is one Relaxed load: no seqlock, as
     /// each is a value of its own.
     pub fn device_waits(&self) -> Result<Vec<DeviceWaits>> {
-        let Some(region) = self.regions.devices else {
+        let Some(base) = self.device_words(self.identity.publishes_devices())? else {
             return Ok(Vec::new());
         };
-        if !self.identity.publishes_devices() {
-            return Ok(Vec::new());
-        }
-        self.check_size()?;
-        let base = region.item(0);
         let history = |id: u64, phase: Phase| {
             let at = device_waits::word_offsets(id, phase).expect("id 1..=16");
             WaitHistory {
@@ -732,20 +727,26 @@ impl SegmentReader {
     /// the writer does not watch its peers. Each word is one Relaxed load, outside the
     /// seqlock, like the wait histories.
     pub fn peers_unread_since(&self) -> Result<Vec<u64>> {
-        let Some(region) = self.regions.devices else {
+        let Some(base) = self.device_words(self.identity.publishes_peer_reads())? else {
             return Ok(Vec::new());
         };
-        if !self.identity.publishes_peer_reads() {
-            return Ok(Vec::new());
-        }
-        self.check_size()?;
-        let base = region.item(0);
         Ok((1..=devices::MAX_DEVICES as u64)
             .map(|id| {
                 let at = peer_reads::word_offset(id).expect("id 1..=16");
                 self.words.load(base + at)
             })
             .collect())
+    }
+
+    /// Where the devices item's words start, for the words read outside its seqlock (the
+    /// wait histories, the peers' reads), after a size check; none when the segment has no
+    /// devices region or the writer does not publish what is asked (`published`).
+    fn device_words(&self, published: bool) -> Result<Option<usize>> {
+        let Some(region) = self.regions.devices.filter(|_| published) else {
+            return Ok(None);
+        };
+        self.check_size()?;
+        Ok(Some(region.item(0)))
     }
 
     /// Header plus every slot, after one size check.

@@ -197,10 +197,10 @@ pub unsafe fn sched_compute_with(
     sched: *mut GgmlSched,
     graph: *mut GgmlGraph,
 ) -> i32 {
-    // SAFETY: forwarded from this function's contract.
     // On 0c1e570 (`llama_process`) an RPC split's pieces are only sent when the callback
-    // sees them (see `layers::plan`).
-    let sent = symbols::get().process.is_some() && devices::rpc_only(sched);
+    // sees them (see `layers::plan`); asked only of a graph about to be armed.
+    let sent = || symbols::get().process.is_some() && devices::rpc_only(sched);
+    // SAFETY: forwarded from this function's contract.
     let plan =
         guarded(|| Some(unsafe { layers::plan(sched, graph, sent) })).unwrap_or(layers::Plan::Pass);
     if plan == layers::Plan::Pass {

@@ -364,14 +364,19 @@ unsafe fn inspect(graph: *mut GgmlGraph, scan_layers: bool) -> (bool, u64) {
 
 /// Decides what to do with `graph`, about to be computed by `sched` on this thread, and
 /// prepares an armed compute; a tracked call in flight here records `sched` as its own.
-/// `sent`: the scheduler's pieces are only sent when the callback sees them (an RPC split
-/// of 0c1e570, whose client queues each piece to a dispatcher thread): its positions are
+/// `sent()`: whether the scheduler's pieces are only sent when the callback sees them (an
+/// RPC split of 0c1e570, whose client queues each piece to a dispatcher thread), asked
+/// only of a forward graph of an armed call (never of a decode token's): its positions are
 /// then layers sent, published through the call's [`SentSink`], and its pipeline is armed
 /// whatever its copies (arming it costs nothing resolved: BENCHMARKS row 52).
 ///
 /// # Safety
 /// `sched` and `graph` are the host's live scheduler and graph.
-pub unsafe fn plan(sched: *mut GgmlSched, graph: *mut GgmlGraph, sent: bool) -> Plan {
+pub unsafe fn plan(
+    sched: *mut GgmlSched,
+    graph: *mut GgmlGraph,
+    sent: impl FnOnce() -> bool,
+) -> Plan {
     // SAFETY: forwarded.
     let plan = unsafe { decide(sched, graph, sent) };
     #[cfg(feature = "test-hooks")]
@@ -385,7 +390,11 @@ pub unsafe fn plan(sched: *mut GgmlSched, graph: *mut GgmlGraph, sent: bool) -> 
 ///
 /// # Safety
 /// As [`plan`].
-unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph, sent: bool) -> Plan {
+unsafe fn decide(
+    sched: *mut GgmlSched,
+    graph: *mut GgmlGraph,
+    sent: impl FnOnce() -> bool,
+) -> Plan {
     let Some((armed_call, multi)) = with_call(|c| {
         if c.active {
             // The call's scheduler, whose synchronize its outputs are awaited from.
@@ -408,7 +417,8 @@ unsafe fn decide(sched: *mut GgmlSched, graph: *mut GgmlGraph, sent: bool) -> Pl
         return Plan::Pass;
     }
     let policy = Policy::get();
-    let sent = sent && with_call(|c| c.sent_sink.is_some()).unwrap_or(false);
+    let sent =
+        armed_call && layers > 0 && with_call(|c| c.sent_sink.is_some()).unwrap_or(false) && sent();
     let copies_ok = policy.mode == Mode::Always
         || sent
         || symbols::get()

@@ -60,11 +60,24 @@ pub struct DeviceFacts {
 }
 
 impl DeviceFacts {
-    /// Reads both from `reader`; what cannot be read is left empty (not published).
-    pub fn read(reader: &SegmentReader) -> Self {
+    /// Reads both from `reader`; what cannot be read is left empty (not published). A
+    /// peer's word is kept only for an `rpc` device of the engine's table (`devices`,
+    /// when known): any other reads 0, as FORMAT §19.7 says.
+    pub fn read(reader: &SegmentReader, devices: Option<&Devices>) -> Self {
+        let is_peer = |j: usize| {
+            devices
+                .and_then(|d| d.devices.get(j))
+                .is_some_and(|d| d.kind == hydra_layout::DeviceKind::Rpc)
+        };
+        let mut unread_since_ns = reader.peers_unread_since().unwrap_or_default();
+        for (j, since) in unread_since_ns.iter_mut().enumerate() {
+            if !is_peer(j) {
+                *since = 0;
+            }
+        }
         Self {
             waits: reader.device_waits().unwrap_or_default(),
-            unread_since_ns: reader.peers_unread_since().unwrap_or_default(),
+            unread_since_ns,
         }
     }
 
@@ -452,14 +465,15 @@ impl EngineView {
         // A device table that cannot be read (left mid-update) leaves the devices unnamed;
         // the slots still read.
         let devices = reader.devices().ok();
-        let facts = DeviceFacts::read(reader);
+        let known = devices.as_ref().and_then(|d| d.known());
+        let facts = DeviceFacts::read(reader, known);
         Self::from_parts(
             reader.identity().clone(),
             reader.path().to_path_buf(),
             snapshot.header,
             liveness,
             slots,
-            devices.as_ref().and_then(|d| d.known()),
+            known,
             &facts,
             now_ns,
             thresholds,
@@ -740,5 +754,61 @@ mod tests {
         let v = EngineView::capture(&r, clock::monotonic_ns(), &Thresholds::default()).unwrap();
         assert_eq!(v.health, EngineHealth::Closed);
         assert_eq!(v.slots[0].class, SlotClass::Idle);
+    }
+
+    /// FORMAT §19.7: a peer's word counts only for an `rpc` device of a known table.
+    #[test]
+    fn an_unread_word_counts_only_for_an_rpc_device_of_the_table() {
+        use hydra_layout::header::capabilities as caps;
+        use hydra_layout::{Device, DeviceKind, Devices, LayerRange};
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = SegmentWriter::create(&SegmentConfig {
+            dir: tmp.path().into(),
+            engine_id: "e".into(),
+            slot_count: 1,
+            description: EngineDescription {
+                capabilities: caps::DEVICES | caps::PEER_READS,
+                ..Default::default()
+            },
+        })
+        .unwrap();
+        let r = SegmentReader::open_engine(tmp.path(), "e").unwrap();
+        w.publish_peer_unread(1, 5).unwrap();
+        assert_eq!(
+            DeviceFacts::read(&r, None).longest_unread(),
+            None,
+            "no table"
+        );
+        let device = |kind, name: &str, endpoint: &str| Device {
+            kind,
+            name: name.into(),
+            endpoint: endpoint.into(),
+        };
+        let table = Devices {
+            devices: vec![
+                device(DeviceKind::Cpu, "CPU", ""),
+                device(DeviceKind::Rpc, "RPC0", "127.0.0.1:50052"),
+            ],
+            layer_count: 2,
+            ranges: vec![LayerRange {
+                first: 0,
+                last: 1,
+                device: 2,
+            }],
+            output_device: 2,
+        };
+        w.publish_devices(&table).unwrap();
+        w.publish_peer_unread(1, 5).unwrap();
+        w.publish_peer_unread(3, 6).unwrap();
+        assert_eq!(
+            DeviceFacts::read(&r, Some(&table)).longest_unread(),
+            None,
+            "a CPU, and an id past the table"
+        );
+        w.publish_peer_unread(2, 7).unwrap();
+        assert_eq!(
+            DeviceFacts::read(&r, Some(&table)).longest_unread(),
+            Some((2, 7))
+        );
     }
 }
