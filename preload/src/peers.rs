@@ -47,12 +47,20 @@ impl Sample {
 /// on loopback).
 pub const MIN_READ_BYTES: u64 = 4 << 10;
 
+/// Bytes that must arrive between two samples for a window under half to begin an episode
+/// (8 KiB): a read of fewer bytes could never show as one (it moves the right edge by less
+/// than [`MIN_READ_BYTES`] plus a sixteenth of it), so an episode begun by them could not
+/// end until more came, however promptly the peer read them.
+pub const MIN_ARRIVAL_BYTES: u64 = 2 * MIN_READ_BYTES;
+
 /// One peer's reading, from its samples: since when it has read nothing while data
 /// waited for it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reading {
     /// The largest window the peer advertised.
     max_window: u32,
+    /// The previous sample (none before the first).
+    last: Option<Sample>,
     /// The sample that began the episode of unread data, or the last read in it (none
     /// while the peer keeps up).
     anchor: Option<Sample>,
@@ -64,11 +72,23 @@ pub struct Reading {
 impl Reading {
     /// Takes the sample `s` taken at `now_ns` and returns since when the peer has read
     /// nothing (0: it keeps up). Data waits for the peer when bytes are unsent or
-    /// unacknowledged, or its window is under half of the largest it advertised (a Linux
-    /// receiver announces a larger window by itself only once its window fell under half
-    /// of its clamp, so a window reduced less than that may be stale after a read). A peer
-    /// reads when the right edge passes the episode's by more than [`MIN_READ_BYTES`] plus
-    /// a sixteenth of what arrived since, or answers (bytes received).
+    /// unacknowledged (`pending`), or its window is under half of the largest it
+    /// advertised (a Linux receiver announces a larger window by itself only once its
+    /// window fell under half of its clamp, so a window reduced less than that may be
+    /// stale after a read). A peer reads when the right edge passes the episode's by more
+    /// than [`MIN_READ_BYTES`] plus a sixteenth of what arrived since.
+    ///
+    /// A low window is weaker evidence than pending bytes: a receiver that reads without
+    /// its window doubling announces nothing until more data arrives, so a low window seen
+    /// while nothing arrives may be one the peer has long since read. So a low window
+    /// begins an episode only in a sample that saw at least [`MIN_ARRIVAL_BYTES`] arrive,
+    /// and a peer that answers (bytes received) has read everything sent before the
+    /// command it answers (ggml's RPC peer serves its commands in order, and its client
+    /// sends nothing while it awaits an answer): the episode ends, unless bytes are
+    /// pending. Without this a peer idle between steps, its last window stale and low,
+    /// reads as unread from its last answer on (the likeliest cause of false stalls on a
+    /// CI machine: a peer unread for 2.2-2.6 s as a step began, which ended within 90 ms,
+    /// when that step's data arrived).
     ///
     /// The host being blocked on the peer's answer is not counted as data waiting: a peer
     /// computing a long step legitimately answers late, and the step's prediction, which
@@ -77,15 +97,20 @@ impl Reading {
     /// computed it for seconds).
     pub fn observe(&mut self, s: Sample, now_ns: u64) -> u64 {
         self.max_window = self.max_window.max(s.window);
-        let waiting =
-            s.notsent > 0 || s.unacked > 0 || u64::from(s.window) * 2 < u64::from(self.max_window);
+        let last = self.last.replace(s).unwrap_or(s);
+        let pending = s.notsent > 0 || s.unacked > 0;
+        let low = u64::from(s.window) * 2 < u64::from(self.max_window);
+        let arrived = s.bytes_acked.saturating_sub(last.bytes_acked) >= MIN_ARRIVAL_BYTES;
+        let answered = s.bytes_received > last.bytes_received;
+        let begins = pending || (low && arrived);
+        let read = answered || self.anchor.is_some_and(|a| read_since(&a, &s));
         match self.anchor {
-            _ if !waiting => {
-                self.anchor = None;
-                self.since_ns = 0;
-            }
-            Some(a) if !read_since(&a, &s) => {}
-            // The episode's first sample, or a read inside it: nothing read since now.
+            // Nothing waits, or all that waited was read before an answer.
+            _ if !pending && (!low || answered) => self.keep_up(),
+            None if !begins => {}
+            Some(_) if !read => {}
+            Some(_) if !begins => self.keep_up(),
+            // The episode's first sample, or a read inside it while more waits.
             _ => {
                 self.anchor = Some(s);
                 self.since_ns = now_ns.max(1);
@@ -93,13 +118,20 @@ impl Reading {
         }
         self.since_ns
     }
+
+    /// Nothing waits for the peer.
+    fn keep_up(&mut self) {
+        self.anchor = None;
+        self.since_ns = 0;
+    }
 }
 
-/// Whether the peer read (or answered) between samples `a` and `s`.
+/// Whether the peer read between samples `a` and `s`: the right edge moved past the
+/// episode's by more than the receiver's rounding.
 fn read_since(a: &Sample, s: &Sample) -> bool {
     let arrived = s.bytes_acked.saturating_sub(a.bytes_acked);
     let tolerance = MIN_READ_BYTES.saturating_add(arrived / 16);
-    s.right_edge() > a.right_edge().saturating_add(tolerance) || s.bytes_received > a.bytes_received
+    s.right_edge() > a.right_edge().saturating_add(tolerance)
 }
 
 /// The address an endpoint names, when it is numeric (`10.0.0.5:50052`, `[fd00::5]:50052`).
@@ -322,7 +354,7 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_that_answers_has_not_stopped_and_small_creep_is_no_read() {
+    fn small_creep_is_no_read_and_an_answer_means_everything_before_was_read() {
         let mut r = Reading::default();
         assert_eq!(r.observe(kib(1, 6 << 10, 0, 0), 10), 0);
         // A 4 MiB burst fills the window; the edge creeps by 40 KiB, under 4 KiB plus a
@@ -330,13 +362,59 @@ mod tests {
         let burst = kib(5, (2 << 10) + 40, 0, 0);
         assert_eq!(r.observe(burst, 20), 20);
         assert_eq!(r.observe(burst, 30), 20);
-        // It answers (bytes received): alive, nothing read since then.
+        // It answers (bytes received): it read the burst before the command it answers,
+        // whatever its stale window says, and nothing has arrived since.
         let answered = Sample {
             bytes_received: 64,
             ..burst
         };
-        assert_eq!(r.observe(answered, 40), 40);
-        assert_eq!(r.observe(answered, 50), 40);
+        assert_eq!(r.observe(answered, 40), 0);
+        assert_eq!(r.observe(answered, 50), 0);
+        // Idle for a minute with that window: still nothing waits.
+        assert_eq!(r.observe(answered, 60_000_000_050), 0);
+        // An answer while the host's bytes wait unsent: those came after it.
+        let pending = Sample {
+            notsent: 900,
+            bytes_received: 128,
+            ..answered
+        };
+        assert_eq!(r.observe(pending, 60_000_000_060), 60_000_000_060);
+    }
+
+    #[test]
+    fn a_low_window_begins_an_episode_only_with_enough_arriving() {
+        let mut r = Reading::default();
+        assert_eq!(r.observe(kib(1, 6 << 10, 0, 0), 10), 0);
+        // The peer read a burst without its window doubling, so the host still sees the
+        // window low: the peer is idle, nothing arrives, nothing waits.
+        let stale = kib(5, 2 << 10, 0, 0);
+        assert_eq!(r.observe(stale, 20), 20, "the burst arrives");
+        let moved = Sample {
+            bytes_acked: 6 << 20,
+            ..stale
+        };
+        assert_eq!(r.observe(moved, 30), 30, "read, and 1 MiB more arrived");
+        let idle = Sample {
+            window: moved.window + (512 << 10),
+            ..moved
+        };
+        assert_eq!(r.observe(idle, 40), 0, "read, nothing new: keeps up");
+        assert_eq!(r.observe(idle, 5_000_000_040), 0, "idle, the window low");
+        // A command of 4 KiB arrives: a read of it could never show, so no episode.
+        let small = Sample {
+            bytes_acked: idle.bytes_acked + 4_096,
+            window: idle.window - 4_096,
+            ..idle
+        };
+        assert_eq!(r.observe(small, 5_000_000_050), 0);
+        // 64 KiB arrive and the edge stays: unread from this sample.
+        let big = Sample {
+            bytes_acked: small.bytes_acked + (64 << 10),
+            window: small.window - (64 << 10),
+            ..small
+        };
+        assert_eq!(r.observe(big, 5_000_000_060), 5_000_000_060);
+        assert_eq!(r.observe(big, 9_000_000_000), 5_000_000_060);
     }
 
     #[test]
