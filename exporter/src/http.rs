@@ -7,6 +7,8 @@
 //! | `GET /engines/{engine}/slots/{id}/state/meta` | Hydra meta JSON of one slot |
 //! | `GET /slots/{id}/state/meta` | the same, when exactly one engine exists (409 if several, 503 if none) |
 //! | `GET /healthz` | `{"status":"ok"}` while the directory can be listed, else 503 |
+//! | `GET /` | the live page (HTML; its `/page.css` and `/page.js` embedded in the binary), unless turned off |
+//! | `GET /page/state` | the JSON the page polls ([`crate::page::PageState`]), unless the page is off |
 //!
 //! Handlers only parse and call [`crate::api`] / [`crate::metrics`]; reading segments is
 //! synchronous (non-blocking system calls on a tmpfs, well under a millisecond) and runs on
@@ -15,6 +17,7 @@
 use crate::api::{self, ApiError};
 use crate::collect::Collector;
 use crate::metrics::Format;
+use crate::page;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -28,11 +31,32 @@ use std::sync::Arc;
 pub struct AppState {
     /// Reads the segments.
     pub collector: Arc<Collector>,
+    /// Whether the live page is served (`/`, `/page.css`, `/page.js`, `/page/state`).
+    pub page: bool,
 }
 
 /// The exporter's routes.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new();
+    let routes = if state.page {
+        routes
+            .route(
+                "/",
+                get(|| asset("text/html; charset=utf-8", page::INDEX_HTML)),
+            )
+            .route(
+                "/page.css",
+                get(|| asset("text/css; charset=utf-8", page::PAGE_CSS)),
+            )
+            .route(
+                "/page.js",
+                get(|| asset("text/javascript; charset=utf-8", page::PAGE_JS)),
+            )
+            .route("/page/state", get(page_state))
+    } else {
+        routes
+    };
+    routes
         .route("/metrics", get(metrics))
         .route("/engines", get(engines))
         .route(
@@ -114,6 +138,26 @@ async fn healthz(State(s): State<AppState>) -> Result<Response, ApiError> {
     })
     .await?;
     Ok(Json(serde_json::json!({ "status": "ok" })).into_response())
+}
+
+/// One of the page's embedded files. It changes only with the binary, but is revalidated on
+/// every load so that an upgraded exporter's page is the one shown.
+async fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn page_state(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let collector = s.collector.clone();
+    let state = blocking(move || Ok(page::state(&collector))).await?;
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(state)).into_response())
 }
 
 async fn not_found(uri: Uri) -> ApiError {

@@ -13,6 +13,7 @@
 //!   the exporter's own counters (prometheus-client); [`metrics::METRIC_NAMES`] lists
 //!   every metric.
 //! - [`api`] builds the JSON answers (`/engines`, Hydra meta) and the error type;
+//!   [`page`] the live page (`/`, embedded) and the state it polls (`/page/state`);
 //!   [`http`] routes them with axum.
 //!
 //! ```no_run
@@ -30,8 +31,12 @@ pub mod engine_stats;
 mod exposition;
 pub mod http;
 pub mod metrics;
+pub mod page;
 pub mod stats;
 
 pub use collect::Collector;
+
+/// Where `hydra-exporter` listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 pub use http::{router, serve, AppState};
 pub use metrics::{is_sample_name, render, Format, METRIC_NAMES};

@@ -20,7 +20,7 @@ use std::sync::Arc;
 #[command(name = "hydra-exporter", version, max_term_width = 100)]
 struct Cli {
     /// Address to listen on (port 0 picks a free port; the bound address is printed)
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
+    #[arg(long, value_name = "ADDR", default_value = hydra_exporter::DEFAULT_LISTEN)]
     listen: SocketAddr,
     /// Segment directory [default: $HYDRA_PROGRESS_DIR, else /dev/shm/hydra-progress]
     #[arg(long, value_name = "DIR")]
@@ -30,6 +30,10 @@ struct Cli {
     /// 700 series per slot
     #[arg(long)]
     per_slot_stats: bool,
+    /// Do not serve the live page (`/` and `/page/state`); the metrics and JSON endpoints
+    /// stay
+    #[arg(long)]
+    no_page: bool,
     /// Classification thresholds (the same flags as hydra-probe).
     #[command(flatten)]
     thresholds: ThresholdArgs,
@@ -78,9 +82,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let _ = out.flush();
         }
         tracing::info!(%addr, dir = %dir.display(), "serving");
-        hydra_exporter::serve(listener, AppState { collector }, shutdown_signal())
-            .await
-            .context("serve")?;
+        hydra_exporter::serve(
+            listener,
+            AppState {
+                collector,
+                page: !cli.no_page,
+            },
+            shutdown_signal(),
+        )
+        .await
+        .context("serve")?;
         tracing::info!("shut down");
         Ok(())
     })

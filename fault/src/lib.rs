@@ -26,6 +26,7 @@
 //! binds only to 127.0.0.1; every loop is bounded by a count or a deadline.
 
 pub mod bins;
+pub mod browser;
 pub mod corpus;
 pub mod http;
 pub mod process;

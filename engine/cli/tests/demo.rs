@@ -129,3 +129,65 @@ fn demo_runs_on_a_gguf_model() {
         "{summary}"
     );
 }
+
+/// `demo --page` serves the exporter's live page of the demo's segments while it runs: its
+/// address is printed before the work starts, and the page's state names the demo's engine.
+#[test]
+fn demo_page_serves_the_live_page_while_it_runs() {
+    use std::io::BufRead;
+    let tmp = tempfile::Builder::new()
+        .prefix("hydra-demo-page")
+        .tempdir()
+        .expect("tempdir");
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
+            .args([
+                "demo",
+                "--page",
+                "--engine-id",
+                "demo-page",
+                "--rounds",
+                "50",
+            ])
+            .args([
+                "--prompt-tokens",
+                "96",
+                "--decode-tokens",
+                "64",
+                "--progress-dir",
+            ])
+            .arg(tmp.path())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the demo"),
+    );
+    let stdout = child.0.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let url = hydra_fault::wait_for(Duration::from_secs(60), "the page's address", || {
+        let line = rx.recv_timeout(Duration::from_millis(100)).ok()?;
+        let at = line.find("page  http://")? + "page  ".len();
+        let url = line[at..].split_whitespace().next()?.to_owned();
+        Some(url)
+    });
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let state: serde_json::Value = ureq::get(&format!("{url}page/state"))
+        .call()
+        .expect("the page's state")
+        .into_json()
+        .expect("JSON");
+    assert_eq!(state["engines"][0]["engine_id"], "demo-page", "{state}");
+    let page = ureq::get(&url).call().expect("the page");
+    assert_eq!(page.content_type(), "text/html");
+    let _ = child.0.kill();
+}

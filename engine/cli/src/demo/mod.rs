@@ -8,6 +8,7 @@
 //! Part of the `hydra-engine` binary, not of the library.
 
 mod live_view;
+mod page;
 mod workload;
 
 use anyhow::Context as _;
@@ -48,6 +49,10 @@ pub struct DemoArgs {
     /// Engine id [default: demo-<pid>].
     #[arg(long)]
     pub engine_id: Option<String>,
+    /// Serve the exporter's live page of the demo's segments from this process, on ADDR
+    /// [default with no ADDR: a free loopback port], and print its address
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    pub page: Option<std::net::SocketAddr>,
 }
 
 /// Runs the demo to completion.
@@ -94,6 +99,17 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         segment.display(),
         dir.display()
     );
+    let page = args
+        .page
+        .map(|listen| page::PageServer::start(&dir, listen))
+        .transpose()?;
+    match page.as_ref().map(page::PageServer::url) {
+        Some(url) => println!("  page  {url}  (the exporter's live page)"),
+        None => match page::running_exporter(&dir) {
+            Some(url) => println!("  page  {url}  (the exporter beside the demo)"),
+            None => println!("  page  (--page serves the live page, for a browser)"),
+        },
+    }
     println!();
 
     let plan = workload::Plan {
@@ -111,6 +127,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     )?;
     let outcome = running.join()?;
     server.shutdown()?;
+    drop(page);
     println!();
     workload::print_summary(&outcome, &stats);
     Ok(())
