@@ -53,6 +53,9 @@ pub struct PageEngine {
     pub findings: Vec<Finding>,
     /// Its slots (`slots` is their count, from the summary).
     pub slot_states: Vec<PageSlot>,
+    /// Whether the writer keeps a flight recorder (format v1.3): when not, the slots'
+    /// `steps` are empty and the page draws the steps it sees progress through instead.
+    pub flight_recorder: bool,
     /// Time to first token, inter-token latency and queue wait, summed over its slots
     /// (those the writer fills; empty without statistics).
     pub latency: Vec<HistogramSummary>,
@@ -135,6 +138,7 @@ fn engine(collector: &Collector, entry: &EngineEntry) -> PageEngine {
             devices: Vec::new(),
             findings: Vec::new(),
             slot_states: Vec::new(),
+            flight_recorder: false,
             latency: Vec::new(),
         };
     };
@@ -153,6 +157,7 @@ fn engine(collector: &Collector, entry: &EngineEntry) -> PageEngine {
         devices: devices(view),
         findings: found,
         slot_states: slots,
+        flight_recorder: history.as_ref().is_some_and(|h| h.published),
         latency: stats.map(|s| latency(entry, &s)).unwrap_or_default(),
     }
 }

@@ -50,6 +50,7 @@ fn the_page_is_served_with_its_files_and_the_state_it_polls() {
     let live = engine("live");
     assert_eq!(live["liveness"], "live");
     assert_eq!(live["slots"], 4, "the summary's slot count");
+    assert!(live["flight_recorder"].is_boolean(), "{live:#}");
     let slots = live["slot_states"].as_array().expect("slot states");
     assert_eq!(slots.len(), 4);
     for (i, slot) in slots.iter().enumerate() {

@@ -50,10 +50,11 @@ fn the_page_shows_an_engine_decoding_with_its_progress_and_layer() {
     let mut engine = start_engine(&opts);
     let mut exporter = start_exporter(tmp.path(), &[]);
     decode_forever(&engine);
-    wait_for(Duration::from_secs(30), "slot 0 to decode", || {
+    let e = wait_for(Duration::from_secs(30), "slot 0 to decode", || {
         let e = state_of_slot0(&exporter)?;
-        (e["slot_states"][0]["operation"] == "decode").then_some(())
+        (e["slot_states"][0]["operation"] == "decode").then_some(e)
     });
+    assert_eq!(e["flight_recorder"], true, "the engine keeps a ring");
     let browser = Browser::new(program);
     let url = exporter.url("/");
     let first = browser.dump_dom(&url);
@@ -90,6 +91,16 @@ fn the_page_shows_an_engine_decoding_with_its_progress_and_layer() {
         "progress did not rise: {done_first} then {done_last}"
     );
     let layer = layer.expect("no layer position on the page in 8 loads");
+    let dom = browser.dump_dom(&url);
+    let timeline = dom
+        .split("class=\"timeline\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</div>").next())
+        .unwrap_or_default();
+    assert!(
+        timeline.matches("class=\"decode\"").count() >= 2,
+        "slot 0's timeline shows no finished decode steps:\n{timeline}"
+    );
     let (k, n) = layer.split_once('/').expect("layer as k/N");
     let (k, n): (u64, u64) = (k.parse().unwrap(), n.parse().unwrap());
     assert!(n > 0 && k <= n, "{layer}");

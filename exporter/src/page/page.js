@@ -85,7 +85,7 @@ function renderEngine(node, e) {
   renderLatency(latency, e.latency || []);
   const list = (e.slot_states || []).filter(s => !state.problemsOnly || s.reason);
   keyed(slots, list.map(s => String(s.slot_id)), slotNode)
-    .forEach((n, i) => renderSlot(n, list[i]));
+    .forEach((n, i) => renderSlot(n, list[i], e.flight_recorder ? null : e.engine_id));
 }
 
 function renderFindings(ul, findings) {
@@ -168,7 +168,29 @@ function etaText(s) {
   return "ETA " + secs(s.eta_s) + (s.eta_source ? " (" + (s.eta_source === "model" ? "cost model" : "observed rate") + ")" : "");
 }
 
-function renderSlot(node, s) {
+// Steps seen by this page, for a writer without a flight recorder: each change of a
+// slot's work counter closes one bar, as long as the time since the last change.
+const sampled = new Map();
+const SAMPLED_STEPS = 32;
+
+function sampledSteps(engineId, s) {
+  const key = engineId + "/" + s.slot_id;
+  const now = Date.now();
+  let h = sampled.get(key);
+  if (!h) { h = { task: s.task_id, done: s.work_done, at: now, steps: [] }; sampled.set(key, h); }
+  if (s.task_id !== h.task || s.work_done !== h.done) {
+    if (s.task_id === h.task && s.operation !== "idle") {
+      h.steps.push({ kind: s.operation, result: "advanced", duration_s: (now - h.at) / 1000,
+        predicted_s: null, layers: null, marked: s.classification === "stalled", sampled: true });
+      if (h.steps.length > SAMPLED_STEPS) h.steps.shift();
+    }
+    h.task = s.task_id; h.done = s.work_done; h.at = now;
+  }
+  return h.steps;
+}
+
+function renderSlot(node, s, samplingEngine) {
+  if (samplingEngine !== null) s = Object.assign({}, s, { steps: sampledSteps(samplingEngine, s) });
   const verdict = s.classification;
   node.className = "slot " + verdict;
   // For scripts and tests that read the DOM: the figures shown, as numbers.
@@ -203,7 +225,7 @@ function renderTimeline(div, s) {
   const steps = (s.steps || []).map(st => ({
     cls: st.kind + (st.marked ? " marked" : ""),
     d: st.duration_s,
-    title: st.kind + " " + secs(st.duration_s) +
+    title: (st.sampled ? "seen by this page: " : "") + st.kind + " " + secs(st.duration_s) +
       (st.predicted_s ? " (predicted " + secs(st.predicted_s) + ")" : "") +
       (st.layers ? ", layers " + st.layers[0] + "/" + st.layers[1] : "") +
       (st.result !== "advanced" ? ", " + st.result : ""),
