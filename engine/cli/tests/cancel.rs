@@ -183,3 +183,87 @@ fn smollm2_prefill_and_decode_stop_within_a_step_of_cancel() {
         );
     }
 }
+
+/// A state restore cancelled half way, on the embedded model: the test build pauses
+/// 150 ms after each block of a save or restore (`HYDRA_ENGINE_BLOCK_DELAY_MS`), so the
+/// cancel lands between two blocks. The restore answers cancelled, the slot is left empty,
+/// never half-restored, and the segment records the cancel.
+#[test]
+fn a_restore_cancelled_half_way_leaves_the_slot_empty() {
+    use hydra_fault::process::{start_engine, EngineOpts};
+    let tmp = hydra_fault::scratch("hydra-restore-cancel");
+    let mut opts = EngineOpts::new(tmp.path(), "restore-cancel");
+    opts.bin = Some(env!("CARGO_BIN_EXE_hydra-engine").into());
+    opts.env = vec![("HYDRA_ENGINE_BLOCK_DELAY_MS".into(), "150".into())];
+    let engine = start_engine(&opts);
+    let prompt = format!("{{\"prompt\":\"{}\"}}", "a story, ".repeat(40));
+    let (status, body) = call(agent().post(&engine.url("/slots/0/prefill")), Some(&prompt));
+    assert_eq!(status, 200, "{body}");
+    let resp = agent()
+        .get(&engine.url("/slots/0/state"))
+        .call()
+        .expect("save");
+    let mut state = Vec::new();
+    std::io::Read::read_to_end(&mut resp.into_reader(), &mut state).expect("the state");
+    let r = SegmentReader::open(opts.segment()).expect("segment");
+    // The save ends as completed, though its client had every byte and closed the stream
+    // while the save paused after its last block (it read as failed before).
+    let deadline = Instant::now() + LIMIT;
+    let saved = loop {
+        let s = r.slot(0).expect("slot 0").state;
+        if s.phase == Phase::Idle && s.task_id > 1 {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the save never ended: {s:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(saved.finish_reason, FinishReason::Completed, "{saved:?}");
+
+    let url = engine.url("/slots/1/state");
+    let restore = std::thread::spawn(move || {
+        let resp = match agent().put(&url).send_bytes(&state) {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("PUT {url}: {e}"),
+        };
+        let status = resp.status();
+        (
+            status,
+            resp.into_json::<serde_json::Value>().unwrap_or_default(),
+        )
+    });
+    let (done, total) = loop {
+        let s = r.slot(1).expect("slot 1").state;
+        if s.phase == Phase::Restore && s.work_done > 0 {
+            break (s.work_done, s.work_total);
+        }
+        assert!(Instant::now() < deadline, "no restore ran: {s:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let (status, answer) = call(
+        agent().post(&engine.url("/slots/1?action=cancel")),
+        Some(""),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (&answer["task"], &answer["state"]),
+        (&serde_json::json!("restore"), &serde_json::json!("running")),
+        "{answer}"
+    );
+    let (status, body) = restore.join().expect("the restore's client");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "cancelled", "{body}");
+    let s = r.slot(1).expect("slot 1").state;
+    assert!(done < total, "the cancel came half way: {done} of {total}");
+    assert_eq!(s.phase, Phase::Idle, "{s:?}");
+    assert_eq!(s.finish_reason, FinishReason::Cancelled, "{s:?}");
+    assert_eq!(s.n_past, 0, "never half-restored: {s:?}");
+    let (status, body) = call(
+        agent().post(&engine.url("/slots/1/decode")),
+        Some(r#"{"n_predict":1}"#),
+    );
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &serde_json::json!("empty_slot")),
+        "{body}"
+    );
+}

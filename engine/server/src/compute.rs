@@ -460,11 +460,14 @@ impl std::io::Write for ChunkSender<'_> {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        if (self.stop)() {
-            return Err(cancelled_io());
-        }
+        // Nothing left to send: the save is whole, whatever happened since. (A client that
+        // has read every byte may already have closed the stream, which is no cancel: it
+        // read as one, and the finished save as failed.)
         if self.buf.is_empty() {
             return Ok(());
+        }
+        if (self.stop)() {
+            return Err(cancelled_io());
         }
         let chunk = Bytes::from(std::mem::replace(
             &mut self.buf,

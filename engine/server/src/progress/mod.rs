@@ -55,6 +55,9 @@ pub struct Progress {
     /// Test builds only: the layer at which to stop the compute thread once.
     #[cfg(feature = "fault-injection")]
     stall: fault::StallAtLayer,
+    /// Test builds only: a pause after each block of a save or restore.
+    #[cfg(feature = "fault-injection")]
+    block_delay: fault::BlockDelay,
 }
 
 impl Progress {
@@ -83,6 +86,8 @@ impl Progress {
             learnt: None,
             #[cfg(feature = "fault-injection")]
             stall: fault::StallAtLayer::from_env(),
+            #[cfg(feature = "fault-injection")]
+            block_delay: fault::BlockDelay::from_env(),
             writer,
             slots,
             counters: WriterCounters {
@@ -306,6 +311,8 @@ impl Progress {
         s.advance(done, now);
         s.work_total = total;
         self.publish(slot);
+        #[cfg(feature = "fault-injection")]
+        self.block_delay.pause();
     }
 
     /// The slot's cache now holds `n_past` tokens (after an erase or a restore).
@@ -444,6 +451,32 @@ mod fault {
     pub const STALL_IN_FORWARD_ENV: &str = "HYDRA_ENGINE_STALL_IN_FORWARD";
     /// How long the stop lasts at most (the tests kill the engine long before).
     const STALL_LIMIT: Duration = Duration::from_secs(600);
+    /// Environment variable: milliseconds the compute thread sleeps after each block of a
+    /// state save or restore it publishes (at most 10 s), so that a test can act while
+    /// one is half done. Test builds only.
+    pub const BLOCK_DELAY_ENV: &str = "HYDRA_ENGINE_BLOCK_DELAY_MS";
+
+    /// [`BLOCK_DELAY_ENV`]'s pause.
+    #[derive(Debug, Default)]
+    pub struct BlockDelay(Option<Duration>);
+
+    impl BlockDelay {
+        pub fn from_env() -> Self {
+            let ms = std::env::var(BLOCK_DELAY_ENV)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok());
+            if let Some(ms) = ms {
+                tracing::warn!("fault injection: {ms} ms after each block of a save or restore");
+            }
+            Self(ms.map(|ms| Duration::from_millis(ms.min(10_000))))
+        }
+
+        pub fn pause(&self) {
+            if let Some(d) = self.0 {
+                std::thread::sleep(d);
+            }
+        }
+    }
 
     #[derive(Debug, Default)]
     pub struct StallAtLayer {
