@@ -53,6 +53,17 @@
 //! segments of a shrinking batch, each by its size's fit). With one size only, that fit
 //! is the kind's fit exactly.
 //!
+//! # The attention cost of decode
+//! Within the ~20 steps a fast fit remembers, a decode's context moves by one token per
+//! step, so the attention cost `c` cannot be told from the fixed cost, and the ridge keeps
+//! it near its center: a long generation's later steps were then predicted as cheap as its
+//! first ones (SmolLM2: 10.6 ms at 356 cached tokens, 12.8 ms at 1,100; the ETA at a
+//! quarter came out 39-46% short). So the model keeps one more decode fit, forgotten slowly
+//! ([`ModelConfig::slow_forgetting`], some 500 steps: many requests' contexts, which do
+//! tell `c` apart), and centres the fast decode fits' ridge on its `c` once it has
+//! [`SLOW_MIN_SAMPLES`] steps and finds it positive (before that, on 0): the fast fits
+//! keep following the level of the recent steps, and the slope comes from the long view.
+//!
 //! # How sure it is
 //! Before each update the model's prediction for the finished step is compared with the
 //! step's real duration: the relative residual `e = (y − ŷ)/ŷ`. An exponentially weighted
@@ -248,6 +259,10 @@ pub struct ModelConfig {
     pub outlier_factor: f64,
     /// Outliers in a row after which they are learnt anyway. Default **3**.
     pub outliers_to_accept: u32,
+    /// Forgetting factor of the slow decode fit whose attention cost the fast decode fits'
+    /// ridge pulls toward (see "The attention cost of decode" in the module docs). Default
+    /// **0.998**: some 500 steps, many requests' contexts.
+    pub slow_forgetting: f64,
 }
 
 impl Default for ModelConfig {
@@ -258,6 +273,7 @@ impl Default for ModelConfig {
             min_checked: 3,
             outlier_factor: 8.0,
             outliers_to_accept: 3,
+            slow_forgetting: 0.998,
         }
     }
 }
@@ -302,6 +318,9 @@ struct Fit {
     a: [[f64; 3]; 3],
     b: [f64; 3],
     theta: [f64; 3],
+    /// What the ridge pulls the coefficients toward (0 but for a decode fit's attention
+    /// cost, which is pulled toward the slow fit's).
+    prior: [f64; 3],
     samples: u64,
     checked: u32,
     mean_sq_error: f64,
@@ -314,6 +333,7 @@ impl Fit {
             a: [[0.0; 3]; 3],
             b: [0.0; 3],
             theta: [0.0; 3],
+            prior: [0.0; 3],
             samples: 0,
             checked: 0,
             mean_sq_error: 0.0,
@@ -354,7 +374,7 @@ impl Fit {
         if let Some(predicted) = self.predict_ms(x) {
             self.record_error(predicted, y, cfg);
         }
-        self.update(x, y, cfg);
+        self.update(x, y, cfg.forgetting, cfg);
     }
 
     /// Drops what the normal equations hold (the sample and check counts stay).
@@ -363,8 +383,9 @@ impl Fit {
         self.b = [0.0; 3];
     }
 
-    fn update(&mut self, x: &[f64; 3], y: f64, cfg: &ModelConfig) {
-        let lambda = cfg.forgetting;
+    /// Learns a step of features `x` that took `y` ms, the older ones forgotten by
+    /// `lambda`.
+    fn update(&mut self, x: &[f64; 3], y: f64, lambda: f64, cfg: &ModelConfig) {
         for i in 0..3 {
             for j in 0..3 {
                 self.a[i][j] = lambda * self.a[i][j] + x[i] * x[j];
@@ -384,10 +405,26 @@ impl Fit {
     /// finite.
     fn solve(&self, cfg: &ModelConfig) -> Option<[f64; 3]> {
         let mut m = self.a;
+        let mut rhs = self.b;
         for (i, row) in m.iter_mut().enumerate() {
             row[i] += cfg.ridge[i];
+            rhs[i] += cfg.ridge[i] * self.prior[i];
         }
-        solve3(m, self.b).filter(|theta| theta.iter().all(|t| t.is_finite()))
+        solve3(m, rhs).filter(|theta| theta.iter().all(|t| t.is_finite()))
+    }
+
+    /// Pulls the attention coefficient toward `c` from now on (re-solved at once when the
+    /// fit has samples).
+    fn set_attention_prior(&mut self, c: f64, cfg: &ModelConfig) {
+        if self.prior[2] == c {
+            return;
+        }
+        self.prior[2] = c;
+        if self.samples > 0 {
+            if let Some(theta) = self.solve(cfg) {
+                self.theta = theta;
+            }
+        }
     }
 }
 
@@ -430,6 +467,9 @@ pub struct CostModel {
     /// Decode steps again, one fit per batch size (index `rows - 1`, up to
     /// [`ROW_FITS`] rows): see [`CostModel::fit_for`].
     decode_by_rows: Vec<Fit>,
+    /// Decode steps once more, forgotten slowly: the attention cost the fast decode fits
+    /// are pulled toward (see "The attention cost of decode" in the module docs).
+    decode_slow: Fit,
     config: ModelConfig,
 }
 
@@ -465,6 +505,9 @@ pub struct Learnt {
 /// predicted by the decode fit of every size).
 pub const ROW_FITS: usize = 16;
 
+/// Decode steps the slow fit needs before its attention cost is used (64).
+pub const SLOW_MIN_SAMPLES: u64 = 64;
+
 impl Default for CostModel {
     fn default() -> Self {
         Self::new(ModelConfig::default())
@@ -477,13 +520,18 @@ impl CostModel {
         Self {
             fits: [Fit::new(), Fit::new()],
             decode_by_rows: vec![Fit::new(); ROW_FITS],
+            decode_slow: Fit::new(),
             config,
         }
     }
 
     /// What it has learnt so far.
     pub fn learnt(&self) -> Learnt {
-        let fits = self.fits.iter().chain(&self.decode_by_rows);
+        let fits = self
+            .fits
+            .iter()
+            .chain(&self.decode_by_rows)
+            .chain([&self.decode_slow]);
         Learnt {
             fits: fits
                 .map(|f| LearntFit {
@@ -503,11 +551,16 @@ impl CostModel {
     /// cannot solve (a foreign or damaged file). Its predictions then come from the start;
     /// its forgetting makes the new run's steps outweigh the old ones within some 20 steps.
     pub fn with_learnt(config: ModelConfig, learnt: &Learnt) -> Option<Self> {
-        if learnt.fits.len() != 2 + ROW_FITS {
+        // Without the slow decode fit (an earlier writer's file), it starts empty.
+        if !(2 + ROW_FITS..=3 + ROW_FITS).contains(&learnt.fits.len()) {
             return None;
         }
         let mut model = Self::new(config);
-        let fits = model.fits.iter_mut().chain(model.decode_by_rows.iter_mut());
+        let fits = model
+            .fits
+            .iter_mut()
+            .chain(model.decode_by_rows.iter_mut())
+            .chain([&mut model.decode_slow]);
         for (fit, l) in fits.zip(&learnt.fits) {
             let finite = l.a.iter().flatten().chain(&l.b).all(|x| x.is_finite());
             let sane = l.mean_sq_error.is_finite() && l.mean_sq_error >= 0.0;
@@ -524,7 +577,31 @@ impl CostModel {
                 fit.theta = fit.solve(&config)?;
             }
         }
+        model.pull_decode_attention();
         Some(model)
+    }
+
+    /// The slow decode fit's attention cost, once it has seen enough steps
+    /// ([`SLOW_MIN_SAMPLES`]) and found it positive; 0 before.
+    fn slow_attention(&self) -> f64 {
+        let slow = &self.decode_slow;
+        let c = slow.theta[2];
+        if slow.samples >= SLOW_MIN_SAMPLES && c.is_finite() && c > 0.0 {
+            c
+        } else {
+            0.0
+        }
+    }
+
+    /// Pulls every fast decode fit's attention cost toward the slow fit's.
+    fn pull_decode_attention(&mut self) {
+        let c = self.slow_attention();
+        let cfg = self.config;
+        let fast = std::iter::once(&mut self.fits[StepKind::Decode.index()])
+            .chain(self.decode_by_rows.iter_mut());
+        for fit in fast {
+            fit.set_attention_prior(c, &cfg);
+        }
     }
 
     /// The knobs it runs with.
@@ -663,7 +740,7 @@ impl CostModel {
             // now that a second one is there.
             fit.forget();
         }
-        fit.update(&x, y, &cfg);
+        fit.update(&x, y, cfg.forgetting, &cfg);
         // The fits by batch size start after the kind's warm-up step, and check each step
         // from their second on: with one size only, each is the kind's fit exactly.
         if shape.kind == StepKind::Decode && fit.samples >= 2 {
@@ -673,6 +750,8 @@ impl CostModel {
             if let Some(by_rows) = by_rows {
                 by_rows.learn(&x, y, &cfg);
             }
+            self.decode_slow.update(&x, y, cfg.slow_forgetting, &cfg);
+            self.pull_decode_attention();
         }
         Observed::Learnt
     }
@@ -799,6 +878,7 @@ mod tests {
             kept.update(
                 &s.features().scaled(StepKind::Prefill),
                 y as f64 / NS_PER_MS,
+                cfg.forgetting,
                 &cfg,
             );
         }
@@ -936,6 +1016,45 @@ mod tests {
     }
 
     #[test]
+    fn a_long_generation_s_later_steps_are_priced_from_many_requests_contexts() {
+        // SmolLM2's shape: 10 ms a step, 3 us per cached token read.
+        let t = |s: &StepShape| (10.0 * MS as f64 + 3_000.0 * s.attended()) as u64;
+        let generate = |m: &mut CostModel, from: u64, n: u64| {
+            for k in 0..n {
+                let s = StepShape::decode(1, from + k);
+                m.observe(&s, t(&s));
+            }
+        };
+        let rest_from = |m: &CostModel, at: u64, left: u64| {
+            let truth: u64 = (0..left).map(|k| t(&StepShape::decode(1, at + k))).sum();
+            let predicted = m
+                .predict_remaining(&StepShape::decode(1, at), left)
+                .unwrap();
+            (predicted.ns, truth)
+        };
+        // Earlier requests at other contexts, then 100 tokens of a new one from 300.
+        let mut m = CostModel::default();
+        for from in [0, 600, 1_200, 0, 600, 1_200] {
+            generate(&mut m, from, 100);
+        }
+        generate(&mut m, 300, 100);
+        let (predicted, truth) = rest_from(&m, 400, 900);
+        assert!(
+            rel(predicted, truth) < 0.03,
+            "{predicted} vs {truth} ns: the slope comes from the slow fit"
+        );
+        // The same generation after 60 steps of one request only (the slow fit not used
+        // yet): its end is predicted far too early, the fast fit's slope held at 0.
+        let mut fresh = CostModel::default();
+        generate(&mut fresh, 300, 60);
+        let (predicted, truth) = rest_from(&fresh, 360, 940);
+        assert!(
+            (predicted as f64) < 0.9 * truth as f64,
+            "{predicted} vs {truth} ns"
+        );
+    }
+
+    #[test]
     fn the_prediction_words_name_their_step_and_phase() {
         let mut m = CostModel::default();
         for i in 0..5 {
@@ -973,7 +1092,12 @@ mod tests {
             assert_eq!(again.predict(&s), m.predict(&s), "{s:?}");
         }
         assert_eq!(again.learnt(), learnt);
-        let mut short = learnt.clone();
+        // An earlier writer's file, without the slow decode fit: it starts empty.
+        let mut earlier = learnt.clone();
+        earlier.fits.pop();
+        let again = CostModel::with_learnt(ModelConfig::default(), &earlier).expect("restored");
+        assert_eq!(again.decode_slow.samples, 0);
+        let mut short = earlier;
         short.fits.pop();
         assert!(CostModel::with_learnt(ModelConfig::default(), &short).is_none());
         let mut nan = learnt.clone();
