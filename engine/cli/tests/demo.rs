@@ -4,6 +4,27 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
+/// Starts `hydra-engine demo` with the arguments `args` adds, as engine `engine_id` with its
+/// segment in a fresh temporary folder (returned), its standard output piped.
+fn spawn_demo(engine_id: &str, args: impl FnOnce(&mut Command)) -> (tempfile::TempDir, KillOnDrop) {
+    let tmp = tempfile::Builder::new()
+        .prefix("hydra-demo")
+        .tempdir()
+        .expect("tempdir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-engine"));
+    cmd.arg("demo");
+    args(&mut cmd);
+    let child = KillOnDrop(
+        cmd.args(["--engine-id", engine_id, "--progress-dir"])
+            .arg(tmp.path())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the demo"),
+    );
+    (tmp, child)
+}
+
 /// The demo process, killed and reaped if the test ends early.
 struct KillOnDrop(Child);
 
@@ -18,21 +39,7 @@ impl Drop for KillOnDrop {
 /// segment in a fresh temporary folder, to its end (at most five minutes); asserts that it
 /// succeeded and returns its standard output, and whether it left its segment behind.
 fn run_demo(engine_id: &str, args: impl FnOnce(&mut Command)) -> (String, bool) {
-    let tmp = tempfile::Builder::new()
-        .prefix("hydra-demo")
-        .tempdir()
-        .expect("tempdir");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hydra-engine"));
-    cmd.arg("demo");
-    args(&mut cmd);
-    let mut child = KillOnDrop(
-        cmd.args(["--engine-id", engine_id, "--progress-dir"])
-            .arg(tmp.path())
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the demo"),
-    );
+    let (tmp, mut child) = spawn_demo(engine_id, args);
     let stdout = child.0.stdout.take().expect("stdout");
     let reader = std::thread::spawn(move || std::io::read_to_string(stdout));
     let status = hydra_fault::wait_for(Duration::from_secs(300), "the demo to finish", || {
@@ -135,33 +142,10 @@ fn demo_runs_on_a_gguf_model() {
 #[test]
 fn demo_page_serves_the_live_page_while_it_runs() {
     use std::io::BufRead;
-    let tmp = tempfile::Builder::new()
-        .prefix("hydra-demo-page")
-        .tempdir()
-        .expect("tempdir");
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_hydra-engine"))
-            .args([
-                "demo",
-                "--page",
-                "--engine-id",
-                "demo-page",
-                "--rounds",
-                "50",
-            ])
-            .args([
-                "--prompt-tokens",
-                "96",
-                "--decode-tokens",
-                "64",
-                "--progress-dir",
-            ])
-            .arg(tmp.path())
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the demo"),
-    );
+    let (_tmp, mut child) = spawn_demo("demo-page", |cmd| {
+        cmd.args(["--page", "--rounds", "50"]);
+        cmd.args(["--prompt-tokens", "96", "--decode-tokens", "64"]);
+    });
     let stdout = child.0.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
