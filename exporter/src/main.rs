@@ -14,8 +14,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// Serves every hydra-progress segment of a directory as Prometheus metrics and Hydra
-/// meta JSON, reading the segments only (never posting to an engine).
+/// Serves every hydra-progress segment of a directory as Prometheus metrics, Hydra meta
+/// JSON and a live page for a browser (at /), reading the segments only (never posting to
+/// an engine).
 #[derive(Debug, Parser)]
 #[command(name = "hydra-exporter", version, max_term_width = 100)]
 struct Cli {
