@@ -296,6 +296,9 @@ pub struct Derived {
     /// larger of the expected step and the last step: a peer unread for longer has stopped
     /// (see [`PEER_STALL_STEPS`]); none while neither is known.
     pub peer_stall_threshold_ns: Option<u64>,
+    /// The step lengths that threshold allows: [`PEER_STALL_STEPS`], or
+    /// [`PEER_WAITED_STEPS`]; none with the threshold.
+    pub peer_stall_steps: Option<f64>,
 }
 
 impl Derived {
@@ -349,6 +352,19 @@ fn age(now_ns: u64, stamp: u64) -> Option<u64> {
 /// error bound is not used: on a pipeline-parallel RPC split it is wide (over 100x,
 /// measured on 0c1e570), while the steps themselves are regular.
 pub const PEER_STALL_STEPS: f64 = 2.0;
+
+/// The peer rule's factor (4, the slow factor's default) when the step waits on the very
+/// peer that reads nothing and began to wait less than one step's length after the peer
+/// stopped reading: the host blocked on the peer about when it stopped reading, so the
+/// peer may be computing the graph the host waits for, whose length only the step's
+/// prediction bounds, and a prediction for a step of a new size can be far short. Measured
+/// on 0c1e570 in the test suite's run: a 1,086-token step predicted at 0.75 s, the host
+/// waiting 1.6 s on a peer computing it (2.1 times), which 2 times called stalled. A peer
+/// the host ran ahead of for a step or more, as it does of a frozen peer on a pipelined
+/// split (4.8 s before it blocked, measured, with steps of 3.5 s), keeps
+/// [`PEER_STALL_STEPS`]; one frozen as the host waits on it is named at 4 steps, still
+/// well before the step rule's 10.
+pub const PEER_WAITED_STEPS: f64 = 4.0;
 
 /// A step is slow by the writer's prediction only once it has run this long (500 ms): a
 /// decode step of a few milliseconds that a busy machine delays by a scheduler tick or two
@@ -415,6 +431,9 @@ pub struct WaitFacts {
     /// history is trusted ([`hydra_layout::WaitHistory::learnt_max_ns`]); only a decode
     /// step's is used.
     pub learnt_max_ns: Option<u64>,
+    /// The device waited on is the RPC peer of [`SlotExtras::peer_unread_since_ns`] (the
+    /// one unread the longest): see [`PEER_WAITED_STEPS`].
+    pub on_unread_peer: bool,
 }
 
 /// Derives progress, rate, ETA, ages, the writer's prediction, the stall thresholds and the
@@ -463,6 +482,8 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
     let judged_wait_max = wait
         .filter(|_| s.phase == Phase::Decode)
         .and_then(|w| w.learnt_max_ns);
+    let peer_threshold = expected_step_ns
+        .map(|e| peer_stall_threshold_ns(e.max(s.last_step_ns), wait, peer_unread_since_ns, t));
     let expected_layer_ns = match (expected_step_ns, layer) {
         (Some(step), Some(l)) if l.total > 0 => Some(step / l.total),
         _ => None,
@@ -491,8 +512,8 @@ pub fn derive(s: &SlotState, extras: SlotExtras, now_ns: u64, t: &Thresholds) ->
         peer_unread_age_ns: peer_unread_since_ns
             .filter(|_| s.step_start_ns != 0)
             .and_then(|since| age(now_ns, since)),
-        peer_stall_threshold_ns: expected_step_ns
-            .map(|e| peer_stall_threshold_ns(e.max(s.last_step_ns), t)),
+        peer_stall_threshold_ns: peer_threshold.map(|(ns, _)| ns),
+        peer_stall_steps: peer_threshold.map(|(_, k)| k),
     }
 }
 
@@ -510,10 +531,25 @@ fn observed_step_ns(s: &SlotState, rate: Option<f64>) -> Option<u64> {
     }
 }
 
-/// `max(confident floor, PEER_STALL_STEPS x step)`, saturating.
-fn peer_stall_threshold_ns(step_ns: u64, t: &Thresholds) -> u64 {
+/// `(max(confident floor, k x step), k)`, saturating: `k` is [`PEER_WAITED_STEPS`] when
+/// the step waits on the unread peer and began to wait less than a step after the peer
+/// stopped reading, else [`PEER_STALL_STEPS`].
+fn peer_stall_threshold_ns(
+    step_ns: u64,
+    wait: Option<WaitFacts>,
+    unread_since_ns: Option<u64>,
+    t: &Thresholds,
+) -> (u64, f64) {
+    let steps = match (wait, unread_since_ns) {
+        (Some(w), Some(since))
+            if w.on_unread_peer && w.since_ns.saturating_sub(since) < step_ns =>
+        {
+            PEER_WAITED_STEPS
+        }
+        _ => PEER_STALL_STEPS,
+    };
     let floor = crate::thresholds::duration_ns(t.confident_stall_floor.min(t.stall_floor));
-    floor.max(sat_u64(PEER_STALL_STEPS * step_ns as f64))
+    (floor.max(sat_u64(steps * step_ns as f64)), steps)
 }
 
 fn sat_u64(x: f64) -> u64 {
@@ -723,6 +759,7 @@ mod tests {
             wait: Some(WaitFacts {
                 since_ns: NOW - wait_age,
                 learnt_max_ns: learnt,
+                on_unread_peer: false,
             }),
             ..SlotExtras::NONE
         };
@@ -801,6 +838,49 @@ mod tests {
         let (class, d) = peer_unread(None, 30 * S);
         assert_eq!(d.peer_stall_threshold_ns, Some(27 * S));
         assert_eq!(class, SlotClass::Stalled);
+    }
+
+    /// [`peer_unread`]'s slot (steps of 4.6 s predicted, 4 s last), its step waiting on
+    /// the unread peer since `wait_age` ago.
+    fn waiting_on_unread_peer(unread: u64, wait_age: u64) -> Derived {
+        let mut s = decode(1_024, 4_000, 30 * S, 3 * S);
+        s.phase = Phase::Prefill;
+        s.start_step(512, NOW - 3 * S);
+        s.last_step_ns = 4 * S;
+        let extras = SlotExtras {
+            prediction: Some(Prediction {
+                step_expected_ns: 4_600 * MS,
+                step_start_ns: s.step_start_ns,
+                task_expected_end_ns: 0,
+                phase_start_ns: s.phase_start_ns,
+                error_ppm: 20_000_000,
+            }),
+            wait: Some(WaitFacts {
+                since_ns: NOW - wait_age,
+                learnt_max_ns: None,
+                on_unread_peer: true,
+            }),
+            peer_unread_since_ns: Some(NOW - unread),
+            ..SlotExtras::NONE
+        };
+        derive(&s, extras, NOW, &Thresholds::default())
+    }
+
+    #[test]
+    fn a_peer_the_host_blocked_on_as_it_stopped_reading_gets_four_steps() {
+        // The host blocked on the peer about when it stopped reading (it may compute the
+        // graph the host waits for): 4 x 4.6 s.
+        let d = waiting_on_unread_peer(9_300 * MS, 9_300 * MS);
+        assert_eq!(d.peer_stall_threshold_ns, Some(18_400 * MS));
+        assert!(!d.stalled_on_peer());
+        assert!(waiting_on_unread_peer(18_500 * MS, 18_000 * MS).stalled_on_peer());
+        // It went on for 4.5 s, under one step (4.6 s), before it blocked: still 4 steps.
+        let d = waiting_on_unread_peer(9_300 * MS, 4_800 * MS);
+        assert_eq!(d.peer_stall_threshold_ns, Some(18_400 * MS));
+        // For a step's length or more: 2 steps, as for a peer the host does not wait on.
+        let d = waiting_on_unread_peer(9_300 * MS, 4_700 * MS);
+        assert_eq!(d.peer_stall_threshold_ns, Some(9_200 * MS));
+        assert!(d.stalled_on_peer());
     }
 
     #[test]

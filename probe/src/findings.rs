@@ -139,7 +139,9 @@ fn stalled_on_peer(id: &str, s: &SlotView) -> String {
         p.name,
         human::duration_ns(p.age_ns),
         human::duration_ns(p.threshold_ns.unwrap_or(0)),
-        crate::classify::PEER_STALL_STEPS,
+        s.derived
+            .peer_stall_steps
+            .unwrap_or(crate::classify::PEER_STALL_STEPS),
         work(s),
         s.state.step_size,
         human::age(s.derived.step_age_ns),

@@ -571,8 +571,10 @@ impl EngineView {
 /// with the history of the device waited on for the slot's phase (FORMAT §19.6; which
 /// waits it judges is [`crate::classify::derive`]'s rule).
 fn extras_of(snap: &SlotSnapshot, facts: &DeviceFacts) -> SlotExtras {
+    let unread = facts.longest_unread();
     let wait = snap.wait().map(|(device, since_ns)| WaitFacts {
         since_ns,
+        on_unread_peer: unread.is_some_and(|(peer, _)| peer == device),
         learnt_max_ns: usize::try_from(device.wrapping_sub(1))
             .ok()
             .and_then(|j| facts.waits.get(j))
@@ -583,7 +585,7 @@ fn extras_of(snap: &SlotSnapshot, facts: &DeviceFacts) -> SlotExtras {
         substep: snap.substep,
         prediction: snap.prediction,
         wait,
-        peer_unread_since_ns: facts.longest_unread().map(|(_, since)| since),
+        peer_unread_since_ns: unread.map(|(_, since)| since),
     }
 }
 
