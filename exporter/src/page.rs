@@ -143,10 +143,17 @@ fn engine(collector: &Collector, entry: &EngineEntry) -> PageEngine {
         };
     };
     let found = findings(view, collector.thresholds());
+    // The collection already summed the engine's statistics, unless it keeps them per
+    // slot: only then are they read again, summed.
+    let summed = entry.stats.iter().find(|(slot, _)| slot.is_none());
     let (history, stats) = collector
         .with_reader(&entry.path, |r| {
             let history = HistoryReport::capture(r, None, view.now_ns).ok();
-            (history, StatsSum::capture(r, None).ok())
+            let stats = match summed {
+                Some((_, sum)) => Some(sum.clone()),
+                None => StatsSum::capture(r, None).ok(),
+            };
+            (history, stats)
         })
         .unwrap_or_default();
     let slots = (0..view.slots.len())

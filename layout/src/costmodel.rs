@@ -414,9 +414,14 @@ impl Fit {
     }
 
     /// Pulls the attention coefficient toward `c` from now on (re-solved at once when the
-    /// fit has samples).
+    /// fit has samples). A move of less than [`PRIOR_TOLERANCE`] of the current centre is
+    /// ignored: the slow fit's `c` moves a little at every decode step, and re-solving
+    /// every fast decode fit each time would be work on the engine's per-token path for
+    /// nothing a prediction would show.
     fn set_attention_prior(&mut self, c: f64, cfg: &ModelConfig) {
-        if self.prior[2] == c {
+        let now = self.prior[2];
+        let moved = (c - now).abs() > PRIOR_TOLERANCE * now.abs();
+        if !moved || (now == 0.0 && c == 0.0) {
             return;
         }
         self.prior[2] = c;
@@ -507,6 +512,10 @@ pub const ROW_FITS: usize = 16;
 
 /// Decode steps the slow fit needs before its attention cost is used (64).
 pub const SLOW_MIN_SAMPLES: u64 = 64;
+
+/// The relative move of the slow fit's attention cost below which the fast decode fits
+/// keep their centre (1 %).
+const PRIOR_TOLERANCE: f64 = 0.01;
 
 impl Default for CostModel {
     fn default() -> Self {

@@ -795,6 +795,16 @@ mod tests {
     /// of 2,000 % (`None`: no prediction), after a step of 4 s, whose RPC peer has read
     /// nothing for `unread`.
     fn peer_unread(predicted: Option<u64>, unread: u64) -> (SlotClass, Derived) {
+        peer_unread_waiting(predicted, unread, None)
+    }
+
+    /// [`peer_unread`]'s slot, its step waiting since `wait_age` ago on the unread peer
+    /// (none: on nothing).
+    fn peer_unread_waiting(
+        predicted: Option<u64>,
+        unread: u64,
+        wait_age: Option<u64>,
+    ) -> (SlotClass, Derived) {
         let mut s = decode(1_024, 4_000, 30 * S, 3 * S);
         s.phase = Phase::Prefill;
         s.start_step(512, NOW - 3 * S);
@@ -808,6 +818,11 @@ mod tests {
         });
         let extras = SlotExtras {
             prediction,
+            wait: wait_age.map(|age| WaitFacts {
+                since_ns: NOW - age,
+                learnt_max_ns: None,
+                on_unread_peer: true,
+            }),
             peer_unread_since_ns: Some(NOW - unread),
             ..SlotExtras::NONE
         };
@@ -840,30 +855,10 @@ mod tests {
         assert_eq!(class, SlotClass::Stalled);
     }
 
-    /// [`peer_unread`]'s slot (steps of 4.6 s predicted, 4 s last), its step waiting on
-    /// the unread peer since `wait_age` ago.
+    /// [`peer_unread`]'s slot with steps of 4.6 s predicted, its step waiting on the unread
+    /// peer since `wait_age` ago.
     fn waiting_on_unread_peer(unread: u64, wait_age: u64) -> Derived {
-        let mut s = decode(1_024, 4_000, 30 * S, 3 * S);
-        s.phase = Phase::Prefill;
-        s.start_step(512, NOW - 3 * S);
-        s.last_step_ns = 4 * S;
-        let extras = SlotExtras {
-            prediction: Some(Prediction {
-                step_expected_ns: 4_600 * MS,
-                step_start_ns: s.step_start_ns,
-                task_expected_end_ns: 0,
-                phase_start_ns: s.phase_start_ns,
-                error_ppm: 20_000_000,
-            }),
-            wait: Some(WaitFacts {
-                since_ns: NOW - wait_age,
-                learnt_max_ns: None,
-                on_unread_peer: true,
-            }),
-            peer_unread_since_ns: Some(NOW - unread),
-            ..SlotExtras::NONE
-        };
-        derive(&s, extras, NOW, &Thresholds::default())
+        peer_unread_waiting(Some(4_600 * MS), unread, Some(wait_age)).1
     }
 
     #[test]
