@@ -26,10 +26,13 @@ section() {
 report_times() {
   local rc=$?
   section ""
-  echo "== times (rc $rc, $SECONDS s in all)"
+  echo "== times (rc $rc, $SECONDS s in all; $(scripts/disk-space.sh report))"
   printf '%s\n' "${section_times[@]}"
 }
 trap report_times EXIT
+
+section "disk space (scripts/disk-space.sh)"
+scripts/disk-space.sh check
 
 section "setup (scripts/setup.sh)"
 scripts/setup.sh
