@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA build of hydra-engine (`--features cuda`) and hydra-probe, against the CUDA 13.0
-# toolkit of scripts/cuda-toolkit.sh, in a cargo target directory kept in the cache (outside
-# the repository, keyed by the toolkit version) so that later builds are incremental.
+# toolkit of scripts/cuda-toolkit.sh (compute capability 7.5 and newer) or, for older GPUs
+# (a P100 is 6.0), the CUDA 11.8 toolkit of scripts/cuda-toolkit-debian.sh, in a cargo
+# target directory kept in the cache (outside the repository, keyed by the toolkit version)
+# so that later builds are incremental.
 #
 #   scripts/build-cuda.sh build       build (incrementally); print the directory holding
 #                                     hydra-engine and hydra-probe
@@ -14,7 +16,9 @@
 #                                     cached target directory
 #   scripts/build-cuda.sh unit-tests  run the engine's CUDA-only unit tests (device::cuda:
 #                                     error classification; no GPU needed)
-#   scripts/build-cuda.sh bundle      build, then write target/hydra-cuda.tar.xz: the
+#   scripts/build-cuda.sh bundle      build, then write target/hydra-cuda.tar.xz (for
+#                                     compute capability 9.0; hydra-cuda-smNN.tar.xz for
+#                                     another): the
 #                                     stripped binaries, a `run` wrapper that finds the
 #                                     CUDA libraries of the machine's PyTorch wheels,
 #                                     scripts/device-check.sh and what it needs (the GGUF
@@ -22,15 +26,30 @@
 #
 # CUDA_COMPUTE_CAP (default 90: an H100/H200) selects the GPU generation candle's kernels
 # are compiled for: PTX for compute_90a, which the driver compiles at load, plus SASS for
-# sm_90a for the kernels linked in as a static library. Builds with different values share
-# the target directory but rebuild candle's kernels. Progress goes to stderr.
+# sm_90a for the kernels linked in as a static library. 60 (a P100) and 86 (an RTX 3060) are
+# the deployment's other GPUs; below 75 the build takes the CUDA 11.8 toolkit. Builds with
+# different values and one toolkit share its target directory but rebuild candle's
+# kernels. Progress goes to stderr.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-toolkit="$root/scripts/cuda-toolkit.sh"
 cache_root=${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}
 compute_cap=${CUDA_COMPUTE_CAP:-90}
-bundle=$root/target/hydra-cuda.tar.xz
+[[ $compute_cap =~ ^[1-9][0-9]$ ]] || {
+  echo "build-cuda: CUDA_COMPUTE_CAP=$compute_cap is not a compute capability such as 60, 86 or 90" >&2
+  exit 2
+}
+# CUDA 13 starts at compute capability 7.5; CUDA 11.8 reaches down to 3.5.
+if ((compute_cap < 75)); then
+  toolkit="$root/scripts/cuda-toolkit-debian.sh"
+else
+  toolkit="$root/scripts/cuda-toolkit.sh"
+fi
+if ((compute_cap == 90)); then
+  bundle=$root/target/hydra-cuda.tar.xz
+else
+  bundle=$root/target/hydra-cuda-sm$compute_cap.tar.xz
+fi
 # Pure-Python packages the device check's model generator imports, carried in the bundle
 # (the GPU machine has numpy but no `gguf`; `gguf` imports `yaml`, which runs without its
 # optional C extension whatever the Python version).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `run` in the CUDA bundle (scripts/build-cuda.sh bundle): runs one of the bundle's
-# binaries against the CUDA 13 libraries of the machine's PyTorch wheels.
+# binaries against the CUDA libraries of the machine's PyTorch wheels.
 #
 #   ./run hydra-engine serve --model M.gguf --device cuda:0
 #   ./run hydra-probe ...
@@ -9,7 +9,11 @@
 # The bundle carries no CUDA library. The engine needs libcublas.so.13, libcublasLt.so.13,
 # libcurand.so.10, libcudart.so.13 (the `nvidia-*` wheels PyTorch's CUDA 13
 # builds install, under site-packages/nvidia/*/lib) and the driver's libcuda.so.1 (driver
-# 580 or newer). The wheels are found through the Python of $HYDRA_PYTHON, else python3,
+# 580 or newer); a bundle built for compute capability below 7.5 (a P100: BUILD-INFO says
+# CUDA toolkit cuda-11.8.89) needs the CUDA 11 ones instead, libcublas.so.11,
+# libcublasLt.so.11, libcurand.so.10, libcudart.so.11.0 (PyTorch's CUDA 11.8 wheels, found
+# the same way, or Debian's packages on LD_LIBRARY_PATH). The wheels are found through the
+# Python of $HYDRA_PYTHON, else python3,
 # else by looking for site-packages/nvidia under /opt, /usr and $HOME. Directories
 # already on LD_LIBRARY_PATH come after them.
 set -euo pipefail
@@ -56,7 +60,7 @@ case "${1:-}" in
     exec "$here/bin/$bin" "$@"
     ;;
   *)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

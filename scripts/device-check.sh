@@ -5,9 +5,11 @@
 # scripts/device_check.py. It stops itself after --deadline seconds (default 480), so a
 # run fits a 10-minute command limit with room to spare.
 #
-#   scripts/device-check.sh [BUNDLE.tar.xz] [device_check.py options]
+#   scripts/device-check.sh [BUNDLE.tar.xz | smNN] [device_check.py options]
 #
-# BUNDLE defaults to target/hydra-cuda.tar.xz; it is unpacked into a temporary directory.
+# BUNDLE defaults to target/hydra-cuda.tar.xz (compute capability 9.0); smNN names the
+# bundle scripts/build-cuda.sh wrote for another (CUDA_COMPUTE_CAP=NN): sm60 is
+# target/hydra-cuda-sm60.tar.xz, for a P100. It is unpacked into a temporary directory.
 # Inside an unpacked bundle, `./device-check.sh` uses the bundle it sits in. The machine
 # needs driver >= 580, PyTorch's CUDA 13 `nvidia-*` wheels (see the bundle's `run`),
 # Python 3 with numpy, xz and tar. Exit status: 0 when every step passed, 1 when one
@@ -21,7 +23,10 @@ if [ -x "$here/bin/hydra-engine" ]; then
   bundle_dir=$here
 else
   tarball=$here/../target/hydra-cuda.tar.xz
-  if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then
+  if [[ ${1:-} =~ ^sm([1-9][0-9])$ ]]; then
+    [ "${BASH_REMATCH[1]}" = 90 ] || tarball=$here/../target/hydra-cuda-$1.tar.xz
+    shift
+  elif [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then
     tarball=$1
     shift
   fi

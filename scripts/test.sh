@@ -43,6 +43,11 @@ section "CUDA build: hydra-engine --features cuda (incremental; cached outside t
 cuda_env=$(scripts/build-cuda.sh env)
 eval "$cuda_env"
 scripts/build-cuda.sh unit-tests
+# The P100 route's inputs (its build is not run here: BENCHMARKS.md "CUDA build"): the
+# vendored candle-kernels is the published crate plus its patch, and Debian's CUDA 11.8
+# packages still resolve (a few seconds each).
+scripts/vendor-candle-kernels.sh check
+scripts/cuda-toolkit-debian.sh resolve
 
 section "cargo test --workspace"
 cargo test --workspace
