@@ -41,6 +41,11 @@
 #   hog            1-slot decode while `yes > /dev/null` runs, and that over the quiet rate;
 #                  also from a second hydra-engine with `--pool-use always` (no adaptation
 #                  to contention), so that the adaptation's effect is measured in the run
+#   memory limit   each round first measures what 1 and 2 threads read per second from a
+#                  512 MiB buffer (engine/core/benches/bandwidth.rs); decode 128 of each
+#                  engine is then printed as a fraction of the --threads bandwidth: weight
+#                  bytes read per token (the GGUF's tensors, the token embedding counted
+#                  only when it is also the output head) x tokens/s / bandwidth
 # The load average (uptime) is printed before and after. Not part of CI.
 set -euo pipefail
 
@@ -81,6 +86,18 @@ build_hydra() {
   [ "$build" = 1 ] || return 0
   echo "building hydra-engine (release)..." >&2
   (cd "$repo" && cargo build --release -q -p hydra-engine --bin hydra-engine)
+}
+
+# Prints the path of the memory bandwidth probe (engine/core/benches/bandwidth.rs), built
+# first when stale (a small program, even under --no-build).
+bandwidth_probe() {
+  (cd "$repo" && cargo bench -q -p hydra-engine-core --bench bandwidth --no-run \
+    --message-format json-render-diagnostics) |
+    python3 -c 'import json, sys
+exe = [m["executable"] for m in map(json.loads, sys.stdin)
+       if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "bandwidth"
+       and m.get("executable")]
+print(exe[-1]) if exe else sys.exit("bench-vs-llamacpp: the bandwidth probe did not build")'
 }
 
 if [ "$embedded" = 1 ]; then
@@ -165,6 +182,7 @@ fi
 prefix=$("$repo/scripts/llama-cpp.sh" bench)
 build_hydra
 hydra="$repo/target/release/hydra-engine"
+probe=$(bandwidth_probe)
 
 bench_workdir hydra-vs-llamacpp
 ctx=$((long + 256))
@@ -185,10 +203,10 @@ pids+=($!)
 
 load_before=$(uptime)
 python3 - "$hport" "$aport" "$lport" "$prefix/bin/llama-bench" "$model" "$threads" "$rounds" \
-  "$long" "$tokens" "$hog_tokens" <<'PY'
+  "$long" "$tokens" "$hog_tokens" "$probe" <<'PY'
 import csv, io, json, statistics, subprocess, sys, threading, time, urllib.request
 
-hport, aport, lport, bench, model, threads, rounds, long_n, tokens, hog_tokens = sys.argv[1:]
+hport, aport, lport, bench, model, threads, rounds, long_n, tokens, hog_tokens, probe = sys.argv[1:]
 threads, rounds, long_n, tokens, hog_tokens = map(int, (threads, rounds, long_n, tokens, hog_tokens))
 H, L = f"http://127.0.0.1:{hport}", f"http://127.0.0.1:{lport}"
 A = f"http://127.0.0.1:{aport}"
@@ -265,8 +283,26 @@ fig = {}
 def add(name, engine, value):
     fig.setdefault(name, {}).setdefault(engine, []).append(value)
 
+def bandwidth():
+    """What 1 and `threads` threads read per second now: {threads: median GB/s}."""
+    counts = sorted({1, 2, threads})
+    r = subprocess.run([probe, "--passes", "3", "--threads", ",".join(map(str, counts))],
+                       capture_output=True, text=True, check=True)
+    return {o["threads"]: o["median_gb_per_s"] for o in map(json.loads, r.stdout.split())}
+
+def weight_bytes(path):
+    """Bytes of weights one decoded token reads: every tensor, the token embedding only
+    when it is also the output head (otherwise a token reads one row of it)."""
+    from gguf import GGUFReader
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}
+    separate_head = "output.weight" in sizes
+    return sum(n for name, n in sizes.items()
+               if not (separate_head and name == "token_embd.weight"))
+
 for rnd in range(rounds):
     print(f"round {rnd + 1}/{rounds} ...", file=sys.stderr, flush=True)
+    for t, gbs in bandwidth().items():
+        add(f"bandwidth {t}", "probe", gbs)
     # decode and prefill 128
     add("decode 128", "hydra", completion("hydra", 0, ids(16, rnd), 128)[1])
     pp, tg = llama_bench()
@@ -325,6 +361,17 @@ for e, name in (("hydra", "hydra-engine"), ("server", "llama-server")):
     agg = med["4-slot aggregate"][e] / med["1-slot (same run)"][e]
     hog = med["decode under hog"][e] / med["decode quiet (hog pair)"][e]
     print(f"\n{name}: 4-slot aggregate / 1 slot = {agg:.2f}x; decode under hog / quiet = {hog:.2f}x", end="")
+wbytes = weight_bytes(model)
+bw = {t: med[f"bandwidth {t}"]["probe"] for t in sorted({1, 2, threads})}
+print("\n\nmemory read bandwidth (median of rounds, each 3 passes over 512 MiB): "
+      + ", ".join(f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s "
+                  f"({', '.join(f'{x:.1f}' for x in fig[f'bandwidth {t}']['probe'])})"
+                  for t, g in bw.items()))
+print(f"weights read per decoded token: {wbytes / 1e6:.1f} MB")
+print(f"decode 128 at the memory limit (weights x tok/s / the {threads}-thread bandwidth): "
+      + ", ".join(f"{name} {wbytes * med['decode 128'][e] / (bw[threads] * 1e9):.2f}"
+                  for e, name in (("hydra", "hydra-engine"), ("bench", "llama-bench"),
+                                  ("server", "llama-server"))), end="")
 hog = med["decode under hog"]["always"] / med["decode quiet (hog pair)"]["always"]
 print(f"\nhydra-engine --pool-use always: decode under hog / quiet = {hog:.2f}x "
       f"(under hog {cell('decode under hog', 'always')}, quiet {cell('decode quiet (hog pair)', 'always')})")

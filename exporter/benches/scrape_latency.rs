@@ -17,18 +17,16 @@ mod fleet;
 
 use fleet::{ENGINES, SLOTS};
 
-fn main() {
-    let scrapes: usize = std::env::var("SCRAPES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = tmp.path().join("segs");
-    let stop = Arc::new(AtomicBool::new(false));
-    let publishes = Arc::new(AtomicU64::new(0));
-    let writers: Vec<_> = (0..ENGINES)
+/// One writer thread per engine, republishing every slot and beating until `stop` (or
+/// 10 minutes); each pass adds its slot count to `publishes`.
+fn busy_writers(
+    dir: &std::path::Path,
+    stop: &Arc<AtomicBool>,
+    publishes: &Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..ENGINES)
         .map(|e| {
-            let mut w = fleet::engine(&dir, e);
+            let mut w = fleet::engine(dir, e);
             let stop = stop.clone();
             let publishes = publishes.clone();
             std::thread::spawn(move || {
@@ -49,14 +47,19 @@ fn main() {
                 let _ = w.close();
             })
         })
-        .collect();
+        .collect()
+}
 
-    let collector = Arc::new(Collector::new(&dir, Thresholds::default()));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+/// The exporter served on 127.0.0.1 by `rt`: its address, the sender that stops it, and
+/// its task.
+fn serve(
+    rt: &tokio::runtime::Runtime,
+    collector: &Arc<Collector>,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind");
@@ -72,16 +75,20 @@ fn main() {
             let _ = rx.await;
         },
     ));
+    (addr, tx, server)
+}
 
+/// `scrapes` sequential GETs of `url` after 20 untimed: their latencies, sorted, and the
+/// last body's size.
+fn scrape_many(url: &str, scrapes: usize) -> (Vec<Duration>, usize) {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
         .build();
-    let url = format!("http://{addr}/metrics");
     let get = || {
         let t = Instant::now();
         let mut body = Vec::new();
         agent
-            .get(&url)
+            .get(url)
             .call()
             .expect("scrape")
             .into_reader()
@@ -92,8 +99,6 @@ fn main() {
     for _ in 0..20 {
         get();
     }
-    let published_before = publishes.load(Ordering::Relaxed);
-    let t0 = Instant::now();
     let mut lat: Vec<Duration> = Vec::with_capacity(scrapes);
     let mut bytes = 0;
     for _ in 0..scrapes {
@@ -101,9 +106,35 @@ fn main() {
         lat.push(d);
         bytes = n;
     }
+    lat.sort();
+    (lat, bytes)
+}
+
+fn main() {
+    let scrapes: usize = std::env::var("SCRAPES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300)
+        .max(1);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("segs");
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishes = Arc::new(AtomicU64::new(0));
+    let writers = busy_writers(&dir, &stop, &publishes);
+
+    let collector = Arc::new(Collector::new(&dir, Thresholds::default()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (addr, tx, server) = serve(&rt, &collector);
+
+    let published_before = publishes.load(Ordering::Relaxed);
+    let t0 = Instant::now();
+    let (lat, bytes) = scrape_many(&format!("http://{addr}/metrics"), scrapes);
     let wall = t0.elapsed();
     let published = publishes.load(Ordering::Relaxed) - published_before;
-    lat.sort();
     let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
     let text = collector.scrape(hydra_exporter::Format::Text);
     println!(
