@@ -185,7 +185,8 @@ hydra="$repo/target/release/hydra-engine"
 probe=$(bandwidth_probe)
 
 bench_workdir hydra-vs-llamacpp
-ctx=$((long + 256))
+# Room for the long prompt and for "prefill 512" (each with its decode tokens after it).
+ctx=$(( (long > 512 ? long : 512) + 256 ))
 hport=$(free_port)
 HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
   --slots 4 --ctx "$ctx" --listen "127.0.0.1:$hport" --engine-id bench --pool-use "$pool_use" \

@@ -31,7 +31,11 @@ else
     shift
   fi
   [ -f "$tarball" ] || {
-    echo "device-check: no bundle at $tarball (scripts/build-cuda.sh bundle makes it)" >&2
+    how="scripts/build-cuda.sh bundle makes one"
+    if [[ $(basename "$tarball") =~ ^hydra-cuda(-sm([1-9][0-9]))?\.tar\.xz$ ]]; then
+      how="CUDA_COMPUTE_CAP=${BASH_REMATCH[2]:-90} scripts/build-cuda.sh bundle makes it"
+    fi
+    echo "device-check: no bundle at $tarball ($how)" >&2
     exit 2
   }
   unpack=$(mktemp -d)
