@@ -48,20 +48,10 @@ packages=(
 libraries=(cudart cublas cublasLt curand nvrtc nvrtc-builtins)
 host_compiler=g++-11
 
-cache_root=${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}
-prefix=$cache_root/cuda-$CUDA_VERSION
-
-say() { printf 'cuda-toolkit-debian: %s\n' "$*" >&2; }
-die() { say "$*"; exit 1; }
-
-usage() {
-  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
-  exit 2
-}
-
-is_installed() {
-  [ -f "$prefix/.installed" ] && [ -x "$prefix/bin/nvcc" ] && [ -f "$prefix/lib64/stubs/libcuda.so" ]
-}
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+TOOLKIT=cuda-toolkit-debian
+# shellcheck source=scripts/cuda-toolkit-lib.sh
+. "$here/cuda-toolkit-lib.sh"
 
 # apt-get with a private source list, index and download cache under directory $1.
 private_apt() {
@@ -114,8 +104,10 @@ PATH		+= $(_HERE_):$(_HERE_)/../../../bin:
 INCLUDES	+= "-I$(_HERE_)/../../../include" $(_SPACE_)
 LIBRARIES	=+ $(_SPACE_) "-L$(_HERE_)/../../x86_64-linux-gnu/stubs" "-L$(_HERE_)/../../x86_64-linux-gnu"
 EOF
-  # A script, not a link: nvcc takes $(_HERE_) from where its binary lies.
-  printf '#!/bin/sh\nexec %q "$@"\n' "$real/nvcc" >"$root/bin/nvcc"
+  # A script, not a link: nvcc takes $(_HERE_) from where its binary lies. Relative, so
+  # that the tree can move from the staging directory into place.
+  printf '#!/bin/sh\nexec "$(dirname "$0")/../debian/usr/lib/nvidia-cuda-toolkit/bin/nvcc" "$@"\n' \
+    >"$root/bin/nvcc"
   chmod +x "$root/bin/nvcc"
   ln -s ../debian/usr/include "$root/include"
   local libdir=$deb/usr/lib/x86_64-linux-gnu
@@ -130,56 +122,34 @@ EOF
   rm -rf "$deb/usr/lib/x86_64-linux-gnu/stubs" "$deb/usr/share/doc"
 }
 
-install() {
-  is_installed && return 0
-  mkdir -p "$cache_root"
-  exec 9>"$cache_root/.cuda-$CUDA_VERSION.lock"
-  flock 9
-  is_installed && return 0
+# Fetches the packages into $1 and lays them out at $1/root (see the library).
+fetch_into() {
+  local staging=$1 t0=$SECONDS deb
   command -v apt-get >/dev/null || die "apt-get (Debian 12) is needed to fetch the packages"
   ensure_host_compiler
-  local t0=$SECONDS staging=$prefix.partial
-  rm -rf "$staging"
   mkdir -p "$staging/debs"
   say "fetching ${#packages[@]} Debian packages (~1.2 GB) into $staging"
   private_index "$staging/apt"
   (cd "$staging/debs" && private_apt "$staging/apt" download "${packages[@]}" >&2)
-  local fetched=$((SECONDS - t0)) deb
+  FETCHED_S=$((SECONDS - t0))
   say "unpacking"
   mkdir -p "$staging/root/debian"
   for deb in "$staging"/debs/*.deb; do
     dpkg-deb -x "$deb" "$staging/root/debian"
   done
   lay_out "$staging/root/debian" "$staging/root"
-  "$staging/root/bin/nvcc" --version | grep -q "release ${CUDA_VERSION%.*}" ||
-    die "$staging/root/bin/nvcc is not CUDA ${CUDA_VERSION%.*}"
-  rm -rf "$prefix"
-  mv "$staging/root" "$prefix"
-  # The wrapper names the staging path: point it at the final one.
-  printf '#!/bin/sh\nexec %q "$@"\n' "$prefix/debian/usr/lib/nvidia-cuda-toolkit/bin/nvcc" \
-    >"$prefix/bin/nvcc"
-  rm -rf "$staging"
-  local size
-  size=$(du -sh "$prefix" | cut -f1)
-  printf 'fetched in %d s, installed in %d s, %s\n' "$fetched" $((SECONDS - t0)) "$size" \
-    >"$prefix/.installed"
-  say "installed in $((SECONDS - t0)) s ($fetched s fetching), $size at $prefix"
 }
 
-print_env() {
-  # As scripts/cuda-toolkit.sh, and NVCC_CCBIN: the host compiler cudaforge hands nvcc.
-  printf 'export CUDA_HOME=%q\n' "$prefix"
-  printf 'export NVCC=%q\n' "$prefix/bin/nvcc"
+# As the library's, and NVCC_CCBIN: the host compiler cudaforge hands nvcc.
+extra_env() {
   printf 'export NVCC_CCBIN=%q\n' "$host_compiler"
-  printf 'export PATH=%q:"$PATH"\n' "$prefix/bin"
 }
 
-case "${1:-}" in
-  install) install; echo "$prefix" ;;
-  check) is_installed ;;
-  prefix) echo "$prefix" ;;
-  version) echo "$CUDA_VERSION" ;;
-  env) install; print_env ;;
-  resolve) resolve ;;
-  *) usage ;;
-esac
+extra_command() {
+  case "$1" in
+    resolve) resolve ;;
+    *) return 1 ;;
+  esac
+}
+
+toolkit_main "$@"

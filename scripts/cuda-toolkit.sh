@@ -21,7 +21,8 @@
 # every CUDA device fails to open (the CPU still works).
 #
 # CUDA 13 builds for compute capability 7.5 and newer only. Older GPUs (a P100 is 6.0)
-# need a CUDA <= 12 toolkit; see README "Running on a GPU".
+# take CUDA 11.8, scripts/cuda-toolkit-debian.sh; see README "Running on a GPU". The cache
+# layout, the install's lock and record and the command line are scripts/cuda-toolkit-lib.sh.
 #
 # Cache root: $HYDRA_CACHE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress.
 # Progress goes to stderr, paths to stdout.
@@ -50,38 +51,21 @@ sonames=(
 )
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache_root=${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}
-prefix=$cache_root/cuda-$CUDA_VERSION
+TOOLKIT=cuda-toolkit
+# shellcheck source=scripts/cuda-toolkit-lib.sh
+. "$here/cuda-toolkit-lib.sh"
 
-say() { printf 'cuda-toolkit: %s\n' "$*" >&2; }
-die() { say "$*"; exit 1; }
-
-usage() {
-  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
-  exit 2
-}
-
-is_installed() {
-  [ -f "$prefix/.installed" ] && [ -x "$prefix/bin/nvcc" ] && [ -f "$prefix/lib64/stubs/libcuda.so" ]
-}
-
-install() {
-  is_installed && return 0
-  # One install at a time: a second caller waits for the first and then finds it done.
-  mkdir -p "$cache_root"
-  exec 9>"$cache_root/.cuda-$CUDA_VERSION.lock"
-  flock 9
-  is_installed && return 0
+# Fetches the wheels into $1 and lays their CUDA tree out at $1/root (see the library).
+fetch_into() {
+  local staging=$1 t0=$SECONDS
   command -v python3 >/dev/null || die "python3 (with pip) is needed to fetch the wheels"
   command -v unzip >/dev/null || die "unzip is needed to unpack the wheels (apt-get install unzip)"
   command -v gcc >/dev/null || die "gcc is needed for the driver stub and as nvcc's host compiler"
-  local t0=$SECONDS staging=$prefix.partial
-  rm -rf "$staging"
   mkdir -p "$staging/wheels"
   say "fetching CUDA $CUDA_VERSION wheels (~650 MB) into $staging"
   python3 -m pip download --quiet --no-cache-dir --no-deps --only-binary :all: \
     -d "$staging/wheels" "${wheels[@]}" >&2
-  local fetched=$((SECONDS - t0))
+  FETCHED_S=$((SECONDS - t0))
   say "unpacking"
   local whl
   for whl in "$staging"/wheels/*.whl; do
@@ -104,31 +88,6 @@ install() {
   gcc -shared -fPIC -O1 -Wl,-soname,libcuda.so.1 -o "$root/lib/stubs/libcuda.so.1" \
     "$staging/libcuda-stub.c"
   ln -s libcuda.so.1 "$root/lib/stubs/libcuda.so"
-  "$root/bin/nvcc" --version | grep -q "release ${CUDA_VERSION%.*}" ||
-    die "$root/bin/nvcc is not CUDA ${CUDA_VERSION%.*}"
-  rm -rf "$prefix"
-  mv "$root" "$prefix"
-  rm -rf "$staging"
-  local size
-  size=$(du -sh "$prefix" | cut -f1)
-  printf 'fetched in %d s, installed in %d s, %s\n' "$fetched" $((SECONDS - t0)) "$size" \
-    >"$prefix/.installed"
-  say "installed in $((SECONDS - t0)) s ($fetched s fetching), $size at $prefix"
 }
 
-print_env() {
-  # CUDA_HOME: cudarc's link search and cudaforge's toolkit lookup; NVCC and PATH: the
-  # compiler both run (cudarc reads the CUDA version from `nvcc --version`).
-  printf 'export CUDA_HOME=%q\n' "$prefix"
-  printf 'export NVCC=%q\n' "$prefix/bin/nvcc"
-  printf 'export PATH=%q:"$PATH"\n' "$prefix/bin"
-}
-
-case "${1:-}" in
-  install) install; echo "$prefix" ;;
-  check) is_installed ;;
-  prefix) echo "$prefix" ;;
-  version) echo "$CUDA_VERSION" ;;
-  env) install; print_env ;;
-  *) usage ;;
-esac
+toolkit_main "$@"
