@@ -318,9 +318,9 @@ struct Fit {
     a: [[f64; 3]; 3],
     b: [f64; 3],
     theta: [f64; 3],
-    /// What the ridge pulls the coefficients toward (0 but for a decode fit's attention
-    /// cost, which is pulled toward the slow fit's).
-    prior: [f64; 3],
+    /// What the ridge pulls the attention coefficient toward (the others are pulled toward
+    /// 0): 0, but for a fast decode fit's, the slow fit's attention cost.
+    attention_prior: f64,
     samples: u64,
     checked: u32,
     mean_sq_error: f64,
@@ -333,7 +333,7 @@ impl Fit {
             a: [[0.0; 3]; 3],
             b: [0.0; 3],
             theta: [0.0; 3],
-            prior: [0.0; 3],
+            attention_prior: 0.0,
             samples: 0,
             checked: 0,
             mean_sq_error: 0.0,
@@ -405,11 +405,11 @@ impl Fit {
     /// finite.
     fn solve(&self, cfg: &ModelConfig) -> Option<[f64; 3]> {
         let mut m = self.a;
-        let mut rhs = self.b;
         for (i, row) in m.iter_mut().enumerate() {
             row[i] += cfg.ridge[i];
-            rhs[i] += cfg.ridge[i] * self.prior[i];
         }
+        let mut rhs = self.b;
+        rhs[2] += cfg.ridge[2] * self.attention_prior;
         solve3(m, rhs).filter(|theta| theta.iter().all(|t| t.is_finite()))
     }
 
@@ -419,12 +419,11 @@ impl Fit {
     /// every fast decode fit each time would be work on the engine's per-token path for
     /// nothing a prediction would show.
     fn set_attention_prior(&mut self, c: f64, cfg: &ModelConfig) {
-        let now = self.prior[2];
-        let moved = (c - now).abs() > PRIOR_TOLERANCE * now.abs();
-        if !moved || (now == 0.0 && c == 0.0) {
+        let now = self.attention_prior;
+        if (c - now).abs() <= PRIOR_TOLERANCE * now.abs() {
             return;
         }
-        self.prior[2] = c;
+        self.attention_prior = c;
         if self.samples > 0 {
             if let Some(theta) = self.solve(cfg) {
                 self.theta = theta;
