@@ -284,10 +284,12 @@ fig = {}
 def add(name, engine, value):
     fig.setdefault(name, {}).setdefault(engine, []).append(value)
 
+# The thread counts the bandwidth probe measures: 1, 2 and the engines' own.
+BW_THREADS = sorted({1, 2, threads})
+
 def bandwidth():
-    """What 1 and `threads` threads read per second now: {threads: median GB/s}."""
-    counts = sorted({1, 2, threads})
-    r = subprocess.run([probe, "--passes", "3", "--threads", ",".join(map(str, counts))],
+    """What each of BW_THREADS threads read per second now: {threads: median GB/s}."""
+    r = subprocess.run([probe, "--passes", "3", "--threads", ",".join(map(str, BW_THREADS))],
                        capture_output=True, text=True, check=True)
     return {o["threads"]: o["median_gb_per_s"] for o in map(json.loads, r.stdout.split())}
 
@@ -363,7 +365,7 @@ for e, name in (("hydra", "hydra-engine"), ("server", "llama-server")):
     hog = med["decode under hog"][e] / med["decode quiet (hog pair)"][e]
     print(f"\n{name}: 4-slot aggregate / 1 slot = {agg:.2f}x; decode under hog / quiet = {hog:.2f}x", end="")
 wbytes = weight_bytes(model)
-bw = {t: med[f"bandwidth {t}"]["probe"] for t in sorted({1, 2, threads})}
+bw = {t: med[f"bandwidth {t}"]["probe"] for t in BW_THREADS}
 print("\n\nmemory read bandwidth (median of rounds, each 3 passes over 512 MiB): "
       + ", ".join(f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s "
                   f"({', '.join(f'{x:.1f}' for x in fig[f'bandwidth {t}']['probe'])})"

@@ -16,6 +16,7 @@
 #                                     cached target directory
 #   scripts/build-cuda.sh unit-tests  run the engine's CUDA-only unit tests (device::cuda:
 #                                     error classification; no GPU needed)
+#   scripts/build-cuda.sh bundle-path print where `bundle` writes the bundle
 #   scripts/build-cuda.sh bundle      build, then write target/hydra-cuda.tar.xz (for
 #                                     compute capability 9.0; hydra-cuda-smNN.tar.xz for
 #                                     another): the
@@ -130,6 +131,7 @@ make_bundle() {
 
 case "${1:-}" in
   build) build ;;
+  bundle-path) echo "$bundle" ;;
   env) print_test_env ;;
   cargo-env) cargo_env ;;
   unit-tests) unit_tests ;;

@@ -73,13 +73,12 @@ private_index() {
 resolve() {
   local dir
   dir=$(mktemp -d)
-  private_index "$dir"
-  local p
-  for p in "${packages[@]}"; do
-    private_apt "$dir" --print-uris download "$p" >/dev/null ||
-      die "$p no longer resolves in Debian 12's package index"
-  done
+  local found=0
+  # One question for all: apt-get names each package or version it cannot find.
+  private_index "$dir" && private_apt "$dir" --print-uris download "${packages[@]}" >/dev/null ||
+    found=$?
   rm -rf "$dir"
+  ((found == 0)) || die "the pinned packages no longer resolve in Debian 12's package index (above)"
   say "all ${#packages[@]} pinned packages resolve"
 }
 

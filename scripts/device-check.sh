@@ -22,19 +22,22 @@ out=${OUT:-$PWD/out}
 if [ -x "$here/bin/hydra-engine" ]; then
   bundle_dir=$here
 else
-  tarball=$here/../target/hydra-cuda.tar.xz
+  # The bundle's name is build-cuda.sh's to say (one per compute capability).
+  cap=90
+  tarball=""
   if [[ ${1:-} =~ ^sm([1-9][0-9])$ ]]; then
-    [ "${BASH_REMATCH[1]}" = 90 ] || tarball=$here/../target/hydra-cuda-$1.tar.xz
+    cap=${BASH_REMATCH[1]}
     shift
   elif [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then
     tarball=$1
     shift
   fi
+  how="scripts/build-cuda.sh bundle makes one"
+  if [ -z "$tarball" ]; then
+    tarball=$(CUDA_COMPUTE_CAP=$cap "$here/build-cuda.sh" bundle-path)
+    how="CUDA_COMPUTE_CAP=$cap $how"
+  fi
   [ -f "$tarball" ] || {
-    how="scripts/build-cuda.sh bundle makes one"
-    if [[ $(basename "$tarball") =~ ^hydra-cuda(-sm([1-9][0-9]))?\.tar\.xz$ ]]; then
-      how="CUDA_COMPUTE_CAP=${BASH_REMATCH[2]:-90} scripts/build-cuda.sh bundle makes it"
-    fi
     echo "device-check: no bundle at $tarball ($how)" >&2
     exit 2
   }

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # loom and fuzz targets, the release preload and the files tests write add under 1 GiB.
 NEED_GIB=${HYDRA_MIN_FREE_GIB:-8}
 
-gib_free() { df -P -BG "${1:-.}" | awk 'NR == 2 { sub("G", "", $4); print $4 }'; }
+gib_free() { df -P -BG . | awk 'NR == 2 { sub("G", "", $4); print $4 }'; }
 gib_used() {
   if [ -d target ]; then du -s -BG target 2>/dev/null | awk '{ sub("G", "", $1); print $1 }'; else echo 0; fi
 }

@@ -23,10 +23,12 @@ keep=(Cargo.toml build.rs README.md src)
 
 say() { printf 'vendor-candle-kernels: %s\n' "$*" >&2; }
 
-# Prints a directory holding the published crate's files (in a fresh temporary directory).
+# Scratch space for the published crate, removed on exit.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Prints a directory holding the published crate's files (under $tmp).
 published() {
-  local tmp
-  tmp=$(mktemp -d)
   mkdir -p "$tmp/fetch/src"
   cat >"$tmp/fetch/Cargo.toml" <<EOF
 [package]
