@@ -128,6 +128,10 @@ namespace Hydra.Progress.Tests
             a.StepAgeMs = Later(a.StepAgeMs, n.StepAgeMs, what + ": step_age_ms");
             a.HeartbeatAgeMs = Later(a.HeartbeatAgeMs, n.HeartbeatAgeMs, what + ": heartbeat_age_ms");
             a.SubstepAgeMs = Later(a.SubstepAgeMs, n.SubstepAgeMs, what + ": substep_age_ms");
+            // The device wait's age is a clock figure too (format v1.3): it was left out, and a
+            // millisecond boundary between the two reads failed the comparison once.
+            a.WaitMs = Later(a.WaitMs, n.WaitMs, what + ": wait_ms");
+            a.UnreadPeerMs = Later(a.UnreadPeerMs, n.UnreadPeerMs, what + ": unread_peer_ms");
             if (a.EtaSource == "model")
             {
                 // The writer's predicted end stays put, so a model ETA is a clock figure too: it
