@@ -346,8 +346,14 @@ impl Compute {
                     return Err(TaskError::from(e));
                 }
             };
-            std::io::Write::flush(&mut out).map_err(|e| TaskError::Io(e.to_string()))?;
             debug_assert_eq!(written, len);
+            // Its last block is written; a cancel that landed first ends it as cancelled
+            // (before the last bytes go out), so that the cancel's answer holds.
+            if !board.finishing(slot.get(), task_id) {
+                let _ = out.tx.send(Err(std::io::Error::other("cancelled")));
+                return Err(ClientError::Cancelled.into());
+            }
+            std::io::Write::flush(&mut out).map_err(|e| TaskError::Io(e.to_string()))?;
             Ok(())
         });
         if let Err(e) = r {
@@ -379,14 +385,18 @@ impl Compute {
                         .restore_state(slot, &mut input, total, &mut |done, total| {
                             progress.bytes(slot.get(), done, total)
                         });
-                match restored {
-                    Err(_) if stop() => {
-                        c.slots.erase(slot);
-                        c.progress.set_n_past(slot.get(), 0);
-                        return Err(ClientError::Cancelled.into());
-                    }
-                    r => r?,
+                // A cancel that landed after its last block still empties the slot, so
+                // that the cancel's answer holds.
+                let cancelled = match restored {
+                    Err(_) => stop(),
+                    Ok(_) => !board.finishing(slot.get(), task_id),
+                };
+                if cancelled {
+                    c.slots.erase(slot);
+                    c.progress.set_n_past(slot.get(), 0);
+                    return Err(ClientError::Cancelled.into());
                 }
+                restored?;
                 let n_past = c.slots.n_past(slot);
                 c.progress.set_n_past(slot.get(), n_past);
                 Ok(n_past)

@@ -1,17 +1,20 @@
 //! Cancels fired at random moments into four busy slots: generations of short and long
 //! prompts (several chunks each, so that cancels land inside prompt chunks, between them
 //! and between tokens), some of whose clients go away after a random number of tokens,
-//! while another task cancels a random slot every few milliseconds through the cancel
-//! board. Nothing may panic or fail, no slot may stay busy, every request that finished
-//! must have generated what it generates alone, a cancelled one a prefix of it, and the
+//! and the same requests as a slot erase, prefill and decode, while another task cancels a
+//! random slot every few milliseconds through the cancel board. Nothing may panic or fail,
+//! no slot may stay busy, every request that finished must have generated what it
+//! generates alone, a cancelled one a prefix of it, every cancel's answer must be what
+//! happened to its task (stopping: it ended cancelled; finishing: it completed), and the
 //! segment's counters must add up. The seed is printed (`HYDRA_CANCEL_SEED` replays it).
 
-use crate::compute::generate_spec;
+use crate::compute::{generate_spec, post_decode, post_prefill, reply};
 use crate::support::{Rig, LIMIT};
 use hydra_engine_core::sampling::StopReason;
 use hydra_engine_server::cancel::Cancelled;
 use hydra_engine_server::task::generate::{GenEvent, GenSummary};
 use hydra_engine_server::task::TaskKind;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -23,25 +26,71 @@ const SLOTS: usize = 4;
 const PASSES: usize = 40;
 
 /// One generation of the workload; `drop_after`: its client goes away after that many
-/// tokens.
+/// tokens; `split`: it runs as a slot erase, a prefill and a decode instead.
 #[derive(Debug, Clone)]
 struct Request {
     prompt: Vec<u32>,
     n_predict: usize,
     drop_after: Option<usize>,
+    split: bool,
 }
 
 /// How one request of the storm ended.
 enum Outcome {
-    Done(GenSummary),
-    /// Its client went away after `seen` tokens.
-    Dropped {
-        seen: usize,
+    /// It ran to its end: its tasks (a generation, or a prefill and a decode), whether it
+    /// ended cancelled, and the tokens it generated.
+    Done {
+        task_ids: Vec<u64>,
+        cancelled: bool,
+        tokens: Vec<u32>,
     },
+    /// Its client went away after `seen` tokens.
+    Dropped { seen: usize },
+}
+
+impl From<GenSummary> for Outcome {
+    fn from(s: GenSummary) -> Self {
+        Outcome::Done {
+            task_ids: vec![s.task_id],
+            cancelled: s.finish == StopReason::Cancelled,
+            tokens: s.tokens,
+        }
+    }
+}
+
+/// Runs `r` as a slot erase, a prefill and a decode on `slot`. A prefill that answers
+/// cancelled ends it (its task id is not in the error; the decode is not posted).
+async fn run_split(rig: &Rig, slot: usize, r: &Request) -> Outcome {
+    let id = rig.state.slot(slot).expect("a slot");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    rig.post(id, TaskKind::Erase { reply: tx });
+    reply(rx).await.expect("the erase");
+    let prefill = match reply(post_prefill(rig, slot, r.prompt.clone())).await {
+        Ok(p) => p,
+        Err(e) if e.is_cancelled() => {
+            return Outcome::Done {
+                task_ids: Vec::new(),
+                cancelled: true,
+                tokens: Vec::new(),
+            }
+        }
+        Err(e) => panic!("slot {slot}: the prefill of {r:?} failed: {e}"),
+    };
+    let d = reply(post_decode(rig, slot, r.n_predict))
+        .await
+        .unwrap_or_else(|e| panic!("slot {slot}: the decode of {r:?} failed: {e}"));
+    Outcome::Done {
+        task_ids: vec![prefill.task_id, d.task_id],
+        cancelled: d.stop == StopReason::Cancelled,
+        tokens: d.tokens,
+    }
 }
 
 /// Runs `r` on `slot` until it ends, or until its client goes away.
 async fn run(rig: &Rig, slot: usize, r: &Request) -> Outcome {
+    if r.split {
+        return run_split(rig, slot, r).await;
+    }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let events = tx;
     let kind = TaskKind::Generate {
@@ -62,15 +111,16 @@ async fn run(rig: &Rig, slot: usize, r: &Request) -> Outcome {
                     return Outcome::Dropped { seen };
                 }
             }
-            GenEvent::Done(s) => return Outcome::Done(s),
+            GenEvent::Done(s) => return s.into(),
             GenEvent::Failed(e) => panic!("slot {slot}: {r:?} failed: {e}"),
             _ => {}
         }
     }
 }
 
-/// Twelve requests from `rng`: prompts of 4-90 tokens (chunks of 16), 1-24 tokens each, a
-/// quarter of them with a client that goes away after 1-8 tokens.
+/// Twelve requests from `rng`: prompts of 4-90 tokens (chunks of 16), 1-24 tokens each; a
+/// quarter of them with a client that goes away after 1-8 tokens, a third of the others
+/// run as a prefill and a decode.
 fn workload(rig: &Rig, rng: &mut fastrand::Rng) -> Vec<Request> {
     let tok = &rig.state.shared.tokenizer;
     let words = tok.encode("the quick brown fox jumps over the lazy dog again", false);
@@ -88,7 +138,12 @@ fn workload(rig: &Rig, rng: &mut fastrand::Rng) -> Vec<Request> {
                     .collect(),
                 n_predict: rng.usize(1..=24),
                 drop_after: (rng.usize(0..4) == 0).then(|| rng.usize(1..=8)),
+                split: rng.usize(0..3) == 0,
             }
+        })
+        .map(|mut r| {
+            r.split &= r.drop_after.is_none();
+            r
         })
         .collect()
 }
@@ -99,6 +154,9 @@ fn workload(rig: &Rig, rng: &mut fastrand::Rng) -> Vec<Request> {
 struct Tally {
     finished: Vec<(usize, Vec<u32>)>,
     cancelled: Vec<(usize, Vec<u32>)>,
+    /// Tasks that completed, and tasks that ended cancelled.
+    completed_ids: Vec<u64>,
+    cancelled_ids: Vec<u64>,
     dropped: usize,
     known_tokens: u64,
     prompt_tokens: u64,
@@ -116,12 +174,20 @@ async fn worker(rig: &Rig, slot: usize, reqs: &[Request], landed: &AtomicUsize) 
             let i = (k + slot * 3 + pass) % reqs.len();
             t.prompt_tokens += reqs[i].prompt.len() as u64;
             match run(rig, slot, &reqs[i]).await {
-                Outcome::Done(s) => {
-                    t.known_tokens += s.tokens.len() as u64;
-                    match s.finish {
-                        StopReason::Cancelled => t.cancelled.push((i, s.tokens)),
-                        _ => t.finished.push((i, s.tokens)),
+                Outcome::Done {
+                    mut task_ids,
+                    cancelled,
+                    tokens,
+                } => {
+                    t.known_tokens += tokens.len() as u64;
+                    if cancelled {
+                        // The last task ended cancelled; any before it (a prefill) completed.
+                        t.cancelled_ids.extend(task_ids.pop());
+                        t.cancelled.push((i, tokens));
+                    } else {
+                        t.finished.push((i, tokens));
                     }
+                    t.completed_ids.extend(task_ids);
                 }
                 Outcome::Dropped { seen } => {
                     t.known_tokens += seen as u64;
@@ -133,13 +199,28 @@ async fn worker(rig: &Rig, slot: usize, reqs: &[Request], landed: &AtomicUsize) 
     t
 }
 
+/// What the cancels answered: the tasks each first stopped, and those it found finishing.
+#[derive(Default)]
+struct Answers {
+    stopped: Vec<u64>,
+    finishing: Vec<u64>,
+}
+
 /// Cancels a random slot every 5-40 ms until `CANCELS` landed on running tasks.
-async fn canceller(rig: &Rig, rng: &mut fastrand::Rng, landed: &AtomicUsize) {
+async fn canceller(rig: &Rig, rng: &mut fastrand::Rng, landed: &AtomicUsize) -> Answers {
     let deadline = tokio::time::Instant::now() + LIMIT * 4;
+    let mut answers = Answers::default();
     while landed.load(Ordering::Relaxed) < CANCELS {
         tokio::time::sleep(Duration::from_millis(rng.u64(5..=40))).await;
-        if let Cancelled::Stopping { .. } = rig.state.shared.cancel.cancel(rng.usize(0..SLOTS)) {
-            landed.fetch_add(1, Ordering::Relaxed);
+        match rig.state.shared.cancel.cancel(rng.usize(0..SLOTS)) {
+            Cancelled::Stopping { task_id, again, .. } => {
+                landed.fetch_add(1, Ordering::Relaxed);
+                if !again {
+                    answers.stopped.push(task_id);
+                }
+            }
+            Cancelled::Finishing { task_id, .. } => answers.finishing.push(task_id),
+            Cancelled::Idle => {}
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -147,6 +228,37 @@ async fn canceller(rig: &Rig, rng: &mut fastrand::Rng, landed: &AtomicUsize) {
             landed.load(Ordering::Relaxed)
         );
     }
+    answers
+}
+
+/// Every cancel's answer is what happened: a task it stopped never completed, and a task
+/// it found finishing never ended cancelled.
+fn check_answers(tallies: &[Tally], answers: &Answers) {
+    let completed: HashSet<u64> = tallies
+        .iter()
+        .flat_map(|t| t.completed_ids.clone())
+        .collect();
+    let cancelled: HashSet<u64> = tallies
+        .iter()
+        .flat_map(|t| t.cancelled_ids.clone())
+        .collect();
+    for id in &answers.stopped {
+        assert!(
+            !completed.contains(id),
+            "task {id}: cancelled, yet it completed"
+        );
+    }
+    for id in &answers.finishing {
+        assert!(
+            !cancelled.contains(id),
+            "task {id}: said finishing, yet it ended cancelled"
+        );
+    }
+    eprintln!(
+        "cancel storm: {} cancels stopped a task, {} found one finishing",
+        answers.stopped.len(),
+        answers.finishing.len()
+    );
 }
 
 /// What each request generates alone, on a rig of one slot.
@@ -159,10 +271,11 @@ async fn alone(reqs: &[Request]) -> Vec<Vec<u32>> {
     for r in reqs {
         let solo = Request {
             drop_after: None,
+            split: false,
             ..r.clone()
         };
         match run(&rig, 0, &solo).await {
-            Outcome::Done(s) => out.push(s.tokens),
+            Outcome::Done { tokens, .. } => out.push(tokens),
             Outcome::Dropped { .. } => unreachable!("nobody drops a solo run"),
         }
     }
@@ -184,7 +297,7 @@ async fn fifty_random_cancels_into_four_busy_slots_keep_every_text_and_count() {
     let reqs = workload(&rig, &mut rng);
     let want = alone(&reqs).await;
     let landed = AtomicUsize::new(0);
-    let (a, b, c, d, ()) = tokio::join!(
+    let (a, b, c, d, answers) = tokio::join!(
         worker(&rig, 0, &reqs, &landed),
         worker(&rig, 1, &reqs, &landed),
         worker(&rig, 2, &reqs, &landed),
@@ -193,6 +306,7 @@ async fn fifty_random_cancels_into_four_busy_slots_keep_every_text_and_count() {
     );
     let tallies = [a, b, c, d];
     check_texts(&tallies, &want);
+    check_answers(&tallies, &answers);
     check_idle_and_counted(&rig, &tallies).await;
 }
 

@@ -132,7 +132,7 @@ async fn a_cancelled_generation_ends_as_cancelled_with_what_it_generated() {
     );
 }
 
-async fn reply<T>(rx: oneshot::Receiver<Result<T, TaskError>>) -> Result<T, TaskError> {
+pub(crate) async fn reply<T>(rx: oneshot::Receiver<Result<T, TaskError>>) -> Result<T, TaskError> {
     tokio::time::timeout(LIMIT, rx)
         .await
         .expect("a reply in time")
@@ -225,7 +225,7 @@ async fn the_segment_names_the_engines_one_device_running_every_layer() {
 }
 
 /// Posts a prefill of `tokens` on `slot`; returns its reply's receiver.
-fn post_prefill(
+pub(crate) fn post_prefill(
     rig: &Rig,
     slot: usize,
     tokens: Vec<u32>,
@@ -243,7 +243,7 @@ fn post_prefill(
 }
 
 /// Posts a greedy decode of `n` tokens on `slot`; returns its reply's receiver.
-fn post_decode(
+pub(crate) fn post_decode(
     rig: &Rig,
     slot: usize,
     n: usize,

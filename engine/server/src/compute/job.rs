@@ -174,8 +174,16 @@ impl PromptJob {
 
     /// The whole prompt is in `slot`: a prefill replies; a generation task hands over to
     /// its generation (the one place a prompt becomes a generation), which it returns.
+    /// A prefill whose cancel landed after its last chunk began ends as cancelled (its
+    /// chunks stay in the slot), so that the cancel's answer holds.
     pub(super) fn finish(self, c: &mut Compute) -> Option<Job> {
         let slot = self.slot;
+        if matches!(self.reply, PromptReply::Prefill(_))
+            && !c.shared.cancel.finishing(slot.get(), self.task_id)
+        {
+            self.cancel(c);
+            return None;
+        }
         let result = c.prefill_result(slot, self.task_id, self.tokens.len(), self.start);
         match self.reply {
             PromptReply::Prefill(reply) => {
@@ -267,14 +275,11 @@ impl GenerationJob {
     /// Whether the job must stop before its next token: its client has gone, or the front
     /// end cancelled it. A decode then answers the tokens generated so far.
     pub(super) fn is_cancelled(&self, c: &Compute) -> bool {
-        match &self.reply {
-            GenerationReply::Generate(job) => {
-                c.task_cancelled(self.slot, job.task_id, job.out.is_abandoned())
-            }
-            GenerationReply::Decode(reply) => {
-                c.task_cancelled(self.slot, self.task_id, reply.is_closed())
-            }
-        }
+        let client_gone = match &self.reply {
+            GenerationReply::Generate(job) => job.out.is_abandoned(),
+            GenerationReply::Decode(reply) => reply.is_closed(),
+        };
+        c.task_cancelled(self.slot, self.board_task_id(), client_gone)
     }
 
     /// `token` was just sampled: a generation task sends it to its client at once; breaks
@@ -289,18 +294,42 @@ impl GenerationJob {
     /// The job ends early for `finish` (a stop string, or cancelled): publish, then reply.
     /// Only a generation task has stop strings; any other task ends as cancelled.
     pub(super) fn stop(self, c: &mut Compute, finish: StopReason) {
-        match self.reply {
-            GenerationReply::Generate(job) => {
-                let tokens = self.gen.tokens().to_vec();
-                c.end_generation(self.slot, *job, finish, tokens);
-            }
-            _ => self.finish(c, StopReason::Cancelled),
+        if !matches!(self.reply, GenerationReply::Generate(_)) {
+            return self.finish(c, StopReason::Cancelled);
+        }
+        let finish = self.settled(c, finish);
+        let tokens = self.gen.tokens().to_vec();
+        if let GenerationReply::Generate(job) = self.reply {
+            c.end_generation(self.slot, *job, finish, tokens);
+        }
+    }
+
+    /// The task's id on the cancel board.
+    fn board_task_id(&self) -> u64 {
+        match &self.reply {
+            GenerationReply::Generate(job) => job.task_id,
+            GenerationReply::Decode(_) => self.task_id,
+        }
+    }
+
+    /// How a generation that would end for `finish` ends: cancelled when a cancel landed
+    /// before it reached its end ([`CancelBoard::finishing`]), so that the cancel's answer
+    /// holds.
+    ///
+    /// [`CancelBoard::finishing`]: crate::cancel::CancelBoard::finishing
+    fn settled(&self, c: &Compute, finish: StopReason) -> StopReason {
+        let id = self.board_task_id();
+        if finish == StopReason::Cancelled || c.shared.cancel.finishing(self.slot.get(), id) {
+            finish
+        } else {
+            StopReason::Cancelled
         }
     }
 
     /// The generation ended for `finish`: publish, then reply.
     pub(super) fn finish(self, c: &mut Compute, finish: StopReason) {
         let slot = self.slot;
+        let finish = self.settled(c, finish);
         let generation = self.gen.finish(finish);
         let decoded = |c: &mut Compute, generation| {
             c.decode_result(slot, self.task_id, generation, self.start, self.cpu_start)

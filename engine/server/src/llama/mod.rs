@@ -263,25 +263,37 @@ async fn slot_action(
 }
 
 /// What `?action=cancel` answers: which task it stopped and what it was doing (its phase
-/// in the segment, `now`, when that record is the task's; else the phase it began in), or
-/// that no task runs.
+/// in the segment, `now`, when that record is the task's; else the phase it began in), a
+/// task that had already run its last step and completes, or that no task runs.
 fn cancel_answer(
     slot: usize,
     done: Cancelled,
     now: Option<(u64, hydra_layout::Phase)>,
 ) -> serde_json::Value {
+    let doing = |task_id, kind| match now {
+        Some((id, phase)) if id == task_id => phase,
+        _ => kind,
+    };
     match done {
-        Cancelled::Stopping { task_id, kind } => {
-            let task = match now {
-                Some((id, phase)) if id == task_id => phase,
-                _ => kind,
-            };
-            serde_json::json!({
-                "slot": slot, "cancelled": true, "task_id": task_id, "task": task.as_str(),
-                "state": "running",
-                "detail": "stops before its next chunk, token or block",
-            })
-        }
+        Cancelled::Stopping {
+            task_id,
+            kind,
+            again,
+        } => serde_json::json!({
+            "slot": slot, "cancelled": true, "task_id": task_id,
+            "task": doing(task_id, kind).as_str(),
+            "state": if again { "stopping" } else { "running" },
+            "detail": if again {
+                "already cancelled; it stops before its next chunk, token or block"
+            } else {
+                "stops before its next chunk, token or block, or ends as cancelled"
+            },
+        }),
+        Cancelled::Finishing { task_id, kind } => serde_json::json!({
+            "slot": slot, "cancelled": false, "task_id": task_id,
+            "task": doing(task_id, kind).as_str(), "state": "finishing",
+            "detail": "the task had already run its last step and completes",
+        }),
         Cancelled::Idle => serde_json::json!({
             "slot": slot, "cancelled": false,
             "detail": "no task runs on this slot",
