@@ -150,12 +150,17 @@ impl Compute {
         tracing::info!("compute thread stopped; progress segment closed");
     }
 
-    /// A task taken off the queue, immediately before it begins (or is refused): no longer
-    /// pending in the segment.
-    fn dequeued(&self, task: &Task) {
+    /// Takes a task off the queue, immediately before it begins (or is refused): no longer
+    /// pending in the segment. False when it was withdrawn first (the front end took it
+    /// off the count): it must not run.
+    fn take(&self, task: &Task) -> bool {
+        if !task.ticket.start() {
+            return false;
+        }
         if let Some(p) = &self.shared.pending {
             p.dequeued(task.slot.get());
         }
+        true
     }
 
     /// `error` as the client is told it: a task stopped while the engine shuts down was

@@ -60,6 +60,7 @@ pub mod slot_pool;
 pub mod stream;
 pub mod task;
 pub mod task_error;
+pub mod ticket;
 
 use crate::config::ServerConfig;
 use crate::task::TaskSender;
@@ -104,7 +105,7 @@ impl Server {
             .block_on(tokio::net::TcpListener::bind(config.listen))
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr().context("listener address")?;
-        let tasks = TaskSender::new(tx, shared.pending.clone());
+        let tasks = TaskSender::new(tx, config.slots, shared.pending.clone());
         let state = Arc::new(serving::Serving::new(&config, shared, tasks)?);
         let router = http::router(state);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

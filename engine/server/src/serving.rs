@@ -21,7 +21,7 @@ use crate::config::ServerConfig;
 use crate::progress::segment::Shared;
 use crate::slot_pool::{Lease, SlotPool};
 use crate::task::generate::{GenEvent, GenSummary, GenerateSpec, TokenOut};
-use crate::task::{Reply, SlotId, Task, TaskKind, TaskSender};
+use crate::task::{Posted, Reply, SlotId, Task, TaskKind, TaskSender};
 use crate::task_error::{ClientError, TaskError};
 
 /// What every handler of both surfaces shares.
@@ -94,6 +94,8 @@ impl Serving {
 /// A generation in flight for one request.
 pub struct Running {
     lease: Lease,
+    /// Dropped with the request: a task not yet taken leaves the queue.
+    _posted: Posted,
     prompt: Vec<u32>,
     /// The compute thread's events.
     pub events: mpsc::UnboundedReceiver<GenEvent>,
@@ -155,7 +157,9 @@ impl Serving {
         make: impl FnOnce(Reply<T>) -> TaskKind,
     ) -> Result<T, ApiError> {
         let (tx, rx) = oneshot::channel();
-        self.tasks.post(Task::new(slot, make(tx)))?;
+        // Held across the wait: a client that goes away while the task still waits in the
+        // queue withdraws it.
+        let _posted = self.tasks.post_withdrawable(Task::new(slot, make(tx)))?;
         let reply = rx
             .await
             .map_err(|_| ApiError::from(ClientError::ShuttingDown))?;
@@ -176,13 +180,13 @@ impl Serving {
         let lease = self.pool.acquire(want, &spec.tokens).await?;
         let (tx, events) = mpsc::unbounded_channel();
         let prompt = spec.tokens.clone();
-        self.tasks.post(Task {
-            slot: lease.slot(),
-            kind: TaskKind::Generate { spec, events: tx },
+        let posted = self.tasks.post_withdrawable(Task {
             arrival_ns,
+            ..Task::new(lease.slot(), TaskKind::Generate { spec, events: tx })
         })?;
         Ok(Running {
             lease,
+            _posted: posted,
             prompt,
             events,
         })

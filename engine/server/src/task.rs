@@ -9,6 +9,7 @@ pub mod stop;
 pub mod text_out;
 
 use crate::task_error::{ClientError, TaskError};
+use crate::ticket::{Ticket, WaitingTasks};
 use bytes::Bytes;
 use hydra_engine_core::sampling::{SamplerConfig, StopReason};
 use hydra_layout::PendingCounter;
@@ -99,6 +100,8 @@ pub struct Task {
     /// a slot and in the queue: the task's queue wait, time to first token and end-to-end
     /// time in the segment's statistics start here.
     pub arrival_ns: u64,
+    /// Its place in the queue: taken by the compute thread, or withdrawn first.
+    pub ticket: Ticket,
 }
 
 /// What a task does, each kind with its own reply.
@@ -156,6 +159,7 @@ impl Task {
             slot,
             kind,
             arrival_ns: hydra_layout::clock::monotonic_ns(),
+            ticket: Ticket::default(),
         }
     }
 
@@ -180,27 +184,66 @@ impl Task {
 #[derive(Clone)]
 pub struct TaskSender {
     tx: std::sync::mpsc::Sender<Task>,
-    pending: Option<PendingCounter>,
+    waiting: WaitingTasks,
+}
+
+/// A posted task that is withdrawn from the queue when this is dropped before the compute
+/// thread took it: a request future holds it, so a client that goes away withdraws its
+/// waiting task.
+#[must_use = "dropping it withdraws the task"]
+pub struct Posted {
+    waiting: WaitingTasks,
+    slot: usize,
+    ticket: Ticket,
+}
+
+impl Drop for Posted {
+    fn drop(&mut self) {
+        self.waiting.withdraw(self.slot, &self.ticket);
+    }
 }
 
 impl TaskSender {
-    /// Wraps the queue's sender.
-    pub fn new(tx: std::sync::mpsc::Sender<Task>, pending: Option<PendingCounter>) -> Self {
-        Self { tx, pending }
+    /// Wraps the queue's sender for `n_slots` slots; `pending` is the segment's count.
+    pub fn new(
+        tx: std::sync::mpsc::Sender<Task>,
+        n_slots: usize,
+        pending: Option<PendingCounter>,
+    ) -> Self {
+        Self {
+            tx,
+            waiting: WaitingTasks::new(n_slots, pending),
+        }
     }
 
-    /// Posts `task`; fails when the compute thread has stopped.
+    /// Posts `task`; fails when the compute thread has stopped. The task stays queued
+    /// until the compute thread takes it or [`withdraw_waiting`](Self::withdraw_waiting)
+    /// withdraws it.
     pub fn post(&self, task: Task) -> Result<(), TaskError> {
         let slot = task.slot.get();
-        if let Some(p) = &self.pending {
-            p.queued(slot);
-        }
+        self.waiting.queued(slot, &task.ticket);
         self.tx.send(task).map_err(|returned| {
-            if let Some(p) = &self.pending {
-                p.dequeued(slot);
+            if returned.0.ticket.withdraw() {
+                self.waiting.dequeued(slot);
             }
-            drop(returned);
             TaskError::from(ClientError::ShuttingDown)
         })
+    }
+
+    /// [`post`](Self::post), withdrawing the task when the result is dropped before the
+    /// compute thread took it.
+    pub fn post_withdrawable(&self, task: Task) -> Result<Posted, TaskError> {
+        let posted = Posted {
+            waiting: self.waiting.clone(),
+            slot: task.slot.get(),
+            ticket: task.ticket.clone(),
+        };
+        self.post(task)?;
+        Ok(posted)
+    }
+
+    /// Withdraws every task still waiting in the queue for `slot`; returns how many.
+    pub fn withdraw_waiting(&self, slot: usize) -> usize {
+        self.waiting.withdraw_all(slot)
     }
 }

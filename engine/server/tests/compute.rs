@@ -548,3 +548,102 @@ async fn a_restore_whose_client_went_away_leaves_the_slot_empty() {
         Err(TaskError::Client(ClientError::EmptySlot(_)))
     ));
 }
+
+/// Slot 0's pending count and the engine's waiting requests, from the segment.
+fn waiting_counts(rig: &Rig) -> (u64, u64) {
+    let reader = rig.state.shared.reader.as_ref().expect("publishing is on");
+    let pending = reader.slot(0).expect("slot 0").pending;
+    let header = reader.header().expect("header");
+    (pending, header.counters.requests_waiting)
+}
+
+/// Waits (at most [`LIMIT`]) until slot 0's pending count is `n`.
+async fn until_pending(rig: &Rig, n: u64) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while waiting_counts(rig).0 != n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slot 0 never had {n} pending: {:?}",
+            waiting_counts(rig)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_slot_task_whose_client_goes_away_while_queued_leaves_the_queue_at_once() {
+    let rig = rig_holding(8).await;
+    let decode_rx = post_decode(&rig, 0, 4000);
+    until_phase(&rig, hydra_layout::Phase::Decode).await;
+    let running = rig.state.shared.reader.as_ref().expect("reader").slot(0);
+    let decode_id = running.expect("slot 0").state.task_id;
+    // A prefill for the busy slot waits in the queue; its client gives up.
+    let client = rig.call("POST", "/slots/0/prefill", r#"{"prompt":"queued"}"#);
+    let gave_up = tokio::time::timeout(std::time::Duration::from_millis(300), client).await;
+    assert!(
+        gave_up.is_err(),
+        "the prefill cannot run while the decode does"
+    );
+    assert_eq!(
+        waiting_counts(&rig),
+        (0, 0),
+        "withdrawn while the decode still runs"
+    );
+    let s = rig.state.shared.reader.as_ref().expect("reader").slot(0);
+    assert_eq!(
+        s.expect("slot 0").state.task_id,
+        decode_id,
+        "still decoding"
+    );
+    rig.state.shared.cancel.cancel(0);
+    let d = reply(decode_rx).await.expect("the decode answers");
+    // The withdrawn prefill never began a task: the next task id is the next one begun.
+    let after = reply(post_prefill(&rig, 0, prompt(&rig, 2)))
+        .await
+        .expect("a later prefill runs");
+    assert_eq!(
+        after.task_id,
+        d.task_id + 1,
+        "the withdrawn prefill never ran"
+    );
+    assert_eq!(after.n_past, 8 + d.tokens.len() + 2, "{after:?}");
+}
+
+#[tokio::test]
+async fn action_cancel_waiting_withdraws_the_tasks_queued_for_the_slot() {
+    let rig = rig_holding(8).await;
+    let decode_rx = post_decode(&rig, 0, 4000);
+    until_phase(&rig, hydra_layout::Phase::Decode).await;
+    let queued = {
+        let rig_state = rig.state.clone();
+        let router = hydra_engine_server::http::router(rig_state);
+        tokio::spawn(async move {
+            let req = axum::http::Request::post("/slots/0/decode")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(r#"{"n_predict":4}"#))
+                .expect("a request");
+            tower::ServiceExt::oneshot(router, req)
+                .await
+                .expect("an answer")
+                .status()
+        })
+    };
+    until_pending(&rig, 1).await;
+    let answer = rig
+        .call("POST", "/slots/0?action=cancel&waiting=true", "")
+        .await;
+    assert_eq!(answer.json["waiting_cancelled"], 1, "{}", answer.text);
+    assert_eq!(answer.json["cancelled"], true, "{}", answer.text);
+    assert_eq!(waiting_counts(&rig), (0, 0), "off the count at once");
+    let status = tokio::time::timeout(LIMIT, queued)
+        .await
+        .expect("the queued decode answers")
+        .expect("no panic");
+    assert_eq!(status, 400, "the cancelled class");
+    let d = reply(decode_rx).await.expect("the running decode answers");
+    assert_eq!(d.stop, StopReason::Cancelled);
+    let again = rig
+        .call("POST", "/slots/0?action=cancel&waiting=true", "")
+        .await;
+    assert_eq!(again.json["waiting_cancelled"], 0, "{}", again.text);
+}

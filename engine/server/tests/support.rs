@@ -46,7 +46,7 @@ impl Rig {
         let compute = std::thread::spawn(move || {
             hydra_engine_core::threads::run_in_pool(move || compute.run(rx))
         });
-        let tasks = TaskSender::new(tx.clone(), shared.pending.clone());
+        let tasks = TaskSender::new(tx.clone(), slots, shared.pending.clone());
         let state = Arc::new(Serving::new(&config, shared, tasks).expect("serving"));
         Self {
             state,

@@ -115,8 +115,11 @@ impl Stepping<'_> {
 
     fn accept(&mut self, task: Task) {
         if self.c.is_shutting_down() {
-            self.c.dequeued(&task);
-            task.reject(ClientError::ShuttingDown.into());
+            let error = match self.c.take(&task) {
+                true => ClientError::ShuttingDown,
+                false => ClientError::Cancelled,
+            };
+            task.reject(error.into());
             return;
         }
         let line = if self.serial { 0 } else { task.slot.get() };
@@ -132,15 +135,34 @@ impl Stepping<'_> {
         }
     }
 
+    /// Answers and drops the waiting tasks that were withdrawn (their client went away, or
+    /// `?action=cancel&waiting=true`): the `cancelled` error, never started.
+    fn drop_withdrawn(&mut self) {
+        for line in &mut self.waiting {
+            if line.iter().any(|t| t.ticket.is_withdrawn()) {
+                let (gone, kept): (VecDeque<Task>, _) = std::mem::take(line)
+                    .into_iter()
+                    .partition(|t| t.ticket.is_withdrawn());
+                *line = kept;
+                gone.into_iter()
+                    .for_each(|t| t.reject(ClientError::Cancelled.into()));
+            }
+        }
+    }
+
     /// Starts the waiting tasks of every free line; tasks that are not generation run to
     /// completion here.
     fn start_waiting(&mut self) {
+        self.drop_withdrawn();
         for line in 0..self.waiting.len() {
             while self.line_free(line) {
                 let Some(task) = self.waiting[line].pop_front() else {
                     break;
                 };
-                self.c.dequeued(&task);
+                if !self.c.take(&task) {
+                    task.reject(ClientError::Cancelled.into());
+                    continue;
+                }
                 if self.c.is_shutting_down() {
                     task.reject(ClientError::ShuttingDown.into());
                 } else {
@@ -155,6 +177,7 @@ impl Stepping<'_> {
             slot,
             kind,
             arrival_ns,
+            ..
         } = task;
         let c = &mut *self.c;
         // Taken by the task's begin; cleared after a task that begins none (an erase).

@@ -244,10 +244,12 @@ async fn slot_action(
                 Some((st.task_id, st.phase))
             });
             let mut answer = cancel_answer(slot.get(), done, now);
-            // `&waiting=true`: the requests waiting for a slot, counted on this one, leave
-            // the queue too.
+            // `&waiting=true`: the requests waiting for a slot, counted on this one, and the
+            // tasks posted for it that wait in the compute thread's queue, leave too.
             let removed = match q.waiting {
-                Some(true) => s.pool.cancel_waiting(slot.get()),
+                Some(true) => {
+                    s.pool.cancel_waiting(slot.get()) + s.tasks.withdraw_waiting(slot.get())
+                }
                 _ => 0,
             };
             answer["waiting_cancelled"] = removed.into();
