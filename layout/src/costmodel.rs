@@ -386,19 +386,34 @@ impl Fit {
     /// Learns a step of features `x` that took `y` ms, the older ones forgotten by
     /// `lambda`.
     fn update(&mut self, x: &[f64; 3], y: f64, lambda: f64, cfg: &ModelConfig) {
+        self.accumulate(x, y, lambda);
+        self.resolve(cfg);
+    }
+
+    /// Adds a step of features `x` that took `y` ms to the normal equations, the older ones
+    /// forgotten by `lambda`, without solving them: [`resolve`](Self::resolve) does.
+    fn accumulate(&mut self, x: &[f64; 3], y: f64, lambda: f64) {
         for i in 0..3 {
             for j in 0..3 {
                 self.a[i][j] = lambda * self.a[i][j] + x[i] * x[j];
             }
             self.b[i] = lambda * self.b[i] + x[i] * y;
         }
+        self.samples += 1;
+    }
+
+    /// Solves the normal equations into the coefficients.
+    fn resolve(&mut self, cfg: &ModelConfig) {
+        let samples = self.samples;
         match self.solve(cfg) {
             Some(theta) => self.theta = theta,
             // Cannot happen with a positive ridge and finite inputs; never keep a poisoned
             // fit.
-            None => *self = Self::new(),
+            None => {
+                *self = Self::new();
+                self.samples = samples;
+            }
         }
-        self.samples += 1;
     }
 
     /// The coefficients of the normal equations with the ridge; `None` when they are not
@@ -511,6 +526,12 @@ pub const ROW_FITS: usize = 16;
 
 /// Decode steps the slow fit needs before its attention cost is used (64).
 pub const SLOW_MIN_SAMPLES: u64 = 64;
+
+/// The slow fit is solved, and the fast decode fits re-centred on its attention cost, once
+/// every this many decode steps (16): it remembers some 500, so solving it at every step
+/// would cost the engine's per-token path some 1,500 instructions for a slope that moves
+/// by a fraction of a percent between two solves (`scripts/bench-publish-cost.sh`).
+pub const SLOW_SOLVE_EVERY: u64 = 16;
 
 /// The relative move of the slow fit's attention cost below which the fast decode fits
 /// keep their centre (1 %).
@@ -758,8 +779,11 @@ impl CostModel {
             if let Some(by_rows) = by_rows {
                 by_rows.learn(&x, y, &cfg);
             }
-            self.decode_slow.update(&x, y, cfg.slow_forgetting, &cfg);
-            self.pull_decode_attention();
+            self.decode_slow.accumulate(&x, y, cfg.slow_forgetting);
+            if self.decode_slow.samples % SLOW_SOLVE_EVERY == 0 {
+                self.decode_slow.resolve(&cfg);
+                self.pull_decode_attention();
+            }
         }
         Observed::Learnt
     }
