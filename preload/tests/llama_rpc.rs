@@ -43,15 +43,41 @@ fn rpc_rig(
     scratch: &Path,
     preload: Option<&Path>,
 ) -> ([RpcPeer; 2], LlamaServer) {
+    rpc_rig_stepping(gen, prefix, model, scratch, preload, Steps::Default)
+}
+
+/// How long a prefill step is on the rig.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Steps {
+    /// llama-server's default batches (512-token ubatches): seconds a step on this CPU.
+    Default,
+    /// 16-token batches: a step takes about what a 512-token ubatch of this model takes on
+    /// the deployment's GPUs (under 0.1 s here), the time scale the stall rules work at.
+    GpuSized,
+}
+
+/// [`rpc_rig`] with prefill steps of `steps`.
+fn rpc_rig_stepping(
+    gen: Gen,
+    prefix: &Path,
+    model: &Path,
+    scratch: &Path,
+    preload: Option<&Path>,
+    steps: Steps,
+) -> ([RpcPeer; 2], LlamaServer) {
     let peers = [
         RpcPeer::start(gen, prefix, scratch),
         RpcPeer::start(gen, prefix, scratch),
     ];
+    let mut args = rpc_split_args(&peers);
+    if steps == Steps::GpuSized {
+        args.extend(["-b", "16", "-ub", "16"].map(String::from));
+    }
     let launch = Launch {
         preload,
         small_batches: false,
         env: vec![],
-        args: rpc_split_args(&peers),
+        args,
     };
     let server = LlamaServer::start(prefix, model, scratch, &launch);
     (peers, server)
@@ -266,37 +292,45 @@ fn freeze_until_stalled(
 
 /// [`frozen_mid_prefill`] on the second peer (layers 16-29 and the output).
 fn rpc_frozen_peer(test: &str, gen: Gen) {
-    frozen_mid_prefill(test, gen, 1);
+    frozen_mid_prefill(test, gen, 1, Steps::Default);
 }
 
-/// [`frozen_mid_prefill`] on the first peer (layers 0-15): the host blocks on it in its
-/// copy of the first peer's output to the second, a request whose answer never comes.
-/// On 0c1e570 little is sent to that peer unread, so the step rule decides (FORMAT
-/// §19.7).
+/// [`frozen_mid_prefill`] on the first peer (layers 0-15), with steps of the deployment's
+/// GPUs: the host blocks on that peer in its copy of the first peer's output to the
+/// second, a request whose answer never comes, and the step rule (FORMAT §19.7) calls the
+/// slot stalled on it within 2 s of SIGSTOP. (With this CPU's seconds-long default steps
+/// the same rule takes ten of them: 20-26 s measured, BENCHMARKS row 44.)
 fn rpc_frozen_first_peer(test: &str, gen: Gen) {
-    frozen_mid_prefill(test, gen, 0);
+    frozen_mid_prefill(test, gen, 0, Steps::GpuSized);
 }
 
-/// Peer `which` stopped with SIGSTOP in the middle of a long prefill: a separate probe
-/// reports the slot stalled and names that peer's endpoint, exiting 2; after SIGCONT the
-/// request completes and the slot is idle again with no wait left.
-fn frozen_mid_prefill(test: &str, gen: Gen, which: usize) {
+/// Peer `which` stopped with SIGSTOP in the middle of a long prefill of `steps`: a
+/// separate probe reports the slot stalled and names that peer's endpoint, exiting 2
+/// (within 2 s of SIGSTOP with GPU-sized steps); after SIGCONT the request completes and
+/// the slot is idle again with no wait left.
+fn frozen_mid_prefill(test: &str, gen: Gen, which: usize, steps: Steps) {
     let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
         return;
     };
     let scratch = tempfile::tempdir().expect("scratch");
-    let (peers, server) = rpc_rig(gen, &prefix, &model, scratch.path(), Some(&so));
+    let (peers, server) = rpc_rig_stepping(gen, &prefix, &model, scratch.path(), Some(&so), steps);
     let dir = scratch.path().join("segments");
+    // Some 4,000 tokens in default steps; 1,000 (62 steps) in GPU-sized ones, frozen a
+    // quarter in.
+    let (long, frozen_at) = match steps {
+        Steps::Default => (long_prompt(), 0),
+        Steps::GpuSized => (prose(40), 256),
+    };
     // A first long prompt: the preload learns the devices and the cost of a ubatch.
-    complete(&server.base, request(&long_prompt(), 1, 0)).expect("warm-up prompt");
+    complete(&server.base, request(&long, 1, 0)).expect("warm-up prompt");
     let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE).expect("segment");
     let before = idle_slot(&r).state.task_id;
     assert_split_published(&r, &peers);
 
     let base = server.base.clone();
-    let prompt = format!("Another story. {}", long_prompt());
+    let prompt = format!("Another story. {long}");
     let work = std::thread::spawn(move || complete(&base, request(&prompt, 4, 0)));
-    in_phase(&r, before, hydra_layout::Phase::Prefill, 0);
+    in_phase(&r, before, hydra_layout::Phase::Prefill, frozen_at);
     // The 0.3.16 generation blocks in the peer's synchronous graph compute at once, and the
     // layer rule calls it stalled there. On 0c1e570 (pipeline parallelism) the host runs
     // ahead into the second peer's socket and first blocks on it 7-10 s later; that peer's
@@ -315,6 +349,14 @@ fn frozen_mid_prefill(test: &str, gen: Gen, which: usize) {
         assert!(
             message.contains(", which has read nothing for "),
             "the peer rule, not the step rule: {message}"
+        );
+    }
+    if steps == Steps::GpuSized {
+        assert!(
+            v.took <= Duration::from_secs(2),
+            "the verdict came {:?} after SIGSTOP ({:?} into the wait): {message}",
+            v.took,
+            v.into_wait
         );
     }
 
