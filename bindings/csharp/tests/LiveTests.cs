@@ -423,8 +423,13 @@ namespace Hydra.Progress.Tests
             double slotBusy = PerCall(() => Probe.ReadSlot(0));
             double metaBusy = PerCall(() => Probe.ReadMeta(0));
             Console.WriteLine($"     decoding slot: ReadSlot {slotBusy:F0} B/call, ReadMeta {metaBusy:F0} B/call");
-            Assert.True(slotBusy <= snapshotObject, $"ReadSlot allocates {slotBusy} B per call while decoding");
-            Assert.True(metaBusy <= metaObject, $"ReadMeta allocates {metaBusy} B per call while decoding");
+            // While decoding, a value name the library keeps once made (a phase, an ETA source:
+            // NativeLibrary.ValueName) may first appear within the 2,000 reads and be made
+            // then: a few hundred bytes in all (700.2 B per call measured once, against 700).
+            // An allocation in every read is 24 B or more per call.
+            const double cacheRefresh = 1.0;
+            Assert.True(slotBusy <= snapshotObject + cacheRefresh, $"ReadSlot allocates {slotBusy} B per call while decoding");
+            Assert.True(metaBusy <= metaObject + cacheRefresh, $"ReadMeta allocates {metaBusy} B per call while decoding");
         }
 
         // ------------------------------------------------------------ async, dispose, kill
