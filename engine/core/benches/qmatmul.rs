@@ -1,17 +1,21 @@
-//! One SmolLM2 layer's weight matmuls by every strategy the engine has or had, side by
-//! side: candle's quantized kernels, the engine's packed kernels (`kernels::packed`),
+//! One layer's weight matmuls by every strategy the engine has or had, side by side:
+//! candle's quantized kernels, the engine's packed kernels (`kernels::packed`),
 //! dequantizing once per chunk for the f32 GEMM, and the GEMM alone.
 //!
 //! ```text
 //! cargo bench -p hydra-engine-core --bench qmatmul -- [--threads N] [--repeat N]
+//!     [--layer smollm2|llama-1b] [--types q8_0,q4_1,q4_0,q4k,q5k,q6k] [--rows 1,128]
 //! ```
 //!
-//! One SmolLM2-135M layer's seven matrices (576 x 576 Q and O, 192 x 576 K and V,
-//! 1536 x 576 gate and up, 576 x 1536 down), Q8_0 (what the engine runs after converting
-//! the Q4_1 file) and Q4_0 (the embedded model's type), for 1 to 512 rows. Each strategy
-//! runs the seven matmuls on the same random activations, on a worker of rayon's pool as
-//! the engine's compute loop does; every figure is the best of `--repeat` runs, strategies
-//! interleaved:
+//! `--layer smollm2` (the default): one SmolLM2-135M layer's seven matrices (576 x 576 Q
+//! and O, 192 x 576 K and V, 1536 x 576 gate and up, 576 x 1536 down), Q8_0 (what the
+//! engine runs after converting the Q4_1 file), Q4_1 and Q4_0 (the embedded model's type),
+//! for 1 to 512 rows. `--layer llama-1b`: one layer of a 1.1B llama (TinyLlama's shape:
+//! 2048 x 2048 Q and O, 256 x 2048 K and V, 5632 x 2048 gate and up, 2048 x 5632 down),
+//! by default Q4_K, Q6_K and Q8_0 for 1 and 128 rows: the width at which the K-quants were
+//! measured behind llama.cpp. Each strategy runs the seven matmuls on the same random
+//! activations, on a worker of rayon's pool as the engine's compute loop does; every
+//! figure is the best of `--repeat` runs, strategies interleaved:
 //! - `candle`: `QMatMul::forward` (activations quantized to Q8 rows, integer dot products,
 //!   16-row tiles, candle's spinning pool);
 //! - `packed`: `PackedMatrix::matmul` on the best instruction set of this CPU, and
@@ -20,6 +24,9 @@
 //!   GEMM (the cost of dequantizing is paid per chunk, as it is in the engine);
 //! - `f32 only`: the GEMM alone on weights kept in f32 (an upper bound that would cost 4x
 //!   the weight memory).
+//!
+//! The `GB/s` columns are the layer's weights in their file's type (what a decode step must
+//! read) over the best time: for one row, compare them with `--bench bandwidth`.
 
 mod support;
 
@@ -30,7 +37,7 @@ use candle_core::{Device, Module, Tensor};
 use hydra_engine_core::kernels::packed::PackedMatrix;
 use hydra_engine_core::kernels::{Isa, Level};
 
-const SHAPES: [(usize, usize); 7] = [
+const SMOLLM2: [(usize, usize); 7] = [
     (576, 576),
     (192, 576),
     (192, 576),
@@ -40,16 +47,89 @@ const SHAPES: [(usize, usize); 7] = [
     (576, 1536),
 ];
 
+const LLAMA_1B: [(usize, usize); 7] = [
+    (2048, 2048),
+    (256, 2048),
+    (256, 2048),
+    (2048, 2048),
+    (5632, 2048),
+    (5632, 2048),
+    (2048, 5632),
+];
+
+/// What the command line asks for beyond `support::start`'s flags.
+struct Plan {
+    layer: &'static str,
+    shapes: [(usize, usize); 7],
+    types: Vec<GgmlDType>,
+    rows: Vec<usize>,
+}
+
+/// `--layer`, `--types` and `--rows`; an unknown value is an error that says what is known.
+fn plan() -> candle_core::Result<Plan> {
+    let (mut layer, mut types, mut rows) = ("smollm2".to_owned(), None, None);
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--layer" => layer = it.next().unwrap_or_default(),
+            "--types" => types = it.next(),
+            "--rows" => rows = it.next(),
+            _ => {}
+        }
+    }
+    let bad = |what: String| candle_core::Error::Msg(what);
+    let (layer, shapes, default_types, default_rows) = match layer.as_str() {
+        "smollm2" => (
+            "SmolLM2-135M",
+            SMOLLM2,
+            "q8_0,q4_1,q4_0",
+            "1,2,4,8,16,32,64,128,512",
+        ),
+        "llama-1b" => ("1.1B llama", LLAMA_1B, "q4k,q6k,q8_0", "1,128"),
+        other => return Err(bad(format!("--layer {other:?}: smollm2 or llama-1b"))),
+    };
+    let types = types
+        .as_deref()
+        .unwrap_or(default_types)
+        .split(',')
+        .map(|t| match t {
+            "q8_0" => Ok(GgmlDType::Q8_0),
+            "q4_0" => Ok(GgmlDType::Q4_0),
+            "q4_1" => Ok(GgmlDType::Q4_1),
+            "q4k" => Ok(GgmlDType::Q4K),
+            "q5k" => Ok(GgmlDType::Q5K),
+            "q6k" => Ok(GgmlDType::Q6K),
+            other => Err(bad(format!(
+                "--types: {other:?} (q8_0 q4_0 q4_1 q4k q5k q6k)"
+            ))),
+        })
+        .collect::<candle_core::Result<_>>()?;
+    let rows = rows
+        .as_deref()
+        .unwrap_or(default_rows)
+        .split(',')
+        .map(|r| r.parse().ok().filter(|&n: &usize| n > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad("--rows: positive counts, comma-separated".into()))?;
+    Ok(Plan {
+        layer,
+        shapes,
+        types,
+        rows,
+    })
+}
+
 fn main() -> candle_core::Result<()> {
     let (threads, repeat) = support::start(5)?;
+    let plan = plan()?;
     let dev = Device::Cpu;
-    println!("# one SmolLM2-135M layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per call (and per row)");
-    println!("| weights | rows | candle | packed ({:?}) | packed avx2 | dequant+f32 | f32 only | packed / candle | dequant+f32 / candle |", Isa::best().level());
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_1, GgmlDType::Q4_0] {
+    println!("# one {} layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per call (and per row)", plan.layer);
+    println!("| weights | rows | candle | packed ({:?}) | packed avx2 | dequant+f32 | f32 only | packed / candle | dequant+f32 / candle | GB/s candle | GB/s packed |", Isa::best().level());
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for dtype in plan.types {
         let mut qs = Vec::new();
         let mut fs = Vec::new();
-        for (n, k) in SHAPES {
+        for (n, k) in plan.shapes {
             let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
             let q = Arc::new(QTensor::quantize(&w, dtype)?);
             fs.push(q.dequantize(&dev)?);
@@ -61,14 +141,16 @@ fn main() -> candle_core::Result<()> {
             .collect::<candle_core::Result<_>>()?;
         let packed: Vec<PackedMatrix> = qs
             .iter()
-            .map(|q| Ok(PackedMatrix::from_qtensor(q)?.expect("Q8_0 and Q4_0 pack")))
+            .map(|q| Ok(PackedMatrix::from_qtensor(q)?.expect("every type asked for packs")))
             .collect::<candle_core::Result<_>>()?;
         let packed_avx2: Vec<PackedMatrix> = packed
             .iter()
             .filter_map(|p| Isa::get(Level::Avx2).map(|isa| p.clone().with_isa(isa)))
             .collect();
-        for rows in [1usize, 2, 4, 8, 16, 32, 64, 128, 512] {
-            let xs: Vec<Tensor> = SHAPES
+        let weight_bytes: usize = qs.iter().map(|q| q.storage_size_in_bytes()).sum();
+        for &rows in &plan.rows {
+            let xs: Vec<Tensor> = plan
+                .shapes
                 .iter()
                 .map(|&(_, k)| Tensor::randn(0f32, 1.0, (1, rows, k), &dev))
                 .collect::<candle_core::Result<_>>()?;
@@ -121,15 +203,18 @@ fn main() -> candle_core::Result<()> {
                 }
             });
             let per = |ms: f64| format!("{ms:.3} ({:.4})", ms / rows as f64);
+            let gbs = |ms: f64| weight_bytes as f64 / (ms * 1e6);
             println!(
-                "| {dtype:?} | {rows} | {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+                "| {dtype:?} | {rows} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.1} |",
                 per(best[0]),
                 per(best[1]),
                 per(best[2]),
                 per(best[3]),
                 per(best[4]),
                 best[1] / best[0],
-                best[3] / best[0]
+                best[3] / best[0],
+                gbs(best[0]),
+                gbs(best[1])
             );
         }
     }
