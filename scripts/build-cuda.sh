@@ -32,6 +32,9 @@
 # different values and one toolkit share its target directory but rebuild candle's
 # kernels. Progress goes to stderr.
 set -euo pipefail
+# `out=$(build)` and the like: a failed build inside stops the script too (bash leaves
+# errexit off in command substitutions otherwise, and the caller took a stale binary).
+shopt -s inherit_errexit
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache_root=${HYDRA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hydra-progress}
@@ -98,16 +101,22 @@ record_vendored_tree() {
   if tree=$(vendored_tree); then echo "$tree" >"$CARGO_TARGET_DIR/.vendored-tree"; fi
 }
 
+# Runs cargo (the arguments) in the repository on the cached target, with the vendored
+# crate's mtimes settled before and its tree recorded after a build that succeeded.
+cargo_on_target() {
+  settle_vendored_mtimes
+  (cd "$root" && nice -n 5 cargo "$@") || return
+  record_vendored_tree
+}
+
 build() {
   local env
   env=$(cargo_env)
   eval "$env"
   say "cargo build --release --features cuda (hydra-engine, hydra-probe) into $CARGO_TARGET_DIR"
   local t0=$SECONDS
-  settle_vendored_mtimes
-  (cd "$root" && nice -n 5 cargo build --release --locked --quiet -p hydra-engine \
-    -p hydra-probe-cli --features hydra-engine/cuda)
-  record_vendored_tree
+  cargo_on_target build --release --locked --quiet -p hydra-engine -p hydra-probe-cli \
+    --features hydra-engine/cuda
   say "built in $((SECONDS - t0)) s"
   echo "$CARGO_TARGET_DIR/release"
 }
@@ -126,11 +135,9 @@ unit_tests() {
   env=$(cargo_env)
   eval "$env"
   prefix=$("$toolkit" prefix)
-  settle_vendored_mtimes
   # The test binary links the CUDA libraries: the toolkit's, and its driver stub.
-  (cd "$root" && LD_LIBRARY_PATH="$prefix/lib64:$prefix/lib64/stubs" nice -n 5 \
-    cargo test --release --locked -p hydra-engine-core --features cuda --lib device)
-  record_vendored_tree
+  LD_LIBRARY_PATH="$prefix/lib64:$prefix/lib64/stubs" \
+    cargo_on_target test --release --locked -p hydra-engine-core --features cuda --lib device
 }
 
 make_bundle() {

@@ -404,15 +404,11 @@ impl Fit {
 
     /// Solves the normal equations into the coefficients.
     fn resolve(&mut self, cfg: &ModelConfig) {
-        let samples = self.samples;
         match self.solve(cfg) {
             Some(theta) => self.theta = theta,
             // Cannot happen with a positive ridge and finite inputs; never keep a poisoned
-            // fit.
-            None => {
-                *self = Self::new();
-                self.samples = samples;
-            }
+            // fit: it starts over.
+            None => *self = Self::new(),
         }
     }
 

@@ -128,8 +128,8 @@ impl CancelBoard {
     /// Compute thread: whether task `task_id` on `slot` was asked to stop.
     pub fn is_cancelled(&self, slot: usize, task_id: u64) -> bool {
         self.slots.get(slot).is_some_and(|w| {
-            let cur = w.load(Ordering::Relaxed);
-            cur != 0 && unpack(cur).0 == task_id && unpack(cur).2 == CANCELLED
+            let (id, _, fate) = unpack(w.load(Ordering::Relaxed));
+            id == task_id && fate == CANCELLED
         })
     }
 
@@ -158,6 +158,7 @@ impl CancelBoard {
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -154,13 +154,8 @@ impl Compute {
     /// pending in the segment. False when it was withdrawn first (the front end took it
     /// off the count): it must not run.
     fn take(&self, task: &Task) -> bool {
-        if !task.ticket.start() {
-            return false;
-        }
-        if let Some(p) = &self.shared.pending {
-            p.dequeued(task.slot.get());
-        }
-        true
+        task.ticket
+            .start(task.slot.get(), self.shared.pending.as_ref())
     }
 
     /// `error` as the client is told it: a task stopped while the engine shuts down was

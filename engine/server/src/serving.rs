@@ -159,7 +159,7 @@ impl Serving {
         let (tx, rx) = oneshot::channel();
         // Held across the wait: a client that goes away while the task still waits in the
         // queue withdraws it.
-        let _posted = self.tasks.post_withdrawable(Task::new(slot, make(tx)))?;
+        let _posted = self.tasks.post(Task::new(slot, make(tx)))?;
         let reply = rx
             .await
             .map_err(|_| ApiError::from(ClientError::ShuttingDown))?;
@@ -180,7 +180,7 @@ impl Serving {
         let lease = self.pool.acquire(want, &spec.tokens).await?;
         let (tx, events) = mpsc::unbounded_channel();
         let prompt = spec.tokens.clone();
-        let posted = self.tasks.post_withdrawable(Task {
+        let posted = self.tasks.post(Task {
             arrival_ns,
             ..Task::new(lease.slot(), TaskKind::Generate { spec, events: tx })
         })?;

@@ -216,29 +216,20 @@ impl TaskSender {
         }
     }
 
-    /// Posts `task`; fails when the compute thread has stopped. The task stays queued
-    /// until the compute thread takes it or [`withdraw_waiting`](Self::withdraw_waiting)
-    /// withdraws it.
-    pub fn post(&self, task: Task) -> Result<(), TaskError> {
-        let slot = task.slot.get();
-        self.waiting.queued(slot, &task.ticket);
-        self.tx.send(task).map_err(|returned| {
-            if returned.0.ticket.withdraw() {
-                self.waiting.dequeued(slot);
-            }
-            TaskError::from(ClientError::ShuttingDown)
-        })
-    }
-
-    /// [`post`](Self::post), withdrawing the task when the result is dropped before the
-    /// compute thread took it.
-    pub fn post_withdrawable(&self, task: Task) -> Result<Posted, TaskError> {
+    /// Posts `task`; fails when the compute thread has stopped. The task is withdrawn from
+    /// the queue when the result is dropped before the compute thread took it (a request
+    /// future holds it, so a client that goes away withdraws its waiting task), or by
+    /// [`withdraw_waiting`](Self::withdraw_waiting).
+    pub fn post(&self, task: Task) -> Result<Posted, TaskError> {
         let posted = Posted {
             waiting: self.waiting.clone(),
             slot: task.slot.get(),
             ticket: task.ticket.clone(),
         };
-        self.post(task)?;
+        self.waiting.queued(posted.slot, &task.ticket);
+        self.tx
+            .send(task)
+            .map_err(|_| TaskError::from(ClientError::ShuttingDown))?;
         Ok(posted)
     }
 

@@ -23,22 +23,30 @@ const WITHDRAWN: u8 = 2;
 pub struct Ticket(Arc<AtomicU8>);
 
 impl Ticket {
-    /// Queued to withdrawn or started; true for the one swap that wins.
-    fn leave(&self, to: u8) -> bool {
+    /// Queued to `to` (started or withdrawn): true for the one swap that wins, which also
+    /// takes the task off `slot`'s pending count (`pending`; None: not publishing).
+    fn leave(&self, to: u8, slot: usize, pending: Option<&PendingCounter>) -> bool {
         // Relaxed: the word is the whole message; the pending count is a display counter.
-        self.0
+        let won = self
+            .0
             .compare_exchange(QUEUED, to, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+            .is_ok();
+        if let (true, Some(p)) = (won, pending) {
+            p.dequeued(slot);
+        }
+        won
     }
 
-    /// Compute thread: takes the task to run it; false when it was withdrawn first.
-    pub fn start(&self) -> bool {
-        self.leave(STARTED)
+    /// Compute thread: takes the task for `slot` to run it; false when it was withdrawn
+    /// first.
+    pub fn start(&self, slot: usize, pending: Option<&PendingCounter>) -> bool {
+        self.leave(STARTED, slot, pending)
     }
 
-    /// Front end: withdraws the task; false when it had already started (or left).
-    pub fn withdraw(&self) -> bool {
-        self.leave(WITHDRAWN)
+    /// Front end: withdraws the task for `slot`; false when it had already started (or
+    /// left).
+    pub fn withdraw(&self, slot: usize, pending: Option<&PendingCounter>) -> bool {
+        self.leave(WITHDRAWN, slot, pending)
     }
 
     /// Whether the task was withdrawn.
@@ -87,21 +95,10 @@ impl WaitingTasks {
         }
     }
 
-    /// The task left the queue without a withdrawal (taken, or its post failed): off the
-    /// pending count.
-    pub fn dequeued(&self, slot: usize) {
-        if let Some(p) = &self.pending {
-            p.dequeued(slot);
-        }
-    }
-
-    /// Withdraws one task for `slot` (its client went away); true when it still waited.
+    /// Withdraws one task for `slot` (its client went away, or its post failed); true when
+    /// it still waited.
     pub fn withdraw(&self, slot: usize, ticket: &Ticket) -> bool {
-        let won = ticket.withdraw();
-        if won {
-            self.dequeued(slot);
-        }
-        won
+        ticket.withdraw(slot, self.pending.as_ref())
     }
 
     /// Withdraws every task still waiting for `slot`; returns how many.
@@ -123,14 +120,14 @@ mod tests {
     #[test]
     fn a_ticket_is_started_or_withdrawn_never_both() {
         let t = Ticket::default();
-        assert!(t.start());
-        assert!(!t.withdraw(), "started first");
+        assert!(t.start(0, None));
+        assert!(!t.withdraw(0, None), "started first");
         assert!(!t.is_withdrawn());
         let t = Ticket::default();
-        assert!(t.withdraw());
+        assert!(t.withdraw(0, None));
         assert!(t.is_withdrawn());
-        assert!(!t.start(), "withdrawn first");
-        assert!(!t.withdraw(), "once");
+        assert!(!t.start(0, None), "withdrawn first");
+        assert!(!t.withdraw(0, None), "once");
     }
 
     #[test]
@@ -141,7 +138,7 @@ mod tests {
             w.queued(0, t);
         }
         w.queued(1, &other);
-        assert!(a.start(), "a runs");
+        assert!(a.start(0, None), "a runs");
         assert_eq!(w.withdraw_all(0), 2, "b and c waited");
         assert!(b.is_withdrawn() && c.is_withdrawn());
         assert!(!other.is_withdrawn(), "another slot's task stays");
@@ -165,7 +162,7 @@ mod tests {
                     .iter()
                     .map(|t| {
                         go.wait();
-                        t.withdraw()
+                        t.withdraw(0, None)
                     })
                     .collect::<Vec<_>>()
             })
@@ -174,7 +171,7 @@ mod tests {
             .iter()
             .map(|t| {
                 go.wait();
-                t.start()
+                t.start(0, None)
             })
             .collect();
         let withdrawn = front.join().expect("the front end thread");

@@ -145,13 +145,11 @@ impl PromptJob {
     /// [`is_cancelled`](Self::is_cancelled) against `board` alone, for the layer
     /// boundaries of a chunk in flight (when the compute state is lent to the forward).
     pub(super) fn stops_on(&self, board: &crate::cancel::CancelBoard) -> bool {
-        let slot = self.slot.get();
-        match &self.reply {
-            PromptReply::Generate { job, .. } => {
-                board.task_stops(slot, job.task_id, job.out.is_abandoned())
-            }
-            PromptReply::Prefill(reply) => board.task_stops(slot, self.task_id, reply.is_closed()),
-        }
+        let client_gone = match &self.reply {
+            PromptReply::Generate { job, .. } => job.out.is_abandoned(),
+            PromptReply::Prefill(reply) => reply.is_closed(),
+        };
+        board.task_stops(self.slot.get(), self.task_id, client_gone)
     }
 
     /// Ends the job as cancelled: publish, then reply.
@@ -279,7 +277,7 @@ impl GenerationJob {
             GenerationReply::Generate(job) => job.out.is_abandoned(),
             GenerationReply::Decode(reply) => reply.is_closed(),
         };
-        c.task_cancelled(self.slot, self.board_task_id(), client_gone)
+        c.task_cancelled(self.slot, self.task_id, client_gone)
     }
 
     /// `token` was just sampled: a generation task sends it to its client at once; breaks
@@ -304,22 +302,14 @@ impl GenerationJob {
         }
     }
 
-    /// The task's id on the cancel board.
-    fn board_task_id(&self) -> u64 {
-        match &self.reply {
-            GenerationReply::Generate(job) => job.task_id,
-            GenerationReply::Decode(_) => self.task_id,
-        }
-    }
-
     /// How a generation that would end for `finish` ends: cancelled when a cancel landed
     /// before it reached its end ([`CancelBoard::finishing`]), so that the cancel's answer
     /// holds.
     ///
     /// [`CancelBoard::finishing`]: crate::cancel::CancelBoard::finishing
     fn settled(&self, c: &Compute, finish: StopReason) -> StopReason {
-        let id = self.board_task_id();
-        if finish == StopReason::Cancelled || c.shared.cancel.finishing(self.slot.get(), id) {
+        let board = &c.shared.cancel;
+        if finish == StopReason::Cancelled || board.finishing(self.slot.get(), self.task_id) {
             finish
         } else {
             StopReason::Cancelled

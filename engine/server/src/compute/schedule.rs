@@ -115,9 +115,11 @@ impl Stepping<'_> {
 
     fn accept(&mut self, task: Task) {
         if self.c.is_shutting_down() {
-            let error = match self.c.take(&task) {
-                true => ClientError::ShuttingDown,
-                false => ClientError::Cancelled,
+            // A task withdrawn before the shutdown was cancelled by then.
+            let error = if self.c.take(&task) {
+                ClientError::ShuttingDown
+            } else {
+                ClientError::Cancelled
             };
             task.reject(error.into());
             return;
