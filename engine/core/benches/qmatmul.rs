@@ -119,91 +119,127 @@ fn plan() -> candle_core::Result<Plan> {
     })
 }
 
+/// One layer's seven matrices of one type, as each strategy holds them.
+struct Layer {
+    /// candle's quantized matrices.
+    mms: Vec<QMatMul>,
+    /// The packed ones on the best instruction set, and forced to AVX2 (empty without it).
+    packed: Vec<PackedMatrix>,
+    packed_avx2: Vec<PackedMatrix>,
+    /// The weights dequantized once, for the f32 GEMM alone.
+    fs: Vec<Tensor>,
+    /// Bytes of the seven matrices in their type.
+    weight_bytes: usize,
+}
+
+/// Random weights of `shapes`, quantized to `dtype`.
+fn layer(shapes: &[(usize, usize)], dtype: GgmlDType) -> candle_core::Result<Layer> {
+    let dev = Device::Cpu;
+    let mut qs = Vec::new();
+    let mut fs = Vec::new();
+    for &(n, k) in shapes {
+        let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
+        let q = Arc::new(QTensor::quantize(&w, dtype)?);
+        fs.push(q.dequantize(&dev)?);
+        qs.push(q);
+    }
+    let mms = qs
+        .iter()
+        .map(|q| QMatMul::from_arc(q.clone()))
+        .collect::<candle_core::Result<_>>()?;
+    let packed: Vec<PackedMatrix> = qs
+        .iter()
+        .map(|q| Ok(PackedMatrix::from_qtensor(q)?.expect("every type asked for packs")))
+        .collect::<candle_core::Result<_>>()?;
+    let packed_avx2 = packed
+        .iter()
+        .filter_map(|p| Isa::get(Level::Avx2).map(|isa| p.clone().with_isa(isa)))
+        .collect();
+    Ok(Layer {
+        mms,
+        packed,
+        packed_avx2,
+        fs,
+        weight_bytes: qs.iter().map(|q| q.storage_size_in_bytes()).sum(),
+    })
+}
+
+/// The best of `repeat` rounds (after a warm-up round) of each strategy on `rows` random
+/// activation rows, in ms: candle, packed, packed AVX2 (NaN without it), dequantize and
+/// the f32 GEMM, the f32 GEMM alone; strategies interleaved within each round.
+fn best_times(
+    l: &Layer,
+    shapes: &[(usize, usize)],
+    rows: usize,
+    repeat: usize,
+) -> candle_core::Result<[f64; 5]> {
+    let xs: Vec<Tensor> = shapes
+        .iter()
+        .map(|&(_, k)| Tensor::randn(0f32, 1.0, (1, rows, k), &Device::Cpu))
+        .collect::<candle_core::Result<_>>()?;
+    let xv: Vec<Vec<f32>> = xs
+        .iter()
+        .map(|x| x.flatten_all()?.to_vec1())
+        .collect::<candle_core::Result<_>>()?;
+    let candle = || {
+        for (m, x) in l.mms.iter().zip(&xs) {
+            m.forward(x).expect("quantized matmul");
+        }
+    };
+    let run_packed = |ps: &[PackedMatrix]| {
+        for (p, x) in ps.iter().zip(&xv) {
+            std::hint::black_box(p.matmul(x, rows));
+        }
+    };
+    let dequant = || {
+        for (p, x) in l.packed.iter().zip(&xs) {
+            let (n, k) = p.dims();
+            let w = Tensor::from_vec(p.dequantize(), (n, k), &Device::Cpu).expect("w");
+            x.broadcast_matmul(&w.t().expect("t")).expect("f32 matmul");
+        }
+    };
+    let f32_only = || {
+        for (w, x) in l.fs.iter().zip(&xs) {
+            x.broadcast_matmul(&w.t().expect("t")).expect("f32 matmul");
+        }
+    };
+    let mut best = [f64::MAX; 5];
+    hydra_engine_core::threads::run_in_pool(|| {
+        for round in 0..=repeat {
+            let times = [
+                support::ms(candle),
+                support::ms(|| run_packed(&l.packed)),
+                if l.packed_avx2.is_empty() {
+                    f64::NAN
+                } else {
+                    support::ms(|| run_packed(&l.packed_avx2))
+                },
+                support::ms(dequant),
+                support::ms(f32_only),
+            ];
+            // Round 0 warms caches and pools.
+            if round > 0 {
+                for (b, t) in best.iter_mut().zip(times) {
+                    *b = b.min(t);
+                }
+            }
+        }
+    });
+    Ok(best)
+}
+
 fn main() -> candle_core::Result<()> {
     let (threads, repeat) = support::start(5)?;
     let plan = plan()?;
-    let dev = Device::Cpu;
     println!("# one {} layer's 7 weight matmuls, {threads} threads, best of {repeat}; ms per call (and per row)", plan.layer);
     println!("| weights | rows | candle | packed ({:?}) | packed avx2 | dequant+f32 | f32 only | packed / candle | dequant+f32 / candle | GB/s candle | GB/s packed |", Isa::best().level());
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for dtype in plan.types {
-        let mut qs = Vec::new();
-        let mut fs = Vec::new();
-        for (n, k) in plan.shapes {
-            let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
-            let q = Arc::new(QTensor::quantize(&w, dtype)?);
-            fs.push(q.dequantize(&dev)?);
-            qs.push(q);
-        }
-        let mms: Vec<QMatMul> = qs
-            .iter()
-            .map(|q| QMatMul::from_arc(q.clone()))
-            .collect::<candle_core::Result<_>>()?;
-        let packed: Vec<PackedMatrix> = qs
-            .iter()
-            .map(|q| Ok(PackedMatrix::from_qtensor(q)?.expect("every type asked for packs")))
-            .collect::<candle_core::Result<_>>()?;
-        let packed_avx2: Vec<PackedMatrix> = packed
-            .iter()
-            .filter_map(|p| Isa::get(Level::Avx2).map(|isa| p.clone().with_isa(isa)))
-            .collect();
-        let weight_bytes: usize = qs.iter().map(|q| q.storage_size_in_bytes()).sum();
+        let l = layer(&plan.shapes, dtype)?;
         for &rows in &plan.rows {
-            let xs: Vec<Tensor> = plan
-                .shapes
-                .iter()
-                .map(|&(_, k)| Tensor::randn(0f32, 1.0, (1, rows, k), &dev))
-                .collect::<candle_core::Result<_>>()?;
-            let xv: Vec<Vec<f32>> = xs
-                .iter()
-                .map(|x| x.flatten_all()?.to_vec1())
-                .collect::<candle_core::Result<_>>()?;
-            let candle = || {
-                for (m, x) in mms.iter().zip(&xs) {
-                    m.forward(x).expect("quantized matmul");
-                }
-            };
-            let run_packed = |ps: &[PackedMatrix]| {
-                for (p, x) in ps.iter().zip(&xv) {
-                    std::hint::black_box(p.matmul(x, rows));
-                }
-            };
-            let dequant = || {
-                for (p, x) in packed.iter().zip(&xs) {
-                    let (n, k) = p.dims();
-                    let w = Tensor::from_vec(p.dequantize(), (n, k), &Device::Cpu).expect("w");
-                    x.broadcast_matmul(&w.t().expect("t")).expect("f32 matmul");
-                }
-            };
-            let f32_only = || {
-                for (w, x) in fs.iter().zip(&xs) {
-                    x.broadcast_matmul(&w.t().expect("t")).expect("f32 matmul");
-                }
-            };
-            let mut best = [f64::MAX; 5];
-            hydra_engine_core::threads::run_in_pool(|| {
-                for round in 0..=repeat {
-                    let times = [
-                        support::ms(candle),
-                        support::ms(|| run_packed(&packed)),
-                        if packed_avx2.is_empty() {
-                            f64::NAN
-                        } else {
-                            support::ms(|| run_packed(&packed_avx2))
-                        },
-                        support::ms(dequant),
-                        support::ms(f32_only),
-                    ];
-                    // Round 0 warms caches and pools.
-                    if round > 0 {
-                        for (b, t) in best.iter_mut().zip(times) {
-                            *b = b.min(t);
-                        }
-                    }
-                }
-            });
+            let best = best_times(&l, &plan.shapes, rows, repeat)?;
             let per = |ms: f64| format!("{ms:.3} ({:.4})", ms / rows as f64);
-            let gbs = |ms: f64| weight_bytes as f64 / (ms * 1e6);
+            let gbs = |ms: f64| l.weight_bytes as f64 / (ms * 1e6);
             println!(
                 "| {dtype:?} | {rows} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.1} |",
                 per(best[0]),
