@@ -61,34 +61,53 @@ pub struct Reading {
     max_window: u32,
     /// The previous sample (none before the first).
     last: Option<Sample>,
-    /// The sample that began the episode of unread data, or the last read in it (none
-    /// while the peer keeps up).
+    /// The sample that first saw data the peer may not have read, or the last read after
+    /// it (none while the peer keeps up).
     anchor: Option<Sample>,
-    /// `CLOCK_MONOTONIC` ns of the first sample of the episode, or of the last read in
-    /// it; 0 while the peer keeps up.
-    since_ns: u64,
+    /// `CLOCK_MONOTONIC` ns of the anchor's sample.
+    anchor_ns: u64,
+    /// Whether the samples show the anchor's data unread (see [`Reading::observe`]); only
+    /// then is the anchor's time published.
+    shown: bool,
+    /// Samples in a row without evidence either way since the anchor's data was last shown
+    /// unread.
+    quiet: u32,
 }
+
+/// Quiet samples in a row that a shown episode outlives, hidden (see [`Reading::observe`]): 2.
+pub const QUIET_KEPT: u32 = 2;
 
 impl Reading {
     /// Takes the sample `s` taken at `now_ns` and returns since when the peer has read
-    /// nothing (0: it keeps up). Data waits for the peer when bytes are unsent or
-    /// unacknowledged (`pending`), or its window is under half of the largest it
-    /// advertised (a Linux receiver announces a larger window by itself only once its
-    /// window fell under half of its clamp, so a window reduced less than that may be
-    /// stale after a read). A peer reads when the right edge passes the episode's by more
-    /// than [`MIN_READ_BYTES`] plus a sixteenth of what arrived since.
+    /// nothing (0: it keeps up). The peer has read nothing of the data an anchor sample
+    /// saw arrive as long as the right edge has not passed the anchor's by more than
+    /// [`MIN_READ_BYTES`] plus a sixteenth of what arrived since; the samples **show** it
+    /// unread when, meanwhile:
+    /// - bytes are unsent or unacknowledged (`pending`); or
+    /// - at least [`MIN_ARRIVAL_BYTES`] arrived again: the receiver's acknowledgement of
+    ///   them advertised a window computed from its free buffer, which a read of the
+    ///   anchor's data would have grown. (A frozen peer at steps of GPU size, measured on
+    ///   0c1e570: from its first sample after SIGSTOP on, 55-110 KB arrived per 125 ms
+    ///   sample while its edge crept 2-4 KB; its window fell under half only 2.2 s later.)
+    ///   Or
+    /// - its window is under half of the largest it advertised as such an arrival comes
+    ///   (a Linux receiver announces a larger window by itself once its window fell under
+    ///   half of its clamp).
     ///
-    /// A low window is weaker evidence than pending bytes: a receiver that reads without
-    /// its window doubling announces nothing until more data arrives, so a low window seen
-    /// while nothing arrives may be one the peer has long since read. So a low window
-    /// begins an episode only in a sample that saw at least [`MIN_ARRIVAL_BYTES`] arrive,
-    /// and a peer that answers (bytes received) has read everything sent before the
-    /// command it answers (ggml's RPC peer serves its commands in order, and its client
-    /// sends nothing while it awaits an answer): the episode ends, unless bytes are
-    /// pending. Without this a peer idle between steps, its last window stale and low,
-    /// reads as unread from its last answer on (the likeliest cause of false stalls on a
-    /// CI machine: a peer unread for 2.2-2.6 s as a step began, which ended within 90 ms,
-    /// when that step's data arrived).
+    /// A sample with none of these, and a window not under half, is no evidence either way
+    /// (a receiver that reads without its window doubling announces nothing until more data
+    /// arrives): it returns 0, and ends an episode not yet shown, whose anchor lives only
+    /// while data keeps arriving. A shown episode outlives [`QUIET_KEPT`] such samples in a
+    /// row, hidden, and is shown again from its anchor when more arrives with the edge
+    /// still unmoved (a host pausing for a sample as it waits on the other peer cost a
+    /// frozen peer's verdict 0.6 s when that ended the episode; holding it shown through
+    /// them gave false stalls, a peer's read never announced). A peer that answers (bytes
+    /// received) has read everything sent before the command it answers (ggml's RPC peer
+    /// serves its commands in order, and its client sends nothing while it awaits an
+    /// answer): the episode ends, unless bytes are pending. Without these a peer idle
+    /// between steps, its last window stale and low, reads as unread from its last answer
+    /// on (the likeliest cause of false stalls on a CI machine: a peer unread for 2.2-2.6 s
+    /// as a step began, which ended within 90 ms, when that step's data arrived).
     ///
     /// The host being blocked on the peer's answer is not counted as data waiting: a peer
     /// computing a long step legitimately answers late, and the step's prediction, which
@@ -102,27 +121,44 @@ impl Reading {
         let low = u64::from(s.window) * 2 < u64::from(self.max_window);
         let arrived = s.bytes_acked.saturating_sub(last.bytes_acked) >= MIN_ARRIVAL_BYTES;
         let answered = s.bytes_received > last.bytes_received;
-        let begins = pending || (low && arrived);
-        let read = answered || self.anchor.is_some_and(|a| read_since(&a, &s));
+        let read = self.anchor.is_some_and(|a| read_since(&a, &s));
         match self.anchor {
-            // Nothing waits, or all that waited was read before an answer.
-            _ if !pending && (!low || answered) => self.keep_up(),
-            None if !begins => {}
-            Some(_) if !read => {}
-            Some(_) if !begins => self.keep_up(),
-            // The episode's first sample, or a read inside it while more waits.
-            _ => {
-                self.anchor = Some(s);
-                self.since_ns = now_ns.max(1);
+            // All that waited was read before an answer.
+            _ if answered && !pending => self.keep_up(),
+            // Still unread: shown by more arriving or waiting; unknown without either.
+            Some(_) if !read => {
+                if pending || arrived {
+                    self.shown = true;
+                    self.quiet = 0;
+                } else if !low && (self.shown || (1..QUIET_KEPT).contains(&self.quiet)) {
+                    self.quiet += 1;
+                    self.shown = false;
+                } else if !low {
+                    self.keep_up();
+                }
             }
+            // The first data that may wait, or a read after which more may.
+            _ if pending || arrived => {
+                self.anchor = Some(s);
+                self.anchor_ns = now_ns.max(1);
+                self.shown = pending || low;
+                self.quiet = 0;
+            }
+            _ => self.keep_up(),
         }
-        self.since_ns
+        if self.shown {
+            self.anchor_ns
+        } else {
+            0
+        }
     }
 
     /// Nothing waits for the peer.
     fn keep_up(&mut self) {
         self.anchor = None;
-        self.since_ns = 0;
+        self.anchor_ns = 0;
+        self.shown = false;
+        self.quiet = 0;
     }
 }
 
@@ -415,6 +451,87 @@ mod tests {
         };
         assert_eq!(r.observe(big, 5_000_000_060), 5_000_000_060);
         assert_eq!(r.observe(big, 9_000_000_000), 5_000_000_060);
+    }
+
+    /// A peer frozen mid-prefill at steps of GPU size, as sampled on 0c1e570 every 125 ms
+    /// (bytes acked, window): SIGSTOP just before the sample at 89 ms, which still shows
+    /// the read of what came before; then 55-110 KB arrive per sample, the edge creeping
+    /// 2-4 KB, the window still well over half.
+    #[test]
+    fn more_arriving_behind_unread_data_shows_a_frozen_peer_at_once() {
+        let trace = [
+            (-36, 65_598_488, 3_281_920),
+            (89, 65_898_718, 3_227_648),
+            (214, 66_009_020, 3_121_152),
+            (339, 66_064_171, 3_067_904),
+            (464, 66_174_473, 2_961_408),
+        ];
+        let mut r = Reading::default();
+        let got: Vec<u64> = trace
+            .iter()
+            .map(|&(ms, acked, window)| {
+                let now = (1_000 + ms) as u64 * 1_000_000;
+                r.observe(s(acked, window, 0, 0), now) / 1_000_000
+            })
+            .collect();
+        assert_eq!(got, [0, 0, 1_089, 1_089, 1_089], "unread from 89 ms on");
+    }
+
+    /// A peer that reads keeps its edge moving with what arrives, sample after sample,
+    /// and is never shown unread; a mark not shown dies with the first quiet sample.
+    #[test]
+    fn a_reading_peer_under_steady_arrivals_is_never_shown_unread() {
+        let mut r = Reading::default();
+        let (mut acked, window) = (64 * MB, 3 << 20);
+        assert_eq!(r.observe(s(acked, window, 0, 0), 10), 0);
+        for i in 1..=40u64 {
+            // 94 KB arrive and are read before the next arrival is acknowledged.
+            acked += 94_000;
+            assert_eq!(r.observe(s(acked, window, 0, 0), 10 + i * 125), 0, "{i}");
+        }
+        // Data arrives (a mark), then nothing for a while: the mark is gone, so data
+        // that arrives later behind it, the edge unmoved, is unread only from then.
+        let edge_kept =
+            |acked: u64, arrived: u64| s(acked + arrived, window - arrived as u32, 0, 0);
+        assert_eq!(r.observe(edge_kept(acked, 0), 6_000), 0);
+        acked += 94_000;
+        assert_eq!(r.observe(s(acked, window, 0, 0), 6_125), 0, "a mark");
+        assert_eq!(r.observe(s(acked, window, 0, 0), 6_250), 0, "quiet: gone");
+        assert_eq!(r.observe(edge_kept(acked, 60_000), 9_000), 0, "a new mark");
+        assert_eq!(r.observe(edge_kept(acked, 120_000), 9_125), 9_000);
+        // A quiet sample with the window over half: no evidence either way, episode over.
+        assert_eq!(r.observe(edge_kept(acked, 120_000), 9_250), 0);
+    }
+
+    /// The host pausing for a sample or two (blocked on the other peer) hides a frozen
+    /// peer's episode; the next arrival, its edge still unmoved, shows it again from the
+    /// same anchor. Measured on 0c1e570: one quiet sample 0.6 s after SIGSTOP, which cost
+    /// the verdict 0.6 s when it ended the episode. Three quiet samples end it.
+    #[test]
+    fn a_quiet_sample_or_two_hides_the_episode_without_ending_it() {
+        let window = 3 << 20;
+        let edge_kept = |arrived: u64| s(64 * MB + arrived, window - arrived as u32, 0, 0);
+        let mut r = Reading::default();
+        assert_eq!(r.observe(edge_kept(0), 0), 0);
+        assert_eq!(r.observe(edge_kept(60_000), 125), 0, "a mark");
+        assert_eq!(r.observe(edge_kept(120_000), 250), 125, "shown");
+        assert_eq!(r.observe(edge_kept(120_000), 375), 0, "quiet: hidden");
+        assert_eq!(r.observe(edge_kept(120_000), 500), 0, "quiet: hidden");
+        assert_eq!(r.observe(edge_kept(180_000), 625), 125, "unread still");
+        for t in [750, 875, 1_000] {
+            assert_eq!(r.observe(edge_kept(180_000), t), 0, "{t}");
+        }
+        // The anchor is gone: data arriving now is unread from now on.
+        assert_eq!(r.observe(edge_kept(240_000), 1_125), 0, "a new mark");
+        assert_eq!(r.observe(edge_kept(300_000), 1_250), 1_125);
+        // A read ends it however quiet the samples were.
+        assert_eq!(r.observe(edge_kept(300_000), 1_375), 0);
+        assert_eq!(
+            r.observe(s(64 * MB + 360_000, window, 0, 0), 1_500),
+            0,
+            "read"
+        );
+        assert_eq!(r.observe(s(64 * MB + 360_000, window, 0, 0), 1_625), 0);
     }
 
     #[test]
