@@ -375,6 +375,7 @@ fn frozen_mid_prefill(test: &str, gen: Gen, which: usize, steps: Steps) -> Optio
 
     let base = server.base.clone();
     let prompt = format!("Another story. {long}");
+    let again = request(&prompt, 4, 0);
     let work = std::thread::spawn(move || complete(&base, request(&prompt, 4, 0)));
     in_phase(&r, before, hydra_layout::Phase::Prefill, frozen_at);
     // The 0.3.16 generation blocks in the peer's synchronous graph compute at once, and the
@@ -400,6 +401,17 @@ fn frozen_mid_prefill(test: &str, gen: Gen, which: usize, steps: Steps) -> Optio
     assert_eq!(answer["tokens_predicted"], 4, "{answer}");
     let snap = idle_slot(&r);
     assert_eq!(snap.wait(), None, "{snap:?}");
+    // The freeze changed nothing: the same request, undisturbed (no prompt cache), gives
+    // the same text.
+    let undisturbed = complete(&server.base, again).expect("the request again");
+    assert!(
+        answer["content"].as_str().is_some_and(|t| !t.is_empty()),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["content"], undisturbed["content"],
+        "the text after SIGCONT differs from the same request undisturbed"
+    );
     Some(v)
 }
 
