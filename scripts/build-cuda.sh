@@ -28,9 +28,8 @@
 # CUDA_COMPUTE_CAP (default 90: an H100/H200) selects the GPU generation candle's kernels
 # are compiled for: PTX for compute_90a, which the driver compiles at load, plus SASS for
 # sm_90a for the kernels linked in as a static library. 60 (a P100) and 86 (an RTX 3060) are
-# the deployment's other GPUs; below 75 the build takes the CUDA 11.8 toolkit. Builds with
-# different values and one toolkit share its target directory but rebuild candle's
-# kernels. Progress goes to stderr.
+# the deployment's other GPUs; below 75 the build takes the CUDA 11.8 toolkit. Each value
+# has a target directory of its own (target_dir below). Progress goes to stderr.
 set -euo pipefail
 # `out=$(build)` and the like: a failed build inside stops the script too (bash leaves
 # errexit off in command substitutions otherwise, and the caller took a stale binary).
@@ -61,11 +60,25 @@ bundle_wheels=("gguf==0.19.0" "PyYAML==6.0.2")
 
 say() { printf 'build-cuda: %s\n' "$*" >&2; }
 
+# The cached target directory: one per toolkit version and compute capability, since
+# candle-kernels' build script compiles for one capability and reruns whenever it changes
+# (two capabilities in one directory would rebuild candle's kernels at each alternation).
+# Each toolkit's own capability (9.0 for CUDA 13, which the test suite builds; 6.0 for
+# CUDA 11.8) keeps the directory named by the version alone.
+target_dir() {
+  local version
+  version=$("$toolkit" version)
+  case $compute_cap in
+    90 | 60) echo "$cache_root/cuda-target-$version" ;;
+    *) echo "$cache_root/cuda-target-$version-sm$compute_cap" ;;
+  esac
+}
+
 # The toolkit's `export` lines plus the build's own: the cached target directory and the
 # compute capability.
 cargo_env() {
   "$toolkit" env
-  printf 'export CARGO_TARGET_DIR=%q\n' "$cache_root/cuda-target-$("$toolkit" version)"
+  printf 'export CARGO_TARGET_DIR=%q\n' "$(target_dir)"
   printf 'export CUDA_COMPUTE_CAP=%q\n' "$compute_cap"
 }
 
