@@ -3,7 +3,8 @@
 //! Each block keeps its scale in f32, the sum of its quants (the kernels take the weights'
 //! unsigned offset back out of an unsigned-by-signed dot product with it:
 //! `sum((w + o) * x) - o * sum(x) = sum(w * x)`), and that sum times its scale (for the
-//! per-block minimum of Q4_1 weights: `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`).
+//! per-block minimum of Q4_1 weights: `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`),
+//! and for the K-quants the sum of its first half and its scale times its sum in f32.
 
 use half::f16;
 
@@ -27,6 +28,7 @@ pub struct QuantizedRows {
     scaled_sums: Vec<f32>,
     sums: Vec<i32>,
     half_sums: Vec<i32>,
+    exact_scaled_sums: Vec<f32>,
 }
 
 /// One quantized row: its quants, and per block its scale, scaled sum and sum.
@@ -42,6 +44,9 @@ pub struct QuantizedRow<'a> {
     pub sums: &'a [i32],
     /// The sum of each block's first 16 quants (for the K-quants' half blocks).
     pub half_sums: &'a [i32],
+    /// Each block's scale times its sum, in f32 (the K-quants' minimum term, which every
+    /// weight tile would otherwise convert and multiply again).
+    pub exact_scaled_sums: &'a [f32],
 }
 
 /// The quantization of [`QuantizedRows::new`], for pulp's dispatch: `with_simd` is inlined
@@ -108,21 +113,25 @@ impl QuantizedRows {
         #[cfg(target_arch = "x86_64")]
         if isa.has_avx2() {
             q.quantize_avx2(isa, x);
-            q.sum_halves();
+            q.derive_sums();
             return q;
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = isa;
         q.quantize_portable(x);
-        q.sum_halves();
+        q.derive_sums();
         q
     }
 
-    /// Each block's first half's sum, from its quants.
-    fn sum_halves(&mut self) {
+    /// Each block's first half's sum, from its quants, and its scale times its sum.
+    fn derive_sums(&mut self) {
         let halves = self.quants.chunks_exact(BLOCK).zip(&mut self.half_sums);
         for (qb, h) in halves {
             *h = qb[..BLOCK / 2].iter().map(|&v| i32::from(v)).sum();
+        }
+        let blocks = self.scales.iter().zip(&self.sums);
+        for (x, (&d, &sum)) in self.exact_scaled_sums.iter_mut().zip(blocks) {
+            *x = d * sum as f32;
         }
     }
 
@@ -136,6 +145,7 @@ impl QuantizedRows {
             scaled_sums: vec![0f32; blocks],
             sums: vec![0i32; blocks],
             half_sums: vec![0i32; blocks],
+            exact_scaled_sums: vec![0f32; blocks],
         }
     }
 
@@ -180,7 +190,8 @@ impl QuantizedRows {
             scales: &self.scales[per_block.clone()],
             scaled_sums: &self.scaled_sums[per_block.clone()],
             sums: &self.sums[per_block.clone()],
-            half_sums: &self.half_sums[per_block],
+            half_sums: &self.half_sums[per_block.clone()],
+            exact_scaled_sums: &self.exact_scaled_sums[per_block],
         }
     }
 }
