@@ -379,8 +379,10 @@ impl PackedMatrix {
             0
         };
         // The tiles' results go through a buffer on the stack, `GROUP_TILES` tiles at a
-        // time: no allocation per piece and group of rows.
-        let mut dots = [[0f32; TILE]; GROUP_TILES * 4];
+        // time: no allocation per piece and group of rows, and sized by `M` (a decode
+        // step's one row zeroed 4 KB for 1 KB used, 1.9 % of its instructions).
+        let mut dots = [[[0f32; TILE]; M]; GROUP_TILES];
+        let dots = dots.as_flattened_mut();
         let (first_tile, end_tile) = (first / TILE, (first + n).div_ceil(TILE));
         for t0 in (first_tile..end_tile).step_by(GROUP_TILES) {
             let t1 = (t0 + GROUP_TILES).min(end_tile);
