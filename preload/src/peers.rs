@@ -61,17 +61,32 @@ pub struct Reading {
     max_window: u32,
     /// The previous sample (none before the first).
     last: Option<Sample>,
-    /// The sample that first saw data the peer may not have read, or the last read after
-    /// it (none while the peer keeps up).
-    anchor: Option<Sample>,
-    /// `CLOCK_MONOTONIC` ns of the anchor's sample.
-    anchor_ns: u64,
-    /// Whether the samples show the anchor's data unread (see [`Reading::observe`]); only
-    /// then is the anchor's time published.
-    shown: bool,
-    /// Samples in a row without evidence either way since the anchor's data was last shown
-    /// unread.
-    quiet: u32,
+    /// The data the peer may not have read (none while it keeps up).
+    episode: Option<Episode>,
+}
+
+/// Data that arrived at a peer and that it may not have read: since when, and what the
+/// samples after showed of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Episode {
+    /// The sample that first saw the data, or the last read after it.
+    anchor: Sample,
+    /// `CLOCK_MONOTONIC` ns of the anchor's sample (never 0).
+    since_ns: u64,
+    /// What the samples since show.
+    seen: Seen,
+}
+
+/// What the samples after an episode's anchor show of its data (see [`Reading::observe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Nothing yet: the anchor's data may have been read.
+    Unknown,
+    /// Unread: the anchor's time is published.
+    Unread,
+    /// Shown unread, then this many samples in a row without evidence either way (at
+    /// most [`QUIET_KEPT`]): not published, the anchor kept.
+    Quiet(u32),
 }
 
 /// Quiet samples in a row that a shown episode outlives, hidden (see [`Reading::observe`]): 2.
@@ -121,44 +136,41 @@ impl Reading {
         let low = u64::from(s.window) * 2 < u64::from(self.max_window);
         let arrived = s.bytes_acked.saturating_sub(last.bytes_acked) >= MIN_ARRIVAL_BYTES;
         let answered = s.bytes_received > last.bytes_received;
-        let read = self.anchor.is_some_and(|a| read_since(&a, &s));
-        match self.anchor {
+        let unread = self.episode.filter(|e| !read_since(&e.anchor, &s));
+        self.episode = match unread {
             // All that waited was read before an answer.
-            _ if answered && !pending => self.keep_up(),
+            _ if answered && !pending => None,
             // Still unread: shown by more arriving or waiting; unknown without either.
-            Some(_) if !read => {
-                if pending || arrived {
-                    self.shown = true;
-                    self.quiet = 0;
-                } else if !low && (self.shown || (1..QUIET_KEPT).contains(&self.quiet)) {
-                    self.quiet += 1;
-                    self.shown = false;
-                } else if !low {
-                    self.keep_up();
-                }
+            Some(e) => {
+                let seen = match e.seen {
+                    _ if pending || arrived => Some(Seen::Unread),
+                    seen if low => Some(seen),
+                    Seen::Unread => Some(Seen::Quiet(1)),
+                    Seen::Quiet(n) if n < QUIET_KEPT => Some(Seen::Quiet(n + 1)),
+                    Seen::Quiet(_) | Seen::Unknown => None,
+                };
+                seen.map(|seen| Episode { seen, ..e })
             }
             // The first data that may wait, or a read after which more may.
-            _ if pending || arrived => {
-                self.anchor = Some(s);
-                self.anchor_ns = now_ns.max(1);
-                self.shown = pending || low;
-                self.quiet = 0;
-            }
-            _ => self.keep_up(),
+            None if pending || arrived => Some(Episode {
+                anchor: s,
+                since_ns: now_ns.max(1),
+                seen: if pending || low {
+                    Seen::Unread
+                } else {
+                    Seen::Unknown
+                },
+            }),
+            None => None,
+        };
+        match self.episode {
+            Some(Episode {
+                since_ns,
+                seen: Seen::Unread,
+                ..
+            }) => since_ns,
+            _ => 0,
         }
-        if self.shown {
-            self.anchor_ns
-        } else {
-            0
-        }
-    }
-
-    /// Nothing waits for the peer.
-    fn keep_up(&mut self) {
-        self.anchor = None;
-        self.anchor_ns = 0;
-        self.shown = false;
-        self.quiet = 0;
     }
 }
 

@@ -375,8 +375,9 @@ fn frozen_mid_prefill(test: &str, gen: Gen, which: usize, steps: Steps) -> Optio
 
     let base = server.base.clone();
     let prompt = format!("Another story. {long}");
-    let again = request(&prompt, 4, 0);
-    let work = std::thread::spawn(move || complete(&base, request(&prompt, 4, 0)));
+    let body = request(&prompt, 4, 0);
+    let again = body.clone();
+    let work = std::thread::spawn(move || complete(&base, body));
     in_phase(&r, before, hydra_layout::Phase::Prefill, frozen_at);
     // The 0.3.16 generation blocks in the peer's synchronous graph compute at once, and the
     // layer rule calls it stalled there. On 0c1e570 (pipeline parallelism) the host runs
