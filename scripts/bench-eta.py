@@ -33,8 +33,8 @@ figure. Needs release builds of hydra-engine (with `--features fault-injection` 
 (scripts/llama-cpp.sh build).
 
   scripts/bench-eta.py eta [--builtin | --model GGUF] [--preload] [--prompt N] [--decode N]
-                          [--restart]
-  scripts/bench-eta.py batch [--builtin | --model GGUF] [--decode N]
+                          [--restart] [--record FILE]
+  scripts/bench-eta.py batch [--builtin | --model GGUF] [--decode N] [--record FILE]
   scripts/bench-eta.py stall [--model GGUF]
   scripts/bench-eta.py verdicts [--model GGUF]
 """
@@ -115,6 +115,62 @@ class Sampler(threading.Thread):
         self.halt.set()
         self.join(timeout=30)
         return self.samples
+
+
+class StepRecorder(threading.Thread):
+    """Every step the engine finishes, from its slots' flight recorders (`hydra-probe
+    history --json` every `period` s, fast enough that no 64-entry ring wraps between two
+    reads), for `--record`: the trace `cargo run -p hydra-layout --example eta-replay`
+    feeds to the cost model again, so that model variants are compared on the same steps
+    instead of on runs of a noisy machine."""
+
+    def __init__(self, probe, seg_dir, engine_id, period=0.2):
+        super().__init__(daemon=True)
+        self.cmd = [probe, "--dir", seg_dir, "--json", "history", engine_id]
+        self.period = period
+        self.steps = {}
+        self.halt = threading.Event()
+
+    def read(self):
+        r = subprocess.run(self.cmd, capture_output=True, text=True, timeout=30)
+        if r.returncode != 0 or not r.stdout.startswith("{"):
+            return
+        for slot in json.loads(r.stdout)["slots"]:
+            for st in slot["steps"]:
+                self.steps[(slot["slot"], st["ordinal"])] = st
+
+    def run(self):
+        while not self.halt.wait(self.period):
+            self.read()
+
+    def stop(self):
+        self.halt.set()
+        self.join(timeout=30)
+        self.read()
+        return self.steps
+
+    def save(self, path, cases):
+        """Writes the trace: one line per forward (the steps of the slots that share a
+        start), oldest first; exits when a slot's ordinals have a gap (a ring wrapped)."""
+        by_slot = {}
+        for (slot, ordinal), st in sorted(self.steps.items()):
+            by_slot.setdefault(slot, []).append((ordinal, st))
+        for slot, steps in by_slot.items():
+            ordinals = [o for o, _ in steps]
+            if ordinals != list(range(ordinals[0], ordinals[0] + len(ordinals))):
+                sys.exit(f"--record: slot {slot}'s flight recorder wrapped between two reads")
+        forwards = {}
+        for slot, steps in by_slot.items():
+            for _, st in steps:
+                row = [slot, st["task_id"], st["kind"], st["result"], st["size"],
+                       st["advanced"], st["context"], round(st["duration_s"] * 1e9)]
+                forwards.setdefault(st["start_ns"], []).append(row)
+        with open(path, "w") as f:
+            f.write(json.dumps({"trace": "hydra-eta-steps", "version": 1,
+                                "cases": cases}) + "\n")
+            for start in sorted(forwards):
+                f.write(json.dumps([start, sorted(forwards[start])]) + "\n")
+        print(f"recorded {len(self.steps)} steps in {len(forwards)} forwards to {path}")
 
 
 class Engine:
@@ -328,6 +384,10 @@ def run_eta(args, work):
     engine_args = ["--slots", "1", "--threads", str(args.threads),
                    "--ctx", str(args.prompt + args.decode + 64)]
     eng = Engine(args.engine, model, work, engine_args)
+    recorder = StepRecorder(args.probe, eng.dir, eng.id) if args.record else None
+    if recorder:
+        recorder.start()
+    cases = []
     toks = eng.tokens(args.prompt)
     # The same request twice on one engine: the first after start (the model learns as
     # it goes), then again (the model knows this engine from the first); with --restart,
@@ -351,12 +411,18 @@ def run_eta(args, work):
         eng.erase(0)
         print(f"{label}: prefill {args.prompt} in {t1 - t0:.1f} s, decode {args.decode} in "
               f"{t2 - t1:.1f} s, {len(samples)} samples")
+        tasks = {v["state"]["task_id"] for _, v in phase_samples(samples, 0, "decode")}
+        if len(tasks) == 1:
+            cases.append({"case": f"{label}.decode", "slot": 0, "task_id": tasks.pop()})
         eta_table(f"{label}.prefill", samples, 0, "prefill", t1)
         eta_table(f"{label}.decode", samples, 0, "decode", t2)
         step_table(f"{label}.prefill", samples, 0,
                    lambda v: v["state"]["phase"] == "prefill", args.prompt)
         step_table(f"{label}.decode", samples, 0,
                    lambda v: v["state"]["phase"] == "decode", args.decode)
+    if recorder:
+        recorder.stop()
+        recorder.save(args.record, cases)
     eng.stop()
 
 
@@ -382,6 +448,10 @@ def run_batch(args, work):
     n = args.decode
     eng = Engine(args.engine, model, work,
                  ["--slots", "4", "--threads", str(args.threads), "--ctx", str(n + 512)])
+    recorder = StepRecorder(args.probe, eng.dir, eng.id) if args.record else None
+    if recorder:
+        recorder.start()
+    cases = []
     prompt = eng.tokens(64)
     # One request alone first: the model knows a one-row decode step.
     eng.prefill(0, prompt)
@@ -405,12 +475,18 @@ def run_batch(args, work):
         for t in others:
             t.join()
         samples = sampler.stop()
+        tasks = {v["state"]["task_id"] for _, v in phase_samples(samples, 0, "decode")}
+        if len(tasks) == 1:
+            cases.append({"case": f"{name}.batch.{case}", "slot": 0, "task_id": tasks.pop()})
         print(f"{name}.batch.{case}: slot 0 decoded {n} tokens, {len(samples)} samples")
         eta_table(f"{name}.batch.{case}", samples, 0, "decode", end)
         step_table(f"{name}.batch.{case}", samples, 0,
                    lambda v: v["state"]["phase"] == "decode", n)
         for slot in range(4):
             eng.erase(slot)
+    if recorder:
+        recorder.stop()
+        recorder.save(args.record, cases)
     eng.stop()
 
 
@@ -608,12 +684,18 @@ def main():
                     default=os.path.join(ROOT, "target/release/libhydra_preload.so"))
     ap.add_argument("--llama-server", help="default: scripts/llama-cpp.sh build's")
     ap.add_argument("--verbose", action="store_true", help="every sampled step")
+    ap.add_argument("--record", metavar="FILE",
+                    help="eta (without --restart), batch: also write every step the engine "
+                         "finished to FILE, the "
+                         "trace the cost model's replay reads (layout/examples/eta-replay.rs)")
     args = ap.parse_args()
     global VERBOSE
     VERBOSE = args.verbose
     for path in (args.engine, args.probe):
         if not os.access(path, os.X_OK):
             sys.exit(f"{path} is missing: cargo build --release -p hydra-engine -p hydra-probe-cli")
+    if args.record and (args.what not in ("eta", "batch") or args.restart or args.preload):
+        sys.exit("--record: only with eta (without --restart or --preload) and batch")
     if args.preload and not args.llama_server:
         prefix = subprocess.run([os.path.join(ROOT, "scripts/llama-cpp.sh"), "build"],
                                 capture_output=True, text=True, check=True).stdout.strip()
