@@ -39,7 +39,7 @@ fn main() -> candle_core::Result<()> {
             head_dim,
         };
         for batch in [1usize, 4] {
-            for len in [16usize, 256, 2048] {
+            for len in [16usize, 256, 512, 1000, 2048] {
                 let buffers: Vec<(Tensor, Tensor)> = (0..batch)
                     .map(|_| {
                         let shape = (1, n_kv_head, CAPACITY, head_dim);

@@ -134,11 +134,12 @@ pub struct CachedSequence<'a> {
 /// microseconds of arithmetic over the pool costs more than it saves.
 const PARALLEL_MIN_WORK: usize = 1 << 16;
 
-/// Caches of at least this many positions are attended in blocks of [`SPLIT_BLOCK`] when
-/// the pool may share the work out and the batch has fewer than
-/// [`SPLIT_GROUPS_PER_THREAD`] groups per thread (one sequence has only a few K/V heads:
-/// SmolLM2's 3 on two threads left one of them idle for a third of the time).
-const SPLIT_MIN_LEN: usize = 1024;
+/// The fewest positions a block of a split cache holds: a cache is split only from twice
+/// this many (256) positions on, when the pool may share the work out and the batch has
+/// fewer than [`SPLIT_GROUPS_PER_THREAD`] groups per thread (one sequence has only a few
+/// K/V heads: SmolLM2's 3 on two threads left one of them idle for a third of the time).
+/// See [`split_blocks`] and BENCHMARKS.md, "Decode attention in equal blocks".
+const SPLIT_MIN_BLOCK: usize = 128;
 
 /// Groups per thread from which a batch is not split: enough tasks to share out already.
 /// (Four SmolLM2 slots decoding over 2,000-position caches, split whenever fewer than 4
@@ -146,8 +147,22 @@ const SPLIT_MIN_LEN: usize = 1024;
 /// unsplit kernel: a cache in blocks costs more than it saves once the groups balance.)
 const SPLIT_GROUPS_PER_THREAD: usize = 2;
 
-/// Positions per block of a split cache.
+/// The most positions a block of a split cache holds.
 const SPLIT_BLOCK: usize = 512;
+
+/// The blocks a cache of `len` positions is cut into, on `threads` threads, when its
+/// batch has few groups (1: not split): a multiple of `threads` (every group then gives
+/// each thread the same number of blocks, which [`plan_tasks`] makes as equal as positions
+/// allow) of at most [`SPLIT_BLOCK`] positions each, but no more blocks than leave each
+/// [`SPLIT_MIN_BLOCK`] positions (many threads and a short cache: fewer, larger blocks).
+/// Blocks of 512 from the first position, and none below 1,024 positions, had left a
+/// 1,030-position cache in 512, 512 and 6, and a 1,000-position one to three tasks on two
+/// threads.
+fn split_blocks(len: usize, threads: usize) -> usize {
+    let threads = threads.max(1);
+    let balanced = threads * len.div_ceil(threads * SPLIT_BLOCK);
+    balanced.min(len / SPLIT_MIN_BLOCK).max(1)
+}
 
 /// One row (new token) of [`attend_cpu`]: its sequence's K and V buffers
 /// (`n_kv_head * capacity * head_dim`) and the positions it sees, `0..len`.
@@ -244,7 +259,7 @@ pub fn attend_cpu_with(
     let threads = crate::threads::kernel_threads();
     let few_groups = threads > 1 && n_rows * n_kv < SPLIT_GROUPS_PER_THREAD * threads;
     let blocks = |t: usize| match views[t / n_kv].len {
-        len if few_groups && len >= SPLIT_MIN_LEN => len.div_ceil(SPLIT_BLOCK),
+        len if few_groups => split_blocks(len, threads),
         _ => 1,
     };
     let split: usize = (0..n_rows * n_kv).map(blocks).filter(|&b| b > 1).sum();
@@ -407,7 +422,8 @@ fn check_shapes(
 }
 
 /// The kernel's tasks: each group `t` of `out` (`n_rep` heads of `hd` values) whole, or
-/// in blocks of [`SPLIT_BLOCK`] positions writing to `block_out` and `block_stats`;
+/// in `n_blocks` blocks of equal positions (one apart at most) writing to `block_out` and
+/// `block_stats`;
 /// `shape(t)` is the group's positions and its number of blocks.
 fn plan_tasks<'a>(
     out: &'a mut [f32],
@@ -431,10 +447,13 @@ fn plan_tasks<'a>(
             });
             continue;
         }
+        // Block b holds positions [b·len/n, (b+1)·len/n): sizes differ by at most one
+        // ([`split_blocks`] leaves each at least SPLIT_MIN_BLOCK).
+        let edge = |b: usize| b * len / n_blocks;
         for b in 0..n_blocks {
             tasks.push(Task {
                 t,
-                positions: b * SPLIT_BLOCK..((b + 1) * SPLIT_BLOCK).min(len),
+                positions: edge(b)..edge(b + 1),
                 o: outs.next().expect("a block output per block"),
                 stats: stats.next(),
             });
@@ -611,6 +630,44 @@ mod tests {
         Tensor::from_vec(vals, shape, &Device::Cpu).unwrap()
     }
 
+    /// A split cache gives each thread as many blocks, of equal positions (one apart at
+    /// most), none over SPLIT_BLOCK and none under SPLIT_MIN_BLOCK; a short cache is not
+    /// split, and many threads over a short cache get fewer, larger blocks.
+    #[test]
+    fn split_caches_give_every_thread_equal_blocks() {
+        let cases = [
+            (255, 2, 1),
+            (256, 2, 2),
+            (1024, 2, 2),
+            (1030, 2, 4),
+            (2048, 2, 4),
+        ];
+        for (len, threads, want) in cases {
+            assert_eq!(split_blocks(len, threads), want, "{len} on {threads}");
+        }
+        assert_eq!(split_blocks(4000, 3), 9);
+        assert_eq!(
+            split_blocks(300, 16),
+            2,
+            "blocks of at least SPLIT_MIN_BLOCK"
+        );
+        for len in [256, 257, 1030, 4097, 9000] {
+            for threads in [2, 3, 4, 16] {
+                let n = split_blocks(len, threads);
+                let sizes: Vec<usize> = (0..n).map(|b| (b + 1) * len / n - b * len / n).collect();
+                assert_eq!(sizes.iter().sum::<usize>(), len);
+                let (lo, hi) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
+                assert!(lo >= SPLIT_MIN_BLOCK, "{len}/{threads}: {sizes:?}");
+                assert!(
+                    hi <= SPLIT_BLOCK && hi - lo <= 1,
+                    "{len}/{threads}: {sizes:?}"
+                );
+                let whole = n.is_multiple_of(threads) || n == len / SPLIT_MIN_BLOCK;
+                assert!(whole, "{len}/{threads}: {n}");
+            }
+        }
+    }
+
     /// The kernel agrees with the candle-op form for every sequence of a batch of unequal
     /// lengths, read out of buffers larger than what they hold, on both the sequential and
     /// the parallel path, and for caches split into blocks of positions, in every code this
@@ -643,6 +700,24 @@ mod tests {
                     head_dim: 12,
                 },
                 vec![3, 1500],
+            ),
+            // One SmolLM2 row: its 3 groups split in 2 blocks of 128 and 129, and in 4 of
+            // 257 and 258 positions.
+            (
+                Heads {
+                    n_head: 9,
+                    n_kv_head: 3,
+                    head_dim: 64,
+                },
+                vec![257],
+            ),
+            (
+                Heads {
+                    n_head: 9,
+                    n_kv_head: 3,
+                    head_dim: 64,
+                },
+                vec![1030],
             ),
             // One query head per K/V head, and 7 per K/V head (heads in parts of 3, 3 and 1),
             // with head widths that leave 1 and 2 vectors after the 4-vector passes.
@@ -696,7 +771,7 @@ mod tests {
             })
             .collect();
         // On two threads, so that long caches of batches with few groups are split
-        // into blocks (1500 and 1100 here) on any machine.
+        // into blocks (1500, 1100, 1030 and 257 here) on any machine.
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
