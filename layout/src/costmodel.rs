@@ -1291,6 +1291,13 @@ mod tests {
             as u64
     }
 
+    /// What `n` one-row decode steps from context `ctx` on take, at `speed`.
+    fn rest_truth(ctx: u64, n: u64, speed: f64) -> u64 {
+        (0..n)
+            .map(|k| batch_truth(&StepShape::decode(1, ctx + k), speed))
+            .sum()
+    }
+
     /// `steps` decode steps of `rows` rows from contexts `ctx` each, at `speed`.
     fn run_batch(m: &mut CostModel, rows: u64, ctx: u64, steps: u64, speed: f64) {
         for k in 0..steps {
@@ -1330,9 +1337,7 @@ mod tests {
         // 15 steps at 1.5x, then the rest of a 1,000-token generation at 700.
         run_batch(&mut m, 1, 685, 15, 1.5);
         let at = StepShape::decode(1, 700);
-        let rest: u64 = (0..500)
-            .map(|k| batch_truth(&StepShape::decode(1, 700 + k), 1.0))
-            .sum();
+        let rest = rest_truth(700, 500, 1.0);
         let p = m.predict_remaining(&at, 500).unwrap();
         assert!(rel(p.ns, rest) < 0.08, "{} vs {rest}", p.ns);
         // The fast fit, which followed the burst, would have put the end far later.
@@ -1381,9 +1386,7 @@ mod tests {
             m.decode_slow.attention_spread()
         );
         let at = StepShape::decode(1, 7_110);
-        let rest: u64 = (0..900)
-            .map(|k| batch_truth(&StepShape::decode(1, 7_110 + k), 1.5))
-            .sum();
+        let rest = rest_truth(7_110, 900, 1.5);
         let p = m.predict_remaining(&at, 900).unwrap();
         assert!(rel(p.ns, rest) < 0.25, "{} vs {rest}", p.ns);
     }
