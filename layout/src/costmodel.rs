@@ -571,6 +571,9 @@ pub struct CostModel {
     decode_slow: Fit,
     /// Decode steps learnt by the fits by batch size (the clock of [`Fit::learnt_at`]).
     decode_learnt: u64,
+    /// Whether the slow fit's shape is known ([`Self::slow_shape_known`]), decided each
+    /// time it is solved.
+    slow_known: bool,
     /// The level of the recent decode steps against the slow fit (see "The slow fit's
     /// shape at the recent level" in the module docs).
     level: Level,
@@ -663,6 +666,7 @@ impl CostModel {
             decode_by_rows: vec![Fit::new(); ROW_FITS],
             decode_slow: Fit::new(),
             decode_learnt: 0,
+            slow_known: false,
             level: Level {
                 step: 1.0,
                 phase: 1.0,
@@ -724,9 +728,10 @@ impl CostModel {
             }
         }
         if model.decode_slow.samples > 0 {
-            model.decode_slow.resolve_attention_at_least_zero(&config);
+            model.resolve_slow();
+        } else {
+            model.pull_decode_attention();
         }
-        model.pull_decode_attention();
         Some(model)
     }
 
@@ -750,7 +755,17 @@ impl CostModel {
     /// steps' contexts are spread widely enough that the attention cost is told from the
     /// fixed and per-row costs ([`Fit::attention_spread`] at least [`SLOW_MIN_SPREAD`]).
     fn slow_shape_known(&self) -> bool {
-        self.slow_ready() && self.decode_slow.attention_spread() >= SLOW_MIN_SPREAD
+        self.slow_known
+    }
+
+    /// Solves the slow decode fit (its attention cost at least 0), decides whether its
+    /// shape is known, and centres the fast decode fits on its attention cost.
+    fn resolve_slow(&mut self) {
+        self.decode_slow
+            .resolve_attention_at_least_zero(&self.config);
+        self.slow_known =
+            self.slow_ready() && self.decode_slow.attention_spread() >= SLOW_MIN_SPREAD;
+        self.pull_decode_attention();
     }
 
     /// Decode steps a fast fit remembers, about: `1 / (1 − λ)` (20 at the default).
@@ -960,8 +975,7 @@ impl CostModel {
             self.learn_level(&x, y);
             self.decode_slow.accumulate(&x, y, cfg.slow_forgetting);
             if self.decode_slow.samples % SLOW_SOLVE_EVERY == 0 {
-                self.decode_slow.resolve_attention_at_least_zero(&cfg);
-                self.pull_decode_attention();
+                self.resolve_slow();
             }
         }
         Observed::Learnt
