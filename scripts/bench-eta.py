@@ -124,12 +124,29 @@ class StepRecorder(threading.Thread):
     feeds to the cost model again, so that model variants are compared on the same steps
     instead of on runs of a noisy machine."""
 
-    def __init__(self, probe, seg_dir, engine_id, period=0.2):
+    def __init__(self, probe, seg_dir, engine_id, path, period=0.2):
         super().__init__(daemon=True)
         self.cmd = [probe, "--dir", seg_dir, "--json", "history", engine_id]
+        self.path = path
         self.period = period
         self.steps = {}
+        self.cases = []
         self.halt = threading.Event()
+
+    @classmethod
+    def started(cls, args, eng):
+        """A recorder of `eng`'s steps, running, when `--record` asks for one."""
+        if not args.record:
+            return None
+        recorder = cls(args.probe, eng.dir, eng.id, args.record)
+        recorder.start()
+        return recorder
+
+    def note_case(self, label, samples):
+        """Slot 0's decode task in `samples` is the case `label` of the trace."""
+        tasks = {v["state"]["task_id"] for _, v in phase_samples(samples, 0, "decode")}
+        if len(tasks) == 1:
+            self.cases.append({"case": label, "slot": 0, "task_id": tasks.pop()})
 
     def read(self):
         r = subprocess.run(self.cmd, capture_output=True, text=True, timeout=30)
@@ -143,13 +160,14 @@ class StepRecorder(threading.Thread):
         while not self.halt.wait(self.period):
             self.read()
 
-    def stop(self):
+    def finish(self):
+        """Stops, reads the rings a last time and writes the trace."""
         self.halt.set()
         self.join(timeout=30)
         self.read()
-        return self.steps
+        self.save()
 
-    def save(self, path, cases):
+    def save(self):
         """Writes the trace: one line per forward (the steps of the slots that share a
         start), oldest first; exits when a slot's ordinals have a gap (a ring wrapped)."""
         by_slot = {}
@@ -165,12 +183,12 @@ class StepRecorder(threading.Thread):
                 row = [slot, st["task_id"], st["kind"], st["result"], st["size"],
                        st["advanced"], st["context"], round(st["duration_s"] * 1e9)]
                 forwards.setdefault(st["start_ns"], []).append(row)
-        with open(path, "w") as f:
+        with open(self.path, "w") as f:
             f.write(json.dumps({"trace": "hydra-eta-steps", "version": 1,
-                                "cases": cases}) + "\n")
+                                "cases": self.cases}) + "\n")
             for start in sorted(forwards):
                 f.write(json.dumps([start, sorted(forwards[start])]) + "\n")
-        print(f"recorded {len(self.steps)} steps in {len(forwards)} forwards to {path}")
+        print(f"recorded {len(self.steps)} steps in {len(forwards)} forwards to {self.path}")
 
 
 class Engine:
@@ -384,10 +402,7 @@ def run_eta(args, work):
     engine_args = ["--slots", "1", "--threads", str(args.threads),
                    "--ctx", str(args.prompt + args.decode + 64)]
     eng = Engine(args.engine, model, work, engine_args)
-    recorder = StepRecorder(args.probe, eng.dir, eng.id) if args.record else None
-    if recorder:
-        recorder.start()
-    cases = []
+    recorder = StepRecorder.started(args, eng)
     toks = eng.tokens(args.prompt)
     # The same request twice on one engine: the first after start (the model learns as
     # it goes), then again (the model knows this engine from the first); with --restart,
@@ -411,9 +426,8 @@ def run_eta(args, work):
         eng.erase(0)
         print(f"{label}: prefill {args.prompt} in {t1 - t0:.1f} s, decode {args.decode} in "
               f"{t2 - t1:.1f} s, {len(samples)} samples")
-        tasks = {v["state"]["task_id"] for _, v in phase_samples(samples, 0, "decode")}
-        if len(tasks) == 1:
-            cases.append({"case": f"{label}.decode", "slot": 0, "task_id": tasks.pop()})
+        if recorder:
+            recorder.note_case(f"{label}.decode", samples)
         eta_table(f"{label}.prefill", samples, 0, "prefill", t1)
         eta_table(f"{label}.decode", samples, 0, "decode", t2)
         step_table(f"{label}.prefill", samples, 0,
@@ -421,8 +435,7 @@ def run_eta(args, work):
         step_table(f"{label}.decode", samples, 0,
                    lambda v: v["state"]["phase"] == "decode", args.decode)
     if recorder:
-        recorder.stop()
-        recorder.save(args.record, cases)
+        recorder.finish()
     eng.stop()
 
 
@@ -448,10 +461,7 @@ def run_batch(args, work):
     n = args.decode
     eng = Engine(args.engine, model, work,
                  ["--slots", "4", "--threads", str(args.threads), "--ctx", str(n + 512)])
-    recorder = StepRecorder(args.probe, eng.dir, eng.id) if args.record else None
-    if recorder:
-        recorder.start()
-    cases = []
+    recorder = StepRecorder.started(args, eng)
     prompt = eng.tokens(64)
     # One request alone first: the model knows a one-row decode step.
     eng.prefill(0, prompt)
@@ -475,9 +485,8 @@ def run_batch(args, work):
         for t in others:
             t.join()
         samples = sampler.stop()
-        tasks = {v["state"]["task_id"] for _, v in phase_samples(samples, 0, "decode")}
-        if len(tasks) == 1:
-            cases.append({"case": f"{name}.batch.{case}", "slot": 0, "task_id": tasks.pop()})
+        if recorder:
+            recorder.note_case(f"{name}.batch.{case}", samples)
         print(f"{name}.batch.{case}: slot 0 decoded {n} tokens, {len(samples)} samples")
         eta_table(f"{name}.batch.{case}", samples, 0, "decode", end)
         step_table(f"{name}.batch.{case}", samples, 0,
@@ -485,8 +494,7 @@ def run_batch(args, work):
         for slot in range(4):
             eng.erase(slot)
     if recorder:
-        recorder.stop()
-        recorder.save(args.record, cases)
+        recorder.finish()
     eng.stop()
 
 
@@ -686,8 +694,8 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="every sampled step")
     ap.add_argument("--record", metavar="FILE",
                     help="eta (without --restart), batch: also write every step the engine "
-                         "finished to FILE, the "
-                         "trace the cost model's replay reads (layout/examples/eta-replay.rs)")
+                         "finished to FILE, the trace the cost model's replay reads "
+                         "(layout/examples/eta-replay.rs)")
     args = ap.parse_args()
     global VERBOSE
     VERBOSE = args.verbose

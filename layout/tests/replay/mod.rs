@@ -8,7 +8,7 @@
 //! [[slot, task_id, kind, result, size, advanced, context, duration_ns], ...]]`, the steps
 //! of the slots that forward computed (one row: a step of its own).
 
-use hydra_layout::{Forecaster, Phase, PhaseEnd, SlotState, WorkUnit, MAX_SLOTS};
+use hydra_layout::{Forecaster, Phase, PhaseEnd, SlotState, StepResult, WorkUnit, MAX_SLOTS};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -44,15 +44,15 @@ impl Row {
     fn task(&self) -> u64 {
         self.1
     }
+    /// Its kind, by the names the probe writes ([`Phase::as_str`]); None for a step that
+    /// is not a forward (save, restore).
     fn phase(&self) -> Option<Phase> {
-        match self.2.as_str() {
-            "prefill" => Some(Phase::Prefill),
-            "decode" => Some(Phase::Decode),
-            _ => None,
-        }
+        [Phase::Prefill, Phase::Decode]
+            .into_iter()
+            .find(|p| p.as_str() == self.2)
     }
     fn advanced_step(&self) -> bool {
-        self.3 == "advanced"
+        self.3 == StepResult::Advanced.as_str()
     }
     fn size(&self) -> u64 {
         self.4
@@ -67,7 +67,7 @@ impl Row {
         self.7
     }
     fn end_ns(&self, start_ns: u64) -> u64 {
-        start_ns.saturating_add(self.7)
+        start_ns.saturating_add(self.duration_ns())
     }
 }
 
