@@ -51,6 +51,7 @@
 # HYDRA_PRELOAD_SO: a library already built (default: cargo build --release of this tree).
 # HYDRA_BENCH_N_SHORT, HYDRA_BENCH_N_LONG: the two valgrind generations (default 4, 20);
 # HYDRA_BENCH_VALGRIND=0 skips them (wall clock only).
+# ROUNDS 0 skips the wall clock (instructions only; HYDRA_BENCH_VALGRIND must stay 1).
 # Prints `uptime` before and after, and ends with one line: `RESULT ...`.
 # Needs llama.cpp (scripts/llama-cpp.sh build), valgrind, taskset, python3 and cargo.
 # Not part of CI: it takes minutes (valgrind runs ~50x slower than native).
@@ -63,6 +64,10 @@ case "$mode" in
   threshold) rounds=${1:-6}; sizes=${2:-8,16,32,64,128,512}; short_default=0; long_default=0 ;;
   *) echo "HYDRA_BENCH_MODE is decode, prompt or threshold" >&2; exit 2 ;;
 esac
+if [ "$rounds" = 0 ] && { [ "$mode" = threshold ] || [ "${HYDRA_BENCH_VALGRIND:-1}" != 1 ]; }; then
+  echo "ROUNDS 0 (instructions only) needs the decode or prompt mode with HYDRA_BENCH_VALGRIND=1" >&2
+  exit 2
+fi
 rpc=${HYDRA_BENCH_RPC:-0}
 n_short=${HYDRA_BENCH_N_SHORT:-$short_default}
 n_long=${HYDRA_BENCH_N_LONG:-$long_default}
@@ -219,6 +224,19 @@ else
   for k in plain.$n_short plain.$n_long preload.$n_short preload.$n_long; do ir[$k]=0; done
 fi
 
+if [ "$rounds" = 0 ]; then
+  echo "after: $(uptime)"
+  python3 - "$n_short" "$n_long" "${ir[plain.$n_short]}" "${ir[plain.$n_long]}" \
+    "${ir[preload.$n_short]}" "${ir[preload.$n_long]}" <<'PY'
+import sys
+n1, n2, a1, a2, b1, b2 = map(int, sys.argv[1:])
+per_a, per_b = (a2 - a1) / (n2 - n1), (b2 - b1) / (n2 - n1)
+print(f"instructions per token: plain {per_a:,.0f}, preload {per_b:,.0f} (+{per_b - per_a:,.0f}); "
+      f"ratio plain/preload {per_a / per_b:.5f}")
+print(f"RESULT instructions per token plain {per_a:.0f} preload {per_b:.0f} (no wall clock rounds)")
+PY
+  exit 0
+fi
 if [ "$rpc" = 1 ]; then
   echo "== wall clock: $rounds rounds of $n_gen $mode tokens, ABBA, split over the RPC peers $peers"
 else

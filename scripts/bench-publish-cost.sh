@@ -8,14 +8,20 @@
 #
 #   scripts/bench-publish-cost.sh [TOKENS]        (default 128)
 #
+# HYDRA_ENGINE_BIN: an engine binary already built (default: cargo build --release of this
+# tree), e.g. another revision's (scripts/bench-format-cost.sh). Ends with one line:
+# `RESULT on ON off OFF tokens N` (instructions of the decode request).
 # Needs valgrind (callgrind, callgrind_control). Release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tokens="${1:-128}"
 # Built together with a bench target so that features match `cargo bench` (dev-dependencies
 # unify features), which keeps the cached release build of candle.
-cargo build --release --quiet -p hydra-engine --bench server --bin hydra-engine
-bin="$PWD/target/release/hydra-engine"
+bin="${HYDRA_ENGINE_BIN:-}"
+if [[ -z "$bin" ]]; then
+    cargo build --release --quiet -p hydra-engine --bench server --bin hydra-engine
+    bin="$PWD/target/release/hydra-engine"
+fi
 work="$(mktemp -d -t hydra-publish-cost.XXXXXX)"
 trap 'pkill -f "callgrind.*$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 
@@ -57,3 +63,4 @@ awk -v on="$on" -v off="$off" -v n="$tokens" 'BEGIN {
     printf "| publishing on | %d | %d |\n", on, on / n
     printf "publishing costs %d instructions per token: throughput ratio on/off = %.6f\n", (on - off) / n, off / on
 }'
+echo "RESULT on $on off $off tokens $tokens"

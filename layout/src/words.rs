@@ -46,6 +46,10 @@ impl MappedWords {
         }
     }
 
+    /// Inlined: every word access of the writer's per-step path goes through it (some 150
+    /// a decoded token); called out of line it was a quarter of the engine's publishing
+    /// instructions (callgrind, `scripts/bench-format-cost.sh`).
+    #[inline]
     fn word_ptr(&self, offset: usize) -> *mut u64 {
         assert!(
             offset % 8 == 0 && offset.checked_add(8).is_some_and(|end| end <= self.len),
