@@ -124,6 +124,26 @@ fn parallel_chunks_give_the_sequential_result() {
 }
 
 #[test]
+fn many_rows_over_weights_larger_than_a_span_give_each_rows_product() {
+    // One piece (one thread) of 1,100 weight rows, 2 KiB a tile: three spans of
+    // `SPAN_BYTES` (512, 512 and 76 rows, the last tile padded), each run by three groups
+    // of activation rows (4, 4 and 1).
+    let (n, k, rows) = (1100, 256, 9);
+    let tile_bytes = k / BLOCK * Kind::Q8_0.tile_block_bytes();
+    assert!(n * tile_bytes / TILE > 2 * SPAN_BYTES);
+    let q = quantized(n, k, GgmlDType::Q8_0, 5);
+    let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
+    let x = values(rows * k, 13);
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let want = one.install(|| packed.clone().with_isa(Isa::PORTABLE).matmul(&x, rows));
+    one.install(|| assert_every_isa_gives(&want, &packed, &x, rows, "spans"));
+    assert_close(&want, &candle_matmul(&q, &x, rows), 1e-5, "spans");
+}
+
+#[test]
 fn several_matrices_in_one_pass_give_each_ones_product() {
     let k = 256;
     let qs: Vec<_> = [
