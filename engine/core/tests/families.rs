@@ -37,9 +37,10 @@ const FLIPPED_TOLERANCE: f32 = 3e-2;
 /// Our greedy token must be the reference's best, or score within this much (relative to
 /// the step's largest logit) of it: a near-tie that such differences may break either way.
 const NEAR_TIE: f32 = 2e-2;
-/// `TOLERANCE` for K-quant files: candle and the engine quantize the activations of a
-/// K-quant product differently ([`q4_k_m_file_matches_the_reference`]).
-const K_TOLERANCE: f32 = 3e-2;
+/// `TOLERANCE` for K-quant files: candle's and the engine's K-quant kernels sum their
+/// products in other orders, and each flipped activation quant grows from there
+/// ([`q4_k_m_file_matches_the_reference`]).
+const K_TOLERANCE: f32 = 2e-2;
 /// Two spellings of the same RoPE scaling: the frequencies differ in the last bits.
 const SAME_SCALING: f32 = 1e-5;
 /// A RoPE scaling must move the logits at least this much (relative) to count as applied.
@@ -360,14 +361,14 @@ fn embedded_shape_file_matches_the_reference() {
 /// A random-weight file of llama.cpp's Q4_K_M mixture (Q4_K, and Q6_K for the output and
 /// the first layer's attn_v and ffn_down), whose matrices the engine runs with its own
 /// K-quant kernels (`kernels::packed`) where the CPU has AVX2, against candle's
-/// quantized_llama and its own K-quant kernels. candle quantizes the activations of a
-/// K-quant product to Q8_K (one scale per 256 values), the engine to 8-bit blocks of 32,
-/// so the two differ by that quantization's error at every product, not by the summation
-/// order alone (the kernels themselves match the exact product of candle's dequantized
-/// weights to 1e-5, `kernels::packed` tests): measured 1.87e-2 of the largest logit at the
-/// median step and 2.52e-2 at most, and 31 of the 32 greedy tokens equal, the other a
-/// near-tie. The logits are held to `K_TOLERANCE` at the median step and the flipped bound
-/// at every step, every token to the near-tie bound, and at most two tokens may differ.
+/// quantized_llama and its own K-quant kernels. Both quantize the activations of a K-quant
+/// product as Q8_K does (one f32 scale per 256 values) and agree on a product to 1e-5
+/// (`kernels::packed` tests); over 30 layers, quants flipped by the different summation
+/// orders grow: measured 1.04e-2 of the largest logit at the median step and 1.39e-2 at
+/// most, and 31 of the 32 greedy tokens equal, the other a near-tie (with the engine's
+/// activations in blocks of 32, as before, 1.87e-2 and 2.52e-2). The logits are held to
+/// `K_TOLERANCE` at the median step and the flipped bound at every step, every token to the
+/// near-tie bound, and at most two tokens may differ.
 #[test]
 fn q4_k_m_file_matches_the_reference() {
     let Some(dir) = named_test_model("llama-q4km") else {

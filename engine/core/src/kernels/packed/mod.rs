@@ -311,8 +311,20 @@ impl PackedMatrix {
         if rows == 0 || k == 0 {
             return vec![Vec::new(); mats.len()];
         }
-        let acts = QuantizedRows::new(x, rows, k);
-        let acts: Vec<QuantizedRow<'_>> = (0..acts.rows()).map(|m| acts.row(m)).collect();
+        // The K-quants' kernels take one activation scale per super-block (as ggml's Q8_K
+        // has), the others one per block: each form is quantized once, where a matrix
+        // needs it.
+        let quantize = |group: usize| {
+            let needed = mats.iter().any(|m| m.kind.scale_blocks() == group);
+            needed.then(|| QuantizedRows::new_grouped(x, rows, k, group, Isa::best()))
+        };
+        let (plain, grouped) = (quantize(1), quantize(SUPER));
+        fn rows_of(q: &Option<QuantizedRows>) -> Vec<QuantizedRow<'_>> {
+            q.as_ref()
+                .map(|q| (0..q.rows()).map(|m| q.row(m)).collect())
+                .unwrap_or_default()
+        }
+        let (plain, grouped) = (rows_of(&plain), rows_of(&grouped));
         let mut outs: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; rows * m.n]).collect();
         let total: usize = mats.iter().map(|m| m.n).sum();
         let threads = crate::threads::kernel_threads();
@@ -339,7 +351,8 @@ impl PackedMatrix {
             }
         }
         let run = |(m, first, mut parts): (&PackedMatrix, usize, Vec<&mut [f32]>)| {
-            m.rows_into(first, &acts, &mut parts)
+            let acts = if m.kind.is_k() { &grouped } else { &plain };
+            m.rows_into(first, acts, &mut parts)
         };
         if parallel && pieces.len() > 1 {
             pieces.into_par_iter().for_each(run);

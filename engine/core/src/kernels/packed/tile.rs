@@ -36,10 +36,14 @@
 //! Q6_K's in the 8-bit layout stored as Q8_0's (`u = q + 128` and `u = q - 32 + 128`);
 //! per tile and block the eight rows' integer scales ([`SUB_BYTES`]: `sc` then `m`, or the
 //! halves' `s`); per tile and super-block the eight rows' `d` (in `scales`) and `dmin` (in
-//! `mins`). A block's float step, per half `h` of exact integer dot product `p_h`:
-//! `acc += ((d * sc) * dx) * (p_0 + p_1)` and `mins += (dmin * m) * (dx * sum(x))`, or for
-//! Q6_K `acc += ((d * s_h) * dx) * p_h` for each half (`d * sc` and `d * s` are exact in
-//! f32), the same in every kernel.
+//! `mins`). The activations come with one scale `dx` per super-block (as ggml's Q8_K has
+//! them), so a super-block's integer scales apply in integers: with `p_bh` the exact
+//! integer dot product of half `h` of block `b`, each row sums
+//! `P = Σ_b sc_b * (p_b0 + p_b1)` and `S = Σ_b m_b * sum(x_b)` (Q4_K, Q5_K) or
+//! `P = Σ_b (s_b0 * p_b0 + s_b1 * p_b1)` (Q6_K) in i32 (at most 2^27 in magnitude), and the
+//! super-block's one float step is `acc += (d * dx) * P` and `mins += (dmin * dx) * S`, the
+//! same in every kernel: 8 float steps fewer per super-block and row than with a scale per
+//! block.
 
 use half::f16;
 
@@ -206,8 +210,7 @@ pub fn tile_dots<const M: usize>(
                 && a.scales.len() >= blocks
                 && a.scaled_sums.len() >= blocks
                 && a.sums.len() == blocks
-                && a.half_sums.len() == blocks
-                && a.exact_scaled_sums.len() == blocks,
+                && a.half_sums.len() == blocks,
             "activation row length"
         );
     }
@@ -287,42 +290,61 @@ fn scalar_k<const M: usize>(
     acts: &[QuantizedRow<'_>; M],
     out: &mut [[f32; TILE]],
 ) {
-    let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
+    let blocks = tiles.blocks;
     let supers = blocks / SUPER;
     for (t, outs) in out.chunks_exact_mut(M).enumerate() {
         for (a, o) in acts.iter().zip(outs) {
             let mut acc = [0f32; TILE];
             let mut mins = [0f32; TILE];
-            for b in 0..blocks {
-                let at = t * blocks + b;
-                let st = (t * supers + b / SUPER) * TILE;
-                let quants = &tiles.quants[at * tb..(at + 1) * tb];
-                let subs = &tiles.subs[at * SUB_BYTES..(at + 1) * SUB_BYTES];
-                let xq = &a.quants[b * BLOCK..(b + 1) * BLOCK];
-                let dx = a.scales[b];
+            for s in 0..supers {
+                let st = (t * supers + s) * TILE;
+                let dx = a.scales[s * SUPER];
                 for r in 0..TILE {
-                    let half = |h: usize| {
-                        (h * BLOCK / 2..(h + 1) * BLOCK / 2)
-                            .map(|j| (kind.stored(quants, r, j) - kind.offset()) * i32::from(xq[j]))
-                            .sum::<i32>()
-                    };
+                    let (dots, msum) = super_sums(kind, tiles, a, t * blocks + s * SUPER, s, r);
                     let d = tiles.scales[st + r].to_f32();
-                    if kind == Kind::Q6K {
-                        for (h, &s) in [subs[r], subs[TILE + r]].iter().enumerate() {
-                            let w = d * f32::from(s as i8);
-                            acc[r] = (w * dx).mul_add(half(h) as f32, acc[r]);
-                        }
-                    } else {
-                        let w = d * f32::from(subs[r]);
-                        acc[r] = (w * dx).mul_add((half(0) + half(1)) as f32, acc[r]);
-                        let mw = tiles.mins[st + r].to_f32() * f32::from(subs[TILE + r]);
-                        mins[r] = mw.mul_add(a.exact_scaled_sums[b], mins[r]);
+                    acc[r] = (d * dx).mul_add(dots as f32, acc[r]);
+                    if let Some(dmin) = tiles.mins.get(st + r) {
+                        mins[r] = (dmin.to_f32() * dx).mul_add(msum as f32, mins[r]);
                     }
                 }
             }
             *o = std::array::from_fn(|r| acc[r] - mins[r]);
         }
     }
+}
+
+/// Row `r`'s exact integer sums over super-block `s` of activation row `a` (its tile
+/// block `first` on): the integer scales times the blocks' (or halves') dot products, and
+/// the minimums times the blocks' activation sums (0 for Q6_K).
+fn super_sums(
+    kind: Kind,
+    tiles: Tiles<'_>,
+    a: &QuantizedRow<'_>,
+    first: usize,
+    s: usize,
+    r: usize,
+) -> (i32, i32) {
+    let tb = kind.tile_block_bytes();
+    let (mut dots, mut msum) = (0i32, 0i32);
+    for i in 0..SUPER {
+        let (at, b) = (first + i, s * SUPER + i);
+        let quants = &tiles.quants[at * tb..(at + 1) * tb];
+        let subs = &tiles.subs[at * SUB_BYTES..(at + 1) * SUB_BYTES];
+        let xq = &a.quants[b * BLOCK..(b + 1) * BLOCK];
+        let half = |h: usize| {
+            (h * BLOCK / 2..(h + 1) * BLOCK / 2)
+                .map(|j| (kind.stored(quants, r, j) - kind.offset()) * i32::from(xq[j]))
+                .sum::<i32>()
+        };
+        if kind == Kind::Q6K {
+            let (s0, s1) = (i32::from(subs[r] as i8), i32::from(subs[TILE + r] as i8));
+            dots += s0 * half(0) + s1 * half(1);
+        } else {
+            dots += i32::from(subs[r]) * (half(0) + half(1));
+            msum += i32::from(subs[TILE + r]) * a.sums[b];
+        }
+    }
+    (dots, msum)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -644,14 +666,14 @@ mod x86 {
         })
     }
 
-    /// A tile block's eight rows' integer scales as f32: `sc` and `m` (unsigned), or the
-    /// halves' `s` (signed).
+    /// A tile block's eight rows' integer scales, one per 32-bit lane: `sc` and `m`
+    /// (unsigned), or the halves' `s` (signed).
     ///
     /// # Safety
     /// `v` holds at least `SUB_BYTES * (at + 1)` bytes.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn subs8(v: &[u8], at: usize, signed: bool) -> (__m256, __m256) {
+    unsafe fn subs8(v: &[u8], at: usize, signed: bool) -> (__m256i, __m256i) {
         // SAFETY: 16 bytes at `SUB_BYTES * at`, inside `v` (the caller's contract).
         let (lo, hi) = unsafe {
             let p = v.as_ptr().add(SUB_BYTES * at);
@@ -660,18 +682,19 @@ mod x86 {
                 _mm_loadl_epi64(p.add(TILE).cast()),
             )
         };
-        let (lo, hi) = if signed {
+        if signed {
             (_mm256_cvtepi8_epi32(lo), _mm256_cvtepi8_epi32(hi))
         } else {
             (_mm256_cvtepu8_epi32(lo), _mm256_cvtepu8_epi32(hi))
-        };
-        (_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi))
+        }
     }
 
     /// The loops of every K-quant SIMD kernel, as [`tile_loop`] is for the other kinds:
     /// `$dots` gives, per activation row, the eight rows' exact integer dot products of the
-    /// two halves of tile block `$q` with block `$b` (offset terms included), and the float
-    /// step is the module's K-quants section's.
+    /// two halves of tile block `$q` with block `$b` (offset terms included). They are
+    /// scaled by the blocks' integer scales and summed in integers over each super-block,
+    /// and the float step comes once per super-block, as the module's K-quants section says
+    /// (and [`super::super_sums`] computes one value at a time).
     macro_rules! tile_loop_k {
         ($kind:expr, $tiles:expr, $acts:expr, $out:expr, $m:ident,
          |$q:ident, $b:ident| $dots:expr) => {{
@@ -683,45 +706,56 @@ mod x86 {
             for (t, outs) in $out.chunks_exact_mut($m).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); $m];
                 let mut mins = [_mm256_setzero_ps(); $m];
+                let mut isum = [_mm256_setzero_si256(); $m];
+                let mut msum = [_mm256_setzero_si256(); $m];
                 // As in `tile_loop`: one bounds check per tile, one tile block per chunk.
                 let tq = &tiles.quants[t * blocks * tb..(t + 1) * blocks * tb];
                 for ($b, qb) in tq.chunks_exact(tb).enumerate() {
                     let at = t * blocks + $b;
-                    let st = t * supers + $b / SUPER;
                     let $q = qb.as_ptr();
                     let dots: [[__m256i; 2]; $m] = $dots;
-                    // SAFETY: 8 scales per super-block (checked by the caller).
-                    let d = unsafe { halfs8(tiles.scales, st) };
                     // SAFETY: `SUB_BYTES` integer scales per block (checked by the caller).
                     let (s0, s1) = unsafe { subs8(tiles.subs, at, six) };
-                    if six {
-                        let (w0, w1) = (_mm256_mul_ps(d, s0), _mm256_mul_ps(d, s1));
-                        for ((a, acc), dot) in acts.iter().zip(&mut acc).zip(dots) {
-                            let dx = _mm256_set1_ps(a.scales[$b]);
-                            *acc = _mm256_fmadd_ps(
-                                _mm256_mul_ps(w0, dx),
-                                _mm256_cvtepi32_ps(dot[0]),
-                                *acc,
+                    for (((a, isum), msum), dot) in
+                        acts.iter().zip(&mut isum).zip(&mut msum).zip(dots)
+                    {
+                        if six {
+                            let p = _mm256_add_epi32(
+                                _mm256_mullo_epi32(dot[0], s0),
+                                _mm256_mullo_epi32(dot[1], s1),
                             );
-                            *acc = _mm256_fmadd_ps(
-                                _mm256_mul_ps(w1, dx),
-                                _mm256_cvtepi32_ps(dot[1]),
-                                *acc,
-                            );
+                            *isum = _mm256_add_epi32(*isum, p);
+                        } else {
+                            let p = _mm256_mullo_epi32(_mm256_add_epi32(dot[0], dot[1]), s0);
+                            *isum = _mm256_add_epi32(*isum, p);
+                            let m = _mm256_mullo_epi32(s1, _mm256_set1_epi32(a.sums[$b]));
+                            *msum = _mm256_add_epi32(*msum, m);
                         }
+                    }
+                    if $b % SUPER != SUPER - 1 {
+                        continue;
+                    }
+                    let st = t * supers + $b / SUPER;
+                    // SAFETY: 8 scales per super-block (checked by the caller).
+                    let d = unsafe { halfs8(tiles.scales, st) };
+                    let dmin = if six {
+                        _mm256_setzero_ps()
                     } else {
                         // SAFETY: as the scales.
-                        let dmin = unsafe { halfs8(tiles.mins, st) };
-                        let (w, mw) = (_mm256_mul_ps(d, s0), _mm256_mul_ps(dmin, s1));
-                        for (((a, acc), mins), dot) in
-                            acts.iter().zip(&mut acc).zip(&mut mins).zip(dots)
-                        {
-                            let dx = _mm256_set1_ps(a.scales[$b]);
-                            let p = _mm256_cvtepi32_ps(_mm256_add_epi32(dot[0], dot[1]));
-                            *acc = _mm256_fmadd_ps(_mm256_mul_ps(w, dx), p, *acc);
-                            let xs = _mm256_set1_ps(a.exact_scaled_sums[$b]);
-                            *mins = _mm256_fmadd_ps(mw, xs, *mins);
+                        unsafe { halfs8(tiles.mins, st) }
+                    };
+                    let rows = acts.iter().zip(&mut acc).zip(&mut mins);
+                    for (((a, acc), mins), (isum, msum)) in rows.zip(isum.iter_mut().zip(&mut msum))
+                    {
+                        let dx = _mm256_set1_ps(a.scales[$b + 1 - SUPER]);
+                        let p = _mm256_cvtepi32_ps(*isum);
+                        *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), p, *acc);
+                        if !six {
+                            let m = _mm256_cvtepi32_ps(*msum);
+                            *mins = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), m, *mins);
                         }
+                        *isum = _mm256_setzero_si256();
+                        *msum = _mm256_setzero_si256();
                     }
                 }
                 for ((o, acc), mins) in outs.iter_mut().zip(acc).zip(mins) {

@@ -4,7 +4,8 @@
 //! unsigned offset back out of an unsigned-by-signed dot product with it:
 //! `sum((w + o) * x) - o * sum(x) = sum(w * x)`), and that sum times its scale (for the
 //! per-block minimum of Q4_1 weights: `sum((d * u + m) * x) = d * sum(u * x) + m * sum(x)`),
-//! and for the K-quants the sum of its first half and its scale times its sum in f32.
+//! and for the K-quants the sum of its first half. For the K-quants the rows are quantized
+//! with one scale per super-block of 256 values ([`QuantizedRows::new_grouped`]).
 
 use half::f16;
 
@@ -28,7 +29,6 @@ pub struct QuantizedRows {
     scaled_sums: Vec<f32>,
     sums: Vec<i32>,
     half_sums: Vec<i32>,
-    exact_scaled_sums: Vec<f32>,
 }
 
 /// One quantized row: its quants, and per block its scale, scaled sum and sum.
@@ -44,9 +44,16 @@ pub struct QuantizedRow<'a> {
     pub sums: &'a [i32],
     /// The sum of each block's first 16 quants (for the K-quants' half blocks).
     pub half_sums: &'a [i32],
-    /// Each block's scale times its sum, in f32 (the K-quants' minimum term, which every
-    /// weight tile would otherwise convert and multiply again).
-    pub exact_scaled_sums: &'a [f32],
+}
+
+/// A block's scale as kept: rounded to f16 as ggml's Q8_0 and Q8_1 store it, or for a
+/// group of blocks in f32 as ggml's Q8_K does.
+fn scale_kept(d: f32, group: usize) -> f32 {
+    if group == 1 {
+        f16::from_f32(d).to_f32()
+    } else {
+        d
+    }
 }
 
 /// The quantization of [`QuantizedRows::new`], for pulp's dispatch: `with_simd` is inlined
@@ -56,6 +63,8 @@ pub struct QuantizedRow<'a> {
 struct Quantize<'a> {
     x: &'a [f32],
     q: &'a mut QuantizedRows,
+    /// Blocks that share one scale (see [`QuantizedRows::new_grouped`]).
+    group: usize,
 }
 
 impl pulp::WithSimd for Quantize<'_> {
@@ -63,16 +72,20 @@ impl pulp::WithSimd for Quantize<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        let Quantize { x, q } = self;
+        let Quantize { x, q, group } = self;
         let (k, stride) = (q.k, q.k / BLOCK);
         for (r, (xr, qr)) in x
             .chunks_exact(k)
             .zip(q.quants.chunks_exact_mut(k))
             .enumerate()
         {
+            let mut amax = 0f32;
             let blocks = xr.chunks_exact(BLOCK).zip(qr.chunks_exact_mut(BLOCK));
             for (b, (xb, qb)) in blocks.enumerate() {
-                let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                if b % group == 0 {
+                    let xg = &xr[b * BLOCK..(b + group) * BLOCK];
+                    amax = xg.iter().fold(0f32, |m, v| m.max(v.abs()));
+                }
                 let d = amax / 127.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 let mut sum = 0i32;
@@ -84,7 +97,7 @@ impl pulp::WithSimd for Quantize<'_> {
                 // Stored as ggml stores them (Q8_0's and Q8_1's f16 fields), so that results
                 // equal candle's (and llama.cpp's, but for its order of summation).
                 let at = r * stride + b;
-                q.scales[at] = f16::from_f32(d).to_f32();
+                q.scales[at] = scale_kept(d, group);
                 q.scaled_sums[at] = f16::from_f32(d * sum as f32).to_f32();
                 q.sums[at] = sum;
             }
@@ -104,34 +117,39 @@ impl QuantizedRows {
 
     /// [`Self::new`] with the code of `isa` (the values are the same, bit for bit).
     pub fn new_with(x: &[f32], rows: usize, k: usize, isa: Isa) -> Self {
+        Self::new_grouped(x, rows, k, 1, isa)
+    }
+
+    /// As [`Self::new_with`], with one scale for each `group` consecutive blocks of a row
+    /// (the largest magnitude of the group over 127, as ggml's Q8_K has one per 256 values
+    /// for its K-quants), kept in f32 (not rounded to f16, as Q8_K keeps it) in each
+    /// block's entry; `k` a multiple of `group` blocks.
+    pub fn new_grouped(x: &[f32], rows: usize, k: usize, group: usize, isa: Isa) -> Self {
+        assert!(group > 0, "a group of no blocks");
         assert!(
-            k.is_multiple_of(BLOCK),
-            "row width {k} is not a multiple of {BLOCK}"
+            k.is_multiple_of(BLOCK * group),
+            "row width {k} is not a multiple of {group} blocks of {BLOCK}"
         );
         assert_eq!(x.len(), rows * k, "activation length");
         let mut q = Self::zeroed(rows, k);
         #[cfg(target_arch = "x86_64")]
         if isa.has_avx2() {
-            q.quantize_avx2(isa, x);
+            q.quantize_avx2(isa, x, group);
             q.derive_sums();
             return q;
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = isa;
-        q.quantize_portable(x);
+        q.quantize_portable(x, group);
         q.derive_sums();
         q
     }
 
-    /// Each block's first half's sum, from its quants, and its scale times its sum.
+    /// Each block's first half's sum, from its quants.
     fn derive_sums(&mut self) {
         let halves = self.quants.chunks_exact(BLOCK).zip(&mut self.half_sums);
         for (qb, h) in halves {
             *h = qb[..BLOCK / 2].iter().map(|&v| i32::from(v)).sum();
-        }
-        let blocks = self.scales.iter().zip(&self.sums);
-        for (x, (&d, &sum)) in self.exact_scaled_sums.iter_mut().zip(blocks) {
-            *x = d * sum as f32;
         }
     }
 
@@ -145,14 +163,13 @@ impl QuantizedRows {
             scaled_sums: vec![0f32; blocks],
             sums: vec![0i32; blocks],
             half_sums: vec![0i32; blocks],
-            exact_scaled_sums: vec![0f32; blocks],
         }
     }
 
     /// [`Self::new`]'s quantization in portable code.
-    fn quantize_portable(&mut self, x: &[f32]) {
+    fn quantize_portable(&mut self, x: &[f32], group: usize) {
         // Compiled for the best instruction set the CPU has (see `Quantize`).
-        pulp::Arch::new().dispatch(Quantize { x, q: self });
+        pulp::Arch::new().dispatch(Quantize { x, q: self, group });
     }
 
     /// [`Self::new`]'s quantization with AVX2 (the same values).
@@ -160,18 +177,30 @@ impl QuantizedRows {
     /// # Panics
     /// When `isa` has no AVX2.
     #[cfg(target_arch = "x86_64")]
-    fn quantize_avx2(&mut self, isa: Isa, x: &[f32]) {
+    fn quantize_avx2(&mut self, isa: Isa, x: &[f32], group: usize) {
         assert!(isa.has_avx2(), "{isa:?} has no AVX2");
         let xs = x
             .chunks_exact(BLOCK)
             .zip(self.quants.chunks_exact_mut(BLOCK));
+        fn block_of(xb: &[f32]) -> &[f32; BLOCK] {
+            xb.try_into().expect("a block")
+        }
+        let mut amax = 0f32;
         for (at, (xb, qb)) in xs.enumerate() {
-            let block = x86::quantize_block(
-                isa,
-                xb.try_into().expect("a block"),
-                qb.try_into().expect("a block"),
-            );
-            self.scales[at] = f16::from_f32(block.d).to_f32();
+            let qb = qb.try_into().expect("a block");
+            let block = if group == 1 {
+                x86::quantize_block(isa, block_of(xb), qb)
+            } else {
+                if at % group == 0 {
+                    let xg = &x[at * BLOCK..(at + group) * BLOCK];
+                    amax = xg
+                        .chunks_exact(BLOCK)
+                        .map(|b| x86::block_amax(isa, block_of(b)))
+                        .fold(0f32, f32::max);
+                }
+                x86::quantize_block_with(isa, block_of(xb), qb, amax)
+            };
+            self.scales[at] = scale_kept(block.d, group);
             self.scaled_sums[at] = f16::from_f32(block.d * block.sum as f32).to_f32();
             self.sums[at] = block.sum;
         }
@@ -190,8 +219,7 @@ impl QuantizedRows {
             scales: &self.scales[per_block.clone()],
             scaled_sums: &self.scaled_sums[per_block.clone()],
             sums: &self.sums[per_block.clone()],
-            half_sums: &self.half_sums[per_block.clone()],
-            exact_scaled_sums: &self.exact_scaled_sums[per_block],
+            half_sums: &self.half_sums[per_block],
         }
     }
 }
@@ -251,15 +279,40 @@ mod tests {
         x[7 * BLOCK + 1] = 1e30;
         x[8 * BLOCK + 2] = -1e-30;
         let rows = x.len() / k;
-        let want = QuantizedRows::new_with(&x, rows, k, Isa::PORTABLE);
-        let mut got = QuantizedRows::zeroed(rows, k);
-        got.quantize_avx2(avx2, &x);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(got.quants, want.quants);
-        assert_eq!(got.sums, want.sums);
-        assert_eq!(bits(&got.scales), bits(&want.scales));
-        assert_eq!(bits(&got.scaled_sums), bits(&want.scaled_sums));
-        assert_eq!(QuantizedRows::new(&x, rows, k).quants, want.quants);
+        for group in [1, 8] {
+            let want = QuantizedRows::new_grouped(&x, rows, k, group, Isa::PORTABLE);
+            let mut got = QuantizedRows::zeroed(rows, k);
+            got.quantize_avx2(avx2, &x, group);
+            got.derive_sums();
+            assert_eq!(got.quants, want.quants, "group {group}");
+            assert_eq!(got.sums, want.sums, "group {group}");
+            assert_eq!(got.half_sums, want.half_sums, "group {group}");
+            assert_eq!(bits(&got.scales), bits(&want.scales), "group {group}");
+            assert_eq!(bits(&got.scaled_sums), bits(&want.scaled_sums));
+            let best = QuantizedRows::new_grouped(&x, rows, k, group, Isa::best());
+            assert_eq!(best.quants, want.quants, "group {group}");
+        }
+    }
+
+    /// Grouped, the blocks of a group share the scale of the group's largest magnitude.
+    #[test]
+    fn a_group_of_blocks_shares_its_largest_magnitude_s_scale() {
+        let k = 16 * BLOCK;
+        let mut x: Vec<f32> = (0..k).map(|i| (i % 7) as f32 * 0.25 - 0.75).collect();
+        x[5] = -50.8;
+        x[300] = 12.7;
+        for isa in Isa::available() {
+            let q = QuantizedRows::new_grouped(&x, 1, k, 8, isa);
+            let r = q.row(0);
+            // Kept in f32, as Q8_K keeps it.
+            let (first, second) = (50.8f32 / 127.0, 12.7f32 / 127.0);
+            assert!(r.scales[..8].iter().all(|&d| d == first), "{isa:?}");
+            assert!(r.scales[8..].iter().all(|&d| d == second), "{isa:?}");
+            assert_eq!((r.quants[5], r.quants[300]), (-127, 127), "{isa:?}");
+            // 0.75 over the group's 0.4 (its own block's scale would make it 127).
+            assert_eq!(r.quants[32 + 2], 2, "{isa:?}");
+        }
     }
 
     #[test]

@@ -26,28 +26,63 @@ pub struct Block {
 pub fn quantize_block(isa: Isa, x: &[f32; 32], q: &mut [i8; 32]) -> Block {
     assert!(isa.has_avx2(), "{isa:?} has no AVX2");
     // SAFETY: an `Isa` with AVX2 exists only where the CPU has AVX2 (checked above).
-    unsafe { quantize_avx2(x, q) }
+    unsafe { quantize_avx2(x, q, None) }
 }
 
-/// # Safety
-/// The CPU has AVX2.
+/// The largest magnitude of the 32 values `x` (NaN left out, as `f32::max` leaves it).
+///
+/// # Panics
+/// When `isa` has no AVX2.
+#[inline]
+pub fn block_amax(isa: Isa, x: &[f32; 32]) -> f32 {
+    assert!(isa.has_avx2(), "{isa:?} has no AVX2");
+    // SAFETY: as in `quantize_block`.
+    unsafe { amax_avx2(&load(x)) }
+}
+
+/// Quantize the 32 values `x` into `q` with the scale of the largest magnitude `amax`
+/// (of a group of blocks this one belongs to), as [`quantize_block`] does with its own.
+///
+/// # Panics
+/// When `isa` has no AVX2.
+#[inline]
+pub fn quantize_block_with(isa: Isa, x: &[f32; 32], q: &mut [i8; 32], amax: f32) -> Block {
+    assert!(isa.has_avx2(), "{isa:?} has no AVX2");
+    // SAFETY: as in `quantize_block`.
+    unsafe { quantize_avx2(x, q, Some(amax)) }
+}
+
+/// The block as four vectors.
 #[target_feature(enable = "avx2")]
-fn quantize_avx2(x: &[f32; 32], q: &mut [i8; 32]) -> Block {
-    let mut v = [_mm256_setzero_ps(); 4];
-    for (i, v) in v.iter_mut().enumerate() {
+fn load(x: &[f32; 32]) -> [__m256; 4] {
+    std::array::from_fn(|i| {
         // SAFETY: `x` is 32 f32, four vectors of 8.
-        *v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
-    }
+        unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) }
+    })
+}
+
+/// `max(|v|)` over the four vectors: a NaN lane keeps the maximum so far, as `f32::max`
+/// ignores NaN.
+#[target_feature(enable = "avx2")]
+fn amax_avx2(v: &[__m256; 4]) -> f32 {
     let sign = _mm256_set1_ps(-0.0);
-    // `max(|v|, m)`: a NaN lane keeps `m`, as `f32::max` ignores NaN.
     let mut m = _mm256_setzero_ps();
-    for v in v {
+    for &v in v {
         m = _mm256_max_ps(_mm256_andnot_ps(sign, v), m);
     }
     let mut ms = [0f32; 8];
     // SAFETY: `ms` is 8 writable f32.
     unsafe { _mm256_storeu_ps(ms.as_mut_ptr(), m) };
-    let amax = ms.into_iter().fold(0f32, f32::max);
+    ms.into_iter().fold(0f32, f32::max)
+}
+
+/// # Safety
+/// The CPU has AVX2.
+#[target_feature(enable = "avx2")]
+fn quantize_avx2(x: &[f32; 32], q: &mut [i8; 32], amax: Option<f32>) -> Block {
+    let v = load(x);
+    let sign = _mm256_set1_ps(-0.0);
+    let amax = amax.unwrap_or_else(|| amax_avx2(&v));
     let d = amax / 127.0;
     let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
     let half = _mm256_set1_ps(0.5);
