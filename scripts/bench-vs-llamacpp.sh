@@ -41,6 +41,9 @@
 #   hog            1-slot decode while `yes > /dev/null` runs, and that over the quiet rate;
 #                  also from a second hydra-engine with `--pool-use always` (no adaptation
 #                  to contention), so that the adaptation's effect is measured in the run
+#   kernels        after the table: the kernel each weight type of the model took in
+#                  hydra-engine (its `weight kernels` log line) and the instruction sets
+#                  llama.cpp's native build had
 #   memory limit   each round first measures what 1 and 2 threads read per second from a
 #                  512 MiB buffer (engine/core/benches/bandwidth.rs); decode 128 of each
 #                  engine is then printed as a fraction of the --threads bandwidth: weight
@@ -380,5 +383,10 @@ print(f"\nhydra-engine --pool-use always: decode under hog / quiet = {hog:.2f}x 
       f"(under hog {cell('decode under hog', 'always')}, quiet {cell('decode quiet (hog pair)', 'always')})")
 PY
 echo
+# The kernel path of every figure above: each engine served all of them from one process.
+kernels=$(grep -o 'weight kernels.*' "$work/hydra.err" | head -1)
+echo "hydra-engine: ${kernels:-weight kernels: not in its log ($work/hydra.err)}"
+echo "llama.cpp: its CPU backend built with -march=native (GGML_NATIVE=ON) on a CPU with:" \
+  "$(grep -m1 -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "load before: $load_before"
 echo "load after:  $(uptime)"
