@@ -95,6 +95,14 @@ fn every_isa_agrees_with_candle_for_each_type_and_any_row_count() {
     }
 }
 
+/// A pool of `threads` threads for a test's matmuls.
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn parallel_chunks_give_the_sequential_result() {
     // Large enough to be split over the pool (n * k * rows >= PARALLEL_MIN_WORK).
@@ -103,16 +111,8 @@ fn parallel_chunks_give_the_sequential_result() {
     let q = quantized(n, k, GgmlDType::Q8_0, 3);
     let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
     let x = values(rows * k, 11);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(3)
-        .build()
-        .unwrap();
-    let split = pool.install(|| packed.matmul(&x, rows));
-    let one = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap()
-        .install(|| packed.matmul(&x, rows));
+    let split = pool(3).install(|| packed.matmul(&x, rows));
+    let one = pool(1).install(|| packed.matmul(&x, rows));
     assert_eq!(split, one);
     // One piece of 126 tiles, computed `GROUP_TILES` at a time: the same as candle's.
     assert_close(
@@ -134,10 +134,7 @@ fn many_rows_over_weights_larger_than_a_span_give_each_rows_product() {
     let q = quantized(n, k, GgmlDType::Q8_0, 5);
     let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
     let x = values(rows * k, 13);
-    let one = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
+    let one = pool(1);
     let want = one.install(|| packed.clone().with_isa(Isa::PORTABLE).matmul(&x, rows));
     one.install(|| assert_every_isa_gives(&want, &packed, &x, rows, "spans"));
     assert_close(&want, &candle_matmul(&q, &x, rows), 1e-5, "spans");
@@ -159,20 +156,13 @@ fn several_matrices_in_one_pass_give_each_ones_product() {
         .map(|q| PackedMatrix::from_qtensor(q).unwrap().unwrap())
         .collect();
     let refs: Vec<&PackedMatrix> = ps.iter().collect();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(3)
-        .build()
-        .unwrap();
+    let (three, one) = (pool(3), pool(1));
     for rows in [1, 3, 6] {
         let x = values(rows * k, 40 + rows as u64);
-        let together = pool.install(|| PackedMatrix::matmul_many(&refs, &x, rows));
+        let together = three.install(|| PackedMatrix::matmul_many(&refs, &x, rows));
         assert_eq!(together.len(), 3);
         for (p, got) in ps.iter().zip(&together) {
-            let alone = rayon::ThreadPoolBuilder::new()
-                .num_threads(1)
-                .build()
-                .unwrap()
-                .install(|| p.matmul(&x, rows));
+            let alone = one.install(|| p.matmul(&x, rows));
             assert_eq!(got, &alone, "{:?}, {rows} rows", p.kind());
         }
     }
