@@ -20,6 +20,10 @@
 #                written once by engine/core/tests/models/make_gguf.py into the cache;
 #                --long defaults to 2000 (its context is 4096)
 #   --pool-use P hydra-engine's --pool-use (adaptive, always, never; default adaptive)
+#   --isa avx2   hydra-engine's kernels capped at AVX2 (HYDRA_KERNEL_ISA) and llama-bench
+#                from llama.cpp's AVX2 build (scripts/llama-cpp.sh valgrind-bench): the
+#                AVX2 paths of both, side by side, on a CPU that has AVX-512 too; the
+#                llama-server figures stay on its native build (marked after the table)
 #   --quant T,.. the whole table once per llama.cpp type T (Q4_K_M, Q5_K_M, Q6_K, Q8_0, ...):
 #                the model (--model, or SmolLM2) requantized with llama-quantize
 #                --allow-requantize into the cache (scripts/llama-cpp.sh bench-tools)
@@ -56,12 +60,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/bench-servers.sh
 . "$repo/scripts/bench-servers.sh"
 rounds=3 quick=0 model="" threads=2 long="" tokens=256 embedded=0 shape=0 build=1 pool_use=adaptive
-quant="" pass=()
+quant="" isa="" pass=()
 while [ $# -gt 0 ]; do
   case $1 in
     --quant) quant=$2; shift 2; continue ;;
   esac
-  case $1 in --model) ;; --rounds|--threads|--long|--tokens|--pool-use) pass+=("$1" "$2") ;; *) pass+=("$1") ;; esac
+  case $1 in --model) ;; --rounds|--threads|--long|--tokens|--pool-use|--isa) pass+=("$1" "$2") ;; *) pass+=("$1") ;; esac
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --quick) quick=1; shift ;;
@@ -72,12 +76,17 @@ while [ $# -gt 0 ]; do
     --embedded) embedded=1; shift ;;
     --embedded-shape) shape=1; shift ;;
     --pool-use) pool_use=$2; shift 2 ;;
+    --isa) isa=$2; shift 2 ;;
     --no-build) build=0; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "bench-vs-llamacpp: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
 hog_tokens=128
+case $isa in
+  ""|avx2) ;;
+  *) echo "bench-vs-llamacpp: --isa $isa: only avx2 (llama.cpp's other cached build)" >&2; exit 2 ;;
+esac
 if [ "$quick" = 1 ]; then rounds=1 long=${long:-2000} hog_tokens=64; fi
 if [ "$shape" = 1 ] && [ "$embedded" = 1 ]; then
   echo "bench-vs-llamacpp: --embedded and --embedded-shape exclude each other" >&2; exit 2
@@ -183,6 +192,12 @@ if [ -n "$quant" ]; then
 fi
 
 prefix=$("$repo/scripts/llama-cpp.sh" bench)
+llama_bench="$prefix/bin/llama-bench"
+hydra_env=()
+if [ "$isa" = avx2 ]; then
+  llama_bench="$("$repo/scripts/llama-cpp.sh" valgrind-bench)/bin/llama-bench"
+  hydra_env=(HYDRA_KERNEL_ISA=avx2)
+fi
 build_hydra
 hydra="$repo/target/release/hydra-engine"
 probe=$(bandwidth_probe)
@@ -191,12 +206,12 @@ bench_workdir hydra-vs-llamacpp
 # Room for the long prompt and for "prefill 512" (each with its decode tokens after it).
 ctx=$(( (long > 512 ? long : 512) + 256 ))
 hport=$(free_port)
-HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
+env "${hydra_env[@]}" HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
   --slots 4 --ctx "$ctx" --listen "127.0.0.1:$hport" --engine-id bench --pool-use "$pool_use" \
   >"$work/hydra.out" 2>"$work/hydra.err" &
 pids+=($!)
 aport=$(free_port)
-HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
+env "${hydra_env[@]}" HYDRA_PROGRESS_DIR="$work/shm" "$hydra" serve --model "$model" --threads "$threads" \
   --slots 1 --ctx "$ctx" --listen "127.0.0.1:$aport" --engine-id bench-always \
   --pool-use always >"$work/always.out" 2>"$work/always.err" &
 pids+=($!)
@@ -206,7 +221,7 @@ lport=$(free_port)
 pids+=($!)
 
 load_before=$(uptime)
-python3 - "$hport" "$aport" "$lport" "$prefix/bin/llama-bench" "$model" "$threads" "$rounds" \
+python3 - "$hport" "$aport" "$lport" "$llama_bench" "$model" "$threads" "$rounds" \
   "$long" "$tokens" "$hog_tokens" "$probe" <<'PY'
 import csv, io, json, statistics, subprocess, sys, threading, time, urllib.request
 
@@ -386,6 +401,7 @@ echo
 # The kernel path of every figure above: each engine served all of them from one process.
 kernels=$(grep -o 'weight kernels.*' "$work/hydra.err" | head -1)
 echo "hydra-engine: ${kernels:-weight kernels: not in its log ($work/hydra.err)}"
+[ "$isa" = avx2 ] && echo "llama-bench: llama.cpp's AVX2 build ($llama_bench); llama-server: its native build"
 echo "llama.cpp: its CPU backend built with -march=native (GGML_NATIVE=ON) on a CPU with:" \
   "$(grep -m1 -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "load before: $load_before"

@@ -124,6 +124,11 @@ fn default_threads() -> usize {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A kernel ceiling that cannot be used is refused before anything is loaded.
+    if let Err(e) = hydra_engine_core::kernels::Isa::ceiling() {
+        eprintln!("hydra-engine: {e}");
+        return ExitCode::from(2);
+    }
     // The demo draws its own live view: keep the engine's log to warnings there.
     init_logging(if matches!(cli.command, Command::Demo(_)) {
         "warn"

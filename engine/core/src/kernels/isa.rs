@@ -18,9 +18,23 @@ pub enum Level {
     Avx512Vnni,
 }
 
+/// The environment variable that caps the instruction set of the engine's kernels
+/// (`avx512vnni`, `avx2` or `portable`; unset: the fastest this CPU has). To measure or
+/// rule out one kernel path on a CPU that has a faster one.
+pub const CEILING_ENV: &str = "HYDRA_KERNEL_ISA";
+
 impl Level {
     /// Every level, fastest first.
     pub const ALL: [Level; 3] = [Level::Avx512Vnni, Level::Avx2, Level::Portable];
+
+    /// Its name, as the engine logs it and [`CEILING_ENV`] takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Portable => "portable",
+            Level::Avx2 => "avx2",
+            Level::Avx512Vnni => "avx512vnni",
+        }
+    }
 
     /// Whether this CPU has the instructions of `self`.
     fn is_available(self) -> bool {
@@ -58,9 +72,43 @@ impl Isa {
         level.is_available().then_some(Isa(level))
     }
 
-    /// The fastest level this CPU has (what the engine runs).
+    /// The fastest level this CPU has, at most the ceiling [`CEILING_ENV`] names (what the
+    /// engine runs). A ceiling that cannot be used is left out here; the engine refuses to
+    /// start with it ([`Isa::ceiling`]).
     pub fn best() -> Isa {
-        Self::available().next().unwrap_or(Self::PORTABLE)
+        static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            let ceiling = Self::ceiling()
+                .ok()
+                .flatten()
+                .map_or(Level::Avx512Vnni, Isa::level);
+            Self::available()
+                .find(|isa| isa.level() <= ceiling)
+                .unwrap_or(Self::PORTABLE)
+        })
+    }
+
+    /// The ceiling [`CEILING_ENV`] sets, if it is set: an error names a value that is not a
+    /// level or a level this CPU does not have.
+    pub fn ceiling() -> Result<Option<Isa>, String> {
+        match std::env::var(CEILING_ENV) {
+            Ok(value) => Self::parse_ceiling(&value).map(Some),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(e) => Err(format!("{CEILING_ENV}: {e}")),
+        }
+    }
+
+    /// The level a ceiling's value names (`avx512vnni`, `avx2`, `portable`), where this CPU
+    /// has it.
+    pub fn parse_ceiling(value: &str) -> Result<Isa, String> {
+        let level = Level::ALL
+            .into_iter()
+            .find(|l| l.name() == value.trim().to_ascii_lowercase())
+            .ok_or_else(|| {
+                let names: Vec<&str> = Level::ALL.iter().map(|l| l.name()).collect();
+                format!("{CEILING_ENV}={value:?}: not one of {}", names.join(", "))
+            })?;
+        Isa::get(level).ok_or_else(|| format!("{CEILING_ENV}={value}: this CPU has no {value}"))
     }
 
     /// Every level this CPU has, fastest first (the portable code last).
@@ -93,5 +141,19 @@ mod tests {
         if let Some(avx2) = Isa::get(Level::Avx2) {
             assert!(avx2.has_avx2());
         }
+    }
+
+    #[test]
+    fn a_ceiling_names_a_level_this_cpu_has() {
+        assert_eq!(Isa::parse_ceiling("portable"), Ok(Isa::PORTABLE));
+        for level in Level::ALL {
+            let parsed = Isa::parse_ceiling(&format!(" {} ", level.name().to_uppercase()));
+            match Isa::get(level) {
+                Some(isa) => assert_eq!(parsed, Ok(isa)),
+                None => assert!(parsed.unwrap_err().contains("this CPU has no")),
+            }
+        }
+        let bad = Isa::parse_ceiling("sse4").unwrap_err();
+        assert!(bad.contains("HYDRA_KERNEL_ISA=\"sse4\": not one of avx512vnni, avx2, portable"));
     }
 }

@@ -45,7 +45,7 @@ impl Weight {
         match self {
             Self::Packed(p) => (
                 crate::model::quant::dtype_name(p.dtype()),
-                format!("packed {:?}", p.isa().level()).to_lowercase(),
+                format!("packed {}", p.isa().level().name()),
             ),
             Self::Candle(QMatMul::QTensor(q)) => {
                 (crate::model::quant::dtype_name(q.dtype()), "candle".into())
