@@ -678,46 +678,63 @@ def run_verdicts(args, work):
     eng.stop()
 
 
-def one_row_levels(path):
-    """The leave case's one-row decode steps of a `batch --record` trace, after the other
-    rows left (32 steps on): per 64 steps, their mean context and mean duration (ms)."""
+def leave_steps(path):
+    """The decode steps of a `batch --record` trace's leave case, oldest first:
+    (context, duration in ms, rows of its forward)."""
     with open(path) as f:
         lines = [line for line in f if line.strip()]
     header = json.loads(lines[0]) if lines else {}
-    if header.get("trace") != "hydra-eta-steps" or not header.get("cases"):
+    if header.get("trace") != "hydra-eta-steps":
         raise ValueError("not a step trace of bench-eta.py --record")
-    case = header["cases"][0]
+    case = next((c for c in header.get("cases", []) if c["case"].endswith(".leave")), None)
+    if case is None:
+        raise ValueError("no leave case (a trace of bench-eta.py batch --record)")
     steps = []
     for line in lines[1:]:
         _, rows = json.loads(line)
-        for r in rows:
-            if (len(rows) == 1 and r[0] == case["slot"] and r[1] == case["task_id"]
-                    and r[2] == "decode"):
-                steps.append((r[6], r[7] / 1e6))
-    steps = steps[32:]
-    return [(statistics.fmean(s[0] for s in steps[i:i + 64]),
-             statistics.fmean(s[1] for s in steps[i:i + 64]))
-            for i in range(0, len(steps) - 63, 64)]
+        steps += [(r[6], r[7] / 1e6, len(rows)) for r in rows
+                  if r[0] == case["slot"] and r[1] == case["task_id"] and r[2] == "decode"]
+    return steps
+
+
+def persistence_errors(steps, window=128):
+    """At 25/50/75% of the phase: the error of the rest's time forecast as the mean of the
+    last `window` steps times the steps left (what knowing every step so far gives)."""
+    total = sum(d for _, d, _ in steps)
+    errors = []
+    for f in (0.25, 0.5, 0.75):
+        k = int(len(steps) * f)
+        left = total - sum(d for _, d, _ in steps[:k])
+        last = steps[max(0, k - window):k]
+        errors.append(statistics.fmean(d for _, d, _ in last) * (len(steps) - k) / left - 1)
+    return errors
 
 
 def run_levels(paths):
     """How far the one-row steps' level moves around its trend in context, per trace: the
-    64-step means of the leave case after the other rows left, against their least-squares
-    line in context. What no forecaster made before the move can know."""
-    print("| trace | one-row 64-step means | around their trend in context |")
-    print("|---|---:|---:|")
+    64-step means of the leave case after the other rows left (32 steps on), against their
+    least-squares line in context. What no forecaster made before the move can know; beside
+    it, what a persistence forecast that knew every step so far missed by."""
+    print("| trace | one-row 64-step means | around their trend in context "
+          "| persistence forecast at 25/50/75% |")
+    print("|---|---:|---:|---:|")
     for path in paths:
         try:
-            levels = one_row_levels(path)
+            steps = leave_steps(path)
         except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
             sys.exit(f"{path}: {e}")
+        one = [(c, d) for c, d, n in steps if n == 1][32:]
+        levels = [(statistics.fmean(c for c, _ in one[i:i + 64]),
+                   statistics.fmean(d for _, d in one[i:i + 64]))
+                  for i in range(0, len(one) - 63, 64)]
         if len(levels) < 3:
             sys.exit(f"{path}: fewer than 3 blocks of 64 one-row steps")
         xs, ys = [x for x, _ in levels], [y for _, y in levels]
         slope, intercept = statistics.linear_regression(xs, ys)
         res = [y / (intercept + slope * x) - 1 for x, y in levels]
+        persist = "/".join(f"{100 * e:+.0f}%" for e in persistence_errors(steps))
         print(f"| {os.path.basename(path)} | {min(ys):.1f}-{max(ys):.1f} ms | "
-              f"{100 * min(res):+.0f}% to {100 * max(res):+.0f}% |")
+              f"{100 * min(res):+.0f}% to {100 * max(res):+.0f}% | {persist} |")
 
 
 def main():

@@ -78,14 +78,16 @@ impl Isa {
     pub fn best() -> Isa {
         static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
-            let ceiling = Self::ceiling()
-                .ok()
-                .flatten()
-                .map_or(Level::Avx512Vnni, Isa::level);
-            Self::available()
-                .find(|isa| isa.level() <= ceiling)
-                .unwrap_or(Self::PORTABLE)
+            let ceiling = Self::ceiling().ok().flatten();
+            Self::fastest_at_most(ceiling.map_or(Level::Avx512Vnni, Isa::level))
         })
+    }
+
+    /// The fastest level this CPU has at or below `ceiling`.
+    pub fn fastest_at_most(ceiling: Level) -> Isa {
+        Self::available()
+            .find(|isa| isa.level() <= ceiling)
+            .unwrap_or(Self::PORTABLE)
     }
 
     /// The ceiling [`CEILING_ENV`] sets, if it is set: an error names a value that is not a
@@ -135,7 +137,15 @@ mod tests {
     fn portable_is_always_there_and_last() {
         let all: Vec<Isa> = Isa::available().collect();
         assert_eq!(all.last(), Some(&Isa::PORTABLE));
-        assert_eq!(all.first(), Some(&Isa::best()));
+        assert_eq!(Isa::fastest_at_most(Level::Avx512Vnni), all[0]);
+        assert_eq!(Isa::fastest_at_most(Level::Portable), Isa::PORTABLE);
+        if let Some(avx2) = Isa::get(Level::Avx2) {
+            assert_eq!(Isa::fastest_at_most(Level::Avx2), avx2);
+        }
+        assert!(all.contains(&Isa::best()));
+        if Isa::ceiling() == Ok(None) {
+            assert_eq!(all.first(), Some(&Isa::best()));
+        }
         assert!(all.windows(2).all(|w| w[0].level() > w[1].level()));
         assert!(!Isa::PORTABLE.has_avx2());
         if let Some(avx2) = Isa::get(Level::Avx2) {

@@ -163,8 +163,9 @@ pub struct Tiles<'a> {
 /// `out[t * M + m][r]`: the product of row `r` of tile `t` of `tiles` with activation row
 /// `m` of `acts`, the sum over blocks of `d * dx * dot(u - offset, x)`, plus
 /// `m * dx * sum(x)` for Q4_1 (for the K-quants, the sums of the module's K-quants
-/// section). The loop over the tiles runs inside the kernel of `isa`, and the lengths are
-/// checked once for all of them.
+/// section, over activation rows with one scale per super-block:
+/// `QuantizedRows::new_grouped` with [`SUPER`]). The loop over the tiles runs inside the
+/// kernel of `isa`, and the lengths are checked once for all of them.
 ///
 /// # Panics
 /// When the lengths disagree, or `out` is not `M` entries per tile.
@@ -212,6 +213,14 @@ pub fn tile_dots<const M: usize>(
                 && a.sums.len() == blocks
                 && a.half_sums.len() == blocks,
             "activation row length"
+        );
+        // The K-quant kernels read each super-block's scale from its first block.
+        debug_assert!(
+            !kind.is_k()
+                || a.scales[..blocks]
+                    .chunks_exact(SUPER)
+                    .all(|s| s.iter().all(|d| d.to_bits() == s[0].to_bits())),
+            "K-quant activations need one scale per super-block"
         );
     }
     match isa.level() {
