@@ -13,7 +13,9 @@
 //!   at a time (F16C);
 //! - Q4_1, which candle only has scalar code for, runs in 4 bits: no conversion to Q8_0
 //!   at load, which read 1.7x the bytes per token;
-//! - each weight block is read once for up to four activation rows;
+//! - each weight block is read once for up to four activation rows, and with more rows
+//!   every group of four is run over a span of weight rows that stays in cache before the
+//!   next span ([`SPAN_BYTES`]);
 //! - a layer's products on the same activations (Q, K and V; gate and up) run in one pass
 //!   ([`PackedMatrix::matmul_many`]): the activations are quantized once, and the weight
 //!   rows are split into pieces run on rayon's pool, the pool the compute thread already
@@ -21,7 +23,9 @@
 //!
 //! `engine/core/benches/qmatmul.rs` measures them against candle's `QMatMul` side by side
 //! (BENCHMARKS.md, #13). The activations are quantized to 8-bit blocks of 32 as ggml and
-//! candle quantize them, and each block's integer dot product is exact, so results differ
+//! candle quantize them (for the K-quants with one f32 scale per super-block of 256, as
+//! ggml's Q8_K, and each super-block's integer sums in i32 before one float step, the
+//! tile module's K-quants section), and each block's integer dot product is exact, so results differ
 //! from candle's only in the order the blocks' float terms are summed (candle sums eight
 //! partial lanes per row and adds them at the end; here each block's whole dot product is
 //! one term): a few units in the last place, tested below. Every instruction set here
