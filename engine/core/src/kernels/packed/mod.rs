@@ -15,7 +15,7 @@
 //!   at load, which read 1.7x the bytes per token;
 //! - each weight block is read once for up to four activation rows, and with more rows
 //!   every group of four is run over a span of weight rows that stays in cache before the
-//!   next span ([`SPAN_BYTES`]);
+//!   next span (`SPAN_BYTES`);
 //! - a layer's products on the same activations (Q, K and V; gate and up) run in one pass
 //!   ([`PackedMatrix::matmul_many`]): the activations are quantized once, and the weight
 //!   rows are split into pieces run on rayon's pool, the pool the compute thread already
