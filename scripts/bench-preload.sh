@@ -224,19 +224,6 @@ else
   for k in plain.$n_short plain.$n_long preload.$n_short preload.$n_long; do ir[$k]=0; done
 fi
 
-if [ "$rounds" = 0 ]; then
-  echo "after: $(uptime)"
-  python3 - "$n_short" "$n_long" "${ir[plain.$n_short]}" "${ir[plain.$n_long]}" \
-    "${ir[preload.$n_short]}" "${ir[preload.$n_long]}" <<'PY'
-import sys
-n1, n2, a1, a2, b1, b2 = map(int, sys.argv[1:])
-per_a, per_b = (a2 - a1) / (n2 - n1), (b2 - b1) / (n2 - n1)
-print(f"instructions per token: plain {per_a:,.0f}, preload {per_b:,.0f} (+{per_b - per_a:,.0f}); "
-      f"ratio plain/preload {per_a / per_b:.5f}")
-print(f"RESULT instructions per token plain {per_a:.0f} preload {per_b:.0f} (no wall clock rounds)")
-PY
-  exit 0
-fi
 if [ "$rpc" = 1 ]; then
   echo "== wall clock: $rounds rounds of $n_gen $mode tokens, ABBA, split over the RPC peers $peers"
 else
@@ -245,10 +232,12 @@ fi
 rate() { # rate SIDE -> tokens/s of one generation
   run "$1" "$n_gen" | python3 -c 'import json,sys;print(json.load(sys.stdin)[0]["avg_ts"])'
 }
-rate plain >/dev/null
-rate preload >/dev/null
-echo "round plain_tok_s preload_tok_s"
 : >"$work/rates"
+if [ "$rounds" -gt 0 ]; then
+  rate plain >/dev/null
+  rate preload >/dev/null
+  echo "round plain_tok_s preload_tok_s"
+fi
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then a=$(rate plain); b=$(rate preload); else b=$(rate preload); a=$(rate plain); fi
   echo "$r $a $b" | tee -a "$work/rates"
@@ -271,6 +260,10 @@ if per_b > 0:
 else:
     instr = "instructions not counted (HYDRA_BENCH_VALGRIND=0)"
 rows = [l.split() for l in open(rates)]
+if not rows:  # ROUNDS 0: instructions only
+    print(f"RESULT instructions per token plain {per_a:.0f} preload {per_b:.0f} "
+          "(no wall clock rounds)")
+    sys.exit(0)
 a = [float(r[1]) for r in rows]
 b = [float(r[2]) for r in rows]
 ratios = sorted(y / x for x, y in zip(a, b))
