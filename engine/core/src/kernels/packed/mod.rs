@@ -438,6 +438,10 @@ impl PackedMatrix {
                 scales: &self.scales[t0 * per_tile..t1 * per_tile],
                 mins: self.mins.get(t0 * per_tile..t1 * per_tile).unwrap_or(&[]),
                 subs: &self.subs[t0 * subs_per_tile..t1 * subs_per_tile],
+                // Prefetch where the weights are read once (decode steps, up to four
+                // rows). Over spans it measured a few per cent slower with VNNI at 64 and
+                // 512 rows (BENCHMARKS.md, the prefetch paragraph).
+                stream: acts.len() <= 4,
             };
             let dots = &mut dots[..(t1 - t0) * M];
             tile::tile_dots(self.isa, self.kind, tiles, rows, dots);

@@ -158,7 +158,20 @@ pub struct Tiles<'a> {
     pub mins: &'a [f16],
     /// The K-quants' integer scales, [`SUB_BYTES`] per block; empty for the other kinds.
     pub subs: &'a [u8],
+    /// Whether the quants stream from memory, read once (a decode step's product): the
+    /// SIMD kernels then prefetch [`PREFETCH_AHEAD`] bytes ahead. Products over spans of
+    /// weights kept in the cache leave it off.
+    pub stream: bool,
 }
+
+/// How far ahead of the tile block they work on the SIMD kernels prefetch quants that
+/// stream from memory ([`Tiles::stream`]): a page. Without it a one-row decode step waited
+/// on memory (half of the AVX2 Q8_0 kernel's samples fell on the instruction after its
+/// first load) at about half the bandwidth two threads draw; Intel documents that its L2
+/// streamer does not prefetch across a 4 KiB page. Measured in BENCHMARKS.md (the
+/// prefetch paragraph of the K-quant section): 1,024 to 16,384 bytes ahead all gained,
+/// 4,096 to 16,384 about equally.
+pub const PREFETCH_AHEAD: usize = 4096;
 
 /// `out[t * M + m][r]`: the product of row `r` of tile `t` of `tiles` with activation row
 /// `m` of `acts`, the sum over blocks of `d * dx * dot(u - offset, x)`, plus
@@ -360,7 +373,7 @@ fn super_sums(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Kind, QuantizedRow, Tiles, BLOCK, SUB_BYTES, SUPER, TILE};
+    use super::{Kind, QuantizedRow, Tiles, BLOCK, PREFETCH_AHEAD, SUB_BYTES, SUPER, TILE};
 
     /// The 8 scales (or minimums) of block `at`, as f32.
     ///
@@ -461,6 +474,19 @@ mod x86 {
         unsafe { _mm256_loadu_si256(q.add(BLOCK * t).cast()) }
     }
 
+    /// Ask for the tile block `PREFETCH_AHEAD` bytes past the one at `q` (`tb` bytes) to
+    /// be brought into the L1 cache: see [`PREFETCH_AHEAD`].
+    #[inline(always)]
+    fn prefetch_ahead(q: *const u8, tb: usize) {
+        for line in (0..tb).step_by(64) {
+            // A prefetch reads nothing into the program and never faults, whatever the
+            // address (past the end of the weights it fetches a line nobody uses).
+            let p = q.wrapping_add(PREFETCH_AHEAD + line);
+            // SAFETY: `_mm_prefetch` needs only SSE, which every x86-64 CPU has.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+        }
+    }
+
     /// The loops of every SIMD kernel, over the tiles and their blocks, and each block's
     /// float step per activation row, in a macro so that they compile inside each one's
     /// `target_feature` function. `$dots` gives the eight rows' exact integer dot products
@@ -487,6 +513,9 @@ mod x86 {
                 for ($b, qb) in tq.chunks_exact(tb).enumerate() {
                     let at = t * blocks + $b;
                     let $q = qb.as_ptr();
+                    if tiles.stream {
+                        prefetch_ahead($q, tb);
+                    }
                     let $starts: [__m256i; $m] =
                         std::array::from_fn(|m| _mm256_set1_epi32(-offset * acts[m].sums[$b]));
                     let dots: [__m256i; $m] = $dots;
@@ -722,6 +751,9 @@ mod x86 {
                 for ($b, qb) in tq.chunks_exact(tb).enumerate() {
                     let at = t * blocks + $b;
                     let $q = qb.as_ptr();
+                    if tiles.stream {
+                        prefetch_ahead($q, tb);
+                    }
                     let dots: [[__m256i; 2]; $m] = $dots;
                     // SAFETY: `SUB_BYTES` integer scales per block (checked by the caller).
                     let (s0, s1) = unsafe { subs8(tiles.subs, at, six) };
