@@ -20,10 +20,10 @@
 #                written once by engine/core/tests/models/make_gguf.py into the cache;
 #                --long defaults to 2000 (its context is 4096)
 #   --pool-use P hydra-engine's --pool-use (adaptive, always, never; default adaptive)
-#   --isa avx2   hydra-engine's kernels capped at AVX2 (HYDRA_KERNEL_ISA) and llama-bench
-#                from llama.cpp's AVX2 build (scripts/llama-cpp.sh valgrind-bench): the
-#                AVX2 paths of both, side by side, on a CPU that has AVX-512 too; the
-#                llama-server figures stay on its native build (marked after the table)
+#   --isa avx2   hydra-engine's kernels capped at AVX2 (HYDRA_KERNEL_ISA) against
+#                llama-bench and llama-server of llama.cpp's AVX2 build (scripts/llama-cpp.sh
+#                avx2-bench): the AVX2 paths of both, side by side, on a CPU that has
+#                AVX-512 too
 #   --quant T,.. the whole table once per llama.cpp type T (Q4_K_M, Q5_K_M, Q6_K, Q8_0, ...):
 #                the model (--model, or SmolLM2) requantized with llama-quantize
 #                --allow-requantize into the cache (scripts/llama-cpp.sh bench-tools)
@@ -192,12 +192,12 @@ if [ -n "$quant" ]; then
 fi
 
 prefix=$("$repo/scripts/llama-cpp.sh" bench)
-llama_bench="$prefix/bin/llama-bench"
 hydra_env=()
 if [ "$isa" = avx2 ]; then
-  llama_bench="$("$repo/scripts/llama-cpp.sh" valgrind-bench)/bin/llama-bench"
+  prefix=$("$repo/scripts/llama-cpp.sh" avx2-bench)
   hydra_env=(HYDRA_KERNEL_ISA=avx2)
 fi
+llama_bench="$prefix/bin/llama-bench"
 build_hydra
 hydra="$repo/target/release/hydra-engine"
 probe=$(bandwidth_probe)
@@ -401,8 +401,12 @@ echo
 # The kernel path of every figure above: each engine served all of them from one process.
 kernels=$(grep -o 'weight kernels.*' "$work/hydra.err" | head -1)
 echo "hydra-engine: ${kernels:-weight kernels: not in its log ($work/hydra.err)}"
-[ "$isa" = avx2 ] && echo "llama-bench: llama.cpp's AVX2 build ($llama_bench); llama-server: its native build"
-echo "llama.cpp: its CPU backend built with -march=native (GGML_NATIVE=ON) on a CPU with:" \
-  "$(grep -m1 -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+cpu_isa=$(grep -m1 -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')
+if [ "$isa" = avx2 ]; then
+  echo "llama.cpp: llama-bench and llama-server of its AVX2 build ($prefix: GGML_NATIVE=OFF," \
+    "AVX2, FMA, F16C, no AVX-512) on a CPU with: $cpu_isa"
+else
+  echo "llama.cpp: its CPU backend built with -march=native (GGML_NATIVE=ON) on a CPU with: $cpu_isa"
+fi
 echo "load before: $load_before"
 echo "load after:  $(uptime)"

@@ -21,6 +21,10 @@
 #   scripts/llama-cpp.sh valgrind-bench
 #                                 llama-bench of 0c1e570 for AVX2 (no AVX-512), which
 #                                 valgrind can run (scripts/bench-preload.sh)
+#   scripts/llama-cpp.sh avx2-bench
+#                                 as valgrind-bench, and bin/llama-server of the same AVX2
+#                                 build (scripts/bench-vs-llamacpp.sh --isa avx2; benchmarks
+#                                 only)
 #
 # The source is llama.cpp commit 0c1e570 as vendored by the PyPI sdist
 # llama-cpp-python==0.3.36; the older generation is the llama.cpp vendored by
@@ -153,5 +157,6 @@ case "${1:-}" in
   legacy-rpc-server) generation legacy; echo "$rpc_target" ;;
   legacy-prefix) generation legacy; echo "$prefix" ;;
   valgrind-bench) generation avx2; build llama-bench; echo "$prefix" ;;
+  avx2-bench) generation avx2; build llama-bench llama-server; echo "$prefix" ;;
   *) usage ;;
 esac
