@@ -232,12 +232,11 @@ impl PackedMatrix {
                             tile_block[to] = qb[j] | (qb[j + BLOCK / 2] << 4);
                         }
                     }
-                    // `q + 128` (Q5_K), `q - 32 + 128` (Q6_K).
+                    // `q` as it is (Q5_K, Q6_K: the offset is the kind's).
                     _ => {
-                        let add = if kind == Kind::Q6K { 96 } else { 128 };
                         for (j, &q) in qb.iter().enumerate() {
                             let (to, _) = kind.position(r, j);
-                            tile_block[to] = q + add;
+                            tile_block[to] = q;
                         }
                     }
                 }

@@ -33,7 +33,8 @@
 //! `d * sc * q - dmin * m`, `q` of 4 or 5 bits), or for Q6_K each half block of 16 an
 //! 8-bit signed scale `s` (the weight is `d * s * (q - 32)`, `q` of 6 bits). Packed, a row's
 //! 32-weight blocks keep the tile layout above: Q4_K's quants as Q4_1's nibbles, Q5_K's and
-//! Q6_K's in the 8-bit layout stored as Q8_0's (`u = q + 128` and `u = q - 32 + 128`);
+//! Q6_K's in the 8-bit layout of Q8_0's, as they are (`u = q`, of 5 or 6 bits: offset 0, or
+//! 32 for Q6_K, whose weight is `q - 32`), so that AVX2 multiplies them unsigned directly;
 //! per tile and block the eight rows' integer scales ([`SUB_BYTES`]: `sc` then `m`, or the
 //! halves' `s`); per tile and super-block the eight rows' `d` (in `scales`) and `dmin` (in
 //! `mins`). The activations come with one scale `dx` per super-block (as ggml's Q8_K has
@@ -73,10 +74,10 @@ pub enum Kind {
     /// Two weights per byte as Q4_1, `u = q`, with integer scales and minimums per block
     /// under a super-block's two f16 scales (ggml Q4_K).
     Q4K,
-    /// A byte per weight, `u = q + 128` (`q` of 5 bits), scaled as Q4_K (ggml Q5_K).
+    /// A byte per weight, `u = q` (`q` of 5 bits), scaled as Q4_K (ggml Q5_K).
     Q5K,
-    /// A byte per weight, `u = q - 32 + 128` (`q` of 6 bits), with a signed integer scale
-    /// per half block under a super-block's f16 scale (ggml Q6_K).
+    /// A byte per weight, `u = q` (`q` of 6 bits, the weight `q - 32`), with a signed
+    /// integer scale per half block under a super-block's f16 scale (ggml Q6_K).
     Q6K,
 }
 
@@ -108,12 +109,13 @@ impl Kind {
         TILE * self.block_bytes()
     }
 
-    /// The unsigned offset of a stored quant (0 for Q4_1, whose blocks have a minimum).
+    /// The unsigned offset of a stored quant (0 for the kinds whose blocks have a minimum).
     pub fn offset(self) -> i32 {
         match self {
-            Kind::Q8_0 | Kind::Q5K | Kind::Q6K => 128,
+            Kind::Q8_0 => 128,
+            Kind::Q6K => 32,
             Kind::Q4_0 => 8,
-            Kind::Q4_1 | Kind::Q4K => 0,
+            Kind::Q4_1 | Kind::Q4K | Kind::Q5K => 0,
         }
     }
 
@@ -247,13 +249,17 @@ pub fn tile_dots<const M: usize>(
             unsafe {
                 match (level, kind) {
                     (Level::Avx512Vnni, Kind::Q4K) => {
-                        x86::vnni_k::<M, true>(kind, tiles, acts, out)
+                        x86::vnni_k::<M, true, 0>(kind, tiles, acts, out)
                     }
-                    (Level::Avx512Vnni, Kind::Q5K | Kind::Q6K) => {
-                        x86::vnni_k::<M, false>(kind, tiles, acts, out)
+                    (Level::Avx512Vnni, Kind::Q5K) => {
+                        x86::vnni_k::<M, false, 0>(kind, tiles, acts, out)
+                    }
+                    (Level::Avx512Vnni, Kind::Q6K) => {
+                        x86::vnni_k::<M, false, 32>(kind, tiles, acts, out)
                     }
                     (_, Kind::Q4K) => x86::avx2_k4(tiles, acts, out),
-                    (_, Kind::Q5K | Kind::Q6K) => x86::avx2_k8(kind, tiles, acts, out),
+                    (_, Kind::Q5K) => x86::avx2_k8::<M, 0>(kind, tiles, acts, out),
+                    (_, Kind::Q6K) => x86::avx2_k8::<M, 32>(kind, tiles, acts, out),
                     (Level::Avx512Vnni, Kind::Q8_0) => {
                         x86::vnni::<M, false>(kind, tiles, acts, out)
                     }
@@ -827,64 +833,80 @@ mod x86 {
         })
     }
 
-    /// AVX2, Q5_K and Q6_K: [`avx2_q8`]'s signed products (the sign trick, no offset term),
-    /// vectors 0-3 into the first half and 4-7 into the second.
+    /// The two halves' start terms of block `b` of every activation row: `-OFFSET` times
+    /// the half's activation sum (zero, and no loads, when `OFFSET` is 0).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn half_starts<const M: usize, const OFFSET: i32>(
+        acts: &[QuantizedRow<'_>; M],
+        b: usize,
+    ) -> [[__m256i; 2]; M] {
+        std::array::from_fn(|m| {
+            if OFFSET == 0 {
+                return [_mm256_setzero_si256(); 2];
+            }
+            let (sum, first) = (acts[m].sums[b], acts[m].half_sums[b]);
+            [
+                _mm256_set1_epi32(-OFFSET * first),
+                _mm256_set1_epi32(-OFFSET * (sum - first)),
+            ]
+        })
+    }
+
+    /// AVX2, Q5_K and Q6_K: the unsigned quants (`u < 64`) times the signed activations in
+    /// `vpmaddubsw` directly, two vectors' 16-bit pair sums added (each at most
+    /// 63 * 128 * 2, so two stay below 32768) before one `vpmaddwd`; vectors 0-3 into the
+    /// first half and 4-7 into the second, each started from its offset term (`OFFSET`:
+    /// the kind's offset, 0 or 32).
     ///
     /// # Safety
     /// As [`avx2_q8`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn avx2_k8<const M: usize>(
+    pub(super) unsafe fn avx2_k8<const M: usize, const OFFSET: i32>(
         kind: Kind,
         tiles: Tiles<'_>,
         acts: &[QuantizedRow<'_>; M],
         out: &mut [[f32; TILE]],
     ) {
+        debug_assert_eq!(OFFSET, kind.offset());
         let ones = _mm256_set1_epi16(1);
-        let flip = _mm256_set1_epi8(i8::MIN);
         tile_loop_k!(kind, tiles, acts, out, M, |q, b| {
-            let mut sums = [[_mm256_setzero_si256(); 2]; M];
-            for t in 0..8 {
+            let mut sums = half_starts::<M, OFFSET>(acts, b);
+            for t in (0..8).step_by(2) {
                 // SAFETY: `q` is a whole 8-bit tile block.
-                let w = _mm256_xor_si256(unsafe { bytes(q, t) }, flip);
-                let abs = _mm256_sign_epi8(w, w);
+                let (w0, w1) = unsafe { (bytes(q, t), bytes(q, t + 1)) };
                 for (a, sum) in acts.iter().zip(&mut sums) {
                     // SAFETY: `a` holds `blocks` blocks (the caller's contract).
-                    let x = unsafe { fours(a, b, t) };
-                    let prod = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(x, w));
-                    sum[t / 4] = _mm256_add_epi32(sum[t / 4], _mm256_madd_epi16(prod, ones));
+                    let (x0, x1) = unsafe { (fours(a, b, t), fours(a, b, t + 1)) };
+                    let pairs = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w0, x0),
+                        _mm256_maddubs_epi16(w1, x1),
+                    );
+                    sum[t / 4] = _mm256_add_epi32(sum[t / 4], _mm256_madd_epi16(pairs, ones));
                 }
             }
             sums
         })
     }
 
-    /// AVX-512 VNNI, the K-quants: [`vnni`]'s two chains per row are the two halves; for
-    /// the 8-bit kinds each starts from its half's offset term (`-128` times the half's
-    /// activation sum).
+    /// AVX-512 VNNI, the K-quants: [`vnni`]'s two chains per row are the two halves, each
+    /// started from its half's offset term (`OFFSET`: the kind's offset, 32 for Q6_K; for
+    /// Q4_K and Q5_K 0, and the chains start from zero).
     ///
     /// # Safety
     /// As [`vnni`].
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn vnni_k<const M: usize, const Q4: bool>(
+    pub(super) unsafe fn vnni_k<const M: usize, const Q4: bool, const OFFSET: i32>(
         kind: Kind,
         tiles: Tiles<'_>,
         acts: &[QuantizedRow<'_>; M],
         out: &mut [[f32; TILE]],
     ) {
-        // Known at compile time: Q4_K's quants have no offset, so no start terms.
-        let offset = if Q4 { 0 } else { 128 };
-        debug_assert_eq!(offset, kind.offset());
+        // A constant of each instance: computed at run time from the kind, the start terms
+        // cost a 1.1B layer's Q4_K product at 128 rows a fifth of its time (BENCHMARKS.md).
+        debug_assert_eq!(OFFSET, kind.offset());
         tile_loop_k!(kind, tiles, acts, out, M, |q, b| {
-            let mut d: [[__m256i; 2]; M] = std::array::from_fn(|m| {
-                if Q4 {
-                    return [_mm256_setzero_si256(); 2];
-                }
-                let (sum, first) = (acts[m].sums[b], acts[m].half_sums[b]);
-                [
-                    _mm256_set1_epi32(-offset * first),
-                    _mm256_set1_epi32(-offset * (sum - first)),
-                ]
-            });
+            let mut d = half_starts::<M, OFFSET>(acts, b);
             // SAFETY: `q` is a whole tile block of this width and each activation row holds
             // `blocks` blocks (the caller's contract).
             unsafe { vnni_block::<M, Q4>(q, b, acts, &mut d) };
