@@ -247,25 +247,23 @@ pub fn tile_dots<const M: usize>(
             // SAFETY: the CPU has the features each function enables (an `Isa` of `level`
             // exists only where it does), and the reads stay inside the tiles and rows.
             unsafe {
-                match (level, kind) {
-                    (Level::Avx512Vnni, Kind::Q4K) => {
-                        x86::vnni_k::<M, true, 0>(kind, tiles, acts, out)
-                    }
-                    (Level::Avx512Vnni, Kind::Q5K) => {
-                        x86::vnni_k::<M, false, 0>(kind, tiles, acts, out)
-                    }
-                    (Level::Avx512Vnni, Kind::Q6K) => {
-                        x86::vnni_k::<M, false, 32>(kind, tiles, acts, out)
-                    }
-                    (_, Kind::Q4K) => x86::avx2_k4(tiles, acts, out),
-                    (_, Kind::Q5K) => x86::avx2_k8::<M, 0>(kind, tiles, acts, out),
-                    (_, Kind::Q6K) => x86::avx2_k8::<M, 32>(kind, tiles, acts, out),
-                    (Level::Avx512Vnni, Kind::Q8_0) => {
-                        x86::vnni::<M, false>(kind, tiles, acts, out)
-                    }
-                    (Level::Avx512Vnni, _) => x86::vnni::<M, true>(kind, tiles, acts, out),
-                    (_, Kind::Q8_0) => x86::avx2_q8(tiles, acts, out),
-                    (_, _) => x86::avx2_q4(kind, tiles, acts, out),
+                // Each kind's offset is a constant of its kernel's instance (the last
+                // parameter): computed at run time, the start terms it gives cost a 1.1B
+                // layer's Q4_K product a fifth of its time (BENCHMARKS.md).
+                let vnni = level == Level::Avx512Vnni;
+                match kind {
+                    Kind::Q4K if vnni => x86::vnni_k::<M, true, 0>(kind, tiles, acts, out),
+                    Kind::Q5K if vnni => x86::vnni_k::<M, false, 0>(kind, tiles, acts, out),
+                    Kind::Q6K if vnni => x86::vnni_k::<M, false, 32>(kind, tiles, acts, out),
+                    Kind::Q8_0 if vnni => x86::vnni::<M, false, 128>(kind, tiles, acts, out),
+                    Kind::Q4_0 if vnni => x86::vnni::<M, true, 8>(kind, tiles, acts, out),
+                    Kind::Q4_1 if vnni => x86::vnni::<M, true, 0>(kind, tiles, acts, out),
+                    Kind::Q4K => x86::avx2_k4(tiles, acts, out),
+                    Kind::Q5K => x86::avx2_k8::<M, 0>(kind, tiles, acts, out),
+                    Kind::Q6K => x86::avx2_k8::<M, 32>(kind, tiles, acts, out),
+                    Kind::Q8_0 => x86::avx2_q8(tiles, acts, out),
+                    Kind::Q4_0 => x86::avx2_q4::<M, 8>(kind, tiles, acts, out),
+                    Kind::Q4_1 => x86::avx2_q4::<M, 0>(kind, tiles, acts, out),
                 }
             }
         }
@@ -497,16 +495,18 @@ mod x86 {
     /// float step per activation row, in a macro so that they compile inside each one's
     /// `target_feature` function. `$dots` gives the eight rows' exact integer dot products
     /// of tile block `$q` (a pointer) with block `$b` of every activation row, each started
-    /// from its `starts` entry (the offset term, `-offset * sum(x)`). The work on a weight
+    /// from its `starts` entry (the offset term, `-offset * sum(x)`, with `$offset` the
+    /// kind's offset as a constant: zero and no loads for 0). The work on a weight
     /// vector is done once and used for every activation row before the next vector is
     /// read, so no more than one or two weight vectors are live at a time.
     macro_rules! tile_loop {
-        ($kind:expr, $tiles:expr, $acts:expr, $out:expr, $m:ident,
+        ($kind:expr, $offset:expr, $tiles:expr, $acts:expr, $out:expr, $m:ident,
          |$q:ident, $b:ident, $starts:ident| $dots:expr) => {{
             let (kind, tiles, acts): (Kind, Tiles<'_>, &[QuantizedRow<'_>; $m]) =
                 ($kind, $tiles, $acts);
             let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
-            let offset = kind.offset();
+            let offset: i32 = $offset;
+            debug_assert_eq!(offset, kind.offset());
             let has_mins = kind.has_mins();
             for (t, outs) in $out.chunks_exact_mut($m).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); $m];
@@ -522,8 +522,13 @@ mod x86 {
                     if tiles.stream {
                         prefetch_ahead($q, tb);
                     }
-                    let $starts: [__m256i; $m] =
-                        std::array::from_fn(|m| _mm256_set1_epi32(-offset * acts[m].sums[$b]));
+                    let $starts: [__m256i; $m] = std::array::from_fn(|m| {
+                        if offset == 0 {
+                            _mm256_setzero_si256()
+                        } else {
+                            _mm256_set1_epi32(-offset * acts[m].sums[$b])
+                        }
+                    });
                     let dots: [__m256i; $m] = $dots;
                     // SAFETY: 8 scales (minimums) per block (checked by the caller).
                     let dw = unsafe { halfs8(tiles.scales, at) };
@@ -571,7 +576,7 @@ mod x86 {
     ) {
         let ones = _mm256_set1_epi16(1);
         let flip = _mm256_set1_epi8(i8::MIN);
-        tile_loop!(Kind::Q8_0, tiles, acts, out, M, |q, b, _starts| {
+        tile_loop!(Kind::Q8_0, 128, tiles, acts, out, M, |q, b, _starts| {
             let mut sums = [_mm256_setzero_si256(); M];
             for t in 0..8 {
                 // SAFETY: `q` is a whole 8-bit tile block.
@@ -595,14 +600,14 @@ mod x86 {
     /// # Safety
     /// As [`avx2_q8`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn avx2_q4<const M: usize>(
+    pub(super) unsafe fn avx2_q4<const M: usize, const OFFSET: i32>(
         kind: Kind,
         tiles: Tiles<'_>,
         acts: &[QuantizedRow<'_>; M],
         out: &mut [[f32; TILE]],
     ) {
         let ones = _mm256_set1_epi16(1);
-        tile_loop!(kind, tiles, acts, out, M, |q, b, starts| {
+        tile_loop!(kind, OFFSET, tiles, acts, out, M, |q, b, starts| {
             // SAFETY: `q` is a whole 4-bit tile block and each activation row holds `blocks`
             // blocks (the caller's contract).
             let pairs = unsafe { avx2_q4_pairs(q, b, acts) };
@@ -692,13 +697,13 @@ mod x86 {
     /// # Safety
     /// As [`avx2_q8`], and the CPU has AVX512-VNNI and AVX512-VL.
     #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-    pub(super) unsafe fn vnni<const M: usize, const Q4: bool>(
+    pub(super) unsafe fn vnni<const M: usize, const Q4: bool, const OFFSET: i32>(
         kind: Kind,
         tiles: Tiles<'_>,
         acts: &[QuantizedRow<'_>; M],
         out: &mut [[f32; TILE]],
     ) {
-        tile_loop!(kind, tiles, acts, out, M, |q, b, starts| {
+        tile_loop!(kind, OFFSET, tiles, acts, out, M, |q, b, starts| {
             let mut d = [[_mm256_setzero_si256(); 2]; M];
             for (d, start) in d.iter_mut().zip(starts) {
                 d[0] = start;
@@ -902,8 +907,6 @@ mod x86 {
         acts: &[QuantizedRow<'_>; M],
         out: &mut [[f32; TILE]],
     ) {
-        // A constant of each instance: computed at run time from the kind, the start terms
-        // cost a 1.1B layer's Q4_K product at 128 rows a fifth of its time (BENCHMARKS.md).
         debug_assert_eq!(OFFSET, kind.offset());
         tile_loop_k!(kind, tiles, acts, out, M, |q, b| {
             let mut d = half_starts::<M, OFFSET>(acts, b);
