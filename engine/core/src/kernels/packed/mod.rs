@@ -354,7 +354,11 @@ impl PackedMatrix {
             }
         }
         let run = |(m, first, mut parts): (&PackedMatrix, usize, Vec<&mut [f32]>)| {
-            let acts = if m.kind.is_k() { &grouped } else { &plain };
+            let acts = if m.kind.scale_blocks() == 1 {
+                &plain
+            } else {
+                &grouped
+            };
             m.rows_into(first, acts, &mut parts)
         };
         if parallel && pieces.len() > 1 {
@@ -376,8 +380,12 @@ impl PackedMatrix {
     /// output is computed by the same kernel call on the same rows either way.
     fn rows_into(&self, first: usize, act_rows: &[QuantizedRow<'_>], out: &mut [&mut [f32]]) {
         debug_assert_eq!(first % TILE, 0, "pieces start at a tile");
+        // Up to the kernels' four rows the weights are read once, from memory, and the
+        // kernels prefetch them ([`Tiles::stream`]). Over spans a prefetch measured a few
+        // per cent slower with VNNI at 64 and 512 rows (BENCHMARKS.md, the prefetch
+        // paragraph): the spans' later groups find the weights in the cache.
         if act_rows.len() <= 4 {
-            return self.groups(first, act_rows, out);
+            return self.groups(first, act_rows, out, true);
         }
         let n_out = out.first().map_or(0, |o| o.len());
         let tile_bytes = self.k / BLOCK * self.kind.tile_block_bytes();
@@ -385,27 +393,34 @@ impl PackedMatrix {
         for at in (0..n_out).step_by(span) {
             let end = (at + span).min(n_out);
             let mut part: Vec<&mut [f32]> = out.iter_mut().map(|o| &mut o[at..end]).collect();
-            self.groups(first + at, act_rows, &mut part);
+            self.groups(first + at, act_rows, &mut part, false);
         }
     }
 
     /// Weight rows `first..first + out[0].len()` against every activation row, four at a
     /// time (the kernels' most).
-    fn groups(&self, first: usize, act_rows: &[QuantizedRow<'_>], out: &mut [&mut [f32]]) {
+    fn groups(
+        &self,
+        first: usize,
+        act_rows: &[QuantizedRow<'_>],
+        out: &mut [&mut [f32]],
+        stream: bool,
+    ) {
         let n_out = out.first().map_or(0, |o| o.len());
         let mut r = 0;
         while r < act_rows.len() {
             r += match act_rows.len() - r {
-                1 => self.group::<1>(first, n_out, act_rows, r, out),
-                2 => self.group::<2>(first, n_out, act_rows, r, out),
-                3 => self.group::<3>(first, n_out, act_rows, r, out),
-                _ => self.group::<4>(first, n_out, act_rows, r, out),
+                1 => self.group::<1>(first, n_out, act_rows, r, out, stream),
+                2 => self.group::<2>(first, n_out, act_rows, r, out, stream),
+                3 => self.group::<3>(first, n_out, act_rows, r, out, stream),
+                _ => self.group::<4>(first, n_out, act_rows, r, out, stream),
             };
         }
     }
 
     /// Weight rows `first..first + n` (`first` at a tile) against activation rows
-    /// `r..r + M`, into `out[r + m][j]`; returns `M`.
+    /// `r..r + M`, into `out[r + m][j]`, prefetching the weights when they `stream` from
+    /// memory; returns `M`.
     fn group<const M: usize>(
         &self,
         first: usize,
@@ -413,6 +428,7 @@ impl PackedMatrix {
         acts: &[QuantizedRow<'_>],
         r: usize,
         out: &mut [&mut [f32]],
+        stream: bool,
     ) -> usize {
         let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
         let blocks = self.k / BLOCK;
@@ -437,10 +453,7 @@ impl PackedMatrix {
                 scales: &self.scales[t0 * per_tile..t1 * per_tile],
                 mins: self.mins.get(t0 * per_tile..t1 * per_tile).unwrap_or(&[]),
                 subs: &self.subs[t0 * subs_per_tile..t1 * subs_per_tile],
-                // Prefetch where the weights are read once (decode steps, up to four
-                // rows). Over spans it measured a few per cent slower with VNNI at 64 and
-                // 512 rows (BENCHMARKS.md, the prefetch paragraph).
-                stream: acts.len() <= 4,
+                stream,
             };
             let dots = &mut dots[..(t1 - t0) * M];
             tile::tile_dots(self.isa, self.kind, tiles, rows, dots);

@@ -491,12 +491,48 @@ mod x86 {
         }
     }
 
+    /// The start term of block `b` of every activation row: `-OFFSET` times the block's
+    /// activation sum (zero, and no loads, when `OFFSET` is 0).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block_starts<const M: usize, const OFFSET: i32>(
+        acts: &[QuantizedRow<'_>; M],
+        b: usize,
+    ) -> [__m256i; M] {
+        std::array::from_fn(|m| {
+            if OFFSET == 0 {
+                return _mm256_setzero_si256();
+            }
+            _mm256_set1_epi32(-OFFSET * acts[m].sums[b])
+        })
+    }
+
+    /// The two halves' start terms of block `b` of every activation row: `-OFFSET` times
+    /// the half's activation sum (zero, and no loads, when `OFFSET` is 0).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn half_starts<const M: usize, const OFFSET: i32>(
+        acts: &[QuantizedRow<'_>; M],
+        b: usize,
+    ) -> [[__m256i; 2]; M] {
+        std::array::from_fn(|m| {
+            if OFFSET == 0 {
+                return [_mm256_setzero_si256(); 2];
+            }
+            let (sum, first) = (acts[m].sums[b], acts[m].half_sums[b]);
+            [
+                _mm256_set1_epi32(-OFFSET * first),
+                _mm256_set1_epi32(-OFFSET * (sum - first)),
+            ]
+        })
+    }
+
     /// The loops of every SIMD kernel, over the tiles and their blocks, and each block's
     /// float step per activation row, in a macro so that they compile inside each one's
     /// `target_feature` function. `$dots` gives the eight rows' exact integer dot products
     /// of tile block `$q` (a pointer) with block `$b` of every activation row, each started
-    /// from its `starts` entry (the offset term, `-offset * sum(x)`, with `$offset` the
-    /// kind's offset as a constant: zero and no loads for 0). The work on a weight
+    /// from its `starts` entry ([`block_starts`] of `$offset`, a constant: the offset the
+    /// kernel's products take out, 0 for none). The work on a weight
     /// vector is done once and used for every activation row before the next vector is
     /// read, so no more than one or two weight vectors are live at a time.
     macro_rules! tile_loop {
@@ -505,8 +541,6 @@ mod x86 {
             let (kind, tiles, acts): (Kind, Tiles<'_>, &[QuantizedRow<'_>; $m]) =
                 ($kind, $tiles, $acts);
             let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
-            let offset: i32 = $offset;
-            debug_assert_eq!(offset, kind.offset());
             let has_mins = kind.has_mins();
             for (t, outs) in $out.chunks_exact_mut($m).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); $m];
@@ -522,13 +556,7 @@ mod x86 {
                     if tiles.stream {
                         prefetch_ahead($q, tb);
                     }
-                    let $starts: [__m256i; $m] = std::array::from_fn(|m| {
-                        if offset == 0 {
-                            _mm256_setzero_si256()
-                        } else {
-                            _mm256_set1_epi32(-offset * acts[m].sums[$b])
-                        }
-                    });
+                    let $starts = block_starts::<$m, { $offset }>(acts, $b);
                     let dots: [__m256i; $m] = $dots;
                     // SAFETY: 8 scales (minimums) per block (checked by the caller).
                     let dw = unsafe { halfs8(tiles.scales, at) };
@@ -576,7 +604,8 @@ mod x86 {
     ) {
         let ones = _mm256_set1_epi16(1);
         let flip = _mm256_set1_epi8(i8::MIN);
-        tile_loop!(Kind::Q8_0, 128, tiles, acts, out, M, |q, b, _starts| {
+        // The sign trick multiplies the signed weights: no offset to take out.
+        tile_loop!(Kind::Q8_0, 0, tiles, acts, out, M, |q, b, _starts| {
             let mut sums = [_mm256_setzero_si256(); M];
             for t in 0..8 {
                 // SAFETY: `q` is a whole 8-bit tile block.
@@ -606,6 +635,7 @@ mod x86 {
         acts: &[QuantizedRow<'_>; M],
         out: &mut [[f32; TILE]],
     ) {
+        debug_assert_eq!(OFFSET, kind.offset());
         let ones = _mm256_set1_epi16(1);
         tile_loop!(kind, OFFSET, tiles, acts, out, M, |q, b, starts| {
             // SAFETY: `q` is a whole 4-bit tile block and each activation row holds `blocks`
@@ -703,6 +733,7 @@ mod x86 {
         acts: &[QuantizedRow<'_>; M],
         out: &mut [[f32; TILE]],
     ) {
+        debug_assert_eq!(OFFSET, kind.offset());
         tile_loop!(kind, OFFSET, tiles, acts, out, M, |q, b, starts| {
             let mut d = [[_mm256_setzero_si256(); 2]; M];
             for (d, start) in d.iter_mut().zip(starts) {
@@ -835,26 +866,6 @@ mod x86 {
             // blocks (the caller's contract).
             let pairs = unsafe { avx2_q4_pairs(q, b, acts) };
             std::array::from_fn(|m| [_mm256_madd_epi16(pairs[m], ones), _mm256_setzero_si256()])
-        })
-    }
-
-    /// The two halves' start terms of block `b` of every activation row: `-OFFSET` times
-    /// the half's activation sum (zero, and no loads, when `OFFSET` is 0).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn half_starts<const M: usize, const OFFSET: i32>(
-        acts: &[QuantizedRow<'_>; M],
-        b: usize,
-    ) -> [[__m256i; 2]; M] {
-        std::array::from_fn(|m| {
-            if OFFSET == 0 {
-                return [_mm256_setzero_si256(); 2];
-            }
-            let (sum, first) = (acts[m].sums[b], acts[m].half_sums[b]);
-            [
-                _mm256_set1_epi32(-OFFSET * first),
-                _mm256_set1_epi32(-OFFSET * (sum - first)),
-            ]
         })
     }
 
