@@ -191,11 +191,12 @@ if [ -n "$quant" ]; then
   exit 0
 fi
 
-prefix=$("$repo/scripts/llama-cpp.sh" bench)
 hydra_env=()
 if [ "$isa" = avx2 ]; then
   prefix=$("$repo/scripts/llama-cpp.sh" avx2-bench)
   hydra_env=(HYDRA_KERNEL_ISA=avx2)
+else
+  prefix=$("$repo/scripts/llama-cpp.sh" bench)
 fi
 llama_bench="$prefix/bin/llama-bench"
 build_hydra
