@@ -37,7 +37,9 @@
 #
 # Figures (each the median over rounds; the ratio is hydra / llama.cpp):
 #   decode         128 tokens, 1 slot, against llama-bench tg128 and llama-server
-#   prefill 128    against llama-bench pp128
+#   prefill 128    against llama-bench pp128, each after a warm-up run of the same size
+#                  (llama-bench's own method); between the servers so too, and cold (one
+#                  request after the other figures' work)
 #   prefill 512    server against server; likewise the long prompt (--long)
 #   decode long    64 tokens decoded right after the long prompt, over its cache
 #   4-slot         4 slots x --tokens decode tokens at once: aggregate tokens/s, against
@@ -274,6 +276,16 @@ def completion(engine, slot, prompt, n_predict):
     t = r["timings"]
     return t["prompt_per_second"], t["predicted_per_second"]
 
+def warm_prefill(engine, slot, prompt):
+    """Prompt tok/s of `prompt` run right after a warm-up run of it, as llama-bench runs
+    its pp128 (a warm-up run, then the timed one): the weights as warm in the caches for
+    each engine. A prompt after other work is slower (hydra-engine on SmolLM2 Q8_0 with
+    AVX2: about 580 tok/s back to back, 540 after 1 s idle, 500 after 3 s). First a
+    second for llama.cpp's threads, which poll for a while after a request, to settle."""
+    time.sleep(1.0)
+    completion(engine, slot, prompt, 1)
+    return completion(engine, slot, prompt, 1)[0]
+
 def aggregate(engine, n):
     """4 slots decoding n tokens each at once: total generated tokens / wall seconds."""
     out = [None] * 4
@@ -328,10 +340,12 @@ for rnd in range(rounds):
     # decode and prefill 128
     add("decode 128", "hydra", completion("hydra", 0, ids(16, rnd), 128)[1])
     pp, tg = llama_bench()
-    add("decode 128", "bench", tg); add("prefill 128", "bench", pp)
+    add("decode 128", "bench", tg); add("prefill 128 warm", "bench", pp)
     add("decode 128", "server", completion("llama", 0, ids(16, rnd), 128)[1])
     add("prefill 128", "hydra", completion("hydra", 1, ids(128, rnd), 1)[0])
     add("prefill 128", "server", completion("llama", 1, ids(128, rnd), 1)[0])
+    add("prefill 128 warm", "hydra", warm_prefill("hydra", 1, ids(128, rnd)))
+    add("prefill 128 warm", "server", warm_prefill("llama", 1, ids(128, rnd)))
     add("prefill 512", "hydra", completion("hydra", 2, ids(512, rnd), 1)[0])
     add("prefill 512", "server", completion("llama", 2, ids(512, rnd), 1)[0])
     # The long prompt, then decode over its cache (where attention reads the most).
@@ -367,8 +381,10 @@ def cell(k, e):
     return f"{med[k][e]:.1f} ({', '.join(f'{x:.0f}' for x in v)})"
 rows = [("decode 128 vs llama-bench tg128", "decode 128", "bench"),
         ("decode 128 vs llama-server", "decode 128", "server"),
-        ("prefill 128 vs llama-bench pp128", "prefill 128", "bench"),
-        ("prefill 128 (servers)", "prefill 128", "server"),
+        ("prefill 128 vs llama-bench pp128 (each after a warm-up run)", "prefill 128 warm",
+         "bench"),
+        ("prefill 128 (servers, each after a warm-up run)", "prefill 128 warm", "server"),
+        ("prefill 128 (servers, cold: one request after other work)", "prefill 128", "server"),
         ("prefill 512 (servers)", "prefill 512", "server"),
         (f"prefill {long_n} (servers)", f"prefill {long_n}", "server"),
         (f"decode {LONG_DECODE} after the {long_n}-token prompt (servers)", "decode after long",
