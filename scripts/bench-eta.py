@@ -593,8 +593,13 @@ def report_verdicts(label, samples, slots, extra=None):
 def run_verdicts(args, work):
     model = ["--model", args.model or smollm2_gguf()]
     base = ["--threads", str(args.threads), "--ctx", "8192"]
+    for case in (verdicts_first_request, verdicts_mixed, verdicts_cpu_hog,
+                 verdicts_chunk_4x):
+        case(args, work, model, base)
 
-    # 1. The first request after start: nothing learnt yet.
+
+def verdicts_first_request(args, work, model, base):
+    """1. The first request after start: nothing learnt yet."""
     eng = Engine(args.engine, model, work, ["--slots", "1", *base], engine_id="first")
     toks = eng.tokens(3000)
     sampler = Sampler(args.probe, eng.dir, eng.id, args.period)
@@ -604,34 +609,38 @@ def run_verdicts(args, work):
     report_verdicts("first_request", sampler.stop(), [0])
     eng.stop()
 
-    # 2. Mixed: two long prefills while two slots decode, then a save and a restore.
+
+def run_all(jobs):
+    """Starts every thread of `jobs` and waits for them all."""
+    for j in jobs:
+        j.start()
+    for j in jobs:
+        j.join()
+
+
+def verdicts_mixed(args, work, model, base):
+    """2. Mixed: two long prefills while two slots decode, then a save and a restore."""
     eng = Engine(args.engine, model, work, ["--slots", "4", *base], engine_id="mixed")
     toks = eng.tokens(3000)
     for k in (2, 3):
         eng.prefill(k, toks[:200])
     sampler = Sampler(args.probe, eng.dir, eng.id, args.period)
     sampler.start()
-    jobs = [threading.Thread(target=eng.prefill, args=(0, toks)),
-            threading.Thread(target=eng.prefill, args=(1, toks[:2500])),
-            threading.Thread(target=eng.decode, args=(2, 384)),
-            threading.Thread(target=eng.decode, args=(3, 384))]
-    for j in jobs:
-        j.start()
-    for j in jobs:
-        j.join()
+    run_all([threading.Thread(target=eng.prefill, args=(0, toks)),
+             threading.Thread(target=eng.prefill, args=(1, toks[:2500])),
+             threading.Thread(target=eng.decode, args=(2, 384)),
+             threading.Thread(target=eng.decode, args=(3, 384))])
     state = http(f"{eng.url}/slots/0/state", raw=True)
     eng.erase(0)
     http(f"{eng.url}/slots/0/state", state, method="PUT")
-    jobs = [threading.Thread(target=eng.decode, args=(k, 128)) for k in range(4)]
-    for j in jobs:
-        j.start()
-    for j in jobs:
-        j.join()
+    run_all([threading.Thread(target=eng.decode, args=(k, 128)) for k in range(4)])
     report_verdicts("mixed", sampler.stop(), [0, 1, 2, 3],
                     {"state_bytes": len(state)})
     eng.stop()
 
-    # 3. A CPU hog on every core in the middle of a prefill and a decode.
+
+def verdicts_cpu_hog(args, work, model, base):
+    """3. A CPU hog on every core in the middle of a prefill and a decode."""
     eng = Engine(args.engine, model, work, ["--slots", "1", *base], engine_id="hog")
     toks = eng.tokens(2000)
     eng.prefill(0, toks[:1000])  # the model learns this machine's speed first
@@ -662,7 +671,9 @@ def run_verdicts(args, work):
                     {"slowdown": f"{hog_prefill / quiet_prefill:.2f}x"})
     eng.stop()
 
-    # 4. A chunk 4x larger than any seen: --ubatch 2048 after 512-token prompts.
+
+def verdicts_chunk_4x(args, work, model, base):
+    """4. A chunk 4x larger than any seen: --ubatch 2048 after 512-token prompts."""
     eng = Engine(args.engine, model, work, ["--slots", "1", "--ubatch", "2048", *base],
                  engine_id="bigchunk")
     toks = eng.tokens(2048)

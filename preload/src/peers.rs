@@ -329,6 +329,8 @@ impl Watch {
                 0
             }
         };
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::peer_sampled(self.device, now_ns, s, value);
         (value != self.published).then(|| {
             self.published = value;
             value

@@ -6,6 +6,9 @@
 //! - `HYDRA_PRELOAD_TEST_STALL_AT_LAYER=<k>`: the compute thread stops right after layer
 //!   `k` finished (and was published), for `HYDRA_PRELOAD_TEST_STALL_S` seconds (default
 //!   600), as a compute stuck inside layer `k + 1` would.
+//! - In the same log, one line per sample of an RPC peer's socket (`peer ...`, see
+//!   [`peer_sampled`]), so that a test that sees a peer verdict can show what the samples
+//!   said around it.
 
 use std::io::Write;
 use std::sync::OnceLock;
@@ -46,5 +49,23 @@ pub fn layer_finished(done: u64) {
     let until = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// RPC device `device`'s socket was sampled at `now_ns` (`CLOCK_MONOTONIC`): `sample`
+/// (none when the socket was not found) gave `unread_since` (0: keeps up). Logged as
+/// `peer <device> <now_ns> <unread_since> <sample fields or ->`.
+pub fn peer_sampled(
+    device: u64,
+    now_ns: u64,
+    sample: Option<crate::peers::Sample>,
+    unread_since: u64,
+) {
+    match sample {
+        Some(s) => log(format_args!(
+            "peer {device} {now_ns} {unread_since} acked={} window={} notsent={} unacked={} received={}",
+            s.bytes_acked, s.window, s.notsent, s.unacked, s.bytes_received
+        )),
+        None => log(format_args!("peer {device} {now_ns} {unread_since} -")),
     }
 }
