@@ -14,7 +14,8 @@ pub enum Level {
     Portable,
     /// x86-64 AVX2, FMA and F16C (`vpmaddubsw`, `vpmaddwd`, vector `exp`).
     Avx2,
-    /// AVX2 and AVX-512 VNNI on 256-bit vectors (`vpdpbusd`), with AVX512-VL.
+    /// AVX2 and AVX-512 VNNI (`vpdpbusd`) with AVX512-F, BW and VL: on 256-bit vectors,
+    /// and for the K-quants' products over weights in the cache on 512-bit ones.
     Avx512Vnni,
 }
 
@@ -49,6 +50,8 @@ impl Level {
             #[cfg(target_arch = "x86_64")]
             Level::Avx512Vnni => {
                 Level::Avx2.is_available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vnni")
                     && is_x86_feature_detected!("avx512vl")
             }

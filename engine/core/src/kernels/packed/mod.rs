@@ -37,6 +37,10 @@ pub mod kquants;
 // SIMD loads through raw pointers (x86 intrinsics have no slice API).
 #[allow(unsafe_code)]
 pub mod tile;
+// The same, on 512-bit vectors.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod wide;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use half::f16;

@@ -365,6 +365,22 @@ fn k_quant_kernels_match_the_reference_and_candles_weights() {
     }
 }
 
+/// K-quant products over spans, one piece on one thread: pairs of tiles on the wide
+/// kernel where the CPU has it (`wide.rs`; 37 rows: two pairs and an odd fifth tile,
+/// padded) give the reference's products bit for bit, in every group of activation rows.
+#[test]
+fn k_quant_products_over_spans_pair_tiles_and_give_the_reference() {
+    let (n, k, rows) = (37, 512, 9);
+    let one = pool(1);
+    for dtype in K_TYPES {
+        let q = random_k(n, k, dtype, 17);
+        let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
+        let x = values(rows * k, 19);
+        let want = one.install(|| packed.clone().with_isa(Isa::PORTABLE).matmul(&x, rows));
+        one.install(|| assert_every_isa_gives(&want, &packed, &x, rows, &format!("{dtype:?}")));
+    }
+}
+
 /// On weights a quantizer writes (candle's), the packed K-quant products agree with candle's
 /// own K-quant matmul to the order of the float sums (1e-5 of the largest product): both
 /// quantize the activations as Q8_K does, one f32 scale per 256 values (with a scale per 32

@@ -251,7 +251,13 @@ pub fn tile_dots<const M: usize>(
                 // parameter): computed at run time, the start terms it gives cost a 1.1B
                 // layer's Q4_K product a fifth of its time (BENCHMARKS.md).
                 let vnni = level == Level::Avx512Vnni;
+                // Weights from the cache run two tiles at a time on 512-bit vectors; a
+                // decode step's, streaming from memory, on 256-bit ones (`super::wide`).
+                let wide = vnni && !tiles.stream;
                 match kind {
+                    Kind::Q4K if wide => vnni_k_wide::<M, true, 0>(kind, tiles, acts, out),
+                    Kind::Q5K if wide => vnni_k_wide::<M, false, 0>(kind, tiles, acts, out),
+                    Kind::Q6K if wide => vnni_k_wide::<M, false, 32>(kind, tiles, acts, out),
                     Kind::Q4K if vnni => x86::vnni_k::<M, true, 0>(kind, tiles, acts, out),
                     Kind::Q5K if vnni => x86::vnni_k::<M, false, 0>(kind, tiles, acts, out),
                     Kind::Q6K if vnni => x86::vnni_k::<M, false, 32>(kind, tiles, acts, out),
@@ -269,6 +275,78 @@ pub fn tile_dots<const M: usize>(
         }
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("{isa:?} is only available on x86_64"),
+    }
+}
+
+/// The start terms of the two halves of block `b` of activation row `a` for a K-quant
+/// stored with offset `OFFSET`: `-OFFSET` times each half's activation sum.
+#[inline(always)]
+pub(super) fn half_start_terms<const OFFSET: i32>(a: &QuantizedRow<'_>, b: usize) -> [i32; 2] {
+    let (sum, first) = (a.sums[b], a.half_sums[b]);
+    [-OFFSET * first, -OFFSET * (sum - first)]
+}
+
+/// The activation sums of the eight blocks of the super-block from block `first` of `a`,
+/// in pairs as the SIMD kernels multiply them with the blocks' minimums (`vpmaddwd`):
+/// entry `p` holds block `first + 2p`'s sum in its low 16 bits and block `first + 2p + 1`'s
+/// in its high 16, each an i16 (a block's sum is at most 32 * 127 in magnitude).
+#[inline(always)]
+pub(super) fn sum_pairs(a: &QuantizedRow<'_>, first: usize) -> [i32; SUPER / 2] {
+    std::array::from_fn(|p| {
+        let half = |b: usize| u32::from(a.sums[first + b] as i16 as u16);
+        (half(2 * p) | half(2 * p + 1) << 16) as i32
+    })
+}
+
+impl<'a> Tiles<'a> {
+    /// The first `n` tiles of `self` (of `kind`), and the rest.
+    fn split_at(self, n: usize, kind: Kind) -> (Tiles<'a>, Tiles<'a>) {
+        let blocks = self.blocks;
+        let per_tile = blocks / kind.scale_blocks() * TILE;
+        let subs = if self.subs.is_empty() {
+            0
+        } else {
+            blocks * SUB_BYTES
+        };
+        let mins = if self.mins.is_empty() { 0 } else { per_tile };
+        let (q0, q1) = self.quants.split_at(n * blocks * kind.tile_block_bytes());
+        let (s0, s1) = self.scales.split_at(n * per_tile);
+        let (m0, m1) = self.mins.split_at(n * mins);
+        let (u0, u1) = self.subs.split_at(n * subs);
+        let part = |quants, scales, mins, subs| Tiles {
+            quants,
+            scales,
+            mins,
+            subs,
+            ..self
+        };
+        (part(q0, s0, m0, u0), part(q1, s1, m1, u1))
+    }
+}
+
+/// The K-quants on AVX-512 VNNI over weights that do not stream from memory: pairs of
+/// tiles on 512-bit vectors ([`super::wide`]), an odd last tile on the 256-bit kernel.
+///
+/// # Safety
+/// As [`super::wide::vnni_k_pairs`], but any number of tiles.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn vnni_k_wide<const M: usize, const Q4: bool, const OFFSET: i32>(
+    kind: Kind,
+    tiles: Tiles<'_>,
+    acts: &[QuantizedRow<'_>; M],
+    out: &mut [[f32; TILE]],
+) {
+    let n_tiles = out.len() / M;
+    let even = n_tiles - n_tiles % super::wide::PAIR;
+    let (pairs, last) = tiles.split_at(even, kind);
+    let (out_pairs, out_last) = out.split_at_mut(even * M);
+    // SAFETY: the caller's contract, over an even number of tiles and the one left.
+    unsafe {
+        super::wide::vnni_k_pairs::<M, Q4, OFFSET>(kind, pairs, acts, out_pairs);
+        if !out_last.is_empty() {
+            x86::vnni_k::<M, Q4, OFFSET>(kind, last, acts, out_last);
+        }
     }
 }
 
@@ -377,7 +455,10 @@ fn super_sums(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Kind, QuantizedRow, Tiles, BLOCK, PREFETCH_AHEAD, SUB_BYTES, SUPER, TILE};
+    use super::{
+        half_start_terms, sum_pairs, Kind, QuantizedRow, Tiles, BLOCK, PREFETCH_AHEAD, SUB_BYTES,
+        SUPER, TILE,
+    };
 
     /// The 8 scales (or minimums) of block `at`, as f32.
     ///
@@ -519,11 +600,8 @@ mod x86 {
             if OFFSET == 0 {
                 return [_mm256_setzero_si256(); 2];
             }
-            let (sum, first) = (acts[m].sums[b], acts[m].half_sums[b]);
-            [
-                _mm256_set1_epi32(-OFFSET * first),
-                _mm256_set1_epi32(-OFFSET * (sum - first)),
-            ]
+            let [first, second] = half_start_terms::<OFFSET>(&acts[m], b);
+            [_mm256_set1_epi32(first), _mm256_set1_epi32(second)]
         })
     }
 
@@ -769,6 +847,29 @@ mod x86 {
         }
     }
 
+    /// The minimums `m` of the super-block whose first tile block is `at`, in pairs of
+    /// blocks: vector `p` lane `r` holds row `r`'s `m` of blocks `2p` and `2p + 1` as two
+    /// i16, for `vpmaddwd` with [`sum_pairs`].
+    ///
+    /// # Safety
+    /// `v` holds at least `SUB_BYTES * (at + SUPER)` bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn min_pairs8(v: &[u8], at: usize) -> [__m256i; SUPER / 2] {
+        std::array::from_fn(|p| {
+            // SAFETY: the 8 minimums of blocks `at + 2p` and `at + 2p + 1`, inside `v` (the
+            // caller's contract).
+            let (a, b) = unsafe {
+                let first = v.as_ptr().add(SUB_BYTES * (at + 2 * p) + TILE);
+                (
+                    _mm_loadl_epi64(first.cast()),
+                    _mm_loadl_epi64(first.add(SUB_BYTES).cast()),
+                )
+            };
+            _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b))
+        })
+    }
+
     /// The loops of every K-quant SIMD kernel, as [`tile_loop`] is for the other kinds:
     /// `$dots` gives, per activation row, the eight rows' exact integer dot products of the
     /// two halves of tile block `$q` with block `$b` (offset terms included). They are
@@ -787,7 +888,6 @@ mod x86 {
                 let mut acc = [_mm256_setzero_ps(); $m];
                 let mut mins = [_mm256_setzero_ps(); $m];
                 let mut isum = [_mm256_setzero_si256(); $m];
-                let mut msum = [_mm256_setzero_si256(); $m];
                 // As in `tile_loop`: one bounds check per tile, one tile block per chunk.
                 let tq = &tiles.quants[t * blocks * tb..(t + 1) * blocks * tb];
                 for ($b, qb) in tq.chunks_exact(tb).enumerate() {
@@ -799,9 +899,7 @@ mod x86 {
                     let dots: [[__m256i; 2]; $m] = $dots;
                     // SAFETY: `SUB_BYTES` integer scales per block (checked by the caller).
                     let (s0, s1) = unsafe { subs8(tiles.subs, at, six) };
-                    for (((a, isum), msum), dot) in
-                        acts.iter().zip(&mut isum).zip(&mut msum).zip(dots)
-                    {
+                    for (isum, dot) in isum.iter_mut().zip(dots) {
                         if six {
                             let p = _mm256_add_epi32(
                                 _mm256_mullo_epi32(dot[0], s0),
@@ -811,8 +909,6 @@ mod x86 {
                         } else {
                             let p = _mm256_mullo_epi32(_mm256_add_epi32(dot[0], dot[1]), s0);
                             *isum = _mm256_add_epi32(*isum, p);
-                            let m = _mm256_mullo_epi32(s1, _mm256_set1_epi32(a.sums[$b]));
-                            *msum = _mm256_add_epi32(*msum, m);
                         }
                     }
                     if $b % SUPER != SUPER - 1 {
@@ -821,24 +917,36 @@ mod x86 {
                     let st = t * supers + $b / SUPER;
                     // SAFETY: 8 scales per super-block (checked by the caller).
                     let d = unsafe { halfs8(tiles.scales, st) };
-                    let dmin = if six {
-                        _mm256_setzero_ps()
+                    let first = $b + 1 - SUPER;
+                    // The minimums' sums, once per super-block: `S = Σ_b m_b * sum(x_b)` in
+                    // four `vpmaddwd` per row.
+                    let (dmin, mp) = if six {
+                        (_mm256_setzero_ps(), [_mm256_setzero_si256(); SUPER / 2])
                     } else {
-                        // SAFETY: as the scales.
-                        unsafe { halfs8(tiles.mins, st) }
+                        // SAFETY: as the scales; the super-block's `SUPER` blocks of integer
+                        // scales (checked by the caller).
+                        unsafe {
+                            (
+                                halfs8(tiles.mins, st),
+                                min_pairs8(tiles.subs, at + 1 - SUPER),
+                            )
+                        }
                     };
                     let rows = acts.iter().zip(&mut acc).zip(&mut mins);
-                    for (((a, acc), mins), (isum, msum)) in rows.zip(isum.iter_mut().zip(&mut msum))
-                    {
-                        let dx = _mm256_set1_ps(a.scales[$b + 1 - SUPER]);
+                    for (((a, acc), mins), isum) in rows.zip(isum.iter_mut()) {
+                        let dx = _mm256_set1_ps(a.scales[first]);
                         let p = _mm256_cvtepi32_ps(*isum);
                         *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), p, *acc);
                         if !six {
-                            let m = _mm256_cvtepi32_ps(*msum);
+                            let mut msum = _mm256_setzero_si256();
+                            for (mp, sp) in mp.iter().zip(sum_pairs(a, first)) {
+                                let m = _mm256_madd_epi16(*mp, _mm256_set1_epi32(sp));
+                                msum = _mm256_add_epi32(msum, m);
+                            }
+                            let m = _mm256_cvtepi32_ps(msum);
                             *mins = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), m, *mins);
                         }
                         *isum = _mm256_setzero_si256();
-                        *msum = _mm256_setzero_si256();
                     }
                 }
                 for ((o, acc), mins) in outs.iter_mut().zip(acc).zip(mins) {

@@ -1,0 +1,276 @@
+//! The K-quant products of AVX-512 VNNI on 512-bit vectors: two tiles at a time.
+//!
+//! The tile layout ([`super::tile`]) gives a 32-byte vector per eight rows; here the same
+//! vector of two neighbouring tiles fills one 64-byte vector, so that one `vpdpbusd`
+//! advances sixteen rows. On the CPUs that have AVX-512 VNNI the 512-bit form issues as
+//! often as the 256-bit one (two ports), so a product whose weights come from the cache
+//! (a prefill's span, [`Tiles::stream`] off) takes fewer cycles; a decode step's, which
+//! streams its weights from memory, keeps the 256-bit kernel, which the memory bounds
+//! anyway. The arithmetic is the 256-bit kernel's lane for lane: each lane is one weight
+//! row, its exact integer sums and its float steps the same, so the results are the same
+//! bit for bit.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::activations::{QuantizedRow, BLOCK};
+use super::tile::{half_start_terms, sum_pairs, Kind, Tiles, SUB_BYTES, SUPER, TILE};
+
+/// Tiles [`vnni_k_pairs`] computes at a time.
+pub const PAIR: usize = 2;
+
+/// The 32 bytes at `off` of tile block `p0` (its eight rows, lanes 0-7) and of `p1`
+/// (lanes 8-15).
+///
+/// # Safety
+/// Both point at tile blocks with 32 readable bytes at `off`.
+#[inline]
+#[target_feature(enable = "avx2,avx512f")]
+unsafe fn pair_bytes(p0: *const u8, p1: *const u8, off: usize) -> __m512i {
+    // SAFETY: 32 bytes at `off` of each (the caller's contract).
+    let (lo, hi) = unsafe {
+        (
+            _mm256_loadu_si256(p0.add(off).cast()),
+            _mm256_loadu_si256(p1.add(off).cast()),
+        )
+    };
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// The 8 f16 values at `TILE * at0` (lanes 0-7) and at `TILE * at1` (lanes 8-15), as f32.
+///
+/// # Safety
+/// `v` holds at least `TILE * (max(at0, at1) + 1)` values.
+#[inline]
+#[target_feature(enable = "avx2,avx512f")]
+unsafe fn halfs16(v: &[f16], at0: usize, at1: usize) -> __m512 {
+    // SAFETY: 8 f16 (16 bytes) at each, inside `v` (the caller's contract).
+    let (lo, hi) = unsafe {
+        (
+            _mm_loadu_si128(v.as_ptr().add(TILE * at0).cast()),
+            _mm_loadu_si128(v.as_ptr().add(TILE * at1).cast()),
+        )
+    };
+    _mm512_cvtph_ps(_mm256_set_m128i(hi, lo))
+}
+
+/// Two tile blocks' integer scales, one per 32-bit lane (block `at0`'s rows in lanes 0-7,
+/// `at1`'s in 8-15): `sc` and `m` (unsigned), or the halves' `s` (signed).
+///
+/// # Safety
+/// `v` holds at least `SUB_BYTES * (max(at0, at1) + 1)` bytes.
+#[inline]
+#[target_feature(enable = "avx2,avx512f")]
+unsafe fn subs16(v: &[u8], at0: usize, at1: usize, signed: bool) -> (__m512i, __m512i) {
+    // SAFETY: 16 bytes at `SUB_BYTES * at0` and at `SUB_BYTES * at1`, inside `v` (the
+    // caller's contract).
+    let (a, b) = unsafe {
+        (
+            _mm_loadu_si128(v.as_ptr().add(SUB_BYTES * at0).cast()),
+            _mm_loadu_si128(v.as_ptr().add(SUB_BYTES * at1).cast()),
+        )
+    };
+    let (first, second) = (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b));
+    if signed {
+        (_mm512_cvtepi8_epi32(first), _mm512_cvtepi8_epi32(second))
+    } else {
+        (_mm512_cvtepu8_epi32(first), _mm512_cvtepu8_epi32(second))
+    }
+}
+
+/// The minimums `m` of the super-blocks whose first tile blocks are `at0` (lanes 0-7) and
+/// `at1` (lanes 8-15), in pairs of blocks as the 256-bit kernel's `min_pairs8` has them:
+/// vector `p` lane `r` holds the row's `m` of blocks `2p` and `2p + 1` as two i16.
+///
+/// # Safety
+/// `v` holds at least `SUB_BYTES * (max(at0, at1) + SUPER)` bytes.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn min_pairs16(v: &[u8], at0: usize, at1: usize) -> [__m512i; SUPER / 2] {
+    let pair = |at: usize, p: usize| {
+        // SAFETY: the 8 minimums of blocks `at + 2p` and `at + 2p + 1`, inside `v` (the
+        // caller's contract).
+        let (a, b) = unsafe {
+            let first = v.as_ptr().add(SUB_BYTES * (at + 2 * p) + TILE);
+            (
+                _mm_loadl_epi64(first.cast()),
+                _mm_loadl_epi64(first.add(SUB_BYTES).cast()),
+            )
+        };
+        _mm_unpacklo_epi8(a, b)
+    };
+    std::array::from_fn(|p| _mm512_cvtepu8_epi16(_mm256_set_m128i(pair(at1, p), pair(at0, p))))
+}
+
+/// The two halves' exact integer products of tile blocks `p0` and `p1` (4-bit when `Q4`,
+/// else 8-bit) with block `b` of each activation row, per row, started from the halves'
+/// offset terms.
+///
+/// # Safety
+/// `p0` and `p1` point at whole tile blocks of the width; every row of `acts` holds more
+/// than `b` blocks; the CPU has AVX512-F, BW and VNNI.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vnni")]
+unsafe fn block_pairs<const M: usize, const Q4: bool, const OFFSET: i32>(
+    p0: *const u8,
+    p1: *const u8,
+    b: usize,
+    acts: &[QuantizedRow<'_>; M],
+) -> [[__m512i; 2]; M] {
+    let low = _mm512_set1_epi8(0x0F);
+    let mut u = [_mm512_setzero_si512(); 8];
+    for c in 0..4 {
+        if Q4 {
+            // SAFETY: vector `c` of two 4-bit tile blocks (this function's contract).
+            let v = unsafe { pair_bytes(p0, p1, BLOCK * c) };
+            u[c] = _mm512_and_si512(v, low);
+            u[c + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+        } else {
+            // SAFETY: vectors `c` and `c + 4` of two 8-bit tile blocks (this function's
+            // contract).
+            unsafe {
+                u[c] = pair_bytes(p0, p1, BLOCK * c);
+                u[c + 4] = pair_bytes(p0, p1, BLOCK * (c + 4));
+            }
+        }
+    }
+    std::array::from_fn(|m| {
+        let [s0, s1] = half_start_terms::<OFFSET>(&acts[m], b);
+        let d = [_mm512_set1_epi32(s0), _mm512_set1_epi32(s1)];
+        let x = acts[m].quants[b * BLOCK..(b + 1) * BLOCK].as_ptr();
+        // SAFETY: `x` is block `b`'s 32 quants.
+        unsafe { row_dots(d, &u, x) }
+    })
+}
+
+/// One activation row's block against two tile blocks' eight vectors `u`: `vpdpbusd` of
+/// vector `c` with the row's quants `4c..4c + 4` broadcast to every lane, into `d[0]`
+/// (`c < 4`) or `d[1]`. The instructions read the broadcasts themselves (EVEX embedded
+/// broadcasts), in `asm!` as the 256-bit kernel's `block_dots`: given the broadcasts as
+/// values, the compiler loaded each into a general register and broadcast it from there
+/// (a second instruction, on the port the 512-bit `vpdpbusd` also needs).
+///
+/// # Safety
+/// `x` points at 32 readable activation quants; the CPU has AVX512-F and VNNI.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vnni")]
+unsafe fn row_dots(d: [__m512i; 2], u: &[__m512i; 8], x: *const i8) -> [__m512i; 2] {
+    let [mut d0, mut d1] = d;
+    // SAFETY: reads the 32 bytes at `x` (the caller's contract), writes only `d0`, `d1`.
+    unsafe {
+        std::arch::asm!(
+            "vpdpbusd {d0}, {u0}, dword ptr [{x}]{{1to16}}",
+            "vpdpbusd {d1}, {u4}, dword ptr [{x} + 16]{{1to16}}",
+            "vpdpbusd {d0}, {u1}, dword ptr [{x} + 4]{{1to16}}",
+            "vpdpbusd {d1}, {u5}, dword ptr [{x} + 20]{{1to16}}",
+            "vpdpbusd {d0}, {u2}, dword ptr [{x} + 8]{{1to16}}",
+            "vpdpbusd {d1}, {u6}, dword ptr [{x} + 24]{{1to16}}",
+            "vpdpbusd {d0}, {u3}, dword ptr [{x} + 12]{{1to16}}",
+            "vpdpbusd {d1}, {u7}, dword ptr [{x} + 28]{{1to16}}",
+            d0 = inout(zmm_reg) d0,
+            d1 = inout(zmm_reg) d1,
+            u0 = in(zmm_reg) u[0],
+            u1 = in(zmm_reg) u[1],
+            u2 = in(zmm_reg) u[2],
+            u3 = in(zmm_reg) u[3],
+            u4 = in(zmm_reg) u[4],
+            u5 = in(zmm_reg) u[5],
+            u6 = in(zmm_reg) u[6],
+            u7 = in(zmm_reg) u[7],
+            x = in(reg) x,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    [d0, d1]
+}
+
+/// [`super::tile::tile_dots`] for the K-quants over pairs of tiles: `tiles` holds an even
+/// number of tiles, `out` `M` entries per tile. The sums of the module's K-quants
+/// section, as the 256-bit kernel computes them.
+///
+/// # Safety
+/// The CPU has AVX2, FMA, F16C and AVX512-F, BW and VNNI; `tiles` and `acts` passed
+/// `tile_dots`' checks, and `tiles` holds an even number of tiles.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub unsafe fn vnni_k_pairs<const M: usize, const Q4: bool, const OFFSET: i32>(
+    kind: Kind,
+    tiles: Tiles<'_>,
+    acts: &[QuantizedRow<'_>; M],
+    out: &mut [[f32; TILE]],
+) {
+    debug_assert_eq!(OFFSET, kind.offset());
+    let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
+    let supers = blocks / SUPER;
+    let six = kind == Kind::Q6K;
+    for (pair, outs) in out.chunks_exact_mut(PAIR * M).enumerate() {
+        let t = PAIR * pair;
+        let mut acc = [_mm512_setzero_ps(); M];
+        let mut mins = [_mm512_setzero_ps(); M];
+        let mut isum = [_mm512_setzero_si512(); M];
+        // One bounds check per pair of tiles.
+        let tq = &tiles.quants[t * blocks * tb..(t + PAIR) * blocks * tb];
+        for b in 0..blocks {
+            let (at0, at1) = (t * blocks + b, (t + 1) * blocks + b);
+            let (p0, p1) = (tq[b * tb..].as_ptr(), tq[(blocks + b) * tb..].as_ptr());
+            // SAFETY: whole tile blocks of the kind's width, each activation row holds
+            // `blocks` blocks (the caller's contract).
+            let dots = unsafe { block_pairs::<M, Q4, OFFSET>(p0, p1, b, acts) };
+            // SAFETY: `SUB_BYTES` integer scales per block (checked by the caller).
+            let (s0, s1) = unsafe { subs16(tiles.subs, at0, at1, six) };
+            for (isum, [d0, d1]) in isum.iter_mut().zip(dots) {
+                let p = if six {
+                    _mm512_add_epi32(_mm512_mullo_epi32(d0, s0), _mm512_mullo_epi32(d1, s1))
+                } else {
+                    _mm512_mullo_epi32(_mm512_add_epi32(d0, d1), s0)
+                };
+                *isum = _mm512_add_epi32(*isum, p);
+            }
+            if b % SUPER != SUPER - 1 {
+                continue;
+            }
+            let (st0, st1) = (t * supers + b / SUPER, (t + 1) * supers + b / SUPER);
+            // SAFETY: 8 scales per tile and super-block (checked by the caller).
+            let d = unsafe { halfs16(tiles.scales, st0, st1) };
+            let first = b + 1 - SUPER;
+            // The minimums' sums once per super-block, as in the 256-bit kernel.
+            let (dmin, mp) = if six {
+                (_mm512_setzero_ps(), [_mm512_setzero_si512(); SUPER / 2])
+            } else {
+                // SAFETY: as the scales; the super-blocks' integer scales (checked by the
+                // caller).
+                unsafe {
+                    (
+                        halfs16(tiles.mins, st0, st1),
+                        min_pairs16(tiles.subs, at0 + 1 - SUPER, at1 + 1 - SUPER),
+                    )
+                }
+            };
+            let rows = acts.iter().zip(&mut acc).zip(&mut mins);
+            for (((a, acc), mins), isum) in rows.zip(isum.iter_mut()) {
+                let dx = _mm512_set1_ps(a.scales[first]);
+                *acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(*isum), *acc);
+                if !six {
+                    let mut msum = _mm512_setzero_si512();
+                    for (mp, sp) in mp.iter().zip(sum_pairs(a, first)) {
+                        msum = _mm512_dpwssd_epi32(msum, *mp, _mm512_set1_epi32(sp));
+                    }
+                    let m = _mm512_cvtepi32_ps(msum);
+                    *mins = _mm512_fmadd_ps(_mm512_mul_ps(dmin, dx), m, *mins);
+                }
+                *isum = _mm512_setzero_si512();
+            }
+        }
+        let (first, second) = outs.split_at_mut(M);
+        for (m, (acc, mins)) in acc.into_iter().zip(mins).enumerate() {
+            let v = _mm512_sub_ps(acc, mins);
+            let lo = _mm512_castps512_ps256(v);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+            // SAFETY: each entry is 8 writable f32.
+            unsafe {
+                _mm256_storeu_ps(first[m].as_mut_ptr(), lo);
+                _mm256_storeu_ps(second[m].as_mut_ptr(), hi);
+            }
+        }
+    }
+}
