@@ -365,15 +365,21 @@ fn k_quant_kernels_match_the_reference_and_candles_weights() {
     }
 }
 
-/// K-quant products over spans, one piece on one thread: pairs of tiles on the wide
-/// kernel where the CPU has it (`wide.rs`; 37 rows: two pairs and an odd fifth tile,
-/// padded) give the reference's products bit for bit, in every group of activation rows.
+/// Products over spans, one piece on one thread (37 rows: five tiles, the last padded)
+/// give the reference's products bit for bit, for every type and in every group of
+/// activation rows: for the K-quants, two pairs of tiles on the wide kernel where the CPU
+/// has it (`wide.rs`) and an odd fifth tile on the 256-bit one.
 #[test]
-fn k_quant_products_over_spans_pair_tiles_and_give_the_reference() {
+fn products_over_spans_pair_tiles_and_give_the_reference() {
     let (n, k, rows) = (37, 512, 9);
     let one = pool(1);
-    for dtype in K_TYPES {
-        let q = random_k(n, k, dtype, 17);
+    let plain = [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1];
+    for dtype in plain.into_iter().chain(K_TYPES) {
+        let q = if plain.contains(&dtype) {
+            quantized(n, k, dtype, 17)
+        } else {
+            random_k(n, k, dtype, 17)
+        };
         let packed = PackedMatrix::from_qtensor(&q).unwrap().unwrap();
         let x = values(rows * k, 19);
         let want = one.install(|| packed.clone().with_isa(Isa::PORTABLE).matmul(&x, rows));
