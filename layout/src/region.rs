@@ -5,7 +5,7 @@
 //! Two header words point to the directory (`REGION_DIR_OFFSET`, `REGION_COUNT`); each
 //! entry is four words `{kind, offset, stride, items}`. The writer lays the regions out
 //! once at creation ([`Layout::for_slots`]); a reader validates the directory once, after
-//! the geometry, and keeps the validated offsets ([`Regions::find`]), never re-reading the
+//! the geometry, and keeps the validated offsets (`Regions::find`), never re-reading the
 //! directory for address computation.
 
 use crate::header::{self as h, WORD_LEN};

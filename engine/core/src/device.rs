@@ -1,7 +1,7 @@
 //! Where the model runs: `cpu` or `cuda:N`.
 //!
 //! On a CUDA build (the `cuda` feature) each GPU is opened once per process, on one explicit
-//! stream that every thread shares (see [`cuda`]), so weights loaded on the main thread and
+//! stream that every thread shares (see the `cuda` module), so weights loaded on the main thread and
 //! the compute thread's work are ordered on the same stream and belong to the same candle
 //! device.
 

@@ -2,7 +2,7 @@
 //! publishes progress on every step. It never waits on a reader: the segment is written
 //! with a seqlock, and replies go through oneshot channels.
 //!
-//! The loop is [`schedule`]'s: it steps the running generation tasks ([`job`]: a prefill,
+//! The loop is `schedule`'s: it steps the running generation tasks (`job`: a prefill,
 //! decode or generation in its prompt or generation stage), every decoding slot by one
 //! token per forward, prefill chunks in between. `--schedule batched` runs a job on every
 //! slot at once; `--schedule serial` is the same stepping with at most one job, each task

@@ -46,7 +46,7 @@ pub struct DemoArgs {
     /// Directory of progress segments [default: $HYDRA_PROGRESS_DIR or /dev/shm/hydra-progress].
     #[arg(long, value_name = "DIR")]
     pub progress_dir: Option<PathBuf>,
-    /// Engine id [default: demo-<pid>].
+    /// Engine id [default: demo-PID, where PID is this process id].
     #[arg(long)]
     pub engine_id: Option<String>,
     /// Serve the exporter's live page of the demo's segments from this process, on ADDR

@@ -23,7 +23,7 @@
 //!
 //! A trial's steps are weighed against the window's median, and the median ratio decides,
 //! so that one step out of line (a stall, or the pool's workers waking) decides nothing. A
-//! trial that wins must also beat the [`CONFIRM_STEPS`] steps that follow it in the current
+//! trial that wins must also beat the `CONFIRM_STEPS` steps that follow it in the current
 //! mode: a burst of slow steps slows both modes, and a trial run as it ends would otherwise
 //! beat a window taken during it.
 //!
