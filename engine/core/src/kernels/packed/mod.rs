@@ -34,6 +34,44 @@
 
 pub mod activations;
 pub mod kquants;
+
+/// One activation row's block against a tile block's eight weight vectors `$u` (`ymm_reg`
+/// or `zmm_reg`, `$bcast` `"{{1to8}}"` or `"{{1to16}}"`): the eight `vpdpbusd` of vector
+/// `c` with the row's quants `4c..4c + 4` at `$x` broadcast to every lane, alternately into
+/// `$d0` (`c < 4`) and `$d1`. The instructions read the broadcasts themselves (EVEX
+/// embedded broadcasts), written with `asm!` because, given the broadcasts as values, the
+/// compiler hoisted a block's broadcasts of every row ahead of their uses and spilled
+/// them (256-bit), or loaded each into a general register and broadcast it from there
+/// (512-bit). Only inside an `unsafe` block whose caller guarantees the 32 bytes at `$x`
+/// and the CPU's AVX512-VNNI (and VL for 256 bits).
+#[cfg(target_arch = "x86_64")]
+macro_rules! block_dots_asm {
+    ($d0:ident, $d1:ident, $u:expr, $x:expr, $reg:ident, $bcast:literal) => {
+        std::arch::asm!(
+            concat!("vpdpbusd {d0}, {u0}, dword ptr [{x}]", $bcast),
+            concat!("vpdpbusd {d1}, {u4}, dword ptr [{x} + 16]", $bcast),
+            concat!("vpdpbusd {d0}, {u1}, dword ptr [{x} + 4]", $bcast),
+            concat!("vpdpbusd {d1}, {u5}, dword ptr [{x} + 20]", $bcast),
+            concat!("vpdpbusd {d0}, {u2}, dword ptr [{x} + 8]", $bcast),
+            concat!("vpdpbusd {d1}, {u6}, dword ptr [{x} + 24]", $bcast),
+            concat!("vpdpbusd {d0}, {u3}, dword ptr [{x} + 12]", $bcast),
+            concat!("vpdpbusd {d1}, {u7}, dword ptr [{x} + 28]", $bcast),
+            d0 = inout($reg) $d0,
+            d1 = inout($reg) $d1,
+            u0 = in($reg) $u[0],
+            u1 = in($reg) $u[1],
+            u2 = in($reg) $u[2],
+            u3 = in($reg) $u[3],
+            u4 = in($reg) $u[4],
+            u5 = in($reg) $u[5],
+            u6 = in($reg) $u[6],
+            u7 = in($reg) $u[7],
+            x = in(reg) $x,
+            options(pure, readonly, nostack, preserves_flags),
+        )
+    };
+}
+
 // SIMD loads through raw pointers (x86 intrinsics have no slice API).
 #[allow(unsafe_code)]
 pub mod tile;

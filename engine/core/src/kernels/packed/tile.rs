@@ -489,12 +489,8 @@ mod x86 {
         _mm256_set1_epi32(v)
     }
 
-    /// One activation row's block against a tile block's eight unsigned vectors `u`: the
-    /// eight `vpdpbusd` of vector `c` with the row's quants `4c..4c + 4` broadcast to every
-    /// lane, alternately into `d[0]` (`c < 4`) and `d[1]`. The instructions read the
-    /// broadcasts themselves (EVEX embedded broadcasts), written with `asm!` because,
-    /// given the broadcasts as values, the compiler hoisted a block's broadcasts of every
-    /// row ahead of their uses and, from two rows on, spilled them to the stack.
+    /// One activation row's block against a tile block's eight unsigned vectors `u`, into
+    /// `d` (`block_dots_asm` on 256-bit vectors).
     ///
     /// # Safety
     /// `x` points at a block of 32 readable activation quants; the CPU has AVX512-VNNI and
@@ -505,28 +501,7 @@ mod x86 {
         let [mut d0, mut d1] = d;
         // SAFETY: reads the 32 bytes at `x` (the caller's contract), writes only `d0`, `d1`.
         unsafe {
-            std::arch::asm!(
-                "vpdpbusd {d0}, {u0}, dword ptr [{x}]{{1to8}}",
-                "vpdpbusd {d1}, {u4}, dword ptr [{x} + 16]{{1to8}}",
-                "vpdpbusd {d0}, {u1}, dword ptr [{x} + 4]{{1to8}}",
-                "vpdpbusd {d1}, {u5}, dword ptr [{x} + 20]{{1to8}}",
-                "vpdpbusd {d0}, {u2}, dword ptr [{x} + 8]{{1to8}}",
-                "vpdpbusd {d1}, {u6}, dword ptr [{x} + 24]{{1to8}}",
-                "vpdpbusd {d0}, {u3}, dword ptr [{x} + 12]{{1to8}}",
-                "vpdpbusd {d1}, {u7}, dword ptr [{x} + 28]{{1to8}}",
-                d0 = inout(ymm_reg) d0,
-                d1 = inout(ymm_reg) d1,
-                u0 = in(ymm_reg) u[0],
-                u1 = in(ymm_reg) u[1],
-                u2 = in(ymm_reg) u[2],
-                u3 = in(ymm_reg) u[3],
-                u4 = in(ymm_reg) u[4],
-                u5 = in(ymm_reg) u[5],
-                u6 = in(ymm_reg) u[6],
-                u7 = in(ymm_reg) u[7],
-                x = in(reg) x,
-                options(pure, readonly, nostack, preserves_flags),
-            );
+            block_dots_asm!(d0, d1, u, x, ymm_reg, "{{1to8}}");
         }
         [d0, d1]
     }

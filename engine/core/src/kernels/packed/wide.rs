@@ -144,12 +144,8 @@ unsafe fn block_pairs<const M: usize, const Q4: bool, const OFFSET: i32>(
     })
 }
 
-/// One activation row's block against two tile blocks' eight vectors `u`: `vpdpbusd` of
-/// vector `c` with the row's quants `4c..4c + 4` broadcast to every lane, into `d[0]`
-/// (`c < 4`) or `d[1]`. The instructions read the broadcasts themselves (EVEX embedded
-/// broadcasts), in `asm!` as the 256-bit kernel's `block_dots`: given the broadcasts as
-/// values, the compiler loaded each into a general register and broadcast it from there
-/// (a second instruction, on the port the 512-bit `vpdpbusd` also needs).
+/// One activation row's block against two tile blocks' eight vectors `u`, into `d`
+/// (`block_dots_asm` on 512-bit vectors).
 ///
 /// # Safety
 /// `x` points at 32 readable activation quants; the CPU has AVX512-F and VNNI.
@@ -159,28 +155,7 @@ unsafe fn row_dots(d: [__m512i; 2], u: &[__m512i; 8], x: *const i8) -> [__m512i;
     let [mut d0, mut d1] = d;
     // SAFETY: reads the 32 bytes at `x` (the caller's contract), writes only `d0`, `d1`.
     unsafe {
-        std::arch::asm!(
-            "vpdpbusd {d0}, {u0}, dword ptr [{x}]{{1to16}}",
-            "vpdpbusd {d1}, {u4}, dword ptr [{x} + 16]{{1to16}}",
-            "vpdpbusd {d0}, {u1}, dword ptr [{x} + 4]{{1to16}}",
-            "vpdpbusd {d1}, {u5}, dword ptr [{x} + 20]{{1to16}}",
-            "vpdpbusd {d0}, {u2}, dword ptr [{x} + 8]{{1to16}}",
-            "vpdpbusd {d1}, {u6}, dword ptr [{x} + 24]{{1to16}}",
-            "vpdpbusd {d0}, {u3}, dword ptr [{x} + 12]{{1to16}}",
-            "vpdpbusd {d1}, {u7}, dword ptr [{x} + 28]{{1to16}}",
-            d0 = inout(zmm_reg) d0,
-            d1 = inout(zmm_reg) d1,
-            u0 = in(zmm_reg) u[0],
-            u1 = in(zmm_reg) u[1],
-            u2 = in(zmm_reg) u[2],
-            u3 = in(zmm_reg) u[3],
-            u4 = in(zmm_reg) u[4],
-            u5 = in(zmm_reg) u[5],
-            u6 = in(zmm_reg) u[6],
-            u7 = in(zmm_reg) u[7],
-            x = in(reg) x,
-            options(pure, readonly, nostack, preserves_flags),
-        );
+        block_dots_asm!(d0, d1, u, x, zmm_reg, "{{1to16}}");
     }
     [d0, d1]
 }
