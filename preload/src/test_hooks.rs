@@ -52,19 +52,15 @@ pub fn layer_finished(done: u64) {
     }
 }
 
-/// RPC device `device`'s socket was sampled at `now_ns` (`CLOCK_MONOTONIC`): `sample`
-/// (none when the socket was not found) gave `unread_since` (0: keeps up). Logged as
-/// `peer <device> <now_ns> <unread_since> <sample fields or ->`.
-pub fn peer_sampled(
-    device: u64,
-    now_ns: u64,
-    sample: Option<crate::peers::Sample>,
-    unread_since: u64,
-) {
+/// RPC device `device`'s socket was sampled at `now_ns` (`CLOCK_MONOTONIC`): `sample`, the
+/// fields of `crate::peers::Sample` in their order (none when the socket was not found),
+/// gave `unread_since` (0: keeps up). Logged as `peer <device> <now_ns> <unread_since>
+/// acked=... window=... notsent=... unacked=... received=...` (or `-`).
+pub fn peer_sampled(device: u64, now_ns: u64, sample: Option<[u64; 5]>, unread_since: u64) {
     match sample {
-        Some(s) => log(format_args!(
-            "peer {device} {now_ns} {unread_since} acked={} window={} notsent={} unacked={} received={}",
-            s.bytes_acked, s.window, s.notsent, s.unacked, s.bytes_received
+        Some([acked, window, notsent, unacked, received]) => log(format_args!(
+            "peer {device} {now_ns} {unread_since} acked={acked} window={window} \
+             notsent={notsent} unacked={unacked} received={received}"
         )),
         None => log(format_args!("peer {device} {now_ns} {unread_since} -")),
     }
