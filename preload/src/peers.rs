@@ -35,18 +35,6 @@ pub struct Sample {
 impl Sample {
     /// The right edge of the peer's receive window, in bytes of the stream: it moves only
     /// when the peer's process reads (or its buffer grows).
-    /// Its fields in their order, as numbers (for the test hooks' log).
-    #[cfg(feature = "test-hooks")]
-    fn fields(&self) -> [u64; 5] {
-        [
-            self.bytes_acked,
-            u64::from(self.window),
-            u64::from(self.notsent),
-            u64::from(self.unacked),
-            self.bytes_received,
-        ]
-    }
-
     fn right_edge(&self) -> u64 {
         self.bytes_acked.saturating_add(u64::from(self.window))
     }
@@ -342,7 +330,7 @@ impl Watch {
             }
         };
         #[cfg(feature = "test-hooks")]
-        crate::test_hooks::peer_sampled(self.device, now_ns, s.map(|s| s.fields()), value);
+        crate::test_hooks::peer_sampled(self.device, now_ns, value, &s);
         (value != self.published).then(|| {
             self.published = value;
             value

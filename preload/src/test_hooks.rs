@@ -52,16 +52,11 @@ pub fn layer_finished(done: u64) {
     }
 }
 
-/// RPC device `device`'s socket was sampled at `now_ns` (`CLOCK_MONOTONIC`): `sample`, the
-/// fields of `crate::peers::Sample` in their order (none when the socket was not found),
-/// gave `unread_since` (0: keeps up). Logged as `peer <device> <now_ns> <unread_since>
-/// acked=... window=... notsent=... unacked=... received=...` (or `-`).
-pub fn peer_sampled(device: u64, now_ns: u64, sample: Option<[u64; 5]>, unread_since: u64) {
-    match sample {
-        Some([acked, window, notsent, unacked, received]) => log(format_args!(
-            "peer {device} {now_ns} {unread_since} acked={acked} window={window} \
-             notsent={notsent} unacked={unacked} received={received}"
-        )),
-        None => log(format_args!("peer {device} {now_ns} {unread_since} -")),
-    }
+/// RPC device `device`'s socket was sampled at `now_ns` (`CLOCK_MONOTONIC`): `sample` (its
+/// `Debug` form: `Some(Sample { .. })`, or `None` when the socket was not found) gave
+/// `unread_since` (0: keeps up). Logged as `peer <device> <now_ns> <unread_since> <sample>`.
+pub fn peer_sampled(device: u64, now_ns: u64, unread_since: u64, sample: &dyn std::fmt::Debug) {
+    log(format_args!(
+        "peer {device} {now_ns} {unread_since} {sample:?}"
+    ));
 }
