@@ -473,13 +473,13 @@ impl PackedMatrix {
         stream: bool,
     ) -> usize {
         let rows: &[QuantizedRow<'_>; M] = acts[r..r + M].try_into().expect("M rows");
-        let blocks = self.k / BLOCK;
-        let tb = self.kind.tile_block_bytes();
-        let per_tile = blocks / self.kind.scale_blocks() * TILE;
-        let subs_per_tile = if self.kind.is_k() {
-            blocks * SUB_BYTES
-        } else {
-            0
+        let all = Tiles {
+            blocks: self.k / BLOCK,
+            quants: &self.quants,
+            scales: &self.scales,
+            mins: &self.mins,
+            subs: &self.subs,
+            stream,
         };
         // The tiles' results go through a buffer on the stack, `GROUP_TILES` tiles at a
         // time: no allocation per piece and group of rows, and sized by `M` (a decode
@@ -489,16 +489,14 @@ impl PackedMatrix {
         let (first_tile, end_tile) = (first / TILE, (first + n).div_ceil(TILE));
         for t0 in (first_tile..end_tile).step_by(GROUP_TILES) {
             let t1 = (t0 + GROUP_TILES).min(end_tile);
-            let tiles = Tiles {
-                blocks,
-                quants: &self.quants[t0 * blocks * tb..t1 * blocks * tb],
-                scales: &self.scales[t0 * per_tile..t1 * per_tile],
-                mins: self.mins.get(t0 * per_tile..t1 * per_tile).unwrap_or(&[]),
-                subs: &self.subs[t0 * subs_per_tile..t1 * subs_per_tile],
-                stream,
-            };
             let dots = &mut dots[..(t1 - t0) * M];
-            tile::tile_dots(self.isa, self.kind, tiles, rows, dots);
+            tile::tile_dots(
+                self.isa,
+                self.kind,
+                all.range(self.kind, t0, t1),
+                rows,
+                dots,
+            );
             for (t, per_row) in dots.chunks_exact(M).enumerate() {
                 let at = (t0 + t) * TILE - first;
                 let take = n.saturating_sub(at).min(TILE);

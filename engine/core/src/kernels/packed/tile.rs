@@ -299,28 +299,27 @@ pub(super) fn sum_pairs(a: &QuantizedRow<'_>, first: usize) -> [i32; SUPER / 2] 
 }
 
 impl<'a> Tiles<'a> {
-    /// The first `n` tiles of `self` (of `kind`), and the rest.
-    fn split_at(self, n: usize, kind: Kind) -> (Tiles<'a>, Tiles<'a>) {
+    /// Tiles `t0..t1` of `self` (tiles of `kind`): the one rule for where a tile's quants,
+    /// scales, minimums and integer scales lie.
+    pub fn range(self, kind: Kind, t0: usize, t1: usize) -> Tiles<'a> {
         let blocks = self.blocks;
         let per_tile = blocks / kind.scale_blocks() * TILE;
-        let subs = if self.subs.is_empty() {
-            0
-        } else {
-            blocks * SUB_BYTES
-        };
-        let mins = if self.mins.is_empty() { 0 } else { per_tile };
-        let (q0, q1) = self.quants.split_at(n * blocks * kind.tile_block_bytes());
-        let (s0, s1) = self.scales.split_at(n * per_tile);
-        let (m0, m1) = self.mins.split_at(n * mins);
-        let (u0, u1) = self.subs.split_at(n * subs);
-        let part = |quants, scales, mins, subs| Tiles {
-            quants,
-            scales,
-            mins,
-            subs,
+        let at = |v_per_tile: usize| t0 * v_per_tile..t1 * v_per_tile;
+        let (mins, subs) = (
+            if self.mins.is_empty() { 0 } else { per_tile },
+            if self.subs.is_empty() {
+                0
+            } else {
+                blocks * SUB_BYTES
+            },
+        );
+        Tiles {
+            quants: &self.quants[at(blocks * kind.tile_block_bytes())],
+            scales: &self.scales[at(per_tile)],
+            mins: &self.mins[at(mins)],
+            subs: &self.subs[at(subs)],
             ..self
-        };
-        (part(q0, s0, m0, u0), part(q1, s1, m1, u1))
+        }
     }
 }
 
@@ -339,7 +338,7 @@ unsafe fn vnni_k_wide<const M: usize, const Q4: bool, const OFFSET: i32>(
 ) {
     let n_tiles = out.len() / M;
     let even = n_tiles - n_tiles % super::wide::PAIR;
-    let (pairs, last) = tiles.split_at(even, kind);
+    let (pairs, last) = (tiles.range(kind, 0, even), tiles.range(kind, even, n_tiles));
     let (out_pairs, out_last) = out.split_at_mut(even * M);
     // SAFETY: the caller's contract, over an even number of tiles and the one left.
     unsafe {
@@ -452,7 +451,7 @@ fn super_sums(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{
@@ -466,7 +465,7 @@ mod x86 {
     /// `v` holds at least `8 * (at + 1)` values.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn halfs8(v: &[half::f16], at: usize) -> __m256 {
+    pub(in crate::kernels::packed) unsafe fn halfs8(v: &[half::f16], at: usize) -> __m256 {
         // SAFETY: 8 f16 (16 bytes) at `8 * at`, inside `v` (the caller's contract).
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(v.as_ptr().add(TILE * at).cast()) })
     }
@@ -529,7 +528,7 @@ mod x86 {
     /// `q` points at an 8-bit tile block (256 bytes); `t < 8`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn bytes(q: *const u8, t: usize) -> __m256i {
+    pub(in crate::kernels::packed) unsafe fn bytes(q: *const u8, t: usize) -> __m256i {
         // SAFETY: vector `t` of the 256 bytes (the caller's contract).
         unsafe { _mm256_loadu_si256(q.add(BLOCK * t).cast()) }
     }
@@ -806,7 +805,11 @@ mod x86 {
     /// `v` holds at least `SUB_BYTES * (at + 1)` bytes.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn subs8(v: &[u8], at: usize, signed: bool) -> (__m256i, __m256i) {
+    pub(in crate::kernels::packed) unsafe fn subs8(
+        v: &[u8],
+        at: usize,
+        signed: bool,
+    ) -> (__m256i, __m256i) {
         // SAFETY: 16 bytes at `SUB_BYTES * at`, inside `v` (the caller's contract).
         let (lo, hi) = unsafe {
             let p = v.as_ptr().add(SUB_BYTES * at);
@@ -830,7 +833,10 @@ mod x86 {
     /// `v` holds at least `SUB_BYTES * (at + SUPER)` bytes.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn min_pairs8(v: &[u8], at: usize) -> [__m256i; SUPER / 2] {
+    pub(in crate::kernels::packed) unsafe fn min_pairs8(
+        v: &[u8],
+        at: usize,
+    ) -> [__m256i; SUPER / 2] {
         std::array::from_fn(|p| {
             // SAFETY: the 8 minimums of blocks `at + 2p` and `at + 2p + 1`, inside `v` (the
             // caller's contract).

@@ -15,92 +15,74 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::activations::{QuantizedRow, BLOCK};
-use super::tile::{half_start_terms, sum_pairs, Kind, Tiles, SUB_BYTES, SUPER, TILE};
+use super::tile::x86::{bytes, halfs8, min_pairs8, subs8};
+use super::tile::{half_start_terms, sum_pairs, Kind, Tiles, SUPER, TILE};
 
 /// Tiles [`vnni_k_pairs`] computes at a time.
 pub const PAIR: usize = 2;
 
-/// The 32 bytes at `off` of tile block `p0` (its eight rows, lanes 0-7) and of `p1`
-/// (lanes 8-15).
-///
-/// # Safety
-/// Both point at tile blocks with 32 readable bytes at `off`.
+/// `lo` in lanes 0-7 (the first tile's rows) and `hi` in lanes 8-15 (the second's).
 #[inline]
 #[target_feature(enable = "avx2,avx512f")]
-unsafe fn pair_bytes(p0: *const u8, p1: *const u8, off: usize) -> __m512i {
-    // SAFETY: 32 bytes at `off` of each (the caller's contract).
-    let (lo, hi) = unsafe {
-        (
-            _mm256_loadu_si256(p0.add(off).cast()),
-            _mm256_loadu_si256(p1.add(off).cast()),
-        )
-    };
+fn join(lo: __m256i, hi: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
-/// The 8 f16 values at `TILE * at0` (lanes 0-7) and at `TILE * at1` (lanes 8-15), as f32.
-///
-/// # Safety
-/// `v` holds at least `TILE * (max(at0, at1) + 1)` values.
+/// [`join`] for f32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,avx512f")]
-unsafe fn halfs16(v: &[f16], at0: usize, at1: usize) -> __m512 {
-    // SAFETY: 8 f16 (16 bytes) at each, inside `v` (the caller's contract).
-    let (lo, hi) = unsafe {
-        (
-            _mm_loadu_si128(v.as_ptr().add(TILE * at0).cast()),
-            _mm_loadu_si128(v.as_ptr().add(TILE * at1).cast()),
-        )
-    };
-    _mm512_cvtph_ps(_mm256_set_m128i(hi, lo))
+fn join_ps(lo: __m256, hi: __m256) -> __m512 {
+    _mm512_castsi512_ps(join(_mm256_castps_si256(lo), _mm256_castps_si256(hi)))
 }
 
-/// Two tile blocks' integer scales, one per 32-bit lane (block `at0`'s rows in lanes 0-7,
-/// `at1`'s in 8-15): `sc` and `m` (unsigned), or the halves' `s` (signed).
+/// The 32-byte vector `t` of tile blocks `p0` (lanes 0-7) and `p1` (lanes 8-15), as the
+/// 256-bit kernel's `bytes` reads it (`t < 4` of a 4-bit block, `t < 8` of an 8-bit one).
 ///
 /// # Safety
-/// `v` holds at least `SUB_BYTES * (max(at0, at1) + 1)` bytes.
+/// Both point at whole tile blocks holding vector `t`; the CPU has AVX512-F.
+#[inline]
+#[target_feature(enable = "avx2,avx512f")]
+unsafe fn pair_bytes(p0: *const u8, p1: *const u8, t: usize) -> __m512i {
+    // SAFETY: the caller's contract.
+    unsafe { join(bytes(p0, t), bytes(p1, t)) }
+}
+
+/// The scales (minimums) of tile blocks or super-blocks `at0` (lanes 0-7) and `at1`
+/// (lanes 8-15), as f32: the 256-bit kernel's `halfs8` of each.
+///
+/// # Safety
+/// As `halfs8` for both; the CPU has AVX512-F.
+#[inline]
+#[target_feature(enable = "avx2,f16c,avx512f")]
+unsafe fn halfs16(v: &[f16], at0: usize, at1: usize) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe { join_ps(halfs8(v, at0), halfs8(v, at1)) }
+}
+
+/// The integer scales of tile blocks `at0` (lanes 0-7) and `at1` (lanes 8-15): the
+/// 256-bit kernel's `subs8` of each.
+///
+/// # Safety
+/// As `subs8` for both; the CPU has AVX512-F.
 #[inline]
 #[target_feature(enable = "avx2,avx512f")]
 unsafe fn subs16(v: &[u8], at0: usize, at1: usize, signed: bool) -> (__m512i, __m512i) {
-    // SAFETY: 16 bytes at `SUB_BYTES * at0` and at `SUB_BYTES * at1`, inside `v` (the
-    // caller's contract).
-    let (a, b) = unsafe {
-        (
-            _mm_loadu_si128(v.as_ptr().add(SUB_BYTES * at0).cast()),
-            _mm_loadu_si128(v.as_ptr().add(SUB_BYTES * at1).cast()),
-        )
-    };
-    let (first, second) = (_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b));
-    if signed {
-        (_mm512_cvtepi8_epi32(first), _mm512_cvtepi8_epi32(second))
-    } else {
-        (_mm512_cvtepu8_epi32(first), _mm512_cvtepu8_epi32(second))
-    }
+    // SAFETY: the caller's contract.
+    let ((a0, a1), (b0, b1)) = unsafe { (subs8(v, at0, signed), subs8(v, at1, signed)) };
+    (join(a0, b0), join(a1, b1))
 }
 
-/// The minimums `m` of the super-blocks whose first tile blocks are `at0` (lanes 0-7) and
-/// `at1` (lanes 8-15), in pairs of blocks as the 256-bit kernel's `min_pairs8` has them:
-/// vector `p` lane `r` holds the row's `m` of blocks `2p` and `2p + 1` as two i16.
+/// The minimums of the super-blocks from tile blocks `at0` (lanes 0-7) and `at1` (lanes
+/// 8-15) in pairs of blocks: the 256-bit kernel's `min_pairs8` of each.
 ///
 /// # Safety
-/// `v` holds at least `SUB_BYTES * (max(at0, at1) + SUPER)` bytes.
+/// As `min_pairs8` for both; the CPU has AVX512-F.
 #[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,avx512f")]
 unsafe fn min_pairs16(v: &[u8], at0: usize, at1: usize) -> [__m512i; SUPER / 2] {
-    let pair = |at: usize, p: usize| {
-        // SAFETY: the 8 minimums of blocks `at + 2p` and `at + 2p + 1`, inside `v` (the
-        // caller's contract).
-        let (a, b) = unsafe {
-            let first = v.as_ptr().add(SUB_BYTES * (at + 2 * p) + TILE);
-            (
-                _mm_loadl_epi64(first.cast()),
-                _mm_loadl_epi64(first.add(SUB_BYTES).cast()),
-            )
-        };
-        _mm_unpacklo_epi8(a, b)
-    };
-    std::array::from_fn(|p| _mm512_cvtepu8_epi16(_mm256_set_m128i(pair(at1, p), pair(at0, p))))
+    // SAFETY: the caller's contract.
+    let (a, b) = unsafe { (min_pairs8(v, at0), min_pairs8(v, at1)) };
+    std::array::from_fn(|p| join(a[p], b[p]))
 }
 
 /// The two halves' exact integer products of tile blocks `p0` and `p1` (4-bit when `Q4`,
@@ -123,24 +105,24 @@ unsafe fn block_pairs<const M: usize, const Q4: bool, const OFFSET: i32>(
     for c in 0..4 {
         if Q4 {
             // SAFETY: vector `c` of two 4-bit tile blocks (this function's contract).
-            let v = unsafe { pair_bytes(p0, p1, BLOCK * c) };
+            let v = unsafe { pair_bytes(p0, p1, c) };
             u[c] = _mm512_and_si512(v, low);
             u[c + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
         } else {
             // SAFETY: vectors `c` and `c + 4` of two 8-bit tile blocks (this function's
             // contract).
             unsafe {
-                u[c] = pair_bytes(p0, p1, BLOCK * c);
-                u[c + 4] = pair_bytes(p0, p1, BLOCK * (c + 4));
+                u[c] = pair_bytes(p0, p1, c);
+                u[c + 4] = pair_bytes(p0, p1, c + 4);
             }
         }
     }
     std::array::from_fn(|m| {
         let [s0, s1] = half_start_terms::<OFFSET>(&acts[m], b);
         let d = [_mm512_set1_epi32(s0), _mm512_set1_epi32(s1)];
-        let x = acts[m].quants[b * BLOCK..(b + 1) * BLOCK].as_ptr();
-        // SAFETY: `x` is block `b`'s 32 quants.
-        unsafe { row_dots(d, &u, x) }
+        // SAFETY: row `m` holds more than `b` blocks (this function's contract), so block
+        // `b`'s 32 quants.
+        unsafe { row_dots(d, &u, acts[m].quants.as_ptr().add(b * BLOCK)) }
     })
 }
 
