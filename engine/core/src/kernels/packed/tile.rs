@@ -191,9 +191,61 @@ pub fn tile_dots<const M: usize>(
     acts: &[QuantizedRow<'_>; M],
     out: &mut [[f32; TILE]],
 ) {
+    check_lengths(kind, &tiles, acts, out.len());
+    match isa.level() {
+        Level::Portable if kind.is_k() => scalar_k(kind, tiles, acts, out),
+        Level::Portable => scalar(kind, tiles, acts, out),
+        #[cfg(target_arch = "x86_64")]
+        level @ (Level::Avx2 | Level::Avx512Vnni) => {
+            // Every tile and row holds `blocks` blocks (`check_lengths`), all they read.
+            // SAFETY: the CPU has the features each function enables (an `Isa` of `level`
+            // exists only where it does), and the reads stay inside the tiles and rows.
+            unsafe {
+                // Each kind's offset is a constant of its kernel's instance (the last
+                // parameter): computed at run time, the start terms it gives cost a 1.1B
+                // layer's Q4_K product a fifth of its time (BENCHMARKS.md).
+                let vnni = level == Level::Avx512Vnni;
+                // Weights from the cache run two tiles at a time on 512-bit vectors; a
+                // decode step's, streaming from memory, on 256-bit ones (`super::wide`).
+                let wide = vnni && !tiles.stream;
+                match kind {
+                    Kind::Q4K if wide => vnni_k_wide::<M, true, 0>(kind, tiles, acts, out),
+                    Kind::Q5K if wide => vnni_k_wide::<M, false, 0>(kind, tiles, acts, out),
+                    Kind::Q6K if wide => vnni_k_wide::<M, false, 32>(kind, tiles, acts, out),
+                    Kind::Q4K if vnni => x86::vnni_k::<M, true, 0>(kind, tiles, acts, out),
+                    Kind::Q5K if vnni => x86::vnni_k::<M, false, 0>(kind, tiles, acts, out),
+                    Kind::Q6K if vnni => x86::vnni_k::<M, false, 32>(kind, tiles, acts, out),
+                    Kind::Q8_0 if vnni => x86::vnni::<M, false, 128>(kind, tiles, acts, out),
+                    Kind::Q4_0 if vnni => x86::vnni::<M, true, 8>(kind, tiles, acts, out),
+                    Kind::Q4_1 if vnni => x86::vnni::<M, true, 0>(kind, tiles, acts, out),
+                    Kind::Q4K => x86::avx2_k4(tiles, acts, out),
+                    Kind::Q5K => x86::avx2_k8::<M, 0>(kind, tiles, acts, out),
+                    Kind::Q6K => x86::avx2_k8::<M, 32>(kind, tiles, acts, out),
+                    Kind::Q8_0 => x86::avx2_q8(tiles, acts, out),
+                    Kind::Q4_0 => x86::avx2_q4::<M, 8>(kind, tiles, acts, out),
+                    Kind::Q4_1 => x86::avx2_q4::<M, 0>(kind, tiles, acts, out),
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("{isa:?} is only available on x86_64"),
+    }
+}
+
+/// `tile_dots`' checks: `tiles`, the activation rows and `out_len` outputs (`M` per tile)
+/// agree in their lengths, so that every kernel's reads stay inside them.
+///
+/// # Panics
+/// When they do not.
+fn check_lengths<const M: usize>(
+    kind: Kind,
+    tiles: &Tiles<'_>,
+    acts: &[QuantizedRow<'_>; M],
+    out_len: usize,
+) {
     let blocks = tiles.blocks;
-    assert_eq!(out.len() % M.max(1), 0, "M outputs per tile");
-    let n_tiles = out.len() / M.max(1);
+    assert_eq!(out_len % M.max(1), 0, "M outputs per tile");
+    let n_tiles = out_len / M.max(1);
     assert_eq!(
         tiles.quants.len(),
         n_tiles * blocks * kind.tile_block_bytes(),
@@ -237,44 +289,6 @@ pub fn tile_dots<const M: usize>(
                     .all(|s| s.iter().all(|d| d.to_bits() == s[0].to_bits())),
             "K-quant activations need one scale per super-block"
         );
-    }
-    match isa.level() {
-        Level::Portable if kind.is_k() => scalar_k(kind, tiles, acts, out),
-        Level::Portable => scalar(kind, tiles, acts, out),
-        #[cfg(target_arch = "x86_64")]
-        level @ (Level::Avx2 | Level::Avx512Vnni) => {
-            // Every tile and row holds `blocks` blocks (asserted above), all they read.
-            // SAFETY: the CPU has the features each function enables (an `Isa` of `level`
-            // exists only where it does), and the reads stay inside the tiles and rows.
-            unsafe {
-                // Each kind's offset is a constant of its kernel's instance (the last
-                // parameter): computed at run time, the start terms it gives cost a 1.1B
-                // layer's Q4_K product a fifth of its time (BENCHMARKS.md).
-                let vnni = level == Level::Avx512Vnni;
-                // Weights from the cache run two tiles at a time on 512-bit vectors; a
-                // decode step's, streaming from memory, on 256-bit ones (`super::wide`).
-                let wide = vnni && !tiles.stream;
-                match kind {
-                    Kind::Q4K if wide => vnni_k_wide::<M, true, 0>(kind, tiles, acts, out),
-                    Kind::Q5K if wide => vnni_k_wide::<M, false, 0>(kind, tiles, acts, out),
-                    Kind::Q6K if wide => vnni_k_wide::<M, false, 32>(kind, tiles, acts, out),
-                    Kind::Q4K if vnni => x86::vnni_k::<M, true, 0>(kind, tiles, acts, out),
-                    Kind::Q5K if vnni => x86::vnni_k::<M, false, 0>(kind, tiles, acts, out),
-                    Kind::Q6K if vnni => x86::vnni_k::<M, false, 32>(kind, tiles, acts, out),
-                    Kind::Q8_0 if vnni => x86::vnni::<M, false, 128>(kind, tiles, acts, out),
-                    Kind::Q4_0 if vnni => x86::vnni::<M, true, 8>(kind, tiles, acts, out),
-                    Kind::Q4_1 if vnni => x86::vnni::<M, true, 0>(kind, tiles, acts, out),
-                    Kind::Q4K => x86::avx2_k4(tiles, acts, out),
-                    Kind::Q5K => x86::avx2_k8::<M, 0>(kind, tiles, acts, out),
-                    Kind::Q6K => x86::avx2_k8::<M, 32>(kind, tiles, acts, out),
-                    Kind::Q8_0 => x86::avx2_q8(tiles, acts, out),
-                    Kind::Q4_0 => x86::avx2_q4::<M, 8>(kind, tiles, acts, out),
-                    Kind::Q4_1 => x86::avx2_q4::<M, 0>(kind, tiles, acts, out),
-                }
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("{isa:?} is only available on x86_64"),
     }
 }
 
