@@ -7,8 +7,10 @@
 //! `exp` (`kernels::exp8`, within 2 ulp of `expf`); elsewhere, and for tensors that are not
 //! contiguous f32 on the CPU, candle's ops run.
 
-use candle_core::{DType, Storage, Tensor};
+use candle_core::Tensor;
 
+#[cfg(target_arch = "x86_64")]
+use super::cpu_slices::on_cpu_slices;
 use super::Isa;
 
 /// `silu(gate) * up` elementwise (`silu(x) = x / (1 + e^-x)`); the shapes must match.
@@ -28,37 +30,6 @@ pub fn silu_mul_with(gate: &Tensor, up: &Tensor, isa: Isa) -> candle_core::Resul
         }
     }
     candle_nn::ops::silu(gate)? * up
-}
-
-/// `f` over the values of `gate` and `up` when both are contiguous f32 tensors of one
-/// shape on the CPU; `None` otherwise.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn on_cpu_slices(
-    gate: &Tensor,
-    up: &Tensor,
-    f: impl FnOnce(&[f32], &[f32]) -> Vec<f32>,
-) -> candle_core::Result<Option<Tensor>> {
-    if gate.dims() != up.dims() || gate.dtype() != DType::F32 || up.dtype() != DType::F32 {
-        return Ok(None);
-    }
-    let n = gate.elem_count();
-    let (gs, gl) = gate.storage_and_layout();
-    let (us, ul) = up.storage_and_layout();
-    let (Storage::Cpu(g), Storage::Cpu(u)) = (&*gs, &*us) else {
-        return Ok(None);
-    };
-    if !gl.is_contiguous() || !ul.is_contiguous() {
-        return Ok(None);
-    }
-    let (go, uo) = (gl.start_offset(), ul.start_offset());
-    let (Some(g), Some(u)) = (
-        g.as_slice::<f32>()?.get(go..go + n),
-        u.as_slice::<f32>()?.get(uo..uo + n),
-    ) else {
-        return Ok(None);
-    };
-    let out = f(g, u);
-    Tensor::from_vec(out, gate.shape(), gate.device()).map(Some)
 }
 
 // SIMD loads and stores through raw pointers (x86 intrinsics have no slice API).
@@ -110,7 +81,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{DType, Device};
 
     /// The fused product agrees with candle's `silu` and multiply to a few ulp, over a
     /// length with a tail, values from -100 to 100 and both signs of `up`.

@@ -385,10 +385,10 @@ impl DecoderWeights {
                 None => self.attend_chunks(i, qkv, seqs, rope, &masks)?,
             };
             let y = layer.attn.wo.forward(&y)?;
-            let h1 = (y + residual)?;
+            let h1 = crate::kernels::residual::add(&y, residual)?;
             let residual = &h1;
             let xs = layer.ffn_norm.forward(&h1)?;
-            h = (layer.mlp.forward(&xs)? + residual)?;
+            h = crate::kernels::residual::add(&layer.mlp.forward(&xs)?, residual)?;
             if hook.layer_done(&self.device, i + 1, n_layers).is_break() {
                 return Err(EngineError::Interrupted {
                     layers_done: i + 1,
