@@ -716,6 +716,12 @@ pub(super) mod x86 {
     /// each row's block `b`. The sums stay below 32768 (8 * 15 * 127 * 2), so each kernel
     /// widens them once, with `vpmaddwd`. Shared by the plain and the K-quant AVX2 kernels.
     ///
+    /// The eight nibble vectors stay in registers and each row's eight broadcasts, products
+    /// and sums are one `asm!` block. Written with intrinsics, the compiler broadcast all
+    /// `8 * M` activation groups first and spilled them to the stack (more than AVX2's 16
+    /// vector registers), and a SmolLM2 Q4_0 prefill of 128 tokens ran 22 % slower
+    /// (BENCHMARKS.md, "The 4-bit AVX2 kernel's broadcasts").
+    ///
     /// # Safety
     /// `q` points at a whole 4-bit tile block and every row of `acts` holds more than `b`
     /// blocks.
@@ -726,21 +732,51 @@ pub(super) mod x86 {
         b: usize,
         acts: &[QuantizedRow<'_>; M],
     ) -> [__m256i; M] {
-        let mut pairs = [_mm256_setzero_si256(); M];
-        for c in 0..4 {
-            // SAFETY: `q` is a whole 4-bit tile block (this function's contract).
-            let (low, high) = unsafe { nibbles(q, c) };
-            for (a, pairs) in acts.iter().zip(&mut pairs) {
-                // SAFETY: `a` holds more than `b` blocks (this function's contract).
-                let (x0, x1) = unsafe { (fours(a, b, c), fours(a, b, c + 4)) };
-                let both = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(low, x0),
-                    _mm256_maddubs_epi16(high, x1),
+        // SAFETY: `q` is a whole 4-bit tile block (this function's contract).
+        let [(l0, h0), (l1, h1), (l2, h2), (l3, h3)] =
+            std::array::from_fn(|c| unsafe { nibbles(q, c) });
+        std::array::from_fn(|m| {
+            // SAFETY: `acts[m]` holds more than `b` blocks (this function's contract).
+            let x = unsafe { acts[m].quants.as_ptr().add(b * BLOCK) };
+            let pairs: __m256i;
+            // SAFETY: reads the 32 bytes at `x`; writes only its two vector registers.
+            unsafe {
+                std::arch::asm!(
+                    "vpbroadcastd {p}, dword ptr [{x}]",
+                    "vpmaddubsw {p}, {l0}, {p}",
+                    "vpbroadcastd {t}, dword ptr [{x} + 16]",
+                    "vpmaddubsw {t}, {h0}, {t}",
+                    "vpaddw {p}, {p}, {t}",
+                    "vpbroadcastd {t}, dword ptr [{x} + 4]",
+                    "vpmaddubsw {t}, {l1}, {t}",
+                    "vpaddw {p}, {p}, {t}",
+                    "vpbroadcastd {t}, dword ptr [{x} + 20]",
+                    "vpmaddubsw {t}, {h1}, {t}",
+                    "vpaddw {p}, {p}, {t}",
+                    "vpbroadcastd {t}, dword ptr [{x} + 8]",
+                    "vpmaddubsw {t}, {l2}, {t}",
+                    "vpaddw {p}, {p}, {t}",
+                    "vpbroadcastd {t}, dword ptr [{x} + 24]",
+                    "vpmaddubsw {t}, {h2}, {t}",
+                    "vpaddw {p}, {p}, {t}",
+                    "vpbroadcastd {t}, dword ptr [{x} + 12]",
+                    "vpmaddubsw {t}, {l3}, {t}",
+                    "vpaddw {p}, {p}, {t}",
+                    "vpbroadcastd {t}, dword ptr [{x} + 28]",
+                    "vpmaddubsw {t}, {h3}, {t}",
+                    "vpaddw {p}, {p}, {t}",
+                    p = out(ymm_reg) pairs,
+                    t = out(ymm_reg) _,
+                    l0 = in(ymm_reg) l0, l1 = in(ymm_reg) l1,
+                    l2 = in(ymm_reg) l2, l3 = in(ymm_reg) l3,
+                    h0 = in(ymm_reg) h0, h1 = in(ymm_reg) h1,
+                    h2 = in(ymm_reg) h2, h3 = in(ymm_reg) h3,
+                    x = in(reg) x,
+                    options(pure, readonly, nostack, preserves_flags),
                 );
-                *pairs = _mm256_add_epi16(*pairs, both);
             }
-        }
-        pairs
+            pairs
+        })
     }
 
     /// One tile block's exact integer products with `M` activation rows, added to `d`
