@@ -719,8 +719,8 @@ pub(super) mod x86 {
     /// The eight nibble vectors stay in registers and each row's eight broadcasts, products
     /// and sums are one `asm!` block. Written with intrinsics, the compiler broadcast all
     /// `8 * M` activation groups first and spilled them to the stack (more than AVX2's 16
-    /// vector registers), and a SmolLM2 Q4_0 prefill of 128 tokens ran 22 % slower
-    /// (BENCHMARKS.md, "The 4-bit AVX2 kernel's broadcasts").
+    /// vector registers), and a SmolLM2 Q4_0 prefill of 128 tokens ran at 0.80-0.82 of
+    /// this speed (BENCHMARKS.md, "Prefill on AVX2: ... the 4-bit kernel's broadcasts").
     ///
     /// # Safety
     /// `q` points at a whole 4-bit tile block and every row of `acts` holds more than `b`
