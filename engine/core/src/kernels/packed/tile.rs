@@ -209,6 +209,9 @@ pub fn tile_dots<const M: usize>(
                 // decode step's, streaming from memory, on 256-bit ones (`super::wide`).
                 let wide = vnni && !tiles.stream;
                 match kind {
+                    Kind::Q8_0 if wide => vnni_wide::<M, false, 128, false>(kind, tiles, acts, out),
+                    Kind::Q4_0 if wide => vnni_wide::<M, true, 8, false>(kind, tiles, acts, out),
+                    Kind::Q4_1 if wide => vnni_wide::<M, true, 0, true>(kind, tiles, acts, out),
                     Kind::Q4K if wide => vnni_k_wide::<M, true, 0>(kind, tiles, acts, out),
                     Kind::Q5K if wide => vnni_k_wide::<M, false, 0>(kind, tiles, acts, out),
                     Kind::Q6K if wide => vnni_k_wide::<M, false, 32>(kind, tiles, acts, out),
@@ -337,8 +340,53 @@ impl<'a> Tiles<'a> {
     }
 }
 
-/// The K-quants on AVX-512 VNNI over weights that do not stream from memory: pairs of
-/// tiles on 512-bit vectors ([`super::wide`]), an odd last tile on the 256-bit kernel.
+/// Splits the products of `tiles` for AVX-512 VNNI over weights that do not stream from
+/// memory: the pairs of tiles (an even number of them, and their outputs) on 512-bit
+/// vectors ([`super::wide`]), and an odd last tile on the 256-bit kernel.
+#[cfg(target_arch = "x86_64")]
+fn split_pairs<'t, 'o, const M: usize>(
+    kind: Kind,
+    tiles: Tiles<'t>,
+    out: &'o mut [[f32; TILE]],
+) -> [Part<'t, 'o>; 2] {
+    let n_tiles = out.len() / M;
+    let even = n_tiles - n_tiles % super::wide::PAIR;
+    let (out_pairs, out_last) = out.split_at_mut(even * M);
+    [
+        (tiles.range(kind, 0, even), out_pairs),
+        (tiles.range(kind, even, n_tiles), out_last),
+    ]
+}
+
+/// Tiles and their outputs, `M` entries per tile.
+#[cfg(target_arch = "x86_64")]
+type Part<'t, 'o> = (Tiles<'t>, &'o mut [[f32; TILE]]);
+
+/// The kinds with a scale per block on AVX-512 VNNI over weights that do not stream from
+/// memory: [`split_pairs`] between [`super::wide::vnni_pairs`] and [`x86::vnni`].
+///
+/// # Safety
+/// As [`super::wide::vnni_pairs`], but any number of tiles.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn vnni_wide<const M: usize, const Q4: bool, const OFFSET: i32, const MINS: bool>(
+    kind: Kind,
+    tiles: Tiles<'_>,
+    acts: &[QuantizedRow<'_>; M],
+    out: &mut [[f32; TILE]],
+) {
+    let [(pairs, out_pairs), (last, out_last)] = split_pairs::<M>(kind, tiles, out);
+    // SAFETY: the caller's contract, over an even number of tiles and the one left.
+    unsafe {
+        super::wide::vnni_pairs::<M, Q4, OFFSET, MINS>(kind, pairs, acts, out_pairs);
+        if !out_last.is_empty() {
+            x86::vnni::<M, Q4, OFFSET>(kind, last, acts, out_last);
+        }
+    }
+}
+
+/// The K-quants on AVX-512 VNNI over weights that do not stream from memory:
+/// [`split_pairs`] between [`super::wide::vnni_k_pairs`] and [`x86::vnni_k`].
 ///
 /// # Safety
 /// As [`super::wide::vnni_k_pairs`], but any number of tiles.
@@ -350,10 +398,7 @@ unsafe fn vnni_k_wide<const M: usize, const Q4: bool, const OFFSET: i32>(
     acts: &[QuantizedRow<'_>; M],
     out: &mut [[f32; TILE]],
 ) {
-    let n_tiles = out.len() / M;
-    let even = n_tiles - n_tiles % super::wide::PAIR;
-    let (pairs, last) = (tiles.range(kind, 0, even), tiles.range(kind, even, n_tiles));
-    let (out_pairs, out_last) = out.split_at_mut(even * M);
+    let [(pairs, out_pairs), (last, out_last)] = split_pairs::<M>(kind, tiles, out);
     // SAFETY: the caller's contract, over an even number of tiles and the one left.
     unsafe {
         super::wide::vnni_k_pairs::<M, Q4, OFFSET>(kind, pairs, acts, out_pairs);

@@ -1,4 +1,5 @@
-//! The K-quant products of AVX-512 VNNI on 512-bit vectors: two tiles at a time.
+//! The products of AVX-512 VNNI on 512-bit vectors over weights from the cache: two tiles
+//! at a time.
 //!
 //! The tile layout ([`super::tile`]) gives a 32-byte vector per eight rows; here the same
 //! vector of two neighbouring tiles fills one 64-byte vector, so that one `vpdpbusd`
@@ -8,7 +9,8 @@
 //! streams its weights from memory, keeps the 256-bit kernel, which the memory bounds
 //! anyway. The arithmetic is the 256-bit kernel's lane for lane: each lane is one weight
 //! row, its exact integer sums and its float steps the same, so the results are the same
-//! bit for bit.
+//! bit for bit. [`vnni_pairs`] runs the kinds with a scale per block (Q8_0, Q4_0, Q4_1),
+//! [`vnni_k_pairs`] the K-quants.
 
 use std::arch::x86_64::*;
 
@@ -18,7 +20,7 @@ use super::activations::{QuantizedRow, BLOCK};
 use super::tile::x86::{bytes, halfs8, min_pairs8, subs8};
 use super::tile::{half_start_terms, sum_pairs, Kind, Tiles, SUPER, TILE};
 
-/// Tiles [`vnni_k_pairs`] computes at a time.
+/// Tiles [`vnni_pairs`] and [`vnni_k_pairs`] compute at a time.
 pub const PAIR: usize = 2;
 
 /// `lo` in lanes 0-7 (the first tile's rows) and `hi` in lanes 8-15 (the second's).
@@ -85,21 +87,15 @@ unsafe fn min_pairs16(v: &[u8], at0: usize, at1: usize) -> [__m512i; SUPER / 2] 
     std::array::from_fn(|p| join(a[p], b[p]))
 }
 
-/// The two halves' exact integer products of tile blocks `p0` and `p1` (4-bit when `Q4`,
-/// else 8-bit) with block `b` of each activation row, per row, started from the halves'
-/// offset terms.
+/// The eight vectors of tile blocks `p0` (lanes 0-7) and `p1` (lanes 8-15): for 4 bits
+/// (`Q4`) load `c`'s low nibbles in `c` and its high ones in `c + 4`, as the 256-bit
+/// kernel's `nibbles`; for 8 bits the block's vectors as they are.
 ///
 /// # Safety
-/// `p0` and `p1` point at whole tile blocks of the width; every row of `acts` holds more
-/// than `b` blocks; the CPU has AVX512-F, BW and VNNI.
+/// `p0` and `p1` point at whole tile blocks of the width; the CPU has AVX512-F and BW.
 #[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vnni")]
-unsafe fn block_pairs<const M: usize, const Q4: bool, const OFFSET: i32>(
-    p0: *const u8,
-    p1: *const u8,
-    b: usize,
-    acts: &[QuantizedRow<'_>; M],
-) -> [[__m512i; 2]; M] {
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+unsafe fn pair_vectors<const Q4: bool>(p0: *const u8, p1: *const u8) -> [__m512i; 8] {
     let low = _mm512_set1_epi8(0x0F);
     let mut u = [_mm512_setzero_si512(); 8];
     for c in 0..4 {
@@ -117,6 +113,26 @@ unsafe fn block_pairs<const M: usize, const Q4: bool, const OFFSET: i32>(
             }
         }
     }
+    u
+}
+
+/// The two halves' exact integer products of tile blocks `p0` and `p1` (4-bit when `Q4`,
+/// else 8-bit) with block `b` of each activation row, per row, started from the halves'
+/// offset terms.
+///
+/// # Safety
+/// `p0` and `p1` point at whole tile blocks of the width; every row of `acts` holds more
+/// than `b` blocks; the CPU has AVX512-F, BW and VNNI.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vnni")]
+unsafe fn block_pairs<const M: usize, const Q4: bool, const OFFSET: i32>(
+    p0: *const u8,
+    p1: *const u8,
+    b: usize,
+    acts: &[QuantizedRow<'_>; M],
+) -> [[__m512i; 2]; M] {
+    // SAFETY: whole tile blocks of the width (this function's contract).
+    let u = unsafe { pair_vectors::<Q4>(p0, p1) };
     std::array::from_fn(|m| {
         let [s0, s1] = half_start_terms::<OFFSET>(&acts[m], b);
         let d = [_mm512_set1_epi32(s0), _mm512_set1_epi32(s1)];
@@ -218,16 +234,90 @@ pub unsafe fn vnni_k_pairs<const M: usize, const Q4: bool, const OFFSET: i32>(
                 *isum = _mm512_setzero_si512();
             }
         }
-        let (first, second) = outs.split_at_mut(M);
-        for (m, (acc, mins)) in acc.into_iter().zip(mins).enumerate() {
-            let v = _mm512_sub_ps(acc, mins);
-            let lo = _mm512_castps512_ps256(v);
-            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-            // SAFETY: each entry is 8 writable f32.
-            unsafe {
-                _mm256_storeu_ps(first[m].as_mut_ptr(), lo);
-                _mm256_storeu_ps(second[m].as_mut_ptr(), hi);
+        store_pair(
+            outs,
+            acc.into_iter().zip(mins).map(|(a, m)| _mm512_sub_ps(a, m)),
+        );
+    }
+}
+
+/// Each row's results of a pair of tiles, `v[m]` (lanes 0-7 the first tile's rows, 8-15
+/// the second's), into `outs`: the first tile's `M` entries, then the second's.
+#[inline]
+#[target_feature(enable = "avx2,avx512f")]
+fn store_pair(outs: &mut [[f32; TILE]], v: impl Iterator<Item = __m512>) {
+    let m = outs.len() / PAIR;
+    let (first, second) = outs.split_at_mut(m);
+    for ((v, o0), o1) in v.zip(first).zip(second) {
+        let lo = _mm512_castps512_ps256(v);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        // SAFETY: each entry is 8 writable f32.
+        unsafe {
+            _mm256_storeu_ps(o0.as_mut_ptr(), lo);
+            _mm256_storeu_ps(o1.as_mut_ptr(), hi);
+        }
+    }
+}
+
+/// [`super::tile::tile_dots`] for the kinds with a scale per block (Q8_0, Q4_0, Q4_1) over
+/// pairs of tiles: `tiles` holds an even number of tiles, `out` `M` entries per tile. Per
+/// block and activation row, the 256-bit kernel's steps on sixteen rows: the exact
+/// integer product started from `-OFFSET` times the block's activation sum, one float
+/// step `acc += (d * dx) * dot`, and for Q4_1 (`MINS`) `mins += m * (dx * sum(x))`.
+///
+/// Measured against the 256-bit kernel over the same spans (BENCHMARKS.md, "The kinds
+/// with a scale per block on 512-bit vectors"): one SmolLM2 layer at 128 rows on one
+/// thread takes about three quarters of the time.
+///
+/// # Safety
+/// The CPU has AVX2, FMA, F16C and AVX512-F, BW and VNNI; `tiles` and `acts` passed
+/// `tile_dots`' checks, and `tiles` holds an even number of tiles.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub unsafe fn vnni_pairs<const M: usize, const Q4: bool, const OFFSET: i32, const MINS: bool>(
+    kind: Kind,
+    tiles: Tiles<'_>,
+    acts: &[QuantizedRow<'_>; M],
+    out: &mut [[f32; TILE]],
+) {
+    debug_assert_eq!((OFFSET, MINS), (kind.offset(), kind.has_mins()));
+    let (blocks, tb) = (tiles.blocks, kind.tile_block_bytes());
+    for (pair, outs) in out.chunks_exact_mut(PAIR * M).enumerate() {
+        let t = PAIR * pair;
+        let mut acc = [_mm512_setzero_ps(); M];
+        let mut mins = [_mm512_setzero_ps(); M];
+        // One bounds check per pair of tiles.
+        let tq = &tiles.quants[t * blocks * tb..(t + PAIR) * blocks * tb];
+        for b in 0..blocks {
+            let (at0, at1) = (t * blocks + b, (t + 1) * blocks + b);
+            let (p0, p1) = (tq[b * tb..].as_ptr(), tq[(blocks + b) * tb..].as_ptr());
+            // SAFETY: whole tile blocks of the kind's width (the caller's contract), and 8
+            // scales (minimums) per tile and block (checked by the caller).
+            let (u, dw) = unsafe { (pair_vectors::<Q4>(p0, p1), halfs16(tiles.scales, at0, at1)) };
+            let mw = if MINS {
+                // SAFETY: as the scales.
+                unsafe { halfs16(tiles.mins, at0, at1) }
+            } else {
+                _mm512_setzero_ps()
+            };
+            for ((a, acc), mins) in acts.iter().zip(&mut acc).zip(&mut mins) {
+                let d = [
+                    _mm512_set1_epi32(-OFFSET * a.sums[b]),
+                    _mm512_setzero_si512(),
+                ];
+                // SAFETY: `a` holds `blocks` blocks (the caller's contract), so block `b`'s
+                // 32 quants.
+                let [d0, d1] = unsafe { row_dots(d, &u, a.quants.as_ptr().add(b * BLOCK)) };
+                let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.scales[b]));
+                *acc = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), *acc);
+                if MINS {
+                    *mins = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.scaled_sums[b]), *mins);
+                }
             }
         }
+        let sums = acc.into_iter().zip(mins);
+        store_pair(
+            outs,
+            sums.map(|(a, m)| if MINS { _mm512_add_ps(a, m) } else { a }),
+        );
     }
 }
