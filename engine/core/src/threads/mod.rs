@@ -24,8 +24,10 @@ use std::cell::Cell;
 
 use crate::error::{EngineError, Result};
 
+pub mod awake;
 pub mod pool_use;
 
+pub use awake::with_workers_awake;
 pub use pool_use::{PoolChooser, PoolUse};
 
 thread_local! {
@@ -74,8 +76,9 @@ pub fn kernel_threads() -> usize {
 }
 
 /// Runs `f` on this thread with the engine's kernels spreading their work over the pool
-/// (`use_pool`) or keeping it on this thread; the previous setting is back afterwards, also
-/// when `f` panics. candle's own ops are not affected.
+/// (`use_pool`, the pool's other workers then kept awake through `f`: [`awake`]) or keeping
+/// it on this thread; the previous setting is back afterwards, also when `f` panics.
+/// candle's own ops are not affected.
 pub fn with_pool<R>(use_pool: bool, f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {
@@ -84,7 +87,11 @@ pub fn with_pool<R>(use_pool: bool, f: impl FnOnce() -> R) -> R {
         }
     }
     let _restore = Restore(ALONE.with(|a| a.replace(!use_pool)));
-    f()
+    if use_pool {
+        with_workers_awake(f)
+    } else {
+        f()
+    }
 }
 
 #[cfg(test)]
