@@ -53,8 +53,14 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
             self.0.store(true, Ordering::Release);
         }
     }
-    let _release = Release(done);
-    f()
+    let release = Release(done);
+    let out = f();
+    drop(release);
+    // This thread's copy of the broadcast, if no wait inside `f` ran it, runs now (it
+    // returns at once): a copy left queued on a thread that waits on no join until the next
+    // step would pile up one per step.
+    let _ = rayon::yield_local();
+    out
 }
 
 /// A worker's loop while kept awake: runs the pool's pending jobs as they appear, and

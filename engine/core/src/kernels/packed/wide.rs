@@ -263,10 +263,11 @@ fn store_pair(outs: &mut [[f32; TILE]], v: impl Iterator<Item = __m512>) {
 /// pairs of tiles: `tiles` holds an even number of tiles, `out` `M` entries per tile. Per
 /// block and activation row, the 256-bit kernel's steps on sixteen rows: the exact
 /// integer product started from `-OFFSET` times the block's activation sum, one float
-/// step `acc += (d * dx) * dot`, and for Q4_1 (`MINS`) `mins += m * (dx * sum(x))`.
+/// step `acc += (d * dx) * dot`, and for Q4_1 (`MINS`) `mins += m * s`, `s` the block's
+/// scaled activation sum.
 ///
-/// Measured against the 256-bit kernel over the same spans (BENCHMARKS.md, "The kinds
-/// with a scale per block on 512-bit vectors"): one SmolLM2 layer at 128 rows on one
+/// Measured against the 256-bit kernel over the same spans (BENCHMARKS.md, "Q8_0, Q4_0
+/// and Q4_1 two tiles at a time on 512-bit vectors"): one SmolLM2 layer at 128 rows on one
 /// thread takes about three quarters of the time.
 ///
 /// # Safety
