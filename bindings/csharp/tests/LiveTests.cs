@@ -408,6 +408,16 @@ namespace Hydra.Progress.Tests
             return (double)(after - before - empty) / n;
         }
 
+        /// The least of three <see cref="PerCall"/> measurements of <paramref name="f"/>: a
+        /// read that allocates more than its result does so in every call of all three,
+        /// where a rare read's extra (a value name made once; a torn slot's JSON fallback)
+        /// falls in one. A full suite run measured ReadMeta once at 700.2 B per call while
+        /// decoding, where every run of the C# tests alone measured 696.
+        static double LeastOfThree(Func<object> f)
+        {
+            return Math.Min(PerCall(f), Math.Min(PerCall(f), PerCall(f)));
+        }
+
         public void AllocationPerRead()
         {
             // An idle slot after a finished task, then the same during a decode.
@@ -420,8 +430,8 @@ namespace Hydra.Progress.Tests
             Assert.True(slot <= snapshotObject, $"ReadSlot allocates {slot} B per call, more than its SlotSnapshot ({snapshotObject} B)");
             Assert.True(meta <= metaObject, $"ReadMeta allocates {meta} B per call, more than its SlotMeta ({metaObject} B)");
             Decoding(0, 3000);
-            double slotBusy = PerCall(() => Probe.ReadSlot(0));
-            double metaBusy = PerCall(() => Probe.ReadMeta(0));
+            double slotBusy = LeastOfThree(() => Probe.ReadSlot(0));
+            double metaBusy = LeastOfThree(() => Probe.ReadMeta(0));
             Console.WriteLine($"     decoding slot: ReadSlot {slotBusy:F0} B/call, ReadMeta {metaBusy:F0} B/call");
             // While decoding, a value name the library keeps once made (a phase, an ETA source:
             // NativeLibrary.ValueName) may first appear within the 2,000 reads and be made
