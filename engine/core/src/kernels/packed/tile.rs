@@ -209,12 +209,18 @@ pub fn tile_dots<const M: usize>(
                 // decode step's, streaming from memory, on 256-bit ones (`super::wide`).
                 let wide = vnni && !tiles.stream;
                 match kind {
-                    Kind::Q8_0 if wide => vnni_wide::<M, false, 128, false>(kind, tiles, acts, out),
-                    Kind::Q4_0 if wide => vnni_wide::<M, true, 8, false>(kind, tiles, acts, out),
-                    Kind::Q4_1 if wide => vnni_wide::<M, true, 0, true>(kind, tiles, acts, out),
-                    Kind::Q4K if wide => vnni_k_wide::<M, true, 0>(kind, tiles, acts, out),
-                    Kind::Q5K if wide => vnni_k_wide::<M, false, 0>(kind, tiles, acts, out),
-                    Kind::Q6K if wide => vnni_k_wide::<M, false, 32>(kind, tiles, acts, out),
+                    Kind::Q8_0 if wide => {
+                        in_pairs(kind, tiles, acts, out, plain::<M, false, 128, false>())
+                    }
+                    Kind::Q4_0 if wide => {
+                        in_pairs(kind, tiles, acts, out, plain::<M, true, 8, false>())
+                    }
+                    Kind::Q4_1 if wide => {
+                        in_pairs(kind, tiles, acts, out, plain::<M, true, 0, true>())
+                    }
+                    Kind::Q4K if wide => in_pairs(kind, tiles, acts, out, k::<M, true, 0>()),
+                    Kind::Q5K if wide => in_pairs(kind, tiles, acts, out, k::<M, false, 0>()),
+                    Kind::Q6K if wide => in_pairs(kind, tiles, acts, out, k::<M, false, 32>()),
                     Kind::Q4K if vnni => x86::vnni_k::<M, true, 0>(kind, tiles, acts, out),
                     Kind::Q5K if vnni => x86::vnni_k::<M, false, 0>(kind, tiles, acts, out),
                     Kind::Q6K if vnni => x86::vnni_k::<M, false, 32>(kind, tiles, acts, out),
@@ -358,52 +364,53 @@ fn split_pairs<'t, 'o, const M: usize>(
     ]
 }
 
+/// The 512-bit and 256-bit kernels of a kind with a scale per block, for [`in_pairs`].
+#[cfg(target_arch = "x86_64")]
+fn plain<const M: usize, const Q4: bool, const OFFSET: i32, const MINS: bool>(
+) -> (Kernel<M>, Kernel<M>) {
+    (
+        super::wide::vnni_pairs::<M, Q4, OFFSET, MINS>,
+        x86::vnni::<M, Q4, OFFSET>,
+    )
+}
+
+/// The 512-bit and 256-bit kernels of a K-quant, for [`in_pairs`].
+#[cfg(target_arch = "x86_64")]
+fn k<const M: usize, const Q4: bool, const OFFSET: i32>() -> (Kernel<M>, Kernel<M>) {
+    (
+        super::wide::vnni_k_pairs::<M, Q4, OFFSET>,
+        x86::vnni_k::<M, Q4, OFFSET>,
+    )
+}
+
 /// Tiles and their outputs, `M` entries per tile.
 #[cfg(target_arch = "x86_64")]
 type Part<'t, 'o> = (Tiles<'t>, &'o mut [[f32; TILE]]);
 
-/// The kinds with a scale per block on AVX-512 VNNI over weights that do not stream from
-/// memory: [`split_pairs`] between [`super::wide::vnni_pairs`] and [`x86::vnni`].
-///
-/// # Safety
-/// As [`super::wide::vnni_pairs`], but any number of tiles.
+/// A kernel's signature, as [`tile_dots`] calls it with the constants of an instance.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn vnni_wide<const M: usize, const Q4: bool, const OFFSET: i32, const MINS: bool>(
-    kind: Kind,
-    tiles: Tiles<'_>,
-    acts: &[QuantizedRow<'_>; M],
-    out: &mut [[f32; TILE]],
-) {
-    let [(pairs, out_pairs), (last, out_last)] = split_pairs::<M>(kind, tiles, out);
-    // SAFETY: the caller's contract, over an even number of tiles and the one left.
-    unsafe {
-        super::wide::vnni_pairs::<M, Q4, OFFSET, MINS>(kind, pairs, acts, out_pairs);
-        if !out_last.is_empty() {
-            x86::vnni::<M, Q4, OFFSET>(kind, last, acts, out_last);
-        }
-    }
-}
+type Kernel<const M: usize> =
+    unsafe fn(Kind, Tiles<'_>, &[QuantizedRow<'_>; M], &mut [[f32; TILE]]);
 
-/// The K-quants on AVX-512 VNNI over weights that do not stream from memory:
-/// [`split_pairs`] between [`super::wide::vnni_k_pairs`] and [`x86::vnni_k`].
+/// [`split_pairs`] between `pairs` (a 512-bit kernel of [`super::wide`]) and `single`
+/// (the 256-bit kernel of the same kind).
 ///
 /// # Safety
-/// As [`super::wide::vnni_k_pairs`], but any number of tiles.
+/// As `pairs`, but any number of tiles, and `single` is the 256-bit kernel of the kind.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn vnni_k_wide<const M: usize, const Q4: bool, const OFFSET: i32>(
+unsafe fn in_pairs<const M: usize>(
     kind: Kind,
     tiles: Tiles<'_>,
     acts: &[QuantizedRow<'_>; M],
     out: &mut [[f32; TILE]],
+    (pairs, single): (Kernel<M>, Kernel<M>),
 ) {
-    let [(pairs, out_pairs), (last, out_last)] = split_pairs::<M>(kind, tiles, out);
+    let [(even, out_even), (last, out_last)] = split_pairs::<M>(kind, tiles, out);
     // SAFETY: the caller's contract, over an even number of tiles and the one left.
     unsafe {
-        super::wide::vnni_k_pairs::<M, Q4, OFFSET>(kind, pairs, acts, out_pairs);
+        pairs(kind, even, acts, out_even);
         if !out_last.is_empty() {
-            x86::vnni_k::<M, Q4, OFFSET>(kind, last, acts, out_last);
+            single(kind, last, acts, out_last);
         }
     }
 }
