@@ -435,8 +435,8 @@ namespace Hydra.Progress.Tests
             Console.WriteLine($"     decoding slot: ReadSlot {slotBusy:F0} B/call, ReadMeta {metaBusy:F0} B/call");
             // While decoding, a value name the library keeps once made (a phase, an ETA source:
             // NativeLibrary.ValueName) may first appear within the 2,000 reads and be made
-            // then: a few hundred bytes in all (700.2 B per call measured once, against 700).
-            // An allocation in every read is 24 B or more per call.
+            // then: a few hundred bytes in all. An allocation in every read is 24 B or more
+            // per call.
             const double cacheRefresh = 1.0;
             Assert.True(slotBusy <= snapshotObject + cacheRefresh, $"ReadSlot allocates {slotBusy} B per call while decoding");
             Assert.True(metaBusy <= metaObject + cacheRefresh, $"ReadMeta allocates {metaBusy} B per call while decoding");

@@ -6,8 +6,9 @@
 //! hand-offs while the compute thread works alone, rayon's idle workers look for work a
 //! few rounds and then sleep: the next hand-off waits for a sleeping thread to be woken
 //! and scheduled. On a virtual machine whose CPU halts while its threads sleep, that wait
-//! measured 0.68 ms on average and up to 4.1 ms (`perf sched latency` over ten pairs of
-//! 128-token prefills, SmolLM2 Q4_0, two threads; 0.29 ms with the workers kept awake).
+//! measured 0.65-1.10 ms on average and up to 4.1 ms (`perf sched latency` over ten pairs
+//! of 128-token prefills, SmolLM2 Q4_0, two threads, three runs; 0.33-0.50 ms with the
+//! workers kept awake, in the same minutes).
 //! llama.cpp's threads poll between the operations of a graph for the same reason.
 //!
 //! [`with_workers_awake`] runs a step while every other worker of the pool stays in a loop

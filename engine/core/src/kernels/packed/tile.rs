@@ -301,6 +301,17 @@ fn check_lengths<const M: usize>(
     }
 }
 
+/// The start term of block `b` of activation row `a` for a kind stored with offset
+/// `OFFSET`: `-OFFSET` times the block's activation sum (0, and no load, for no offset).
+#[inline(always)]
+pub(super) fn block_start_term<const OFFSET: i32>(a: &QuantizedRow<'_>, b: usize) -> i32 {
+    if OFFSET == 0 {
+        0
+    } else {
+        -OFFSET * a.sums[b]
+    }
+}
+
 /// The start terms of the two halves of block `b` of activation row `a` for a K-quant
 /// stored with offset `OFFSET`: `-OFFSET` times each half's activation sum.
 #[inline(always)]
@@ -521,8 +532,8 @@ pub(super) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{
-        half_start_terms, sum_pairs, Kind, QuantizedRow, Tiles, BLOCK, PREFETCH_AHEAD, SUB_BYTES,
-        SUPER, TILE,
+        block_start_term, half_start_terms, sum_pairs, Kind, QuantizedRow, Tiles, BLOCK,
+        PREFETCH_AHEAD, SUB_BYTES, SUPER, TILE,
     };
 
     /// The 8 scales (or minimums) of block `at`, as f32.
@@ -620,12 +631,7 @@ pub(super) mod x86 {
         acts: &[QuantizedRow<'_>; M],
         b: usize,
     ) -> [__m256i; M] {
-        std::array::from_fn(|m| {
-            if OFFSET == 0 {
-                return _mm256_setzero_si256();
-            }
-            _mm256_set1_epi32(-OFFSET * acts[m].sums[b])
-        })
+        std::array::from_fn(|m| _mm256_set1_epi32(block_start_term::<OFFSET>(&acts[m], b)))
     }
 
     /// The two halves' start terms of block `b` of every activation row: `-OFFSET` times

@@ -18,7 +18,7 @@ use half::f16;
 
 use super::activations::{QuantizedRow, BLOCK};
 use super::tile::x86::{bytes, halfs8, min_pairs8, subs8};
-use super::tile::{half_start_terms, sum_pairs, Kind, Tiles, SUPER, TILE};
+use super::tile::{block_start_term, half_start_terms, sum_pairs, Kind, Tiles, SUPER, TILE};
 
 /// Tiles [`vnni_pairs`] and [`vnni_k_pairs`] compute at a time.
 pub const PAIR: usize = 2;
@@ -301,10 +301,8 @@ pub unsafe fn vnni_pairs<const M: usize, const Q4: bool, const OFFSET: i32, cons
                 _mm512_setzero_ps()
             };
             for ((a, acc), mins) in acts.iter().zip(&mut acc).zip(&mut mins) {
-                let d = [
-                    _mm512_set1_epi32(-OFFSET * a.sums[b]),
-                    _mm512_setzero_si512(),
-                ];
+                let start = _mm512_set1_epi32(block_start_term::<OFFSET>(a, b));
+                let d = [start, _mm512_setzero_si512()];
                 // SAFETY: `a` holds `blocks` blocks (the caller's contract), so block `b`'s
                 // 32 quants.
                 let [d0, d1] = unsafe { row_dots(d, &u, a.quants.as_ptr().add(b * BLOCK)) };
