@@ -22,6 +22,70 @@ fn liveness(body: &str, engine: &str, state: &str) -> Option<f64> {
     )
 }
 
+/// Entries named like segments that cannot be read: garbage, a FIFO, a directory, a file
+/// of another uid.
+fn plant_unreadable_entries(dir: &std::path::Path) {
+    std::fs::write(dir.join("garbage.hps"), vec![0xA5u8; 4096]).unwrap();
+    let fifo = dir.join("x.hps");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success(), "mkfifo {}", fifo.display());
+    std::fs::create_dir(dir.join("y.hps")).unwrap();
+    let foreign = dir.join("z.hps");
+    std::fs::write(&foreign, vec![0u8; 2048]).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap_or_else(|e| {
+        panic!(
+            "chown {} to uid 65534 failed ({e}): this test runs as root",
+            foreign.display()
+        )
+    });
+}
+
+/// Every scrape (`scrape`) counts each unreadable entry by kind, and makes no engine of it.
+fn unreadable_entries_are_counted(scrape: &dyn Fn() -> String) {
+    let b1 = scrape();
+    assert_eq!(liveness(&b1, "a", "live"), Some(1.0), "{b1}");
+    assert_eq!(sample(&b1, "hydra_exporter_engines"), Some(5.0), "{b1}");
+    assert!(errors(&b1, "bad_magic") >= 1.0, "{b1}");
+    assert!(errors(&b1, "not_regular_file") >= 2.0, "{b1}");
+    assert!(errors(&b1, "wrong_owner") >= 1.0, "{b1}");
+    // Unreadable entries are not engines: no engine series for them.
+    assert!(!b1.contains("engine=\"garbage\""), "{b1}");
+    // Counted again on every scrape that meets them.
+    let b2 = scrape();
+    assert_eq!(errors(&b2, "bad_magic"), errors(&b1, "bad_magic") + 1.0);
+    assert_eq!(
+        errors(&b2, "not_regular_file"),
+        errors(&b1, "not_regular_file") + 2.0
+    );
+    assert_eq!(errors(&b2, "wrong_owner"), errors(&b1, "wrong_owner") + 1.0);
+}
+
+/// `/engines` lists every entry, with the reason for the unreadable ones.
+fn engines_are_listed_with_reasons(exporter: &Exporter) {
+    let list = exporter.get("/engines");
+    assert_eq!(list.status, 200, "{}", list.body);
+    let list = list.json();
+    let entries = list.as_array().expect("array");
+    let ids: Vec<&str> = entries
+        .iter()
+        .map(|e| e["engine_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "garbage", "x", "y", "z"], "{list}");
+    assert_eq!(entries[0]["liveness"], "live");
+    assert_eq!(entries[0]["model"], "tiny-llama");
+    assert_eq!(entries[0]["slots"], 2);
+    assert_eq!(entries[0]["busy_slots"], 0);
+    assert!(entries[0]["heartbeat_age_ms"].is_u64());
+    assert_eq!(entries[1]["error"]["kind"], "bad_magic", "{list}");
+    assert_eq!(entries[2]["error"]["kind"], "not_regular_file", "{list}");
+    assert!(entries[2]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("FIFO"));
+    assert_eq!(entries[3]["error"]["kind"], "not_regular_file", "{list}");
+    assert_eq!(entries[4]["error"]["kind"], "wrong_owner", "{list}");
+}
+
 #[test]
 fn engines_come_and_go_and_unreadable_files_are_counted() {
     let s = Scratch::new();
@@ -48,61 +112,10 @@ fn engines_come_and_go_and_unreadable_files_are_counted() {
     let b = scrape();
     assert_eq!(liveness(&b, "a", "live"), Some(1.0), "{b}");
 
-    // Unreadable entries named like segments.
-    std::fs::write(s.dir.join("garbage.hps"), vec![0xA5u8; 4096]).unwrap();
-    let fifo = s.dir.join("x.hps");
-    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
-    assert!(st.success(), "mkfifo {}", fifo.display());
-    std::fs::create_dir(s.dir.join("y.hps")).unwrap();
-    let foreign = s.dir.join("z.hps");
-    std::fs::write(&foreign, vec![0u8; 2048]).unwrap();
-    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap_or_else(|e| {
-        panic!(
-            "chown {} to uid 65534 failed ({e}): this test runs as root",
-            foreign.display()
-        )
-    });
+    plant_unreadable_entries(&s.dir);
+    unreadable_entries_are_counted(&scrape);
 
-    let b1 = scrape();
-    assert_eq!(liveness(&b1, "a", "live"), Some(1.0), "{b1}");
-    assert_eq!(sample(&b1, "hydra_exporter_engines"), Some(5.0), "{b1}");
-    assert!(errors(&b1, "bad_magic") >= 1.0, "{b1}");
-    assert!(errors(&b1, "not_regular_file") >= 2.0, "{b1}");
-    assert!(errors(&b1, "wrong_owner") >= 1.0, "{b1}");
-    // Unreadable entries are not engines: no engine series for them.
-    assert!(!b1.contains("engine=\"garbage\""), "{b1}");
-    // Counted again on every scrape that meets them.
-    let b2 = scrape();
-    assert_eq!(errors(&b2, "bad_magic"), errors(&b1, "bad_magic") + 1.0);
-    assert_eq!(
-        errors(&b2, "not_regular_file"),
-        errors(&b1, "not_regular_file") + 2.0
-    );
-    assert_eq!(errors(&b2, "wrong_owner"), errors(&b1, "wrong_owner") + 1.0);
-
-    // /engines lists every entry, with the reason for the unreadable ones.
-    let list = exporter.get("/engines");
-    assert_eq!(list.status, 200, "{}", list.body);
-    let list = list.json();
-    let entries = list.as_array().expect("array");
-    let ids: Vec<&str> = entries
-        .iter()
-        .map(|e| e["engine_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, ["a", "garbage", "x", "y", "z"], "{list}");
-    assert_eq!(entries[0]["liveness"], "live");
-    assert_eq!(entries[0]["model"], "tiny-llama");
-    assert_eq!(entries[0]["slots"], 2);
-    assert_eq!(entries[0]["busy_slots"], 0);
-    assert!(entries[0]["heartbeat_age_ms"].is_u64());
-    assert_eq!(entries[1]["error"]["kind"], "bad_magic", "{list}");
-    assert_eq!(entries[2]["error"]["kind"], "not_regular_file", "{list}");
-    assert!(entries[2]["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("FIFO"));
-    assert_eq!(entries[3]["error"]["kind"], "not_regular_file", "{list}");
-    assert_eq!(entries[4]["error"]["kind"], "wrong_owner", "{list}");
+    engines_are_listed_with_reasons(&exporter);
 
     // A second engine appears, the first exits cleanly (its file is unlinked): it is
     // reported closed once, then gone.

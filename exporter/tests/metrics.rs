@@ -53,6 +53,74 @@ fn assert_documented(names: &[String], ctx: &dyn Fn() -> String) {
     }
 }
 
+/// The live engine's progress as a 0-1 ratio (123/456), and timestamps in Unix seconds
+/// (close to now), not monotonic ones.
+fn assert_figures_and_unix_times(body: &str) {
+    let p = sample(body, r#"hydra_slot_progress_ratio{engine="live",slot="0"}"#).unwrap();
+    assert!((p - 123.0 / 456.0).abs() < 1e-9, "{p}");
+    // Timestamps are Unix seconds (close to now), not monotonic ones.
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let beat = sample(
+        body,
+        r#"hydra_engine_heartbeat_timestamp_seconds{engine="live"}"#,
+    )
+    .unwrap();
+    assert!(
+        (beat - now_unix).abs() < 60.0,
+        "heartbeat {beat} vs now {now_unix}"
+    );
+    let lp = sample(
+        body,
+        r#"hydra_slot_last_progress_timestamp_seconds{engine="stalled",slot="0"}"#,
+    )
+    .unwrap();
+    assert!(
+        (now_unix - lp - 120.0).abs() < 60.0,
+        "last progress {lp} vs now {now_unix}"
+    );
+}
+
+/// Only the documented label names appear.
+fn assert_documented_labels(body: &str) {
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some(labels) = line.split_once('{').and_then(|(_, r)| r.split_once('}')) else {
+            continue;
+        };
+        for pair in labels.0.split("\",") {
+            let name = pair.split('=').next().unwrap();
+            assert!(
+                [
+                    "engine", "slot", "phase", "class", "liveness", "model", "quant", "device",
+                    "pid", "kind", "reason", "source", "name", "endpoint", "layers", "le", "cause",
+                    "code"
+                ]
+                .contains(&name),
+                "unexpected label {name} in {line}"
+            );
+        }
+    }
+}
+
+/// OpenMetrics when asked for: its content type, counters named by family, `# EOF`.
+fn assert_openmetrics(exporter: &Exporter) {
+    let om = exporter.get_accept("/metrics", OPENMETRICS);
+    assert_eq!(om.status, 200);
+    assert_eq!(
+        om.content_type,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(om.body.ends_with("# EOF\n"), "{}", om.body);
+    assert!(om
+        .body
+        .contains("# TYPE hydra_engine_prompt_tokens counter"));
+    assert!(om
+        .body
+        .contains(r#"hydra_engine_prompt_tokens_total{engine="live"} 1000"#));
+}
+
 #[test]
 fn scrape_with_every_engine_state_passes_promtool() {
     let s = Scratch::new();
@@ -96,32 +164,7 @@ fn scrape_with_every_engine_state_passes_promtool() {
         "{}",
         ctx()
     );
-    // progress = 123/456, exported as a 0-1 ratio.
-    let p = sample(body, r#"hydra_slot_progress_ratio{engine="live",slot="0"}"#).unwrap();
-    assert!((p - 123.0 / 456.0).abs() < 1e-9, "{p}");
-    // Timestamps are Unix seconds (close to now), not monotonic ones.
-    let now_unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    let beat = sample(
-        body,
-        r#"hydra_engine_heartbeat_timestamp_seconds{engine="live"}"#,
-    )
-    .unwrap();
-    assert!(
-        (beat - now_unix).abs() < 60.0,
-        "heartbeat {beat} vs now {now_unix}"
-    );
-    let lp = sample(
-        body,
-        r#"hydra_slot_last_progress_timestamp_seconds{engine="stalled",slot="0"}"#,
-    )
-    .unwrap();
-    assert!(
-        (now_unix - lp - 120.0).abs() < 60.0,
-        "last progress {lp} vs now {now_unix}"
-    );
+    assert_figures_and_unix_times(body);
 
     assert_live_devices(body, &ctx);
 
@@ -134,39 +177,9 @@ fn scrape_with_every_engine_state_passes_promtool() {
         "a task id leaked into the exposition"
     );
 
-    // Only the documented label names.
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some(labels) = line.split_once('{').and_then(|(_, r)| r.split_once('}')) else {
-            continue;
-        };
-        for pair in labels.0.split("\",") {
-            let name = pair.split('=').next().unwrap();
-            assert!(
-                [
-                    "engine", "slot", "phase", "class", "liveness", "model", "quant", "device",
-                    "pid", "kind", "reason", "source", "name", "endpoint", "layers", "le", "cause",
-                    "code"
-                ]
-                .contains(&name),
-                "unexpected label {name} in {line}"
-            );
-        }
-    }
+    assert_documented_labels(body);
 
-    // OpenMetrics when asked for.
-    let om = exporter.get_accept("/metrics", OPENMETRICS);
-    assert_eq!(om.status, 200);
-    assert_eq!(
-        om.content_type,
-        "application/openmetrics-text; version=1.0.0; charset=utf-8"
-    );
-    assert!(om.body.ends_with("# EOF\n"), "{}", om.body);
-    assert!(om
-        .body
-        .contains("# TYPE hydra_engine_prompt_tokens counter"));
-    assert!(om
-        .body
-        .contains(r#"hydra_engine_prompt_tokens_total{engine="live"} 1000"#));
+    assert_openmetrics(&exporter);
 
     // SIGTERM shuts down gracefully (exit 0).
     let status = exporter.terminate();

@@ -35,6 +35,15 @@ fn raw(addr: &str, bytes: &[u8]) -> Option<u16> {
 /// One abusive request, chosen by `i`; returns a short name of the case and whether the
 /// answer was acceptable (a 4xx, or for raw garbage a 4xx or a closed connection).
 fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
+    match i % 16 {
+        4 | 12..=15 => abuse_http(base, addr, i),
+        _ => abuse_api(base, i),
+    }
+}
+
+/// A request the API's handlers refuse: malformed or ill-typed JSON, slots and routes that
+/// do not exist, a prompt too long, a corrupt state.
+fn abuse_api(base: &str, i: usize) -> (&'static str, bool) {
     let a = http::agent();
     let url = |p: &str| format!("{base}{p}");
     let is_4xx = |(code, body): (u16, serde_json::Value)| {
@@ -42,8 +51,6 @@ fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
     };
     // `body` POSTed to `path` is refused with a 4xx and an error message.
     let post_refused = |path: &str, body: &str| is_4xx(http::call(a.post(&url(path)), Some(body)));
-    // Raw bytes are answered with a 4xx or the connection closed.
-    let raw_refused = |req: &[u8]| raw(addr, req).is_none_or(|c| (400..500).contains(&c));
     match i % 16 {
         0 => (
             "malformed json",
@@ -64,33 +71,23 @@ fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
                 post_refused("/slots/1/prefill", &long),
             )
         }
-        4 if i % 32 == 4 => {
-            // A 3 MB body really sent: the server answers 413 as soon as the limit is
-            // passed and closes, so the client may see the 413 or a broken pipe.
-            let huge = format!(r#"{{"prompt":"{}"}}"#, "y".repeat(3 << 20));
-            let ok = match http::try_call(a.post(&url("/slots/1/prefill")), Some(&huge)) {
-                Ok((code, _)) => code == 413,
-                Err(_) => true,
-            };
-            ("oversized body sent", ok)
-        }
-        // A body declared oversized, then the connection half-closed: a 4xx (the body never
-        // arrives) or a closed connection.
-        4 => (
-            "oversized body declared",
-            raw_refused(b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 3145728\r\n\r\n"),
-        ),
         5 => (
             "decode on an empty slot",
             post_refused("/slots/1/decode", r#"{"n_predict":3}"#),
         ),
         6 => (
             "wrong types",
-            post_refused("/completion", r#"{"prompt":7,"n_predict":"many","temperature":"hot"}"#),
+            post_refused(
+                "/completion",
+                r#"{"prompt":7,"n_predict":"many","temperature":"hot"}"#,
+            ),
         ),
         7 => (
             "negative and absurd numbers",
-            post_refused("/slots/1/decode", r#"{"n_predict":-5,"top_k":-1,"top_p":7.5}"#),
+            post_refused(
+                "/slots/1/decode",
+                r#"{"n_predict":-5,"top_k":-1,"top_p":7.5}"#,
+            ),
         ),
         8 => {
             let junk: Vec<u8> = (0..4096u32)
@@ -118,6 +115,35 @@ fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
             "unknown action",
             is_4xx(http::call(a.post(&url("/slots/1?action=%00%ff")), None)),
         ),
+        other => unreachable!("case {other} is abuse_http's"),
+    }
+}
+
+/// A request the HTTP layer refuses: bodies oversized, cut short or not UTF-8, a garbage
+/// request line, a 1 MB header.
+fn abuse_http(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
+    // Raw bytes are answered with a 4xx or the connection closed.
+    let raw_refused = |req: &[u8]| raw(addr, req).is_none_or(|c| (400..500).contains(&c));
+    match i % 16 {
+        4 if i % 32 == 4 => {
+            // A 3 MB body really sent: the server answers 413 as soon as the limit is
+            // passed and closes, so the client may see the 413 or a broken pipe.
+            let huge = format!(r#"{{"prompt":"{}"}}"#, "y".repeat(3 << 20));
+            let ok = match http::try_call(
+                http::agent().post(&format!("{base}/slots/1/prefill")),
+                Some(&huge),
+            ) {
+                Ok((code, _)) => code == 413,
+                Err(_) => true,
+            };
+            ("oversized body sent", ok)
+        }
+        // A body declared oversized, then the connection half-closed: a 4xx (the body never
+        // arrives) or a closed connection.
+        4 => (
+            "oversized body declared",
+            raw_refused(b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 3145728\r\n\r\n"),
+        ),
         12 => (
             "garbage request line",
             raw_refused(b"\x00\x01GARBAGE /\xff HTTP/9.9\r\n\r\n"),
@@ -133,14 +159,78 @@ fn abuse(base: &str, addr: &str, i: usize) -> (&'static str, bool) {
             "body shorter than Content-Length",
             raw_refused(b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\":\"cut"),
         ),
-        _ => {
+        15 => {
             let code = raw(addr, b"POST /slots/1/prefill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"prompt\":\"\xff\xfe\"}");
             (
                 "invalid UTF-8 in JSON",
                 code.is_some_and(|c| (400..500).contains(&c)),
             )
         }
+        other => unreachable!("case {other} is abuse_api's"),
     }
+}
+
+/// `n` abusive requests from each of `THREADS` threads; the names of the cases whose
+/// answers were unacceptable.
+fn run_batch(base: &str, addr: &str, n: usize) -> Vec<String> {
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let failures = &failures;
+            s.spawn(move || {
+                for k in 0..n {
+                    let (name, ok) = abuse(base, addr, t * 7 + k);
+                    if !ok {
+                        failures.lock().unwrap().push(name.to_string());
+                    }
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+/// A thread that sends valid work until `stop` (or 10 minutes): health, meta from the
+/// segment, and real prefill + decode on slot 0 (the abusers only touch slot 1 and bad
+/// routes), counting each answered in `valid_ok`. It returns what failed.
+fn start_canary(
+    base: &str,
+    stop: Arc<AtomicBool>,
+    valid_ok: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<Vec<String>> {
+    let base = base.to_owned();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut problems = Vec::new();
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            for (what, r) in [
+                ("health", http::get(&format!("{base}/health"))),
+                ("meta", http::get(&format!("{base}/slots/0/state/meta"))),
+                (
+                    "erase",
+                    http::post(&format!("{base}/slots/0?action=erase"), ""),
+                ),
+                (
+                    "prefill",
+                    http::post(&format!("{base}/slots/0/prefill"), r#"{"prompt":"canary"}"#),
+                ),
+                (
+                    "decode",
+                    http::post(
+                        &format!("{base}/slots/0/decode"),
+                        r#"{"n_predict":4,"ignore_eos":true}"#,
+                    ),
+                ),
+            ] {
+                if r.0 == 200 {
+                    valid_ok.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    problems.push(format!("{what}: {} {}", r.0, r.1));
+                }
+            }
+        }
+        problems
+    })
 }
 
 #[test]
@@ -157,27 +247,8 @@ fn thousands_of_bad_requests_never_crash_the_engine_nor_leak() {
     let base = engine.base.clone();
     let addr = base.trim_start_matches("http://").to_string();
 
-    let run_batch = |n: usize| -> Vec<String> {
-        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
-        std::thread::scope(|s| {
-            for t in 0..THREADS {
-                let (base, addr, failures) = (&base, &addr, failures.clone());
-                s.spawn(move || {
-                    for k in 0..n {
-                        let (name, ok) = abuse(base, addr, t * 7 + k);
-                        if !ok {
-                            failures.lock().unwrap().push(name.to_string());
-                        }
-                    }
-                });
-            }
-        });
-        let f = failures.lock().unwrap().clone();
-        f
-    };
-
     // Warm-up: every case once per thread and more, so buffers and pools reach their size.
-    let failures = run_batch(64);
+    let failures = run_batch(&base, &addr, 64);
     assert!(
         failures.is_empty(),
         "warm-up: unacceptable answers: {failures:?}"
@@ -188,43 +259,9 @@ fn thousands_of_bad_requests_never_crash_the_engine_nor_leak() {
     // prefill + decode on slot 0 (the abusers only touch slot 1 and bad routes).
     let stop = Arc::new(AtomicBool::new(false));
     let valid_ok = Arc::new(AtomicU64::new(0));
-    let canary = {
-        let (stop, valid_ok, base) = (stop.clone(), valid_ok.clone(), base.clone());
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(600);
-            let mut problems = Vec::new();
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                for (what, r) in [
-                    ("health", http::get(&format!("{base}/health"))),
-                    ("meta", http::get(&format!("{base}/slots/0/state/meta"))),
-                    (
-                        "erase",
-                        http::post(&format!("{base}/slots/0?action=erase"), ""),
-                    ),
-                    (
-                        "prefill",
-                        http::post(&format!("{base}/slots/0/prefill"), r#"{"prompt":"canary"}"#),
-                    ),
-                    (
-                        "decode",
-                        http::post(
-                            &format!("{base}/slots/0/decode"),
-                            r#"{"n_predict":4,"ignore_eos":true}"#,
-                        ),
-                    ),
-                ] {
-                    if r.0 == 200 {
-                        valid_ok.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        problems.push(format!("{what}: {} {}", r.0, r.1));
-                    }
-                }
-            }
-            problems
-        })
-    };
+    let canary = start_canary(&base, stop.clone(), valid_ok.clone());
     let started = Instant::now();
-    let failures = run_batch(per_thread);
+    let failures = run_batch(&base, &addr, per_thread);
     let elapsed = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     let problems = canary.join().expect("canary");
@@ -239,7 +276,7 @@ fn thousands_of_bad_requests_never_crash_the_engine_nor_leak() {
 
     // A second round of the same size: memory must not keep growing with the request count.
     let rss_mid = engine.rss_kib();
-    let failures = run_batch(per_thread);
+    let failures = run_batch(&base, &addr, per_thread);
     assert!(failures.is_empty(), "second round: {failures:?}");
     let rss_after = engine.rss_kib();
     let (code, body) = http::get(&format!("{base}/health"));

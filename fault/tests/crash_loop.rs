@@ -39,6 +39,89 @@ fn start_decode(e: &Server, n: usize) -> std::thread::JoinHandle<()> {
     })
 }
 
+/// The verdict on the killed engine of `opts`, whose slot 0 read `before` just before the
+/// kill: dead, the slot orphaned with its phase, task and progress kept, from the library
+/// (`reader`) and from the CLI (`probe`). Returns the tokens kept.
+fn assert_dead_verdict(
+    reader: &SegmentReader,
+    opts: &EngineOpts,
+    probe: &std::path::Path,
+    before: &hydra_layout::SlotState,
+    round: u64,
+) -> u64 {
+    // From the library ...
+    let v = view(reader);
+    assert_eq!(
+        v.health,
+        EngineHealth::Dead,
+        "round {round}: {:?}",
+        v.health
+    );
+    let slot = &v.slots[0];
+    assert_eq!(slot.class, SlotClass::Orphaned, "round {round}: {slot:?}");
+    assert_eq!(slot.state.phase, Phase::Decode, "round {round}: phase kept");
+    assert_eq!(
+        slot.state.task_id, before.task_id,
+        "round {round}: task kept"
+    );
+    assert!(
+        slot.state.work_done >= before.work_done && slot.state.work_done > 0,
+        "round {round}: progress lost: {} < {}",
+        slot.state.work_done,
+        before.work_done
+    );
+    // ... and from the CLI, as an operator's check would see it.
+    let out = Command::new(probe)
+        .arg("--dir")
+        .arg(&opts.dir)
+        .args(["check", &opts.id])
+        .output()
+        .expect("hydra-probe check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "round {round}: check said {text}"
+    );
+    assert!(text.contains("dead"), "round {round}: {text}");
+    let out = Command::new(probe)
+        .arg("--dir")
+        .arg(&opts.dir)
+        .args(["meta", &opts.id, "0"])
+        .output()
+        .expect("hydra-probe meta");
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("meta JSON");
+    assert_eq!(
+        meta["tokens_processed"].as_u64(),
+        Some(slot.state.work_done),
+        "round {round}: {meta}"
+    );
+    slot.state.work_done
+}
+
+/// Starts the engine of `opts` again after the kill: it replaces the dead segment, is live
+/// with a fresh slot, and serves a completion.
+fn restart(opts: &EngineOpts, round: u64) -> Server {
+    let engine = start_engine(opts);
+    let (code, body) = http::get(&engine.url("/health"));
+    assert_eq!(code, 200, "round {round}: health {body}");
+    let reader = SegmentReader::open(opts.segment()).expect("reopen");
+    let v = view(&reader);
+    assert_eq!(v.health, EngineHealth::Live, "round {round}");
+    assert_eq!(
+        v.slots[0].class,
+        SlotClass::Idle,
+        "round {round}: fresh slot"
+    );
+    let (code, body) = http::post(
+        &engine.url("/completion"),
+        r#"{"prompt":"After the crash","n_predict":4,"ignore_eos":true}"#,
+    );
+    assert_eq!(code, 200, "round {round}: completion {body}");
+    assert_eq!(body["tokens_predicted"].as_u64(), Some(4), "{body}");
+    engine
+}
+
 #[test]
 fn killed_mid_decode_then_restarted_round_after_round() {
     let rounds = env_num::<u64>("HYDRA_CRASH_ROUNDS", 10);
@@ -65,74 +148,12 @@ fn killed_mid_decode_then_restarted_round_after_round() {
         engine.kill();
         decode.join().expect("decode thread");
 
-        // The verdict, from the library ...
-        let v = view(&reader);
-        assert_eq!(
-            v.health,
-            EngineHealth::Dead,
-            "round {round}: {:?}",
-            v.health
-        );
-        let slot = &v.slots[0];
-        assert_eq!(slot.class, SlotClass::Orphaned, "round {round}: {slot:?}");
-        assert_eq!(slot.state.phase, Phase::Decode, "round {round}: phase kept");
-        assert_eq!(
-            slot.state.task_id, before.task_id,
-            "round {round}: task kept"
-        );
-        assert!(
-            slot.state.work_done >= before.work_done && slot.state.work_done > 0,
-            "round {round}: progress lost: {} < {}",
-            slot.state.work_done,
-            before.work_done
-        );
-        kept_tokens.push(slot.state.work_done);
-        // ... and from the CLI, as an operator's check would see it.
-        let out = Command::new(&probe)
-            .arg("--dir")
-            .arg(tmp.path())
-            .args(["check", &opts.id])
-            .output()
-            .expect("hydra-probe check");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "round {round}: check said {text}"
-        );
-        assert!(text.contains("dead"), "round {round}: {text}");
-        let out = Command::new(&probe)
-            .arg("--dir")
-            .arg(tmp.path())
-            .args(["meta", &opts.id, "0"])
-            .output()
-            .expect("hydra-probe meta");
-        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("meta JSON");
-        assert_eq!(
-            meta["tokens_processed"].as_u64(),
-            Some(slot.state.work_done),
-            "round {round}: {meta}"
-        );
+        let kept = assert_dead_verdict(&reader, &opts, &probe, &before, round);
+        kept_tokens.push(kept);
 
         // The same id restarts, replaces the dead segment and serves.
         drop(reader);
-        engine = start_engine(&opts);
-        let (code, body) = http::get(&engine.url("/health"));
-        assert_eq!(code, 200, "round {round}: health {body}");
-        let reader = SegmentReader::open(opts.segment()).expect("reopen");
-        let v = view(&reader);
-        assert_eq!(v.health, EngineHealth::Live, "round {round}");
-        assert_eq!(
-            v.slots[0].class,
-            SlotClass::Idle,
-            "round {round}: fresh slot"
-        );
-        let (code, body) = http::post(
-            &engine.url("/completion"),
-            r#"{"prompt":"After the crash","n_predict":4,"ignore_eos":true}"#,
-        );
-        assert_eq!(code, 200, "round {round}: completion {body}");
-        assert_eq!(body["tokens_predicted"].as_u64(), Some(4), "{body}");
+        engine = restart(&opts, round);
     }
     assert!(engine.is_running());
     let status = engine.terminate();

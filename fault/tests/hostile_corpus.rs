@@ -133,9 +133,18 @@ fn every_reader_refuses_every_hostile_file_with_a_clear_error() {
     })
     .expect("live writer");
 
-    // 1. Probe library.
-    for case in &cases {
-        match (case.expect, probe_read(&dir, &case.engine_id)) {
+    probe_library_refuses(&dir, &cases);
+    c_abi_refuses(&dir, &cases);
+    exporter_library_refuses(&dir, &cases);
+    exporter_over_http_serves(&dir, &cases);
+    probe_cli_refuses(&dir, &cases);
+    live.close().expect("close live writer");
+}
+
+/// 1. The probe library.
+fn probe_library_refuses(dir: &Path, cases: &[Case]) {
+    for case in cases {
+        match (case.expect, probe_read(dir, &case.engine_id)) {
             (Expect::Refused(allowed), Err(e)) => {
                 check_refusal(case, allowed, "probe", kind_of(&e), &e.to_string())
             }
@@ -148,10 +157,12 @@ fn every_reader_refuses_every_hostile_file_with_a_clear_error() {
             }
         }
     }
+}
 
-    // 2. C ABI.
-    for case in &cases {
-        match (case.expect, c_read(&dir, &case.engine_id)) {
+/// 2. The C ABI.
+fn c_abi_refuses(dir: &Path, cases: &[Case]) {
+    for case in cases {
+        match (case.expect, c_read(dir, &case.engine_id)) {
             (Expect::Refused(allowed), Err((code, msg))) => {
                 let codes: Vec<i32> = allowed.iter().map(|k| c_code(*k)).collect();
                 assert!(
@@ -174,13 +185,15 @@ fn every_reader_refuses_every_hostile_file_with_a_clear_error() {
             }
         }
     }
+}
 
-    // 3. Exporter library: one scrape sees every entry, counts every error, still serves
-    //    the live engine, and its exposition is valid.
-    let collector = Collector::new(&dir, Thresholds::default());
+/// 3. The exporter library: one scrape sees every entry, counts every error, still serves
+///    the live engine, and its exposition is valid.
+fn exporter_library_refuses(dir: &Path, cases: &[Case]) {
+    let collector = Collector::new(dir, Thresholds::default());
     let collection = collector.collect();
     assert!(collection.dir_error.is_none());
-    for case in &cases {
+    for case in cases {
         let entry = collection
             .engines
             .iter()
@@ -224,7 +237,12 @@ fn every_reader_refuses_every_hostile_file_with_a_clear_error() {
         .sum();
     // Two collections so far (collect + scrape), each counting every refused entry.
     assert_eq!(errors as usize, 2 * refused, "read errors counted");
-    if let Ok(status) = Command::new("promtool")
+    promtool_accepts(&text);
+}
+
+/// `promtool check metrics` finds no error in `text` (where promtool is installed).
+fn promtool_accepts(text: &str) {
+    let Ok(status) = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -239,14 +257,18 @@ fn every_reader_refuses_every_hostile_file_with_a_clear_error() {
                 .write_all(text.as_bytes())?;
             child.wait_with_output()
         })
-    {
-        let problems = String::from_utf8_lossy(&status.stderr);
-        // promtool exits 3 for lint warnings only (e.g. help text style); 1 for errors.
-        assert_ne!(status.status.code(), Some(1), "promtool: {problems}");
-    }
+    else {
+        return;
+    };
+    let problems = String::from_utf8_lossy(&status.stderr);
+    // promtool exits 3 for lint warnings only (e.g. help text style); 1 for errors.
+    assert_ne!(status.status.code(), Some(1), "promtool: {problems}");
+}
 
-    // 4. Exporter over HTTP, and the probe CLI, as separate processes.
-    let mut exporter = process::start_exporter(&dir, &[]);
+/// 4. The exporter over HTTP, as a separate process: it serves, lists every entry, and
+///    answers a meta of a link or a FIFO with an error.
+fn exporter_over_http_serves(dir: &Path, cases: &[Case]) {
+    let mut exporter = process::start_exporter(dir, &[]);
     let (code, body) = http::get(&exporter.url("/metrics"));
     assert_eq!(code, 200, "{body}");
     let (code, engines) = http::get(&exporter.url("/engines"));
@@ -267,12 +289,15 @@ fn every_reader_refuses_every_hostile_file_with_a_clear_error() {
     }
     assert!(exporter.is_running(), "exporter died");
     exporter.terminate();
+}
 
+/// 5. The probe CLI: exit 3 and one line naming the file for a refused entry.
+fn probe_cli_refuses(dir: &Path, cases: &[Case]) {
     let probe = bins::probe();
-    for case in &cases {
+    for case in cases {
         let out = Command::new(&probe)
             .arg("--dir")
-            .arg(&dir)
+            .arg(dir)
             .args(["show", &case.engine_id])
             .output()
             .expect("run hydra-probe");
@@ -300,7 +325,6 @@ fn every_reader_refuses_every_hostile_file_with_a_clear_error() {
             ),
         }
     }
-    live.close().expect("close live writer");
 }
 
 /// A file that grows or shrinks while mapped: every surface reports "size changed" at the

@@ -35,7 +35,7 @@
 use clap::Parser;
 use hydra_layout::header as h;
 use hydra_layout::{
-    Error, Lifecycle, Liveness, OpenOptions, OwnerPolicy, ReadPolicy, SegmentReader,
+    Error, Lifecycle, Liveness, OpenOptions, OwnerPolicy, ReadPolicy, SegmentReader, Snapshot,
 };
 use hydra_probe::{EngineView, HydraMeta, Thresholds};
 use hydra_probe_cli::Cli;
@@ -420,16 +420,8 @@ fn apply(ctx: &Ctx, action: Action, param: u8, len: u64) {
     }
 }
 
-fn exercise_reader(
-    ctx: &Ctx,
-    reader: &SegmentReader,
-    len: u64,
-    action: Action,
-    param: u8,
-    c1: u8,
-    t: &Thresholds,
-) {
-    // Everything fixed at open.
+/// What a reader fixes at open holds: its slot count, length, path and identity.
+fn check_fixed_at_open(ctx: &Ctx, reader: &SegmentReader, len: u64) {
     let n = reader.slot_count();
     assert!((1..=hydra_layout::MAX_SLOTS).contains(&n));
     assert_eq!(reader.len(), len);
@@ -440,7 +432,19 @@ fn exercise_reader(
     let _ = id.to_realtime_ns(id.created_monotonic_ns);
     let _ = id.to_realtime_ns(u64::MAX);
     let _ = id.to_realtime_ns(0);
+}
 
+fn exercise_reader(
+    ctx: &Ctx,
+    reader: &SegmentReader,
+    len: u64,
+    action: Action,
+    param: u8,
+    c1: u8,
+    t: &Thresholds,
+) {
+    check_fixed_at_open(ctx, reader, len);
+    let n = reader.slot_count();
     apply(ctx, action, param, len);
     let same_size = action.keeps_size();
     let size_err = |what: &str, e: &Error| {
@@ -455,15 +459,51 @@ fn exercise_reader(
         Err(Error::SlotOutOfRange { slot, count }) if slot == n && count == n
     ));
     assert!(reader.slot(usize::MAX).is_err());
-
     match reader.check_size() {
         Ok(()) => assert!(same_size, "check_size missed {action:?}"),
         Err(e) => size_err("check_size", &e),
     }
+    let snapshot = exercise_snapshot(reader, n, same_size, &size_err);
+    exercise_header_reads(reader, same_size, &size_err);
+    for i in 0..n.min(64) {
+        match reader.slot(i) {
+            Ok(_) | Err(Error::Torn { .. }) | Err(Error::Contended { .. }) if same_size => {}
+            Ok(_) => panic!("slot {i} read after {action:?}"),
+            Err(e) if !same_size => size_err("slot", &e),
+            Err(e) => panic!("slot {i}: {e:?}"),
+        }
+    }
+
+    exercise_regions(reader, n, same_size, &size_err);
+
+    let created = reader.identity().created_monotonic_ns;
+    let base = match &snapshot {
+        Ok(s) => s.header.heartbeat_ns.max(created),
+        Err(_) => created,
+    };
+    let now = now_ns(c1, base);
+    match EngineView::capture(reader, now, t) {
+        Ok(view) => {
+            assert!(same_size);
+            render_view(&view, n, t);
+        }
+        Err(hydra_probe::ProbeError::Layout(e)) if !same_size => size_err("capture", &e),
+        Err(e) => panic!("capture after {action:?}: {e:?}"),
+    }
+}
+
+/// A snapshot: while the file keeps its size, `n` slots, each a consistent copy (even
+/// sequence), torn (odd) or contended; once it changed, `SizeChanged`.
+fn exercise_snapshot(
+    reader: &SegmentReader,
+    n: usize,
+    same_size: bool,
+    size_err: &dyn Fn(&str, &Error),
+) -> Result<Snapshot, Error> {
     let snapshot = reader.snapshot();
     match &snapshot {
         Ok(s) => {
-            assert!(same_size, "snapshot after {action:?} succeeded");
+            assert!(same_size, "snapshot after a size change succeeded");
             assert_eq!(s.slots.len(), n);
             for r in &s.slots {
                 match r {
@@ -477,6 +517,12 @@ fn exercise_reader(
         }
         Err(e) => size_err("snapshot", e),
     }
+    snapshot
+}
+
+/// The header, the lifecycle and the liveness: values while the file keeps its size (never
+/// `Live`: nobody holds the lock), `SizeChanged` once it changed.
+fn exercise_header_reads(reader: &SegmentReader, same_size: bool, size_err: &dyn Fn(&str, &Error)) {
     match reader.header() {
         Ok(hs) => {
             assert!(same_size);
@@ -498,30 +544,6 @@ fn exercise_reader(
             let _ = l.as_str();
         }
         Err(e) => size_err("liveness", &e),
-    }
-    for i in 0..n.min(64) {
-        match reader.slot(i) {
-            Ok(_) | Err(Error::Torn { .. }) | Err(Error::Contended { .. }) if same_size => {}
-            Ok(_) => panic!("slot {i} read after {action:?}"),
-            Err(e) if !same_size => size_err("slot", &e),
-            Err(e) => panic!("slot {i}: {e:?}"),
-        }
-    }
-
-    exercise_regions(reader, n, same_size, &size_err);
-
-    let base = match &snapshot {
-        Ok(s) => s.header.heartbeat_ns.max(id.created_monotonic_ns),
-        Err(_) => id.created_monotonic_ns,
-    };
-    let now = now_ns(c1, base);
-    match EngineView::capture(reader, now, t) {
-        Ok(view) => {
-            assert!(same_size);
-            render_view(&view, n, t);
-        }
-        Err(hydra_probe::ProbeError::Layout(e)) if !same_size => size_err("capture", &e),
-        Err(e) => panic!("capture after {action:?}: {e:?}"),
     }
 }
 

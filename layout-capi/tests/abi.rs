@@ -32,21 +32,19 @@ fn description() -> HydraWriterDescription {
     }
 }
 
-#[test]
-fn misuse_gives_error_codes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = CString::new(tmp.path().join("segs").to_str().unwrap()).unwrap();
-    let d = description();
+/// `hydra_writer_create` with each NULL argument and each invalid value: the error code,
+/// and no handle.
+fn create_refuses_misuse(dir: &CStr, d: &HydraWriterDescription) {
     let mut w: *mut HydraWriter = ptr::null_mut();
     // SAFETY: every non-NULL pointer is valid; NULLs and bad values are what is tested.
     unsafe {
         assert_eq!(
-            hydra_writer_create(ptr::null(), c"e".as_ptr(), 1, &d, &mut w),
+            hydra_writer_create(ptr::null(), c"e".as_ptr(), 1, d, &mut w),
             HYDRA_WRITER_E_NULL
         );
         assert!(last_error().contains("`dir`"));
         assert_eq!(
-            hydra_writer_create(dir.as_ptr(), ptr::null(), 1, &d, &mut w),
+            hydra_writer_create(dir.as_ptr(), ptr::null(), 1, d, &mut w),
             HYDRA_WRITER_E_NULL
         );
         assert_eq!(
@@ -54,27 +52,34 @@ fn misuse_gives_error_codes() {
             HYDRA_WRITER_E_NULL
         );
         assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 1, &d, ptr::null_mut()),
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 1, d, ptr::null_mut()),
             HYDRA_WRITER_E_NULL
         );
         assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"a/b".as_ptr(), 1, &d, &mut w),
+            hydra_writer_create(dir.as_ptr(), c"a/b".as_ptr(), 1, d, &mut w),
             HYDRA_WRITER_E_INVALID_ARGUMENT
         );
         assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 0, &d, &mut w),
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 0, d, &mut w),
             HYDRA_WRITER_E_INVALID_ARGUMENT
         );
         assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 5000, &d, &mut w),
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 5000, d, &mut w),
             HYDRA_WRITER_E_INVALID_ARGUMENT
         );
         let bad = [0xffu8, 0];
         assert_eq!(
-            hydra_writer_create(dir.as_ptr(), bad.as_ptr().cast(), 1, &d, &mut w),
+            hydra_writer_create(dir.as_ptr(), bad.as_ptr().cast(), 1, d, &mut w),
             HYDRA_WRITER_E_INVALID_ARGUMENT
         );
-        assert!(w.is_null());
+    }
+    assert!(w.is_null());
+}
+
+/// Every call given a NULL handle.
+fn null_handles_are_refused() {
+    // SAFETY: the NULL handles are what is tested; no call dereferences them.
+    unsafe {
         for f in [
             hydra_writer_heartbeat(ptr::null_mut()),
             hydra_writer_close(ptr::null_mut()),
@@ -86,15 +91,18 @@ fn misuse_gives_error_codes() {
         ] {
             assert_eq!(f, HYDRA_WRITER_E_NULL);
         }
+    }
+}
 
-        assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 2, &d, &mut w),
-            HYDRA_WRITER_OK
-        );
-        assert_eq!(last_error(), "");
+/// An open writer `w` (engine `e` in `dir`) given a second creation of its id, slots out of
+/// range, invalid phases, units, reasons and codes, and buffers too small.
+fn open_writer_refuses_misuse(w: *mut HydraWriter, dir: &CStr, d: &HydraWriterDescription) {
+    // SAFETY: `w` is an open handle and every other non-NULL pointer is valid; NULLs and
+    // bad values are what is tested.
+    unsafe {
         let mut w2: *mut HydraWriter = ptr::null_mut();
         assert_eq!(
-            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 2, &d, &mut w2),
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 2, d, &mut w2),
             HYDRA_WRITER_E_ENGINE_ID_IN_USE
         );
         assert!(last_error().contains("in use"), "{}", last_error());
@@ -142,8 +150,60 @@ fn misuse_gives_error_codes() {
             hydra_writer_path(w, ptr::null_mut(), 4, &mut need),
             HYDRA_WRITER_E_NULL
         );
+    }
+}
+
+#[test]
+fn misuse_gives_error_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = CString::new(tmp.path().join("segs").to_str().unwrap()).unwrap();
+    let d = description();
+    create_refuses_misuse(&dir, &d);
+    null_handles_are_refused();
+    let mut w: *mut HydraWriter = ptr::null_mut();
+    // SAFETY: every pointer is valid; `w` is closed last and not used after.
+    unsafe {
+        assert_eq!(
+            hydra_writer_create(dir.as_ptr(), c"e".as_ptr(), 2, &d, &mut w),
+            HYDRA_WRITER_OK
+        );
+        assert_eq!(last_error(), "");
+        open_writer_refuses_misuse(w, &dir, &d);
         assert_eq!(hydra_writer_close(w), HYDRA_WRITER_OK);
     }
+}
+
+/// What `calls_publish_the_records_the_reader_expects` published first: slot 1 prefilling
+/// 512 tokens, one step of 256 done and one in flight; one task pending on slot 2; the
+/// host's counters and description.
+fn check_prefill_step(reader: &SegmentReader) {
+    let s = reader.slot(1).unwrap();
+    assert_eq!(
+        (s.state.task_id, s.state.phase, s.state.work_unit),
+        (9, Phase::Prefill, WorkUnit::Tokens)
+    );
+    assert_eq!(
+        (s.state.work_done, s.state.work_total, s.state.steps_done),
+        (256, 512, 1)
+    );
+    assert_eq!(
+        (s.state.n_ctx, s.state.tokens_cached, s.state.state_size),
+        (4096, 12, 777)
+    );
+    assert_eq!(s.state.step_size, 256);
+    assert!(s.state.step_start_ns >= s.state.last_progress_ns);
+    assert!(s.state.last_progress_ns >= s.state.phase_start_ns && s.state.phase_start_ns > 0);
+    assert_eq!(reader.slot(2).unwrap().pending, 1);
+    let h = reader.snapshot().unwrap().header;
+    assert_eq!(h.counters.prompt_tokens_total, 256);
+    assert_eq!(h.counters.requests_waiting, 1);
+    assert!(h.heartbeat_ns >= s.state.step_start_ns);
+    assert_eq!(reader.identity().description.model_alias, "alias");
+    // The host's bits, and the families every writer derives by itself (format v1.3).
+    assert_eq!(
+        reader.identity().description.capabilities,
+        11 | hydra_layout::header::capabilities::WRITER_DERIVED
+    );
 }
 
 #[test]
@@ -184,33 +244,7 @@ fn calls_publish_the_records_the_reader_expects() {
         assert_eq!(hydra_writer_set_counters(w, &c), 0);
         SegmentReader::open(&path).unwrap()
     };
-    let s = reader.slot(1).unwrap();
-    assert_eq!(
-        (s.state.task_id, s.state.phase, s.state.work_unit),
-        (9, Phase::Prefill, WorkUnit::Tokens)
-    );
-    assert_eq!(
-        (s.state.work_done, s.state.work_total, s.state.steps_done),
-        (256, 512, 1)
-    );
-    assert_eq!(
-        (s.state.n_ctx, s.state.tokens_cached, s.state.state_size),
-        (4096, 12, 777)
-    );
-    assert_eq!(s.state.step_size, 256);
-    assert!(s.state.step_start_ns >= s.state.last_progress_ns);
-    assert!(s.state.last_progress_ns >= s.state.phase_start_ns && s.state.phase_start_ns > 0);
-    assert_eq!(reader.slot(2).unwrap().pending, 1);
-    let h = reader.snapshot().unwrap().header;
-    assert_eq!(h.counters.prompt_tokens_total, 256);
-    assert_eq!(h.counters.requests_waiting, 1);
-    assert!(h.heartbeat_ns >= s.state.step_start_ns);
-    assert_eq!(reader.identity().description.model_alias, "alias");
-    // The host's bits, and the families every writer derives by itself (format v1.3).
-    assert_eq!(
-        reader.identity().description.capabilities,
-        11 | hydra_layout::header::capabilities::WRITER_DERIVED
-    );
+    check_prefill_step(&reader);
 
     // SAFETY: `w` is the open handle; it is closed last.
     unsafe {

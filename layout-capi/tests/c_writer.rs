@@ -82,6 +82,60 @@ fn capture(reader: &SegmentReader, t: &Thresholds) -> EngineView {
     EngineView::capture(reader, clock::monotonic_ns(), t).expect("capture")
 }
 
+/// Twenty decode steps on slot 0 of task 77 (1000 tokens), slot 1 queued: each read
+/// back progressing with its figures, and no step in flight between commands.
+fn twenty_steps_progress(demo: &mut Demo, reader: &SegmentReader, t: &Thresholds) {
+    for i in 1..=20u64 {
+        demo.send("step 0");
+        let v = capture(reader, t);
+        let s = &v.slots[0];
+        assert_eq!(
+            s.class,
+            SlotClass::Progressing,
+            "while publishing, step {i}: {s:?}"
+        );
+        assert_eq!((s.state.task_id, s.state.phase), (77, Phase::Decode));
+        assert_eq!((s.state.work_done, s.state.work_total), (i, 1000));
+        assert_eq!(
+            (s.state.n_past, s.state.n_ctx, s.state.steps_done),
+            (i, 4096, i)
+        );
+        assert_eq!(
+            s.state.step_start_ns, 0,
+            "no step in flight between commands"
+        );
+        assert_eq!(v.slots[1].class, SlotClass::Queued);
+        assert_eq!(v.header.counters.generated_tokens_total, i);
+        assert_eq!(v.header.counters.requests_waiting, 1);
+        assert_eq!(v.health, EngineHealth::Live);
+    }
+}
+
+/// The demo now publishes nothing: slot 0 must turn stalled once the floor has passed.
+fn slot_0_turns_stalled(reader: &SegmentReader, t: &Thresholds) {
+    let deadline = Instant::now() + STALL_FLOOR + ANSWER_WAIT;
+    loop {
+        let v = capture(reader, t);
+        match v.slots[0].class {
+            SlotClass::Stalled => {
+                let age = v.slots[0].derived.last_progress_age_ns.unwrap();
+                assert!(
+                    age > STALL_FLOOR.as_nanos() as u64,
+                    "stalled at age {age} ns"
+                );
+                break;
+            }
+            SlotClass::Progressing => {}
+            other => panic!(
+                "slot 0 went {other:?} after the demo stopped: {:?}",
+                v.slots[0]
+            ),
+        }
+        assert!(Instant::now() < deadline, "slot 0 never turned stalled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn c_writer_is_read_and_classified_by_the_rust_probe() {
     let tmp = tempfile::tempdir().unwrap();
@@ -114,52 +168,8 @@ fn c_writer_is_read_and_classified_by_the_rust_probe() {
 
     demo.send("begin 0 77 1000");
     demo.send("queue 1");
-    for i in 1..=20u64 {
-        demo.send("step 0");
-        let v = capture(&reader, &t);
-        let s = &v.slots[0];
-        assert_eq!(
-            s.class,
-            SlotClass::Progressing,
-            "while publishing, step {i}: {s:?}"
-        );
-        assert_eq!((s.state.task_id, s.state.phase), (77, Phase::Decode));
-        assert_eq!((s.state.work_done, s.state.work_total), (i, 1000));
-        assert_eq!(
-            (s.state.n_past, s.state.n_ctx, s.state.steps_done),
-            (i, 4096, i)
-        );
-        assert_eq!(
-            s.state.step_start_ns, 0,
-            "no step in flight between commands"
-        );
-        assert_eq!(v.slots[1].class, SlotClass::Queued);
-        assert_eq!(v.header.counters.generated_tokens_total, i);
-        assert_eq!(v.header.counters.requests_waiting, 1);
-        assert_eq!(v.health, EngineHealth::Live);
-    }
-    // The demo now publishes nothing: slot 0 must turn stalled once the floor has passed.
-    let deadline = Instant::now() + STALL_FLOOR + ANSWER_WAIT;
-    loop {
-        let v = capture(&reader, &t);
-        match v.slots[0].class {
-            SlotClass::Stalled => {
-                let age = v.slots[0].derived.last_progress_age_ns.unwrap();
-                assert!(
-                    age > STALL_FLOOR.as_nanos() as u64,
-                    "stalled at age {age} ns"
-                );
-                break;
-            }
-            SlotClass::Progressing => {}
-            other => panic!(
-                "slot 0 went {other:?} after the demo stopped: {:?}",
-                v.slots[0]
-            ),
-        }
-        assert!(Instant::now() < deadline, "slot 0 never turned stalled");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    twenty_steps_progress(&mut demo, &reader, &t);
+    slot_0_turns_stalled(&reader, &t);
     // Heartbeat silent too: with a short heartbeat timeout the engine reads hung.
     let hung = Thresholds {
         heartbeat_timeout: STALL_FLOOR,

@@ -316,6 +316,67 @@ fn v1_0_and_v1_1_writers_and_readers_agree_on_the_v1_0_words() {
     }
 }
 
+/// The words a v1.1 reader takes from the v1.2 file `v12`: exactly the record `state`, the
+/// position `layer`, and one task pending.
+fn v1_1_reader_sees(v12: &[u8], state: &s::SlotState, layer: s::Substep) {
+    let slot = h::HEADER_LEN;
+    let at = |off: usize| word(v12, slot + off);
+    let mut v10_words = [0u64; s::DATA_WORDS];
+    for (i, w) in v10_words.iter_mut().enumerate() {
+        *w = at(s::TASK_ID_OFFSET + 8 * i);
+    }
+    assert_eq!(at(s::SEQ_OFFSET) % 2, 0, "a stable record");
+    assert_eq!(hydra_layout::SlotState::from_words(&v10_words), *state);
+    let substep_words = [
+        at(s::SUBSTEP_DONE_OFFSET),
+        at(s::SUBSTEP_TOTAL_OFFSET),
+        at(s::SUBSTEP_NS_OFFSET),
+        at(s::SUBSTEP_STEP_OFFSET),
+    ];
+    assert_eq!(s::Substep::from_words(&substep_words), layer);
+    assert_eq!(
+        at(s::PENDING_OFFSET),
+        1,
+        "the update in parts left PENDING alone"
+    );
+}
+
+/// After the step of `state` (predicted as `prediction`) ends, `w`'s slot 0 has no step
+/// prediction until the next step's own, and keeps the phase's end.
+fn prediction_is_its_steps_only(
+    w: &mut SegmentWriter,
+    state: s::SlotState,
+    prediction: s::Prediction,
+) {
+    let mut next = state;
+    next.finish_step(64, state.step_start_ns + 30_000_000);
+    w.publish(0, &next).unwrap();
+    let r = SegmentReader::open(w.path()).unwrap();
+    assert_eq!(r.slot(0).unwrap().step_expected_ns(), None, "between steps");
+    assert_eq!(
+        r.slot(0).unwrap().phase_end_ns(),
+        Some(prediction.task_expected_end_ns),
+        "the phase end stays"
+    );
+    next.start_step(64, next.last_progress_ns + 1);
+    w.publish(0, &next).unwrap();
+    assert_eq!(r.slot(0).unwrap().step_expected_ns(), None, "a later step");
+    w.publish_prediction(
+        0,
+        &s::Prediction {
+            step_start_ns: next.step_start_ns,
+            ..prediction
+        },
+    )
+    .unwrap();
+    assert_eq!(r.slot(0).unwrap().step_expected_ns(), Some(25_000_000));
+    assert_eq!(
+        r.slot(0).unwrap().state,
+        next,
+        "a prediction alone leaves the record"
+    );
+}
+
 /// Format v1.2 against v1.1, both ways. A v1.2 writer publishes a step with its prediction
 /// in one update. A v1.1 reader takes words 8..184 under the seqlock and `PENDING`, and
 /// nothing else: it sees exactly the record and layer position that were published (checked
@@ -354,26 +415,7 @@ fn v1_1_and_v1_2_writers_and_readers_agree() {
     );
 
     // A v1.1 reader on the v1.2 file: its words, decoded from the bytes.
-    let slot = h::HEADER_LEN;
-    let at = |off: usize| word(&v12, slot + off);
-    let mut v10_words = [0u64; s::DATA_WORDS];
-    for (i, w) in v10_words.iter_mut().enumerate() {
-        *w = at(s::TASK_ID_OFFSET + 8 * i);
-    }
-    assert_eq!(at(s::SEQ_OFFSET) % 2, 0, "a stable record");
-    assert_eq!(hydra_layout::SlotState::from_words(&v10_words), state);
-    let substep_words = [
-        at(s::SUBSTEP_DONE_OFFSET),
-        at(s::SUBSTEP_TOTAL_OFFSET),
-        at(s::SUBSTEP_NS_OFFSET),
-        at(s::SUBSTEP_STEP_OFFSET),
-    ];
-    assert_eq!(s::Substep::from_words(&substep_words), layer);
-    assert_eq!(
-        at(s::PENDING_OFFSET),
-        1,
-        "the update in parts left PENDING alone"
-    );
+    v1_1_reader_sees(&v12, &state, layer);
 
     // A v1.2 reader on the v1.2 file, on a v1.1 writer's file, and on a v1.2 file
     // without the capability.
@@ -410,33 +452,7 @@ fn v1_1_and_v1_2_writers_and_readers_agree() {
     }
 
     // The prediction is the step in flight's only: the next step has none until its own.
-    let mut next = state;
-    next.finish_step(64, state.step_start_ns + 30_000_000);
-    w.publish(0, &next).unwrap();
-    let r = SegmentReader::open(w.path()).unwrap();
-    assert_eq!(r.slot(0).unwrap().step_expected_ns(), None, "between steps");
-    assert_eq!(
-        r.slot(0).unwrap().phase_end_ns(),
-        Some(prediction.task_expected_end_ns),
-        "the phase end stays"
-    );
-    next.start_step(64, next.last_progress_ns + 1);
-    w.publish(0, &next).unwrap();
-    assert_eq!(r.slot(0).unwrap().step_expected_ns(), None, "a later step");
-    w.publish_prediction(
-        0,
-        &s::Prediction {
-            step_start_ns: next.step_start_ns,
-            ..prediction
-        },
-    )
-    .unwrap();
-    assert_eq!(r.slot(0).unwrap().step_expected_ns(), Some(25_000_000));
-    assert_eq!(
-        r.slot(0).unwrap().state,
-        next,
-        "a prediction alone leaves the record"
-    );
+    prediction_is_its_steps_only(&mut w, state, prediction);
 }
 
 /// Format v1.3 against v1.2, both ways. The v1.3 regions follow the slot table and change

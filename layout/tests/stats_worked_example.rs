@@ -194,99 +194,25 @@ fn the_statistics_item_holds_exactly_the_listed_words() {
     }
 }
 
+/// The flight recorder's six entries as FORMAT.md's worked example lists them: sequence,
+/// task, kind, result, start, duration, size, advanced, context, layers done, layers in
+/// all, predicted duration (the device words after them are 0 here).
+#[rustfmt::skip]
+const FLIGHT_ROWS: [[u64; 12]; 6] = [
+    [2, 7, 2, 1, 5_002_500_000, 150_000_000, 512, 512, 24, 30, 30, 0],
+    [4, 7, 2, 1, 5_153_000_000, 160_000_000, 488, 488, 536, 30, 30, 140_000_000],
+    [6, 7, 3, 1, 5_314_000_000, 12_000_000, 1, 1, 1024, 30, 30, 10_000_000],
+    [8, 7, 3, 1, 5_326_500_000, 11_000_000, 1, 1, 1025, 30, 30, 11_000_000],
+    [10, 7, 3, 1, 5_338_000_000, 13_000_000, 1, 1, 1026, 30, 30, 12_000_000],
+    [12, 8, 2, 4, 6_001_500_000, 100_000_000, 512, 0, 0, 7, 30, 149_000_000],
+];
+
 #[test]
 fn the_flight_recorder_holds_the_six_listed_entries() {
     let scratch = Scratch::new();
     let (_w, b) = replay(&scratch);
     assert_eq!(word(&b, 7424), 6, "FR_HEAD");
-    // (seq, task, kind, result, start, duration, size, advanced, context, layers, predicted)
-    let rows: [[u64; 12]; 6] = [
-        [
-            2,
-            7,
-            2,
-            1,
-            5_002_500_000,
-            150_000_000,
-            512,
-            512,
-            24,
-            30,
-            30,
-            0,
-        ],
-        [
-            4,
-            7,
-            2,
-            1,
-            5_153_000_000,
-            160_000_000,
-            488,
-            488,
-            536,
-            30,
-            30,
-            140_000_000,
-        ],
-        [
-            6,
-            7,
-            3,
-            1,
-            5_314_000_000,
-            12_000_000,
-            1,
-            1,
-            1024,
-            30,
-            30,
-            10_000_000,
-        ],
-        [
-            8,
-            7,
-            3,
-            1,
-            5_326_500_000,
-            11_000_000,
-            1,
-            1,
-            1025,
-            30,
-            30,
-            11_000_000,
-        ],
-        [
-            10,
-            7,
-            3,
-            1,
-            5_338_000_000,
-            13_000_000,
-            1,
-            1,
-            1026,
-            30,
-            30,
-            12_000_000,
-        ],
-        [
-            12,
-            8,
-            2,
-            4,
-            6_001_500_000,
-            100_000_000,
-            512,
-            0,
-            0,
-            7,
-            30,
-            149_000_000,
-        ],
-    ];
-    for (n, row) in rows.iter().enumerate() {
+    for (n, row) in FLIGHT_ROWS.iter().enumerate() {
         let at = 7552 + 128 * n;
         for (i, &v) in row.iter().enumerate() {
             assert_eq!(word(&b, at + 8 * i), v, "entry {} word {i}", n + 1);

@@ -72,6 +72,78 @@ fn inconsistency(snap: &SlotSnapshot, last_k: u64) -> Option<String> {
     None
 }
 
+/// What the snapshots of the busy slot gave.
+#[derive(Default)]
+struct Tally {
+    /// Snapshots taken.
+    taken: u64,
+    /// Consistent copies, of which `retried` needed `retries` retries in all.
+    ok: u64,
+    retried: u64,
+    retries: u64,
+    /// Reads that gave up on a writer mid-update.
+    contended: u64,
+    torn: u64,
+    /// Times `k` changed between snapshots, and the largest seen.
+    k_changes: u64,
+    last_k: u64,
+    /// Inconsistent copies, and the first ten of them described.
+    bad_count: u64,
+    bad: Vec<String>,
+}
+
+impl Tally {
+    /// Counts snapshot `i`'s outcome; any error but a give-up fails the test.
+    fn record(&mut self, i: u64, snapshot: Result<SlotSnapshot, Error>, child: &ChildProc) {
+        self.taken += 1;
+        match snapshot {
+            Ok(snap) => {
+                self.ok += 1;
+                if snap.retries > 0 {
+                    self.retried += 1;
+                    self.retries += u64::from(snap.retries);
+                }
+                if let Some(why) = inconsistency(&snap, self.last_k) {
+                    self.bad_count += 1;
+                    if self.bad.len() < 10 {
+                        self.bad.push(format!("snapshot {i}: {why}"));
+                    }
+                }
+                if snap.state.task_id != self.last_k {
+                    self.k_changes += 1;
+                }
+                self.last_k = self.last_k.max(snap.state.task_id);
+            }
+            Err(Error::Contended { .. }) => self.contended += 1,
+            Err(Error::Torn { .. }) => self.torn += 1,
+            Err(e) => panic!("snapshot {i}: unexpected error {e}\n{}", child.logs()),
+        }
+    }
+}
+
+/// Takes `target` snapshots of slot 0 while `child` writes it, or as many as `limit`
+/// allows (at least `MIN_SNAPSHOTS`).
+fn hammer(reader: &SegmentReader, child: &mut ChildProc, target: u64, limit: Duration) -> Tally {
+    let start = Instant::now();
+    let mut t = Tally::default();
+    for i in 0..target {
+        if i % 65_536 == 0 && start.elapsed() > limit {
+            // A slow machine ends the run at the time limit; it must still have taken
+            // enough snapshots to mean something.
+            assert!(
+                i >= MIN_SNAPSHOTS,
+                "gave up after {:?}: only {i} of {target} snapshots taken, fewer than \
+                 {MIN_SNAPSHOTS} (set HYDRA_STRESS_SNAPSHOTS lower or run with --release)\n{}",
+                start.elapsed(),
+                child.logs()
+            );
+            break;
+        }
+        t.record(i, reader.slot(0), child);
+    }
+    t
+}
+
 #[test]
 fn seqlock_snapshots_are_consistent_across_processes() {
     let target = env_u64("HYDRA_STRESS_SNAPSHOTS", 10_000_000);
@@ -99,56 +171,25 @@ fn seqlock_snapshots_are_consistent_across_processes() {
     }
     let baseline_ns = t0.elapsed().as_nanos() as f64 / f64::from(baseline_n);
 
-    let start = Instant::now();
-    let mut last_k = 0u64;
     let first_k = reader.slot(0).map(|s| s.state.task_id).unwrap_or(0);
-    let (mut ok, mut retried, mut retries, mut contended, mut torn) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut k_changes = 0u64;
-    let mut bad: Vec<String> = Vec::new();
-    let mut bad_count = 0u64;
-    let mut taken = 0u64;
-    for i in 0..target {
-        if i % 65_536 == 0 && start.elapsed() > limit {
-            // A slow machine ends the run at the time limit; it must still have taken
-            // enough snapshots to mean something.
-            assert!(
-                i >= MIN_SNAPSHOTS,
-                "gave up after {:?}: only {i} of {target} snapshots taken, fewer than \
-                 {MIN_SNAPSHOTS} (set HYDRA_STRESS_SNAPSHOTS lower or run with --release)\n{}",
-                start.elapsed(),
-                child.logs()
-            );
-            break;
-        }
-        taken += 1;
-        match reader.slot(0) {
-            Ok(snap) => {
-                ok += 1;
-                if snap.retries > 0 {
-                    retried += 1;
-                    retries += u64::from(snap.retries);
-                }
-                if let Some(why) = inconsistency(&snap, last_k) {
-                    bad_count += 1;
-                    if bad.len() < 10 {
-                        bad.push(format!("snapshot {i}: {why}"));
-                    }
-                }
-                if snap.state.task_id != last_k {
-                    k_changes += 1;
-                }
-                last_k = last_k.max(snap.state.task_id);
-            }
-            Err(Error::Contended { .. }) => contended += 1,
-            Err(Error::Torn { .. }) => torn += 1,
-            Err(e) => panic!("snapshot {i}: unexpected error {e}\n{}", child.logs()),
-        }
-    }
+    let start = Instant::now();
+    let t = hammer(&reader, &mut child, target, limit);
     let elapsed = start.elapsed();
     // The writer must have been running all along, or the test proved nothing.
     child.assert_running("after the snapshots");
     let status = child.kill_and_reap();
+    let Tally {
+        taken,
+        ok,
+        retried,
+        retries,
+        contended,
+        torn,
+        k_changes,
+        last_k,
+        bad_count,
+        ref bad,
+    } = t;
     let rate = taken as f64 / elapsed.as_secs_f64();
     let writes = last_k.saturating_sub(first_k);
     let report = format!(

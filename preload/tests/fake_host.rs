@@ -44,6 +44,93 @@ fn run_host(
     lines
 }
 
+/// Checkpoint "one": the first context's two slots (a decode after a 5-token prompt; a
+/// batch refused for lack of room), its counters, and the second context's own segment.
+fn at_one(a: &SegmentReader, seg: &Path) {
+    assert_eq!(a.slot_count(), 2);
+    // No layer hook in a host: the layer position (format v1.1) stays unknown.
+    assert!(!a.identity().publishes_substeps());
+    assert_eq!(a.slot(1).unwrap().substep, None);
+    let s1 = a.slot(1).unwrap().state;
+    assert_eq!(
+        (
+            s1.task_id,
+            s1.phase,
+            s1.work_unit,
+            s1.work_done,
+            s1.work_total
+        ),
+        (1, Phase::Decode, WorkUnit::Tokens, 2, 0),
+        "5-token prompt, then 2 single tokens; total unknown"
+    );
+    assert_eq!(
+        (s1.n_past, s1.n_ctx, s1.step_start_ns, s1.steps_done),
+        (7, 1024, 0, 2)
+    );
+    let s0 = a.slot(0).unwrap().state;
+    assert_eq!(
+        (s0.task_id, s0.phase, s0.work_done, s0.steps_done),
+        (2, Phase::Prefill, 0, 1),
+        "a batch refused for lack of room ends its step without progress"
+    );
+    let h = a.header().unwrap();
+    let c = h.counters;
+    assert_eq!(
+        (
+            c.prompt_tokens_total,
+            c.generated_tokens_total,
+            c.requests_running,
+            c.kv_cells_used,
+            c.kv_cells_total
+        ),
+        (5, 2, 2, 7, 2048)
+    );
+    assert!(
+        a.identity().description.model_name.is_empty(),
+        "no llama_get_model: no model strings"
+    );
+    let b = SegmentReader::open_engine(seg, "fake-ctx1").expect("second context's own segment");
+    let s = b.slot(0).unwrap().state;
+    assert_eq!(
+        (s.phase, s.work_done, s.n_past),
+        (Phase::Prefill, 3, 3),
+        "embeddings count as positions"
+    );
+}
+
+/// Checkpoint "two": a slot removed then restored, a save of a busy slot, and the second
+/// context freed.
+fn at_two(a: &SegmentReader, seg: &Path) {
+    let s1 = a.slot(1).unwrap().state;
+    assert_eq!(
+        (
+            s1.phase,
+            s1.finish_reason,
+            s1.work_unit,
+            s1.work_done,
+            s1.work_total
+        ),
+        (
+            Phase::Idle,
+            FinishReason::Completed,
+            WorkUnit::Bytes,
+            2048,
+            4096
+        ),
+        "removed, then restored (2048 of 4096 bytes)"
+    );
+    let s0 = a.slot(0).unwrap().state;
+    assert_eq!(
+        (s0.phase, s0.state_size),
+        (Phase::Prefill, 4096),
+        "a save of a busy slot returns to its phase"
+    );
+    assert!(
+        SegmentReader::open_engine(seg, "fake-ctx1").is_err(),
+        "llama_free removes the segment"
+    );
+}
+
 #[test]
 fn preloaded_host_publishes_each_context_and_behaves_the_same() {
     let Some(fake) = common::fake_host(
@@ -61,88 +148,8 @@ fn preloaded_host_publishes_each_context_and_behaves_the_same() {
         seen.push(name.to_owned());
         let a = SegmentReader::open_engine(seg, "fake").expect("first context's segment");
         match name {
-            "one" => {
-                assert_eq!(a.slot_count(), 2);
-                // No layer hook in a host: the layer position (format v1.1) stays unknown.
-                assert!(!a.identity().publishes_substeps());
-                assert_eq!(a.slot(1).unwrap().substep, None);
-                let s1 = a.slot(1).unwrap().state;
-                assert_eq!(
-                    (
-                        s1.task_id,
-                        s1.phase,
-                        s1.work_unit,
-                        s1.work_done,
-                        s1.work_total
-                    ),
-                    (1, Phase::Decode, WorkUnit::Tokens, 2, 0),
-                    "5-token prompt, then 2 single tokens; total unknown"
-                );
-                assert_eq!(
-                    (s1.n_past, s1.n_ctx, s1.step_start_ns, s1.steps_done),
-                    (7, 1024, 0, 2)
-                );
-                let s0 = a.slot(0).unwrap().state;
-                assert_eq!(
-                    (s0.task_id, s0.phase, s0.work_done, s0.steps_done),
-                    (2, Phase::Prefill, 0, 1),
-                    "a batch refused for lack of room ends its step without progress"
-                );
-                let h = a.header().unwrap();
-                let c = h.counters;
-                assert_eq!(
-                    (
-                        c.prompt_tokens_total,
-                        c.generated_tokens_total,
-                        c.requests_running,
-                        c.kv_cells_used,
-                        c.kv_cells_total
-                    ),
-                    (5, 2, 2, 7, 2048)
-                );
-                assert!(
-                    a.identity().description.model_name.is_empty(),
-                    "no llama_get_model: no model strings"
-                );
-                let b = SegmentReader::open_engine(seg, "fake-ctx1")
-                    .expect("second context's own segment");
-                let s = b.slot(0).unwrap().state;
-                assert_eq!(
-                    (s.phase, s.work_done, s.n_past),
-                    (Phase::Prefill, 3, 3),
-                    "embeddings count as positions"
-                );
-            }
-            "two" => {
-                let s1 = a.slot(1).unwrap().state;
-                assert_eq!(
-                    (
-                        s1.phase,
-                        s1.finish_reason,
-                        s1.work_unit,
-                        s1.work_done,
-                        s1.work_total
-                    ),
-                    (
-                        Phase::Idle,
-                        FinishReason::Completed,
-                        WorkUnit::Bytes,
-                        2048,
-                        4096
-                    ),
-                    "removed, then restored (2048 of 4096 bytes)"
-                );
-                let s0 = a.slot(0).unwrap().state;
-                assert_eq!(
-                    (s0.phase, s0.state_size),
-                    (Phase::Prefill, 4096),
-                    "a save of a busy slot returns to its phase"
-                );
-                assert!(
-                    SegmentReader::open_engine(seg, "fake-ctx1").is_err(),
-                    "llama_free removes the segment"
-                );
-            }
+            "one" => at_one(&a, seg),
+            "two" => at_two(&a, seg),
             other => panic!("unexpected checkpoint {other}"),
         }
     });

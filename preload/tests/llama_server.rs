@@ -194,17 +194,11 @@ fn decode_steps_are_predicted<T>(dir: &Path, slot: usize, gen: &std::thread::Joi
     );
 }
 
-fn publishes_progress(test: &str, gen: Gen) {
-    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
-        return;
-    };
-    let scratch = tempfile::tempdir().unwrap();
-    let dir = scratch.path().join("segments");
-    let mut server = LlamaServer::start(&prefix, &model, scratch.path(), &Launch::preloaded(&so));
-
-    // The segment: one slot per sequence, the model's own strings.
+/// The segment: one slot per sequence (`-np 2`), the server's pid, the model's own
+/// strings.
+fn segment_names_the_model(dir: &Path, server: &LlamaServer) {
     let header = {
-        let r = hydra_layout::SegmentReader::open_engine(&dir, ENGINE)
+        let r = hydra_layout::SegmentReader::open_engine(dir, ENGINE)
             .unwrap_or_else(|e| panic!("no segment ({e}):\n{}", server.log_tail()));
         assert_eq!(r.slot_count(), 2, "-np 2");
         assert_eq!(r.identity().pid, u64::from(server.pid()));
@@ -215,24 +209,25 @@ fn publishes_progress(test: &str, gen: Gen) {
         "{header:?}"
     );
     assert_eq!(header.tokenizer, "gpt2", "{header:?}");
-    wait_idle(&dir, 0);
-    wait_idle(&dir, 1);
-    let exporter = process::start_exporter(&dir, &[]);
+}
 
-    // A 1,000-token generation on slot 1 (= sequence 1).
+/// A 1,000-token generation (`n_predict()`) on slot 1 (= sequence 1), watched decoding;
+/// afterwards the slot is idle, completed, and the exporter's meta (parsed as hydra-probe's
+/// `HydraMeta`) says so with the model's name. Returns the tokens generated.
+fn long_generation(dir: &Path, server: &LlamaServer, exporter: &Server) -> u32 {
     let base = server.base.clone();
     let n = n_predict();
-    let (res, _) = watch(&dir, 1, "decode", (n as usize / 4).min(20), move || {
+    let (res, _) = watch(dir, 1, "decode", (n as usize / 4).min(20), move || {
         complete(&base, request("Once upon a time", n, 1))
     });
     let res = res.expect("long completion");
     assert_eq!(res["tokens_predicted"], n, "{res}");
-    let m = wait_idle(&dir, 1);
+    let m = wait_idle(dir, 1);
     assert!(m["n_past"].as_u64().unwrap() >= u64::from(n), "{m}");
     assert_eq!(m["finish_reason"], "completed", "{m}");
 
     // The exporter's meta, in Hydra's shape (parsed as hydra-probe's HydraMeta).
-    let meta = exporter_meta(&exporter, 1);
+    let meta = exporter_meta(exporter, 1);
     assert_eq!((meta.slot_id, meta.engine_id.as_str()), (1, ENGINE));
     assert_eq!(
         (meta.operation.as_str(), meta.is_processing),
@@ -242,10 +237,14 @@ fn publishes_progress(test: &str, gen: Gen) {
         meta.n_past >= u64::from(n) && meta.model_name.to_lowercase().contains("smollm2"),
         "{meta:?}"
     );
+    n
+}
 
-    // A ~3,000-token prompt on slot 0: prefill in 512-token chunks, progressing.
+/// A ~3,000-token prompt on slot 0: prefill in 512-token chunks, watched progressing.
+/// Returns the prompt's tokens.
+fn chunked_prefill(dir: &Path, server: &LlamaServer) -> u64 {
     let base = server.base.clone();
-    let (res, seen) = watch(&dir, 0, "prefill", 2, move || {
+    let (res, seen) = watch(dir, 0, "prefill", 2, move || {
         complete(&base, request(&long_prompt(), 1, 0))
     });
     let res = res.expect("3,000-token prompt");
@@ -255,8 +254,26 @@ fn publishes_progress(test: &str, gen: Gen) {
         "prompt of {n_prompt} tokens"
     );
     assert!(seen >= 512, "prefill progress seen up to {seen}");
-    let m = wait_idle(&dir, 0);
+    let m = wait_idle(dir, 0);
     assert!(m["n_past"].as_u64().unwrap() >= n_prompt, "{m}");
+    n_prompt
+}
+
+fn publishes_progress(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
+        return;
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("segments");
+    let mut server = LlamaServer::start(&prefix, &model, scratch.path(), &Launch::preloaded(&so));
+
+    segment_names_the_model(&dir, &server);
+    wait_idle(&dir, 0);
+    wait_idle(&dir, 1);
+    let exporter = process::start_exporter(&dir, &[]);
+
+    let n = long_generation(&dir, &server, &exporter);
+    let n_prompt = chunked_prefill(&dir, &server);
     assert_statistics(&dir, n, n_prompt);
 
     // During a decode: the exporter and the probe agree the total is unknown.
@@ -429,6 +446,56 @@ fn position(dir: &Path) -> Option<Position> {
 /// least 5 distinct (tokens, layer) positions, and over the prompt at least 10 distinct
 /// layers of 30; the position never goes back. A generation afterwards shows no layer
 /// position in any decode step.
+/// What the samples of slot 0's position during a prefill saw.
+#[derive(Default)]
+struct Positions {
+    /// Samples of the prefill.
+    samples: usize,
+    /// The distinct (tokens done, layers done) in its first 3 s.
+    in_window: BTreeSet<(u64, u64)>,
+    /// The distinct layer positions.
+    layers: BTreeSet<u64>,
+    /// The step sizes of the samples with a layer position.
+    step_sizes: BTreeSet<u64>,
+}
+
+/// Samples slot 0's position every 50 ms while `work` runs (at most 1,800 s): within the
+/// first prefill task seen, (tokens done, layers done) never goes back, and every layer
+/// position is of the model's `N_LAYER`.
+fn watch_positions<T>(dir: &Path, work: &std::thread::JoinHandle<T>) -> Positions {
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    let mut p = Positions::default();
+    let mut task = None;
+    let mut last: Option<(u64, u64)> = None;
+    let mut window: Option<Instant> = None;
+    while !work.is_finished() {
+        assert!(Instant::now() < deadline, "prompt not done in 1800 s");
+        if let Some((t, ph, done, layer, m)) = position(dir) {
+            if ph == "prefill" && task.is_none_or(|x| x == t) {
+                task = Some(t);
+                p.samples += 1;
+                let here = (done, layer.map_or(0, |l| l.0));
+                if let Some(before) = last {
+                    assert!(here >= before, "went back {before:?} -> {here:?}: {m}");
+                }
+                last = Some(here);
+                if let Some((d, total)) = layer {
+                    assert_eq!(total, N_LAYER, "{m}");
+                    assert!(d <= total, "{m}");
+                    p.layers.insert(d);
+                    p.step_sizes.insert(m["step_size"].as_u64().unwrap_or(0));
+                }
+                let start = *window.get_or_insert_with(Instant::now);
+                if start.elapsed() <= Duration::from_secs(3) {
+                    p.in_window.insert(here);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    p
+}
+
 fn layers_move(test: &str, gen: Gen) {
     let Some((_serial, prefix, model, so)) = prerequisites(test, gen) else {
         return;
@@ -453,39 +520,12 @@ fn layers_move(test: &str, gen: Gen) {
     let base = server.base.clone();
     let prompt = prose(220);
     let work = std::thread::spawn(move || complete(&base, request(&prompt, 1, 0)));
-    let deadline = Instant::now() + Duration::from_secs(1800);
-    let mut task = None;
-    let mut last: Option<(u64, u64)> = None;
-    let mut window: Option<Instant> = None;
-    let mut in_window = BTreeSet::new();
-    let mut layers = BTreeSet::new();
-    let mut samples = 0;
-    let mut step_sizes = BTreeSet::new();
-    while !work.is_finished() {
-        assert!(Instant::now() < deadline, "prompt not done in 1800 s");
-        if let Some((t, ph, done, layer, m)) = position(&dir) {
-            if ph == "prefill" && task.is_none_or(|x| x == t) {
-                task = Some(t);
-                samples += 1;
-                let here = (done, layer.map_or(0, |l| l.0));
-                if let Some(before) = last {
-                    assert!(here >= before, "went back {before:?} -> {here:?}: {m}");
-                }
-                last = Some(here);
-                if let Some((d, total)) = layer {
-                    assert_eq!(total, N_LAYER, "{m}");
-                    assert!(d <= total, "{m}");
-                    layers.insert(d);
-                    step_sizes.insert(m["step_size"].as_u64().unwrap_or(0));
-                }
-                let start = *window.get_or_insert_with(Instant::now);
-                if start.elapsed() <= Duration::from_secs(3) {
-                    in_window.insert(here);
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let Positions {
+        samples,
+        in_window,
+        layers,
+        step_sizes,
+    } = watch_positions(&dir, &work);
     let res = work
         .join()
         .expect("request thread")
@@ -523,27 +563,12 @@ fn layers_move(test: &str, gen: Gen) {
 /// after layer 7): a short prompt and 24 decode steps arm nothing (counted in the log);
 /// then a ~700-token prompt is armed and stops inside layer 8, and `hydra-probe check`
 /// (another process) says slot 0 is stalled at layer 7/30 and exits 2.
-fn stalled_at_layer(test: &str, gen: Gen) {
-    let Some((_serial, prefix, model, _)) = prerequisites(test, gen) else {
-        return;
-    };
-    let so = common::preload_so_with_test_hooks();
-    let scratch = tempfile::tempdir().unwrap();
-    let dir = scratch.path().join("segments");
-    let log = scratch.path().join("hooks.log");
-    let launch = Launch {
-        env: vec![
-            ("HYDRA_PRELOAD_TEST_LOG", log.to_string_lossy().into_owned()),
-            ("HYDRA_PRELOAD_TEST_STALL_AT_LAYER", "7".into()),
-            ("HYDRA_PRELOAD_TEST_STALL_S", "300".into()),
-        ],
-        ..Launch::preloaded(&so)
-    };
-    let server = LlamaServer::start(&prefix, &model, scratch.path(), &launch);
-
+/// A generation of 24 tokens: every decode step's graph is logged (in `log`), and no
+/// step of a short prompt or of a generation is armed.
+fn short_work_is_never_armed(server: &LlamaServer, log: &Path) {
     let res = complete(&server.base, request("Once upon a time", 24, 1)).expect("generation");
     assert_eq!(res["tokens_predicted"], 24);
-    let lines = std::fs::read_to_string(&log).unwrap_or_default();
+    let lines = std::fs::read_to_string(log).unwrap_or_default();
     let plans: Vec<(&str, u64)> = lines
         .lines()
         .filter_map(|l| {
@@ -560,15 +585,17 @@ fn stalled_at_layer(test: &str, gen: Gen) {
         plans.iter().all(|(plan, _)| *plan != "Arm"),
         "no step of a short prompt or a generation is armed: {lines}"
     );
+}
 
-    let base = server.base.clone();
-    let _stuck = std::thread::spawn(move || complete(&base, request(&prose(40), 1, 0)));
+/// `hydra-probe check` (stall floor 1 s) until it finds slot 0 stalled at a layer, at most
+/// 600 s: its exit code and its JSON report.
+fn wait_stalled_at_layer(dir: &Path, server: &LlamaServer) -> (i32, serde_json::Value) {
     let thresholds = ["--stall-floor", "1s", "--json"];
     let deadline = Instant::now() + Duration::from_secs(600);
-    let (code, report) = loop {
+    loop {
         let mut args = vec!["check", ENGINE];
         args.extend(thresholds);
-        let (code, out) = common::run_probe(&dir, &args);
+        let (code, out) = common::run_probe(dir, &args);
         let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
         let stalled = report["findings"].as_array().is_some_and(|f| {
             f.iter().any(|f| {
@@ -588,7 +615,32 @@ fn stalled_at_layer(test: &str, gen: Gen) {
             server.log_tail()
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn stalled_at_layer(test: &str, gen: Gen) {
+    let Some((_serial, prefix, model, _)) = prerequisites(test, gen) else {
+        return;
     };
+    let so = common::preload_so_with_test_hooks();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("segments");
+    let log = scratch.path().join("hooks.log");
+    let launch = Launch {
+        env: vec![
+            ("HYDRA_PRELOAD_TEST_LOG", log.to_string_lossy().into_owned()),
+            ("HYDRA_PRELOAD_TEST_STALL_AT_LAYER", "7".into()),
+            ("HYDRA_PRELOAD_TEST_STALL_S", "300".into()),
+        ],
+        ..Launch::preloaded(&so)
+    };
+    let server = LlamaServer::start(&prefix, &model, scratch.path(), &launch);
+
+    short_work_is_never_armed(&server, &log);
+
+    let base = server.base.clone();
+    let _stuck = std::thread::spawn(move || complete(&base, request(&prose(40), 1, 0)));
+    let (code, report) = wait_stalled_at_layer(&dir, &server);
     assert_eq!(code, 2, "check is critical: {report}");
     let message = report["findings"]
         .as_array()

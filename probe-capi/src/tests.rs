@@ -105,6 +105,88 @@ fn null_pointers_are_errors() {
     assert_eq!(name.to_str().unwrap(), "HYDRA_PROBE_E_NULL");
 }
 
+/// The meta JSON of slot 1 of the open probe `h`: a buffer too small is left empty and
+/// told the size needed; one of that size gets the decoding slot's JSON.
+fn meta_json_sizes_its_buffer(h: *mut HydraProbe) {
+    // SAFETY: `h` is open; every buffer passed is writable for the length given.
+    unsafe {
+        let mut need = 0usize;
+        let mut small = [0 as c_char; 8];
+        assert_eq!(
+            hydra_probe_meta_json(h, 1, small.as_mut_ptr(), small.len(), &mut need),
+            HYDRA_PROBE_E_BUFFER_TOO_SMALL
+        );
+        assert_eq!(small[0], 0);
+        assert!(need > 100);
+        let mut big = vec![0 as c_char; need + 1024];
+        assert_eq!(
+            hydra_probe_meta_json(h, 1, big.as_mut_ptr(), big.len(), &mut need),
+            HYDRA_PROBE_OK
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(CStr::from_ptr(big.as_ptr()).to_str().unwrap()).unwrap();
+        assert_eq!(json["operation"], "decode");
+        assert_eq!(json["classification"], "progressing");
+    }
+}
+
+/// The default thresholds, a NaN refused, and tighter ones that make slot 1 of the open
+/// probe `h` stalled.
+fn thresholds_apply(h: *mut HydraProbe) {
+    let mut t = std::mem::MaybeUninit::<HydraProbeThresholds>::uninit();
+    let mut slot = std::mem::MaybeUninit::<HydraProbeSlot>::uninit();
+    // SAFETY: `h` is open; `t` and `slot` are writable for one value each, read only
+    // after a call filled them.
+    unsafe {
+        assert_eq!(
+            hydra_probe_thresholds_default(t.as_mut_ptr()),
+            HYDRA_PROBE_OK
+        );
+        let mut t = t.assume_init();
+        assert_eq!(
+            (t.stall_floor_s, t.stall_factor, t.budget_s),
+            (30.0, 10.0, -1.0)
+        );
+        t.stall_factor = f64::NAN;
+        assert_eq!(
+            hydra_probe_set_thresholds(h, &t),
+            HYDRA_PROBE_E_INVALID_ARGUMENT
+        );
+        t.stall_factor = 10.0;
+        t.stall_floor_s = 0.5;
+        assert_eq!(hydra_probe_set_thresholds(h, &t), HYDRA_PROBE_OK);
+        assert_eq!(
+            hydra_probe_read_slot(h, 1, slot.as_mut_ptr()),
+            HYDRA_PROBE_OK
+        );
+        assert_eq!(
+            slot.assume_init().slot_class,
+            HYDRA_PROBE_SLOT_CLASS_STALLED
+        );
+    }
+}
+
+/// The last error, after a slot out of range on the open probe `h`, truncated to a small
+/// buffer (NUL-terminated, the size needed told).
+fn last_error_truncates(h: *mut HydraProbe) {
+    let mut slot = std::mem::MaybeUninit::<HydraProbeSlot>::uninit();
+    let mut need = 0usize;
+    // SAFETY: `h` is open; every buffer passed is writable for the length given.
+    unsafe {
+        assert_eq!(
+            hydra_probe_read_slot(h, 9, slot.as_mut_ptr()),
+            HYDRA_PROBE_E_SLOT_OUT_OF_RANGE
+        );
+        let mut tiny = [0 as c_char; 5];
+        assert_eq!(
+            hydra_probe_last_error(tiny.as_mut_ptr(), tiny.len(), &mut need),
+            HYDRA_PROBE_E_BUFFER_TOO_SMALL
+        );
+        assert_eq!(CStr::from_ptr(tiny.as_ptr()).to_str().unwrap(), "slot");
+        assert!(need > 5);
+    }
+}
+
 #[test]
 fn reads_a_segment_and_sizes_buffers() {
     let tmp = tempfile::tempdir().unwrap();
@@ -114,7 +196,6 @@ fn reads_a_segment_and_sizes_buffers() {
     let mut ids = [HydraProbeEngineId { id: [0; 64] }; 1];
     let (mut n, mut h, mut count) = (0usize, ptr::null_mut(), 0u32);
     let mut slot = std::mem::MaybeUninit::<HydraProbeSlot>::uninit();
-    let mut t = std::mem::MaybeUninit::<HydraProbeThresholds>::uninit();
     // SAFETY: every pointer passed is valid for what the call writes.
     unsafe {
         assert_eq!(
@@ -158,75 +239,20 @@ fn reads_a_segment_and_sizes_buffers() {
         assert_eq!((s.progress, s.rate_per_s, s.eta_s), (0.25, 10.0, 3.0));
         assert_eq!(s.step_age_ns, -1);
 
-        let mut need = 0usize;
-        let mut small = [0 as c_char; 8];
-        assert_eq!(
-            hydra_probe_meta_json(h, 1, small.as_mut_ptr(), small.len(), &mut need),
-            HYDRA_PROBE_E_BUFFER_TOO_SMALL
-        );
-        assert_eq!(small[0], 0);
-        assert!(need > 100);
-        let mut big = vec![0 as c_char; need + 1024];
-        assert_eq!(
-            hydra_probe_meta_json(h, 1, big.as_mut_ptr(), big.len(), &mut need),
-            HYDRA_PROBE_OK
-        );
-        let json: serde_json::Value =
-            serde_json::from_str(CStr::from_ptr(big.as_ptr()).to_str().unwrap()).unwrap();
-        assert_eq!(json["operation"], "decode");
-        assert_eq!(json["classification"], "progressing");
-
-        assert_eq!(
-            hydra_probe_thresholds_default(t.as_mut_ptr()),
-            HYDRA_PROBE_OK
-        );
-        let mut t = t.assume_init();
-        assert_eq!(
-            (t.stall_floor_s, t.stall_factor, t.budget_s),
-            (30.0, 10.0, -1.0)
-        );
-        t.stall_factor = f64::NAN;
-        assert_eq!(
-            hydra_probe_set_thresholds(h, &t),
-            HYDRA_PROBE_E_INVALID_ARGUMENT
-        );
-        t.stall_factor = 10.0;
-        t.stall_floor_s = 0.5;
-        assert_eq!(hydra_probe_set_thresholds(h, &t), HYDRA_PROBE_OK);
-        assert_eq!(
-            hydra_probe_read_slot(h, 1, slot.as_mut_ptr()),
-            HYDRA_PROBE_OK
-        );
-        assert_eq!(
-            slot.assume_init().slot_class,
-            HYDRA_PROBE_SLOT_CLASS_STALLED
-        );
-
-        // Truncated last error.
-        assert_eq!(
-            hydra_probe_read_slot(h, 9, slot.as_mut_ptr()),
-            HYDRA_PROBE_E_SLOT_OUT_OF_RANGE
-        );
-        let mut tiny = [0 as c_char; 5];
-        assert_eq!(
-            hydra_probe_last_error(tiny.as_mut_ptr(), tiny.len(), &mut need),
-            HYDRA_PROBE_E_BUFFER_TOO_SMALL
-        );
-        assert_eq!(CStr::from_ptr(tiny.as_ptr()).to_str().unwrap(), "slot");
-        assert!(need > 5);
+        meta_json_sizes_its_buffer(h);
+        thresholds_apply(h);
+        last_error_truncates(h);
         assert_eq!(hydra_probe_close(h), HYDRA_PROBE_OK);
     }
 }
 
-/// The meta as numbers, checked against the meta JSON's value taken from the same view:
-/// every field of `HydraMeta` is in `HydraProbeMeta`, the description or a value name.
-/// A layer field of the meta from the numbers: absent when the writer publishes no layer
-/// positions, null outside a step.
 /// How readers name device `id` of an engine without a device table.
 fn device_name(id: u64) -> String {
     format!("device #{id}")
 }
 
+/// A layer field of the meta from the numbers: absent when the writer publishes no layer
+/// positions, null outside a step.
 fn layer_field(l: &HydraProbeLayer, value: u64) -> Option<Option<u64>> {
     (l.published == 1).then_some((l.in_step == 1).then_some(value))
 }
@@ -348,9 +374,10 @@ fn assert_same_meta(n: &HydraProbeMeta, d: &HydraProbeDescription, m: &HydraMeta
     assert_eq!(got.to_json(), m.to_json());
 }
 
-#[test]
-fn meta_numbers_and_description_give_the_meta_json() {
-    let tmp = tempfile::tempdir().unwrap();
+/// Engine `e2` in `dir`: four slots, each of another operation and phase kind (decode,
+/// queued, restore, and unknown enum words), with a step in flight and a running task's
+/// cache; a description with every string set.
+fn four_kinds_of_slot(dir: &std::path::Path) -> hydra_layout::SegmentWriter {
     let description = hydra_layout::EngineDescription {
         model_name: "tiny \u{e9}".into(),
         model_quant: "q8_0".into(),
@@ -360,7 +387,7 @@ fn meta_numbers_and_description_give_the_meta_json() {
         device: "cpu".into(),
         capabilities: 5,
     };
-    let mut w = writer_with(tmp.path(), "e2", 4, description);
+    let mut w = writer_with(dir, "e2", 4, description);
     // A step in flight, and the cache of a running task.
     let now = clock::monotonic_ns();
     let base = SlotState {
@@ -386,6 +413,15 @@ fn meta_numbers_and_description_give_the_meta_json() {
         };
         w.publish(i, &state).unwrap();
     }
+    w
+}
+
+/// The meta as numbers, checked against the meta JSON's value taken from the same view:
+/// every field of `HydraMeta` is in `HydraProbeMeta`, the description or a value name.
+#[test]
+fn meta_numbers_and_description_give_the_meta_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _w = four_kinds_of_slot(tmp.path());
     let dir = CString::new(tmp.path().to_str().unwrap()).unwrap();
     let mut h = ptr::null_mut();
     // SAFETY: every pointer passed is valid for what the call reads and writes.

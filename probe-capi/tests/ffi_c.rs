@@ -218,102 +218,11 @@ fn c_reader_prints_the_same_meta_as_the_cli() {
     assert_eq!(f["step_age_ns"], "-1");
 }
 
-#[test]
-fn misuse_and_hostile_files_give_error_codes() {
-    let s = Scratch::new();
-    let w1 = s.writer("e1", 1);
-    let _w2 = s.writer("e2", 1);
-    let hostile = s.bin.parent().unwrap().join("hostile");
-    std::fs::create_dir(&hostile).unwrap();
-    let valid = std::fs::read(w1.path()).unwrap();
-    let file = |name: &str, bytes: &[u8]| {
-        let p = hostile.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    };
-    let garbage: Vec<u8> = (0..8192u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    let mut bad_major = valid.clone();
-    bad_major[h::VERSION_MAJOR_OFFSET..h::VERSION_MAJOR_OFFSET + 8]
-        .copy_from_slice(&99u64.to_ne_bytes());
-    let mut huge_count = valid.clone();
-    huge_count[h::SLOT_COUNT_OFFSET..h::SLOT_COUNT_OFFSET + 8]
-        .copy_from_slice(&u64::MAX.to_ne_bytes());
-    let fifo = hostile.join("fifo.hps");
-    let status = Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("run mkfifo");
-    assert!(status.success());
-    let subdir = hostile.join("dir.hps");
-    std::fs::create_dir(&subdir).unwrap();
-    let link = hostile.join("link.hps");
-    std::os::unix::fs::symlink(w1.path(), &link).unwrap();
-    let cases: Vec<(&str, PathBuf, i32)> = vec![
-        (
-            "garbage",
-            file("garbage.hps", &garbage),
-            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
-        ),
-        (
-            "empty",
-            file("empty.hps", b""),
-            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
-        ),
-        (
-            "truncated_header",
-            file("short.hps", &valid[..100]),
-            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
-        ),
-        (
-            "truncated_slots",
-            file("cut.hps", &valid[..valid.len() - 8]),
-            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
-        ),
-        (
-            "huge_slot_count",
-            file("huge.hps", &huge_count),
-            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
-        ),
-        (
-            "bad_major",
-            file("major.hps", &bad_major),
-            ffi::HYDRA_PROBE_E_UNSUPPORTED_VERSION,
-        ),
-        ("fifo", fifo, ffi::HYDRA_PROBE_E_REFUSED),
-        ("directory", subdir, ffi::HYDRA_PROBE_E_REFUSED),
-        ("symlink", link, ffi::HYDRA_PROBE_E_REFUSED),
-        // A byte-for-byte copy of a live segment under a name that is not an engine's:
-        // valid, its writer (lock) absent: dead.
-        ("copy", file("copy.seg", &valid), ffi::HYDRA_PROBE_OK),
-        // The same copy planted under another engine's name (FORMAT §2.2).
-        (
-            "planted",
-            file("planted.hps", &valid),
-            ffi::HYDRA_PROBE_E_REFUSED,
-        ),
-    ];
-    let program = s.compile("hostile");
-    let mut cmd = Command::new(&program);
-    cmd.arg(&s.dir);
-    for (label, path, _) in &cases {
-        cmd.arg(format!("{label}={}", path.display()));
-    }
-    let out = cmd.output().expect("run hostile");
-    // A crash (signal) or an abort would show here as a failed status.
-    assert!(out.status.success(), "{cmd:?}:\n{}", show(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let got: BTreeMap<String, i32> = stdout
-        .lines()
-        .map(|l| {
-            let mut w = l.split_whitespace();
-            let (kind, label, code) = (w.next().unwrap(), w.next().unwrap(), w.next().unwrap());
-            (format!("{kind} {label}"), code.parse().unwrap())
-        })
-        .collect();
+/// What the `hostile` program's misuse checks must return, by label (0: a property of the
+/// outcome that holds).
+const MISUSE_CHECKS: &[(&str, i32)] = {
     use ffi::*;
-    let mut want: BTreeMap<String, i32> = [
+    &[
         ("open_null_out", HYDRA_PROBE_E_NULL),
         ("open_null_dir", HYDRA_PROBE_E_NULL),
         ("open_null_engine", HYDRA_PROBE_E_NULL),
@@ -370,14 +279,117 @@ fn misuse_and_hostile_files_give_error_codes() {
         ("set_thresholds_ok", HYDRA_PROBE_OK),
         ("close_e1", HYDRA_PROBE_OK),
     ]
-    .into_iter()
-    .map(|(k, v)| (format!("check {k}"), v))
-    .collect();
+};
+
+/// The hostile files, written to `hostile`: label, path, and the code opening it must
+/// return. `valid` is a live segment's bytes, `live` its path.
+fn hostile_files(hostile: &Path, valid: &[u8], live: &Path) -> Vec<(&'static str, PathBuf, i32)> {
+    let file = |name: &str, bytes: &[u8]| {
+        let p = hostile.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    let garbage: Vec<u8> = (0..8192u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let mut bad_major = valid.to_vec();
+    bad_major[h::VERSION_MAJOR_OFFSET..h::VERSION_MAJOR_OFFSET + 8]
+        .copy_from_slice(&99u64.to_ne_bytes());
+    let mut huge_count = valid.to_vec();
+    huge_count[h::SLOT_COUNT_OFFSET..h::SLOT_COUNT_OFFSET + 8]
+        .copy_from_slice(&u64::MAX.to_ne_bytes());
+    let fifo = hostile.join("fifo.hps");
+    let status = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success());
+    let subdir = hostile.join("dir.hps");
+    std::fs::create_dir(&subdir).unwrap();
+    let link = hostile.join("link.hps");
+    std::os::unix::fs::symlink(live, &link).unwrap();
+    vec![
+        (
+            "garbage",
+            file("garbage.hps", &garbage),
+            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
+        ),
+        (
+            "empty",
+            file("empty.hps", b""),
+            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
+        ),
+        (
+            "truncated_header",
+            file("short.hps", &valid[..100]),
+            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
+        ),
+        (
+            "truncated_slots",
+            file("cut.hps", &valid[..valid.len() - 8]),
+            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
+        ),
+        (
+            "huge_slot_count",
+            file("huge.hps", &huge_count),
+            ffi::HYDRA_PROBE_E_NOT_A_SEGMENT,
+        ),
+        (
+            "bad_major",
+            file("major.hps", &bad_major),
+            ffi::HYDRA_PROBE_E_UNSUPPORTED_VERSION,
+        ),
+        ("fifo", fifo, ffi::HYDRA_PROBE_E_REFUSED),
+        ("directory", subdir, ffi::HYDRA_PROBE_E_REFUSED),
+        ("symlink", link, ffi::HYDRA_PROBE_E_REFUSED),
+        // A byte-for-byte copy of a live segment under a name that is not an engine's:
+        // valid, its writer (lock) absent: dead.
+        ("copy", file("copy.seg", valid), ffi::HYDRA_PROBE_OK),
+        // The same copy planted under another engine's name (FORMAT §2.2).
+        (
+            "planted",
+            file("planted.hps", valid),
+            ffi::HYDRA_PROBE_E_REFUSED,
+        ),
+    ]
+}
+
+#[test]
+fn misuse_and_hostile_files_give_error_codes() {
+    let s = Scratch::new();
+    let w1 = s.writer("e1", 1);
+    let _w2 = s.writer("e2", 1);
+    let hostile = s.bin.parent().unwrap().join("hostile");
+    std::fs::create_dir(&hostile).unwrap();
+    let valid = std::fs::read(w1.path()).unwrap();
+    let cases = hostile_files(&hostile, &valid, w1.path());
+    let program = s.compile("hostile");
+    let mut cmd = Command::new(&program);
+    cmd.arg(&s.dir);
+    for (label, path, _) in &cases {
+        cmd.arg(format!("{label}={}", path.display()));
+    }
+    let out = cmd.output().expect("run hostile");
+    // A crash (signal) or an abort would show here as a failed status.
+    assert!(out.status.success(), "{cmd:?}:\n{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let got: BTreeMap<String, i32> = stdout
+        .lines()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let (kind, label, code) = (w.next().unwrap(), w.next().unwrap(), w.next().unwrap());
+            (format!("{kind} {label}"), code.parse().unwrap())
+        })
+        .collect();
+    let mut want: BTreeMap<String, i32> = MISUSE_CHECKS
+        .iter()
+        .map(|&(k, v)| (format!("check {k}"), v))
+        .collect();
     for (label, _, code) in &cases {
         want.insert(format!("open {label}"), *code);
-        if *code == HYDRA_PROBE_OK {
-            want.insert(format!("read {label}"), HYDRA_PROBE_OK);
-            want.insert(format!("read_meta {label}"), HYDRA_PROBE_OK);
+        if *code == ffi::HYDRA_PROBE_OK {
+            want.insert(format!("read {label}"), ffi::HYDRA_PROBE_OK);
+            want.insert(format!("read_meta {label}"), ffi::HYDRA_PROBE_OK);
         }
     }
     assert_eq!(

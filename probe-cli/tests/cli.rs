@@ -356,7 +356,61 @@ fn unreadable_files_are_clear_errors() {
         .stdout_has("it is a FIFO");
 }
 
+/// The JSON type of a meta field.
+#[derive(Debug, Clone, Copy)]
+enum Json {
+    Unsigned,
+    Bool,
+    Str,
+    Float,
+    UnsignedOrNull,
+    FloatOrNull,
+}
+
+impl Json {
+    fn holds(self, v: &serde_json::Value) -> bool {
+        match self {
+            Json::Unsigned => v.is_u64(),
+            Json::Bool => v.is_boolean(),
+            Json::Str => v.is_string(),
+            Json::Float => v.is_f64(),
+            Json::UnsignedOrNull => v.is_u64() || v.is_null(),
+            Json::FloatOrNull => v.is_f64() || v.is_null(),
+        }
+    }
+}
+
 /// Every field Hydra Core's `SlotMeta` parses, with its JSON type.
+const SLOTMETA_FIELDS: &[(&str, Json)] = &[
+    ("slot_id", Json::Unsigned),
+    ("n_past", Json::Unsigned),
+    ("state_size", Json::Unsigned),
+    ("is_processing", Json::Bool),
+    ("model_alias", Json::Str),
+    ("tokenizer", Json::Str),
+    ("model_name", Json::Str),
+    ("model_quant", Json::Str),
+    ("model_capabilities", Json::Unsigned),
+    ("model_path", Json::Str),
+    ("operation", Json::Str),
+    ("progress", Json::Float),
+    ("tokens_processed", Json::Unsigned),
+    ("tokens_total", Json::Unsigned),
+    ("elapsed_ms", Json::Unsigned),
+    // New fields.
+    ("classification", Json::Str),
+    ("engine_liveness", Json::Str),
+    ("engine_id", Json::Str),
+    ("task_id", Json::Unsigned),
+    ("queued", Json::Bool),
+    ("phase_start_ns", Json::Unsigned),
+    ("step_size", Json::Unsigned),
+    ("last_progress_age_ms", Json::UnsignedOrNull),
+    ("rate_per_s", Json::FloatOrNull),
+    ("eta_s", Json::FloatOrNull),
+    ("step_age_ms", Json::UnsignedOrNull),
+];
+
 #[test]
 fn meta_has_every_slotmeta_field_with_its_json_type() {
     let s = Scratch::new();
@@ -368,51 +422,12 @@ fn meta_has_every_slotmeta_field_with_its_json_type() {
             .code_is(0)
             .json();
         let obj = m.as_object().expect("meta is an object");
-        let check = |name: &str, ok: fn(&serde_json::Value) -> bool, what: &str| {
+        for &(name, json) in SLOTMETA_FIELDS {
             let v = obj
                 .get(name)
                 .unwrap_or_else(|| panic!("meta lacks {name}: {m}"));
-            assert!(ok(v), "{name} is not {what}: {v}");
-        };
-        check("slot_id", |v| v.is_u64(), "an unsigned int");
-        check("n_past", |v| v.is_u64(), "an unsigned int");
-        check("state_size", |v| v.is_u64(), "an unsigned int");
-        check("is_processing", |v| v.is_boolean(), "a bool");
-        check("model_alias", |v| v.is_string(), "a string");
-        check("tokenizer", |v| v.is_string(), "a string");
-        check("model_name", |v| v.is_string(), "a string");
-        check("model_quant", |v| v.is_string(), "a string");
-        check("model_capabilities", |v| v.is_u64(), "an unsigned int");
-        check("model_path", |v| v.is_string(), "a string");
-        check("operation", |v| v.is_string(), "a string");
-        check("progress", |v| v.is_f64(), "a float");
-        check("tokens_processed", |v| v.is_u64(), "an unsigned int");
-        check("tokens_total", |v| v.is_u64(), "an unsigned int");
-        check("elapsed_ms", |v| v.is_u64(), "an unsigned int");
-        // New fields.
-        check("classification", |v| v.is_string(), "a string");
-        check("engine_liveness", |v| v.is_string(), "a string");
-        check("engine_id", |v| v.is_string(), "a string");
-        check("task_id", |v| v.is_u64(), "an unsigned int");
-        check("queued", |v| v.is_boolean(), "a bool");
-        check("phase_start_ns", |v| v.is_u64(), "an unsigned int");
-        check("step_size", |v| v.is_u64(), "an unsigned int");
-        check(
-            "last_progress_age_ms",
-            |v| v.is_u64() || v.is_null(),
-            "an int or null",
-        );
-        check(
-            "rate_per_s",
-            |v| v.is_f64() || v.is_null(),
-            "a float or null",
-        );
-        check("eta_s", |v| v.is_f64() || v.is_null(), "a float or null");
-        check(
-            "step_age_ms",
-            |v| v.is_u64() || v.is_null(),
-            "an int or null",
-        );
+            assert!(json.holds(v), "{name} is not {json:?}: {v}");
+        }
         let op = obj["operation"].as_str().unwrap();
         assert!(
             ["prefill", "decode", "save", "restore", "idle"].contains(&op),

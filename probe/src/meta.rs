@@ -453,11 +453,11 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
-    #[test]
-    fn meta_of_prefilling_queued_and_saving_slots() {
-        let tmp = tempfile::tempdir().unwrap();
+    /// Three slots: prefilling 48 of 192 tokens, queued, saving 1 of 4 MiB; a writer
+    /// with capabilities 3 (no layer progress).
+    fn prefilling_queued_and_saving(dir: &std::path::Path, now: u64) -> SegmentWriter {
         let mut w = SegmentWriter::create(&SegmentConfig {
-            dir: tmp.path().into(),
+            dir: dir.into(),
             engine_id: "e1".into(),
             slot_count: 3,
             description: EngineDescription {
@@ -468,7 +468,6 @@ mod tests {
             },
         })
         .unwrap();
-        let now = clock::monotonic_ns() + 100 * S;
         w.publish(
             0,
             &SlotState {
@@ -507,9 +506,12 @@ mod tests {
             },
         )
         .unwrap();
-        let r = SegmentReader::open(w.path()).unwrap();
-        let v = EngineView::capture(&r, now, &Thresholds::default()).unwrap();
-        let m = HydraMeta::from_view(&v, 0).unwrap();
+        w
+    }
+
+    /// The prefilling slot's meta: its figures, no layer fields, and the capabilities.
+    fn check_prefilling_meta(v: &EngineView) -> HydraMeta {
+        let m = HydraMeta::from_view(v, 0).unwrap();
         assert_eq!(m.operation, "prefill");
         assert!(m.is_processing);
         assert_eq!(
@@ -531,7 +533,7 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
         assert!(json.get("substep_done").is_none() && json.get("stalled_at_layer").is_none());
         // The meta is its figures: the numbers the C ABI copies out.
-        let f = MetaFigures::of(&v, &v.slots[0]);
+        let f = MetaFigures::of(v, &v.slots[0]);
         assert_eq!(
             (f.operation, f.progress, f.elapsed_ms),
             (Phase::Prefill, 0.25, 3000)
@@ -542,6 +544,17 @@ mod tests {
             m.model_capabilities,
             3 | hydra_layout::header::capabilities::WRITER_DERIVED
         );
+        m
+    }
+
+    #[test]
+    fn meta_of_prefilling_queued_and_saving_slots() {
+        let tmp = tempfile::tempdir().unwrap();
+        let now = clock::monotonic_ns() + 100 * S;
+        let w = prefilling_queued_and_saving(tmp.path(), now);
+        let r = SegmentReader::open(w.path()).unwrap();
+        let v = EngineView::capture(&r, now, &Thresholds::default()).unwrap();
+        let m = check_prefilling_meta(&v);
         let q = HydraMeta::from_view(&v, 1).unwrap();
         assert_eq!(
             (q.operation.as_str(), q.queued, q.is_processing),
@@ -572,6 +585,40 @@ mod tests {
         // Round trip through JSON.
         let back: HydraMeta = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(back, m);
+    }
+
+    /// The bytes of the segment at `segment` as a v1.0 writer's file (a copy beside it): the
+    /// layer fields are absent from its meta.
+    fn check_as_v1_0(segment: &std::path::Path, now: u64) {
+        let mut bytes = std::fs::read(segment).unwrap();
+        bytes[hydra_layout::header::VERSION_MINOR_OFFSET..][..8]
+            .copy_from_slice(&0u64.to_ne_bytes());
+        let old = segment.with_extension("as-v1.0.seg");
+        std::fs::write(&old, &bytes).unwrap();
+        let r0 = SegmentReader::open(&old).unwrap();
+        let m0 = HydraMeta::from_view(
+            &EngineView::capture(&r0, now, &Thresholds::default()).unwrap(),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            m0.classification,
+            SlotClass::Orphaned,
+            "a copy has no live writer"
+        );
+        assert_eq!(m0.stalled_at_layer, None);
+        let json: serde_json::Value = serde_json::from_str(&m0.to_json()).unwrap();
+        for field in [
+            "substep_done",
+            "substep_total",
+            "substep_age_ms",
+            "stalled_at_layer",
+        ] {
+            assert!(
+                json.get(field).is_none(),
+                "{field} present for a v1.0 writer"
+            );
+        }
     }
 
     /// The layer fields: a position of the step in flight (v1.1), stalled at a layer, and
@@ -641,31 +688,7 @@ mod tests {
         assert_eq!(serde_json::from_value::<HydraMeta>(json).unwrap(), m);
 
         // The same bytes as a v1.0 writer's file: the layer fields are absent.
-        let mut bytes = std::fs::read(w.path()).unwrap();
-        bytes[hydra_layout::header::VERSION_MINOR_OFFSET..][..8]
-            .copy_from_slice(&0u64.to_ne_bytes());
-        let old = tmp.path().join("as-v1.0.seg");
-        std::fs::write(&old, &bytes).unwrap();
-        let r0 = SegmentReader::open(&old).unwrap();
-        let m0 = HydraMeta::from_view(&EngineView::capture(&r0, now, &t).unwrap(), 0).unwrap();
-        assert_eq!(
-            m0.classification,
-            SlotClass::Orphaned,
-            "a copy has no live writer"
-        );
-        assert_eq!(m0.stalled_at_layer, None);
-        let json: serde_json::Value = serde_json::from_str(&m0.to_json()).unwrap();
-        for field in [
-            "substep_done",
-            "substep_total",
-            "substep_age_ms",
-            "stalled_at_layer",
-        ] {
-            assert!(
-                json.get(field).is_none(),
-                "{field} present for a v1.0 writer"
-            );
-        }
+        check_as_v1_0(w.path(), now);
     }
 
     /// The device fields (v1.3): the device a step waits on and its layer's device on an

@@ -95,6 +95,14 @@ namespace Hydra.Progress.Tests
         {
             string headerPath = Bins.Require("HYDRA_PROBE_HEADER");
             string header = File.ReadAllText(headerPath);
+            StructsMatchHeader(header, headerPath);
+            ConstantsMatchHeader(header);
+        }
+
+        // Every size and offset of the header's structs, printed by a C program generated from
+        // the header's own field lists, equals the C# struct's.
+        static void StructsMatchHeader(string header, string headerPath)
+        {
             var structs = new[] { "HydraProbeSlot", "HydraProbeThresholds", "HydraProbeMeta", "HydraProbeDescription", "HydraProbeStr", "HydraProbeLayer", "HydraProbePrediction", "HydraProbeWait", "HydraProbeDeviceTable", "HydraProbeDevice", "HydraProbeLayerRange", "HydraProbeHistogram", "HydraProbeStats", "HydraProbeHistory", "HydraProbeStep" };
             // A C program, generated from the header's own field lists, prints every size and offset.
             var c = new StringBuilder("#include <stdio.h>\n#include <stddef.h>\n#include \"hydra_probe.h\"\nint main(void) {\n");
@@ -134,7 +142,12 @@ namespace Hydra.Progress.Tests
                 checkedFields++;
             }
             Assert.True(checkedFields >= 37 + 17 + 9 + 2, $"only {checkedFields} fields checked");
+            Directory.Delete(dir, true);
+        }
 
+        // The enumerators, return codes and other constants of the header equal the C# ones.
+        static void ConstantsMatchHeader(string header)
+        {
             // Enums: every enumerator of the header, and no other, with the same value.
             foreach (var pair in new[] { Tuple.Create("HYDRA_PROBE_SLOT_CLASS_", typeof(SlotClass)), Tuple.Create("HYDRA_PROBE_ENGINE_HEALTH_", typeof(EngineHealth)) })
             {
@@ -178,7 +191,6 @@ namespace Hydra.Progress.Tests
             foreach (var pair in new[] { Tuple.Create("HISTOGRAMS", HydraProbeAbi.Histograms), Tuple.Create("HISTOGRAM_BUCKETS", HydraProbeAbi.HistogramBuckets), Tuple.Create("CAUSES", HydraProbeAbi.Causes), Tuple.Create("PHASES", HydraProbeAbi.Phases) })
                 Assert.Equal(int.Parse(Regex.Match(header, @"#define HYDRA_PROBE_" + pair.Item1 + @" (\d+)").Groups[1].Value), pair.Item2, "HYDRA_PROBE_" + pair.Item1);
             Assert.Equal(uint.Parse(Regex.Match(header, @"#define HYDRA_PROBE_HISTOGRAM_RATIO_PREFILL (\d+)").Groups[1].Value), HydraProbeAbi.HistogramRatioPrefill, "the first ratio histogram");
-            Directory.Delete(dir, true);
         }
 
         // ---------------------------------------------------------------- JSON

@@ -35,16 +35,16 @@ static int answer(int32_t rc) {
     return rc;
 }
 
-int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s <dir> <engine-id> <slots>\n", argv[0]);
-        return 2;
-    }
-    uint32_t slots = (uint32_t)strtoul(argv[3], NULL, 10);
-    if (slots == 0 || slots > MAX_SLOTS) {
-        fprintf(stderr, "slots must be 1..%d\n", MAX_SLOTS);
-        return 2;
-    }
+/* The demo's state between commands: the writer, each slot's tokens, the engine's counters. */
+typedef struct {
+    HydraWriter *w;
+    uint64_t done[MAX_SLOTS];
+    HydraWriterCounters counters;
+} Demo;
+
+/* Creates the segment of engine `id` with `slots` slots in `dir` and prints
+ * `ready <path>`; NULL (the reason on stderr) if it cannot. */
+static HydraWriter *create(const char *dir, const char *id, uint32_t slots) {
     HydraWriterDescription desc = {
         .model_name = "demo-llama",
         .model_quant = "Q8_0",
@@ -55,21 +55,79 @@ int main(int argc, char **argv) {
         .capabilities = HYDRA_WRITER_CAP_COMPLETION,
     };
     HydraWriter *w = NULL;
-    int32_t rc = hydra_writer_create(argv[1], argv[2], slots, &desc, &w);
+    int32_t rc = hydra_writer_create(dir, id, slots, &desc, &w);
     if (rc != HYDRA_WRITER_OK) {
         char msg[512];
         hydra_writer_last_error(msg, sizeof msg, NULL);
         fprintf(stderr, "hydra_writer_create: %d %s\n", (int)rc, msg);
-        return 1;
+        return NULL;
     }
     char path[4096];
-    if (hydra_writer_path(w, path, sizeof path, NULL) != HYDRA_WRITER_OK)
-        return 1;
+    if (hydra_writer_path(w, path, sizeof path, NULL) != HYDRA_WRITER_OK) {
+        hydra_writer_close(w);
+        return NULL;
+    }
     printf("ready %s\n", path);
     fflush(stdout);
+    return w;
+}
 
-    uint64_t done[MAX_SLOTS] = {0};
-    HydraWriterCounters counters = {.kv_cells_total = 4096u * slots};
+/* `begin`: a decode task `task` of `total` tokens starts on `slot`. */
+static int32_t begin(Demo *d, unsigned slot, uint64_t task, uint64_t total) {
+    if (slot < MAX_SLOTS)
+        d->done[slot] = 0;
+    int32_t rc = hydra_writer_begin_task(d->w, slot, task, HYDRA_WRITER_PHASE_DECODE,
+                                         HYDRA_WRITER_UNIT_TOKENS, total);
+    if (rc == HYDRA_WRITER_OK)
+        rc = hydra_writer_set_slot_info(d->w, slot, 4096, 0, 0);
+    if (rc == HYDRA_WRITER_OK) {
+        d->counters.requests_running++;
+        rc = hydra_writer_set_counters(d->w, &d->counters);
+    }
+    return rc;
+}
+
+/* `step`: one decode step on `slot` (< MAX_SLOTS): announce it, compute (here: nothing),
+ * report it. */
+static int32_t step(Demo *d, unsigned slot) {
+    int32_t rc = hydra_writer_step_start(d->w, slot, 1);
+    if (rc == HYDRA_WRITER_OK)
+        rc = hydra_writer_step_finish(d->w, slot, ++d->done[slot]);
+    if (rc == HYDRA_WRITER_OK)
+        rc = hydra_writer_set_n_past(d->w, slot, d->done[slot]);
+    if (rc == HYDRA_WRITER_OK) {
+        d->counters.generated_tokens_total++;
+        rc = hydra_writer_set_counters(d->w, &d->counters);
+    }
+    if (rc == HYDRA_WRITER_OK)
+        rc = hydra_writer_heartbeat(d->w);
+    return rc;
+}
+
+/* `finish`: the task on `slot` completed. */
+static int32_t finish(Demo *d, unsigned slot) {
+    int32_t rc = hydra_writer_finish(d->w, slot, HYDRA_WRITER_FINISH_COMPLETED,
+                                     HYDRA_WRITER_ERROR_NONE);
+    if (rc == HYDRA_WRITER_OK && d->counters.requests_running > 0) {
+        d->counters.requests_running--;
+        rc = hydra_writer_set_counters(d->w, &d->counters);
+    }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s <dir> <engine-id> <slots>\n", argv[0]);
+        return 2;
+    }
+    uint32_t slots = (uint32_t)strtoul(argv[3], NULL, 10);
+    if (slots == 0 || slots > MAX_SLOTS) {
+        fprintf(stderr, "slots must be 1..%d\n", MAX_SLOTS);
+        return 2;
+    }
+    Demo d = {.w = create(argv[1], argv[2], slots), .counters = {.kv_cells_total = 4096u * slots}};
+    if (d.w == NULL)
+        return 1;
     char line[256];
     while (fgets(line, sizeof line, stdin)) {
         char cmd[32] = "";
@@ -79,49 +137,21 @@ int main(int argc, char **argv) {
         if (fields < 1)
             continue;
         if (strcmp(cmd, "close") == 0) {
-            return answer(hydra_writer_close(w)) == HYDRA_WRITER_OK ? 0 : 1;
+            return answer(hydra_writer_close(d.w)) == HYDRA_WRITER_OK ? 0 : 1;
         } else if (strcmp(cmd, "begin") == 0 && fields == 4) {
-            if (slot < MAX_SLOTS)
-                done[slot] = 0;
-            rc = hydra_writer_begin_task(w, slot, a, HYDRA_WRITER_PHASE_DECODE,
-                                         HYDRA_WRITER_UNIT_TOKENS, b);
-            if (rc == HYDRA_WRITER_OK)
-                rc = hydra_writer_set_slot_info(w, slot, 4096, 0, 0);
-            if (rc == HYDRA_WRITER_OK) {
-                counters.requests_running++;
-                rc = hydra_writer_set_counters(w, &counters);
-            }
-            answer(rc);
+            answer(begin(&d, slot, a, b));
         } else if (strcmp(cmd, "step") == 0 && fields >= 2 && slot < MAX_SLOTS) {
-            /* One decode step: announce it, compute (here: nothing), report it. */
-            rc = hydra_writer_step_start(w, slot, 1);
-            if (rc == HYDRA_WRITER_OK)
-                rc = hydra_writer_step_finish(w, slot, ++done[slot]);
-            if (rc == HYDRA_WRITER_OK)
-                rc = hydra_writer_set_n_past(w, slot, done[slot]);
-            if (rc == HYDRA_WRITER_OK) {
-                counters.generated_tokens_total++;
-                rc = hydra_writer_set_counters(w, &counters);
-            }
-            if (rc == HYDRA_WRITER_OK)
-                rc = hydra_writer_heartbeat(w);
-            answer(rc);
+            answer(step(&d, slot));
         } else if (strcmp(cmd, "queue") == 0 && fields >= 2) {
-            answer(hydra_writer_pending_queued(w, slot));
+            answer(hydra_writer_pending_queued(d.w, slot));
         } else if (strcmp(cmd, "finish") == 0 && fields >= 2) {
-            rc = hydra_writer_finish(w, slot, HYDRA_WRITER_FINISH_COMPLETED,
-                                     HYDRA_WRITER_ERROR_NONE);
-            if (rc == HYDRA_WRITER_OK && counters.requests_running > 0) {
-                counters.requests_running--;
-                rc = hydra_writer_set_counters(w, &counters);
-            }
-            answer(rc);
+            answer(finish(&d, slot));
         } else {
             printf("err 0 unknown command\n");
             fflush(stdout);
         }
     }
     /* stdin closed without `close`: close anyway (a killed process would leave it dead). */
-    hydra_writer_close(w);
+    hydra_writer_close(d.w);
     return 0;
 }

@@ -120,96 +120,112 @@ fn main() {
         .expect("tempdir");
     let dir = tmp.path().to_path_buf();
     println!("# hydra-engine server benchmark: embedded model, {} decode tokens, {} compute thread(s), {} rounds", o.tokens, o.threads, o.rounds);
+    meta_latency(&o, &dir);
+    publishing_and_readers(&o, &dir);
+}
 
-    // 1. Meta latency during a decode.
-    {
-        let e = start_engine(&dir, "meta", o.threads, true, None);
-        let seg = dir.join("meta.hps");
-        let reader = SegmentReader::open(&seg).expect("open");
-        let mut http_segment = Vec::new();
-        let mut lib = Vec::new();
-        let mut queue = Vec::new();
-        for _ in 0..o.rounds {
-            workload::fresh_prefill(&e, 0, "Benchmark: ");
-            std::thread::scope(|scope| {
-                let decode = scope.spawn(|| workload::decode(&e, 0, o.tokens));
-                // Wait until the decode runs, then ask through the queue and from the segment.
-                let t0 = Instant::now();
-                while reader
-                    .slot(0)
-                    .map(|s| s.state.phase.as_str() != "decode")
-                    .unwrap_or(true)
-                {
-                    assert!(
-                        t0.elapsed() < Duration::from_secs(30),
-                        "decode did not start"
-                    );
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                let q = scope.spawn(|| {
-                    let t = Instant::now();
-                    let (code, body) = http::get(&e.url("/slots/0/state/meta?via=queue"));
-                    assert_eq!(code, 200, "queue meta: {body}");
-                    t.elapsed().as_secs_f64()
-                });
-                let meta_url = e.url("/slots/0/state/meta");
-                let agent = http::agent();
-                while !decode.is_finished() {
-                    let t = Instant::now();
-                    let (code, body) = http::call(agent.get(&meta_url), None);
-                    assert_eq!(code, 200, "segment meta: {body}");
-                    http_segment.push(t.elapsed().as_secs_f64());
-                    let t = Instant::now();
-                    let v =
-                        EngineView::capture(&reader, clock::monotonic_ns(), &Thresholds::default())
-                            .expect("capture");
-                    std::hint::black_box(hydra_probe::HydraMeta::from_view(&v, 0));
-                    lib.push(t.elapsed().as_secs_f64());
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                decode.join().expect("decode thread");
-                queue.push(q.join().expect("queue thread"));
-            });
-        }
-        println!();
-        println!("## meta latency while slot 0 decodes {} tokens", o.tokens);
-        println!("| path | samples | p50 | p99 | max |");
-        println!("|---|---:|---:|---:|---:|");
-        for (name, v) in [
-            ("task queue (`?via=queue`, the old way)", &mut queue),
-            (
-                "segment over HTTP (`/slots/0/state/meta`)",
-                &mut http_segment,
-            ),
-            ("segment in-process (probe library)", &mut lib),
-        ] {
-            let n = v.len();
-            println!(
-                "| {name} | {n} | {:.3} ms | {:.3} ms | {:.3} ms |",
-                pct(v, 0.5) * 1e3,
-                pct(v, 0.99) * 1e3,
-                pct(v, 1.0) * 1e3
-            );
-        }
+/// The meta's latency while slot 0 decodes, in seconds, by the path it took.
+#[derive(Default)]
+struct MetaLatency {
+    /// Through the task queue (`?via=queue`): one per decode.
+    queue: Vec<f64>,
+    /// From the segment over HTTP, as often as the decode lasts.
+    http_segment: Vec<f64>,
+    /// From the segment through the probe library, in this process.
+    lib: Vec<f64>,
+}
+
+/// 1. The meta's latency during a decode, through the queue and from the segment.
+fn meta_latency(o: &Opts, dir: &Path) {
+    let e = start_engine(dir, "meta", o.threads, true, None);
+    let reader = SegmentReader::open(dir.join("meta.hps")).expect("open");
+    let mut m = MetaLatency::default();
+    for _ in 0..o.rounds {
+        workload::fresh_prefill(&e, 0, "Benchmark: ");
+        meta_round(o, &e, &reader, &mut m);
+    }
+    println!();
+    println!("## meta latency while slot 0 decodes {} tokens", o.tokens);
+    println!("| path | samples | p50 | p99 | max |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, v) in [
+        ("task queue (`?via=queue`, the old way)", &mut m.queue),
+        (
+            "segment over HTTP (`/slots/0/state/meta`)",
+            &mut m.http_segment,
+        ),
+        ("segment in-process (probe library)", &mut m.lib),
+    ] {
+        let n = v.len();
         println!(
-            "ratio queue/segment-HTTP at p50: {:.0}x",
-            pct(&mut queue, 0.5) / pct(&mut http_segment, 0.5)
+            "| {name} | {n} | {:.3} ms | {:.3} ms | {:.3} ms |",
+            pct(v, 0.5) * 1e3,
+            pct(v, 0.99) * 1e3,
+            pct(v, 1.0) * 1e3
         );
     }
+    println!(
+        "ratio queue/segment-HTTP at p50: {:.0}x",
+        pct(&mut m.queue, 0.5) / pct(&mut m.http_segment, 0.5)
+    );
+}
 
-    // 2. Publishing on vs off, and 3. 0 vs 8 readers, in alternating ABBA pairs.
+/// One decode of `o.tokens` on slot 0: once it runs, one meta through the queue and, until
+/// it ends, metas from the segment over HTTP and in-process every 2 ms.
+fn meta_round(o: &Opts, e: &Server, reader: &SegmentReader, m: &mut MetaLatency) {
+    std::thread::scope(|scope| {
+        let decode = scope.spawn(|| workload::decode(e, 0, o.tokens));
+        // Wait until the decode runs, then ask through the queue and from the segment.
+        let t0 = Instant::now();
+        while reader
+            .slot(0)
+            .map(|s| s.state.phase.as_str() != "decode")
+            .unwrap_or(true)
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "decode did not start"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let q = scope.spawn(|| {
+            let t = Instant::now();
+            let (code, body) = http::get(&e.url("/slots/0/state/meta?via=queue"));
+            assert_eq!(code, 200, "queue meta: {body}");
+            t.elapsed().as_secs_f64()
+        });
+        let meta_url = e.url("/slots/0/state/meta");
+        let agent = http::agent();
+        while !decode.is_finished() {
+            let t = Instant::now();
+            let (code, body) = http::call(agent.get(&meta_url), None);
+            assert_eq!(code, 200, "segment meta: {body}");
+            m.http_segment.push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            let v = EngineView::capture(reader, clock::monotonic_ns(), &Thresholds::default())
+                .expect("capture");
+            std::hint::black_box(hydra_probe::HydraMeta::from_view(&v, 0));
+            m.lib.push(t.elapsed().as_secs_f64());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        decode.join().expect("decode thread");
+        m.queue.push(q.join().expect("queue thread"));
+    });
+}
+
+/// 2. Publishing on vs off, and 3. 0 vs 8 readers, in alternating ABBA pairs.
+fn publishing_and_readers(o: &Opts, dir: &Path) {
     let (engine_cpu, reader_cpu) = if o.pin {
         (Some("0"), Some("1"))
     } else {
         (None, None)
     };
-    let on = start_engine(&dir, "on", o.threads, true, engine_cpu);
-    let off = start_engine(&dir, "off", o.threads, false, engine_cpu);
+    let on = start_engine(dir, "on", o.threads, true, engine_cpu);
+    let off = start_engine(dir, "off", o.threads, false, engine_cpu);
     let seg_on = dir.join("on.hps");
     // Warm both.
     decode_rate(&on, 64);
     decode_rate(&off, 64);
-    let me = std::env::current_exe().expect("current_exe");
     let mut publish = Pairs::default();
     let mut readers = Pairs::default();
     for round in 0..o.rounds {
@@ -225,25 +241,7 @@ fn main() {
         let (a, b) = ab(
             flip,
             || decode_rate(&on, o.tokens),
-            || {
-                let mut procs: Vec<Child> = (0..8)
-                    .map(|_| {
-                        pinned(reader_cpu, &me)
-                            .arg("--reader")
-                            .arg(&seg_on)
-                            .stdout(Stdio::null())
-                            .spawn()
-                            .expect("spawn reader")
-                    })
-                    .collect();
-                std::thread::sleep(Duration::from_millis(200));
-                let r = decode_rate(&on, o.tokens);
-                for p in &mut procs {
-                    let _ = p.kill();
-                    let _ = p.wait();
-                }
-                r
-            },
+            || with_readers(reader_cpu, &seg_on, || decode_rate(&on, o.tokens)),
         );
         readers.push(a, b);
     }
@@ -259,6 +257,29 @@ fn main() {
     println!();
     publish.raw("publishing off / on");
     readers.raw("0 readers / 8 readers");
+}
+
+/// Runs `f` while 8 reader processes (this binary, `--reader`, on `cpu` if given) capture
+/// the segment at `segment` at 1 kHz; they are killed afterwards.
+fn with_readers(cpu: Option<&str>, segment: &Path, f: impl FnOnce() -> Rate) -> Rate {
+    let me = std::env::current_exe().expect("current_exe");
+    let mut procs: Vec<Child> = (0..8)
+        .map(|_| {
+            pinned(cpu, &me)
+                .arg("--reader")
+                .arg(segment)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn reader")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let r = f();
+    for p in &mut procs {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    r
 }
 
 /// Runs `a` then `b`, or `b` then `a` when `flip`; returns `(a, b)`.

@@ -125,6 +125,98 @@ fn ok(what: &str, (status, body): (u16, serde_json::Value)) -> serde_json::Value
     body
 }
 
+/// The workload: a chunked prefill and a decode from it; a state save, its restore into
+/// another slot and a decode there; a completion (prefill then decode in one task) on a
+/// slot that already holds tokens; a prefill appended to a filled cache; an erase.
+fn run_workload(e: &Engine) {
+    // A chunked prefill, then a decode from it.
+    let prompt = "The compute loop publishes progress on every step. ".repeat(40);
+    ok(
+        "prefill",
+        post(
+            e,
+            "/slots/0/prefill",
+            &serde_json::json!({ "prompt": prompt }).to_string(),
+        ),
+    );
+    ok(
+        "decode",
+        post(
+            e,
+            "/slots/0/decode",
+            r#"{"n_predict":300,"ignore_eos":true}"#,
+        ),
+    );
+    // Save slot 0, restore into slot 1, continue there.
+    let resp = agent().get(&e.url("/slots/0/state")).call().expect("save");
+    let mut state = Vec::new();
+    std::io::Read::read_to_end(&mut resp.into_reader(), &mut state).expect("read state");
+    agent()
+        .put(&e.url("/slots/1/state"))
+        .send_bytes(&state)
+        .expect("restore");
+    ok(
+        "decode after restore",
+        post(
+            e,
+            "/slots/1/decode",
+            r#"{"n_predict":100,"ignore_eos":true}"#,
+        ),
+    );
+    // A completion: prefill then decode in one task, on a slot that already holds tokens.
+    ok(
+        "first prompt of slot 2",
+        post(e, "/slots/2/prefill", r#"{"prompt":"A first prompt. "}"#),
+    );
+    let completion = serde_json::json!({
+        "id_slot": 2,
+        "prompt": "Then a longer one, prefilled in chunks. ".repeat(10),
+        "n_predict": 200,
+        "ignore_eos": true,
+    });
+    ok(
+        "completion",
+        post(e, "/completion", &completion.to_string()),
+    );
+    // A prefill appended to a filled cache, then an erase.
+    ok(
+        "appended prefill",
+        post(e, "/slots/0/prefill", r#"{"prompt":" And more on top."}"#),
+    );
+    ok("erase", post(e, "/slots/2?action=erase", ""));
+}
+
+/// The test only means something if it watched the phases it claims to check.
+fn assert_watched_every_phase(seen: &Seen) {
+    assert!(seen.samples >= 100, "only {} samples", seen.samples);
+    for (slot, phase) in [(0, Phase::Prefill), (0, Phase::Decode), (1, Phase::Decode)] {
+        assert!(
+            seen.phases.contains(&(slot, phase.to_raw())),
+            "never saw slot {slot} in {phase}: {:?}",
+            seen.phases
+        );
+    }
+    assert!(
+        seen.later_phase_decodes > 0,
+        "never saw the decode phase of the completion"
+    );
+}
+
+/// What the finished tasks left: idle slots, completed, the cache figures of the last
+/// phase, no step in flight.
+fn finished_tasks_left_idle_slots(e: &Engine) {
+    let reader = hydra_layout::SegmentReader::open(e.segment()).expect("open segment");
+    for slot in 0..3 {
+        let s = reader.slot(slot).expect("slot").state;
+        assert_eq!(s.phase, Phase::Idle, "slot {slot}: {s:?}");
+        assert_eq!(s.finish_reason.as_str(), "completed", "slot {slot}: {s:?}");
+        assert_eq!((s.step_start_ns, s.step_size), (0, 0), "slot {slot}");
+    }
+    let s0 = reader.slot(0).expect("slot 0").state;
+    assert_eq!(s0.n_past, s0.tokens_cached + s0.work_done, "{s0:?}");
+    assert_eq!(reader.slot(2).expect("slot 2").state.n_past, 0, "erased");
+}
+
 #[test]
 fn every_sample_of_a_live_engine_satisfies_the_format_invariants() {
     let tmp = tempfile::Builder::new()
@@ -142,62 +234,7 @@ fn every_sample_of_a_live_engine_satisfies_the_format_invariants() {
         std::thread::spawn(move || sample(segment, stop))
     };
 
-    // A chunked prefill, then a decode from it.
-    let prompt = "The compute loop publishes progress on every step. ".repeat(40);
-    ok(
-        "prefill",
-        post(
-            &e,
-            "/slots/0/prefill",
-            &serde_json::json!({ "prompt": prompt }).to_string(),
-        ),
-    );
-    ok(
-        "decode",
-        post(
-            &e,
-            "/slots/0/decode",
-            r#"{"n_predict":300,"ignore_eos":true}"#,
-        ),
-    );
-    // Save slot 0, restore into slot 1, continue there.
-    let resp = agent().get(&e.url("/slots/0/state")).call().expect("save");
-    let mut state = Vec::new();
-    std::io::Read::read_to_end(&mut resp.into_reader(), &mut state).expect("read state");
-    agent()
-        .put(&e.url("/slots/1/state"))
-        .send_bytes(&state)
-        .expect("restore");
-    ok(
-        "decode after restore",
-        post(
-            &e,
-            "/slots/1/decode",
-            r#"{"n_predict":100,"ignore_eos":true}"#,
-        ),
-    );
-    // A completion: prefill then decode in one task, on a slot that already holds tokens.
-    ok(
-        "first prompt of slot 2",
-        post(&e, "/slots/2/prefill", r#"{"prompt":"A first prompt. "}"#),
-    );
-    let completion = serde_json::json!({
-        "id_slot": 2,
-        "prompt": "Then a longer one, prefilled in chunks. ".repeat(10),
-        "n_predict": 200,
-        "ignore_eos": true,
-    });
-    ok(
-        "completion",
-        post(&e, "/completion", &completion.to_string()),
-    );
-    // A prefill appended to a filled cache, then an erase.
-    ok(
-        "appended prefill",
-        post(&e, "/slots/0/prefill", r#"{"prompt":" And more on top."}"#),
-    );
-    ok("erase", post(&e, "/slots/2?action=erase", ""));
-
+    run_workload(&e);
     stop.store(true, Ordering::Release);
     let seen = sampler.join().expect("sampler thread");
     assert!(
@@ -206,30 +243,6 @@ fn every_sample_of_a_live_engine_satisfies_the_format_invariants() {
         seen.violations.len(),
         seen.violations[..seen.violations.len().min(20)].join("\n")
     );
-    // The test only means something if it watched the phases it claims to check.
-    assert!(seen.samples >= 100, "only {} samples", seen.samples);
-    for (slot, phase) in [(0, Phase::Prefill), (0, Phase::Decode), (1, Phase::Decode)] {
-        assert!(
-            seen.phases.contains(&(slot, phase.to_raw())),
-            "never saw slot {slot} in {phase}: {:?}",
-            seen.phases
-        );
-    }
-    assert!(
-        seen.later_phase_decodes > 0,
-        "never saw the decode phase of the completion"
-    );
-
-    // What the finished tasks left: idle slots, completed, the cache figures of the last
-    // phase, no step in flight.
-    let reader = hydra_layout::SegmentReader::open(e.segment()).expect("open segment");
-    for slot in 0..3 {
-        let s = reader.slot(slot).expect("slot").state;
-        assert_eq!(s.phase, Phase::Idle, "slot {slot}: {s:?}");
-        assert_eq!(s.finish_reason.as_str(), "completed", "slot {slot}: {s:?}");
-        assert_eq!((s.step_start_ns, s.step_size), (0, 0), "slot {slot}");
-    }
-    let s0 = reader.slot(0).expect("slot 0").state;
-    assert_eq!(s0.n_past, s0.tokens_cached + s0.work_done, "{s0:?}");
-    assert_eq!(reader.slot(2).expect("slot 2").state.n_past, 0, "erased");
+    assert_watched_every_phase(&seen);
+    finished_tasks_left_idle_slots(&e);
 }

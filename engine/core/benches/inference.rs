@@ -163,100 +163,90 @@ fn write_builtin_gguf(path: &Path) {
     gguf_file::write(&mut f, &md, &ts).unwrap();
 }
 
-fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(2);
-        }
-    };
-    // As the engine binary does (`hydra_engine_core::memory`).
-    hydra_engine_core::memory::keep_freed_memory();
-    hydra_engine_core::threads::set_cpu_threads(args.threads).expect("threads");
-    let tmp = std::env::temp_dir().join(format!("hydra-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let mut rows = Vec::new();
-    let ub = |n: usize| args.ubatch.unwrap_or(n);
-
-    // Embedded model.
+/// The embedded model's rows: hydra-engine and candle's loop on the same weights.
+fn embedded_rows(args: &Args, tmp: &Path) -> Vec<Row> {
     let model = Arc::new(Model::builtin().unwrap());
     let prompt = prompt_for(&model, args.prompt_tokens);
     let builtin_path = tmp.join("builtin.gguf");
     write_builtin_gguf(&builtin_path);
     let mut reference = load_reference(&builtin_path);
     let quant = model.info().quantization.clone();
+    let ubatch = args.ubatch.unwrap_or(prompt.len());
     let best = best_of(
         args.repeat,
         vec![
-            Box::new(|| bench_ours(model.clone(), &prompt, args.decode_tokens, ub(prompt.len()))),
+            Box::new(|| bench_ours(model.clone(), &prompt, args.decode_tokens, ubatch)),
             Box::new(|| bench_reference(&mut reference, &prompt, args.decode_tokens)),
         ],
     );
-    for ((engine, weights), (p, d)) in [
+    [
         ("hydra-engine", quant.clone()),
         ("candle quantized_llama", quant),
     ]
     .into_iter()
     .zip(best)
-    {
-        rows.push(Row {
-            model: "embedded".into(),
-            engine: engine.into(),
+    .map(|((engine, weights), (p, d))| Row {
+        model: "embedded".into(),
+        engine: engine.into(),
+        weights,
+        prefill_tps: p,
+        decode_tps: d,
+    })
+    .collect()
+}
+
+/// The rows of the GGUF at `path`: hydra-engine, candle's loop on the file as shipped, and
+/// on the file hydra converts it to at load if it converts it.
+fn gguf_rows(args: &Args, path: &Path, tmp: &Path) -> Vec<Row> {
+    let t = Instant::now();
+    let model = Arc::new(Model::load_gguf(path, &LoadOptions::default()).expect("load"));
+    eprintln!(
+        "loaded {} in {:.2}s",
+        model.info().name,
+        t.elapsed().as_secs_f64()
+    );
+    let prompt = prompt_for(&model, args.prompt_tokens);
+    let name = model.info().name.clone();
+    let quant = model.info().quantization.clone();
+    let mut engines = vec![("hydra-engine".to_string(), quant.clone())];
+    let mut refs = Vec::new();
+    if quant.contains("->") {
+        let converted = tmp.join("converted.gguf");
+        convert_gguf_file(path, &converted, Conversion::default()).expect("convert");
+        refs.push(load_reference(&converted));
+        let _ = std::fs::remove_file(&converted);
+        engines.push(("candle quantized_llama".into(), format!("{quant} (same)")));
+    }
+    refs.push(load_reference(path));
+    engines.push((
+        "candle quantized_llama".into(),
+        format!("{} (as shipped)", quant.split("->").next().unwrap_or("")),
+    ));
+    let ubatch = args.ubatch.unwrap_or(prompt.len());
+    let mut runs: Vec<Box<dyn FnMut() -> (f64, f64) + '_>> = vec![Box::new(|| {
+        bench_ours(model.clone(), &prompt, args.decode_tokens, ubatch)
+    })];
+    for r in refs.iter_mut() {
+        let prompt = &prompt;
+        runs.push(Box::new(move || {
+            bench_reference(r, prompt, args.decode_tokens)
+        }));
+    }
+    let best = best_of(args.repeat, runs);
+    engines
+        .into_iter()
+        .zip(best)
+        .map(|((engine, weights), (p, d))| Row {
+            model: name.clone(),
+            engine,
             weights,
             prefill_tps: p,
             decode_tps: d,
-        });
-    }
-    drop(reference);
+        })
+        .collect()
+}
 
-    if let Some(path) = &args.model {
-        let t = Instant::now();
-        let model = Arc::new(Model::load_gguf(path, &LoadOptions::default()).expect("load"));
-        eprintln!(
-            "loaded {} in {:.2}s",
-            model.info().name,
-            t.elapsed().as_secs_f64()
-        );
-        let prompt = prompt_for(&model, args.prompt_tokens);
-        let name = model.info().name.clone();
-        let quant = model.info().quantization.clone();
-        let mut engines = vec![("hydra-engine".to_string(), quant.clone())];
-        let mut refs = Vec::new();
-        if quant.contains("->") {
-            let converted = tmp.join("converted.gguf");
-            convert_gguf_file(path, &converted, Conversion::default()).expect("convert");
-            refs.push(load_reference(&converted));
-            let _ = std::fs::remove_file(&converted);
-            engines.push(("candle quantized_llama".into(), format!("{quant} (same)")));
-        }
-        refs.push(load_reference(path));
-        engines.push((
-            "candle quantized_llama".into(),
-            format!("{} (as shipped)", quant.split("->").next().unwrap_or("")),
-        ));
-        let mut runs: Vec<Box<dyn FnMut() -> (f64, f64) + '_>> = vec![Box::new(|| {
-            bench_ours(model.clone(), &prompt, args.decode_tokens, ub(prompt.len()))
-        })];
-        for r in refs.iter_mut() {
-            let prompt = &prompt;
-            runs.push(Box::new(move || {
-                bench_reference(r, prompt, args.decode_tokens)
-            }));
-        }
-        let best = best_of(args.repeat, runs);
-        for ((engine, weights), (p, d)) in engines.into_iter().zip(best) {
-            rows.push(Row {
-                model: name.clone(),
-                engine,
-                weights,
-                prefill_tps: p,
-                decode_tps: d,
-            });
-        }
-    }
-    let _ = std::fs::remove_dir_all(&tmp);
-
+fn print_rows(args: &Args, rows: &[Row]) {
     println!(
         "threads={} prompt_tokens={} decode_tokens={} ubatch={} best of {}",
         args.threads,
@@ -274,10 +264,31 @@ fn main() {
         "|{:-<34}|{:-<24}|{:-<26}|{:->15}|{:->14}|",
         "", "", "", "", ""
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "| {:<32} | {:<22} | {:<24} | {:>13.1} | {:>12.1} |",
             r.model, r.engine, r.weights, r.prefill_tps, r.decode_tps
         );
     }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    // As the engine binary does (`hydra_engine_core::memory`).
+    hydra_engine_core::memory::keep_freed_memory();
+    hydra_engine_core::threads::set_cpu_threads(args.threads).expect("threads");
+    let tmp = std::env::temp_dir().join(format!("hydra-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut rows = embedded_rows(&args, &tmp);
+    if let Some(path) = &args.model {
+        rows.extend(gguf_rows(&args, path, &tmp));
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    print_rows(&args, &rows);
 }

@@ -421,7 +421,7 @@ fn state_save_restore_continues_identically() {
 }
 
 #[test]
-fn foreign_truncated_and_corrupt_states_are_refused() {
+fn truncated_and_corrupt_states_are_refused() {
     let model = builtin();
     let mut slots = Slots::new(model.clone(), 2, 512).unwrap();
     let prompt = model.tokenizer().encode("state", true);
@@ -480,8 +480,11 @@ fn foreign_truncated_and_corrupt_states_are_refused() {
         0,
         "refusals leave the slot alone"
     );
+}
 
-    // A state from another model (same shapes, other weights).
+/// A state saved by another model (same shapes, other weights) is refused as foreign.
+#[test]
+fn a_state_of_another_model_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p1 = dir.path().join("a.gguf");
     let p2 = dir.path().join("b.gguf");

@@ -190,6 +190,44 @@ fn max_rel_diff(ours: &[f32], reference: &[f32]) -> f32 {
         / scale
 }
 
+/// A chunked prefill (chunks of 3) of `prompt` on slot 1 gives the same first token as
+/// `ours` (slot 0's greedy tokens), and its state restored into slot 2 continues the same
+/// way for eight more.
+fn chunks_and_restored_state_continue_alike(
+    slots: &mut Slots,
+    prompt: &[u32],
+    ours: &[u32],
+    file: &str,
+) {
+    // Chunked prefill (chunks of 3) gives the same continuation.
+    let first = slots
+        .prefill(slots.id(1).unwrap(), prompt, 3, &mut ())
+        .unwrap();
+    assert_eq!(first.argmax(), ours[0], "{file}: chunked prefill");
+    // A saved state restored into another slot continues the same way.
+    let mut state = Vec::new();
+    slots
+        .save_state(slots.id(1).unwrap(), &mut state, &mut |_, _| {})
+        .unwrap();
+    let len = state.len() as u64;
+    slots
+        .restore_state(
+            slots.id(2).unwrap(),
+            &mut state.as_slice(),
+            len,
+            &mut |_, _| {},
+        )
+        .unwrap();
+    let mut tok = ours[0];
+    for (i, want) in ours.iter().enumerate().skip(1).take(8) {
+        tok = slots
+            .decode_step(slots.id(2).unwrap(), tok)
+            .unwrap()
+            .argmax();
+        assert_eq!(tok, *want, "{file}: restored slot, step {i}");
+    }
+}
+
 /// `median` bounds the logits' difference at the median step (`TOLERANCE`, but see
 /// [`embedded_shape_file_matches_the_reference`]). Returns how many of the greedy tokens
 /// equal the reference's.
@@ -254,33 +292,7 @@ fn check_family(dir: &Path, file: &str, arch: &str, pre: Option<&str>, median: f
         "{file}: logits differ by {worst:e}"
     );
 
-    // Chunked prefill (chunks of 3) gives the same continuation.
-    let first = slots
-        .prefill(slots.id(1).unwrap(), &prompt, 3, &mut ())
-        .unwrap();
-    assert_eq!(first.argmax(), ours_tokens[0], "{file}: chunked prefill");
-    // A saved state restored into another slot continues the same way.
-    let mut state = Vec::new();
-    slots
-        .save_state(slots.id(1).unwrap(), &mut state, &mut |_, _| {})
-        .unwrap();
-    let len = state.len() as u64;
-    slots
-        .restore_state(
-            slots.id(2).unwrap(),
-            &mut state.as_slice(),
-            len,
-            &mut |_, _| {},
-        )
-        .unwrap();
-    let mut tok = ours_tokens[0];
-    for (i, want) in ours_tokens.iter().enumerate().skip(1).take(8) {
-        tok = slots
-            .decode_step(slots.id(2).unwrap(), tok)
-            .unwrap()
-            .argmax();
-        assert_eq!(tok, *want, "{file}: restored slot, step {i}");
-    }
+    chunks_and_restored_state_continue_alike(&mut slots, &prompt, &ours_tokens, file);
     equal
 }
 

@@ -271,9 +271,15 @@ impl EngineMetrics {
     }
 
     fn encode_engines(&self, f: &mut FamilyWriter) -> fmt::Result {
-        use MetricType::{Counter, Gauge};
         self.encode_engine_info(f)?;
         self.encode_device_info(f)?;
+        self.encode_engine_health(f)?;
+        self.encode_engine_counters(f)
+    }
+
+    /// The engine's liveness state set and its heartbeat.
+    fn encode_engine_health(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::Gauge;
         let health: Vec<[(&'static str, &str); 1]> = LIVENESS
             .iter()
             .map(|h| [("liveness", h.as_str())])
@@ -308,7 +314,12 @@ impl EngineMetrics {
             "Time since the last compute loop heartbeat, measured on CLOCK_MONOTONIC at scrape",
             Gauge,
             self.engines().map(|e| (el(e), secs(e.heartbeat_age_ns))),
-        )?;
+        )
+    }
+
+    /// The engine's loop, token and request counters, its KV use and its slots.
+    fn encode_engine_counters(&self, f: &mut FamilyWriter) -> fmt::Result {
+        use MetricType::{Counter, Gauge};
         f.family(
             "hydra_engine_loop_iterations_total",
             "Compute loop passes since the engine started",

@@ -301,10 +301,37 @@ fn rpc_split(scratch: &Path) -> Vec<u8> {
     })
 }
 
+/// The seeds in the order they were added: name, control bytes, file bytes.
+#[derive(Default)]
+struct Seeds(Vec<(String, [u8; 3], Vec<u8>)>);
+
+impl Seeds {
+    fn add(&mut self, name: impl Into<String>, ctl: [u8; 3], file: Vec<u8>) {
+        self.0.push((name.into(), ctl, file));
+    }
+}
+
+/// The control bytes of a seed read as it is, classified at the heartbeat.
+fn plain() -> [u8; 3] {
+    cli(CliCmd::None, false, 0)
+}
+
+/// The control bytes that render `cmd` (`--json` if `json`) with the classification's
+/// `now` chosen by `now`.
+fn cli(cmd: CliCmd, json: bool, now: u8) -> [u8; 3] {
+    control(Action::None, 0, now, false, cmd, json, 0, false)
+}
+
+/// The control bytes that apply `action` with parameter `param` to the file after the
+/// reader mapped it, then render `cmd`.
+fn after_open(action: Action, param: u8, cmd: CliCmd) -> [u8; 3] {
+    control(action, param, 0, false, cmd, false, 0, false)
+}
+
 /// The v1.3 seed and its hostile regions: a ring head that points anywhere, bucket counts
 /// that do not add up, a statistics block left mid-update, a device table with an
 /// impossible count and a range on no device, and a region directory inside the slots.
-fn add_hostile_regions(add: &mut impl FnMut(&str, [u8; 3], Vec<u8>), plain: [u8; 3], rpc: &[u8]) {
+fn add_hostile_regions(seeds: &mut Seeds, rpc: &[u8]) {
     use hydra_layout::region::Layout;
     use hydra_layout::{devices, flight, stats};
     let l = Layout::for_slots(2);
@@ -312,7 +339,7 @@ fn add_hostile_regions(add: &mut impl FnMut(&str, [u8; 3], Vec<u8>), plain: [u8;
     let block = l.stats.item(0);
     let table = l.devices.item(0);
     let first_bucket = block + stats::HISTOGRAMS_OFFSET + stats::HIST_BUCKETS_OFFSET;
-    add("valid-2slots-v1.3-rpc-split", plain, rpc.to_vec());
+    seeds.add("valid-2slots-v1.3-rpc-split", plain(), rpc.to_vec());
     let cases: [(&str, Vec<(usize, u64)>); 6] = [
         (
             "ring-head-max",
@@ -341,44 +368,31 @@ fn add_hostile_regions(add: &mut impl FnMut(&str, [u8; 3], Vec<u8>), plain: [u8;
         ),
     ];
     for (name, words) in cases {
-        add(&format!("hostile-v1.3-{name}"), plain, patched(rpc, &words));
+        seeds.add(
+            format!("hostile-v1.3-{name}"),
+            plain(),
+            patched(rpc, &words),
+        );
     }
 }
 
-fn main() {
-    let out = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/segment_open"));
-    let scratch = std::env::temp_dir().join(format!("hydra-fuzz-seeds-{}", std::process::id()));
-
-    let mut seeds: Vec<(String, [u8; 3], Vec<u8>)> = Vec::new();
-    let plain = control(Action::None, 0, 0, false, CliCmd::None, false, 0, false);
-    let mut add = |name: &str, ctl: [u8; 3], file: Vec<u8>| {
-        seeds.push((name.to_owned(), ctl, file));
-    };
-
-    // --- valid segments, straight from the writer -------------------------------------
-    let idle1 = segment(&scratch, 1, End::Open, |_| {});
-    let mixed = mixed4(&scratch);
-    let many = segment(&scratch, 24, End::Open, |w| {
+/// 24 slots, every phase four times over, and three tasks pending.
+fn many24(scratch: &Path) -> Vec<u8> {
+    segment(scratch, 24, End::Open, |w| {
         for i in 0..24 {
+            let task = 100 + i as u64;
             let s = match i % 6 {
-                0 => decode(100 + i as u64, i as u64 * 10, 500),
-                1 => prefill(100 + i as u64),
-                2 => save(100 + i as u64),
+                0 => decode(task, i as u64 * 10, 500),
+                1 => prefill(task),
+                2 => save(task),
                 3 => SlotState {
                     phase: Phase::Restore,
-                    ..save(100 + i as u64)
+                    ..save(task)
                 },
-                4 => finished(
-                    100 + i as u64,
-                    FinishReason::Error,
-                    ErrorCode::ContextOverflow,
-                ),
+                4 => finished(task, FinishReason::Error, ErrorCode::ContextOverflow),
                 _ => SlotState {
                     phase: Phase::Queued,
-                    task_id: 100 + i as u64,
+                    task_id: task,
                     ..Default::default()
                 },
             };
@@ -387,30 +401,45 @@ fn main() {
         for _ in 0..3 {
             w.pending_counter().queued(5);
         }
-    });
-    let closed = segment(&scratch, 2, End::Closed, |w| {
+    })
+}
+
+/// Two finished slots (cancelled; failed on I/O) of a cleanly closed engine.
+fn closed2(scratch: &Path) -> Vec<u8> {
+    segment(scratch, 2, End::Closed, |w| {
         w.publish(0, &finished(3, FinishReason::Cancelled, ErrorCode::None))
             .unwrap();
         w.publish(1, &finished(4, FinishReason::Error, ErrorCode::Io))
             .unwrap();
-    });
-    let torn = segment(&scratch, 3, End::Crashed, |w| {
+    })
+}
+
+/// A dead engine whose slot 1 was left mid-update (torn).
+fn torn3(scratch: &Path) -> Vec<u8> {
+    segment(scratch, 3, End::Crashed, |w| {
         w.publish(0, &decode(1, 10, 100)).unwrap();
         w.publish(1, &decode(2, 20, 100)).unwrap();
         w.abandon_update(1).unwrap();
         w.publish(2, &prefill(3)).unwrap();
-    });
-    let stalled = segment(&scratch, 2, End::Crashed, |w| {
+    })
+}
+
+/// A dead engine whose decoding slot made no progress for ten minutes before it died.
+fn stalled2(scratch: &Path) -> Vec<u8> {
+    segment(scratch, 2, End::Crashed, |w| {
         let mut d = decode(5, 50, 100);
         d.last_progress_ns = BASE - 600 * S;
         d.phase_start_ns = BASE - 900 * S;
         w.publish(0, &d).unwrap();
         w.publish(1, &prefill(6)).unwrap();
         w.heartbeat(BASE - 600 * S);
-    });
-    // Layer positions (format v1.1): moving inside a long chunk (slow), frozen (stalled at
-    // layer 5), and left over from an earlier step (no position).
-    let layers = segment(&scratch, 3, End::Open, |w| {
+    })
+}
+
+/// Layer positions (format v1.1): moving inside a long chunk (slow), frozen (stalled at
+/// layer 5), and left over from an earlier step (no position).
+fn layers3(scratch: &Path) -> Vec<u8> {
+    segment(scratch, 3, End::Open, |w| {
         let moving = prefill(10);
         w.publish(0, &moving).unwrap();
         let at = |done, age, step| Substep {
@@ -430,10 +459,13 @@ fn main() {
         next.step_size = 1;
         w.publish(2, &next).unwrap();
         w.publish_substep(2, &at(30, 2 * S, BASE - 3 * S)).unwrap();
-    });
-    // Predictions (format v1.2): a decode step on time, one far past its prediction
-    // (slow), and a prediction left over from an earlier step and phase (none).
-    let predictions = segment(&scratch, 3, End::Open, |w| {
+    })
+}
+
+/// Predictions (format v1.2): a decode step on time, one far past its prediction (slow),
+/// and a prediction left over from an earlier step and phase (none).
+fn predictions3(scratch: &Path) -> Vec<u8> {
+    segment(scratch, 3, End::Open, |w| {
         let predicted = |step: &SlotState, step_ns, end_ns| Prediction {
             step_expected_ns: step_ns,
             step_start_ns: step.step_start_ns,
@@ -441,59 +473,86 @@ fn main() {
             phase_start_ns: step.phase_start_ns,
             error_ppm: 150_000,
         };
-        let mut on_time = decode(20, 10, 100);
-        on_time.step_start_ns = BASE - 10_000_000;
-        on_time.step_size = 1;
+        let step_started = |task, ago| SlotState {
+            step_start_ns: BASE - ago,
+            step_size: 1,
+            ..decode(task, 10, 100)
+        };
+        let on_time = step_started(20, 10_000_000);
         w.publish_with_prediction(0, &on_time, &predicted(&on_time, 30_000_000, BASE + 3 * S))
             .unwrap();
-        let mut late = decode(21, 10, 100);
-        late.step_start_ns = BASE - 2 * S;
-        late.step_size = 1;
+        let late = step_started(21, 2 * S);
         w.publish_with_prediction(1, &late, &predicted(&late, 30_000_000, BASE + 3 * S))
             .unwrap();
-        let mut stale = decode(22, 10, 100);
-        stale.step_start_ns = BASE - S;
-        stale.step_size = 1;
+        let stale = step_started(22, S);
         let old = Prediction {
             step_start_ns: BASE - 3 * S,
             phase_start_ns: 1,
             ..predicted(&stale, 30_000_000, BASE + 3 * S)
         };
         w.publish_with_prediction(2, &stale, &old).unwrap();
-    });
-    let rpc = rpc_split(&scratch);
-    let _ = fs::remove_dir_all(&scratch);
+    })
+}
 
-    add("valid-1slot-idle", plain, idle1.clone());
-    add("valid-4slots-mixed", plain, mixed.clone());
-    add("valid-24slots", plain, many.clone());
-    add("valid-2slots-closed", plain, closed.clone());
-    add("valid-3slots-dead-torn", plain, torn.clone());
-    add("valid-2slots-dead-stalled", plain, stalled.clone());
-    add_hostile_regions(&mut add, plain, &rpc);
+/// The valid segments every other seed derives from, written by the writer itself.
+struct Bases {
+    idle1: Vec<u8>,
+    mixed: Vec<u8>,
+    many: Vec<u8>,
+    closed: Vec<u8>,
+    torn: Vec<u8>,
+    stalled: Vec<u8>,
+    layers: Vec<u8>,
+    predictions: Vec<u8>,
+    rpc: Vec<u8>,
+}
 
-    // --- the probe's classification at other instants and thresholds ------------------
+impl Bases {
+    /// Writes each segment in `scratch` (removed afterwards) and keeps its bytes.
+    fn write(scratch: &Path) -> Self {
+        let bases = Self {
+            idle1: segment(scratch, 1, End::Open, |_| {}),
+            mixed: mixed4(scratch),
+            many: many24(scratch),
+            closed: closed2(scratch),
+            torn: torn3(scratch),
+            stalled: stalled2(scratch),
+            layers: layers3(scratch),
+            predictions: predictions3(scratch),
+            rpc: rpc_split(scratch),
+        };
+        let _ = fs::remove_dir_all(scratch);
+        bases
+    }
+}
+
+/// The valid segments as they are, and the v1.3 one's hostile regions.
+fn valid_seeds(seeds: &mut Seeds, b: &Bases) {
+    seeds.add("valid-1slot-idle", plain(), b.idle1.clone());
+    seeds.add("valid-4slots-mixed", plain(), b.mixed.clone());
+    seeds.add("valid-24slots", plain(), b.many.clone());
+    seeds.add("valid-2slots-closed", plain(), b.closed.clone());
+    seeds.add("valid-3slots-dead-torn", plain(), b.torn.clone());
+    seeds.add("valid-2slots-dead-stalled", plain(), b.stalled.clone());
+    add_hostile_regions(seeds, &b.rpc);
+}
+
+/// The probe's classification at other instants and thresholds, and the hydra-probe CLI's
+/// rendering of every command.
+fn probe_seeds(seeds: &mut Seeds, b: &Bases) {
     for now in 1..8u8 {
-        add(
-            &format!("mixed-now{now}"),
-            control(Action::None, 0, now, false, CliCmd::None, false, 0, false),
-            mixed.clone(),
+        seeds.add(
+            format!("mixed-now{now}"),
+            cli(CliCmd::None, false, now),
+            b.mixed.clone(),
         );
     }
     for t in 1..4u8 {
-        add(
-            &format!("mixed-thresholds{t}"),
-            control(Action::None, 0, 3, false, CliCmd::None, false, t, true),
-            mixed.clone(),
-        );
+        let ctl = control(Action::None, 0, 3, false, CliCmd::None, false, t, true);
+        seeds.add(format!("mixed-thresholds{t}"), ctl, b.mixed.clone());
     }
-    add(
-        "torn-single-attempt",
-        control(Action::None, 0, 0, true, CliCmd::None, false, 0, false),
-        torn.clone(),
-    );
-
-    // --- the hydra-probe CLI's rendering ----------------------------------------------
+    let single = control(Action::None, 0, 0, true, CliCmd::None, false, 0, false);
+    seeds.add("torn-single-attempt", single, b.torn.clone());
     let clis = [
         ("list", CliCmd::List),
         ("show", CliCmd::Show),
@@ -506,152 +565,113 @@ fn main() {
     for (name, cmd) in clis {
         for json in [false, true] {
             let j = if json { "-json" } else { "" };
-            add(
-                &format!("cli-{name}{j}"),
-                control(Action::None, 0, 0, false, cmd, json, 0, false),
-                mixed.clone(),
-            );
+            seeds.add(format!("cli-{name}{j}"), cli(cmd, json, 0), b.mixed.clone());
         }
     }
-    add(
-        "cli-show-torn",
-        control(Action::None, 0, 0, false, CliCmd::Show, false, 0, false),
-        torn.clone(),
-    );
-    add(
-        "cli-check-closed-json",
-        control(Action::None, 0, 0, false, CliCmd::Check, true, 0, false),
-        closed.clone(),
-    );
+    seeds.add("cli-show-torn", cli(CliCmd::Show, false, 0), b.torn.clone());
+    let check_json = cli(CliCmd::Check, true, 0);
+    seeds.add("cli-check-closed-json", check_json, b.closed.clone());
+}
 
-    // --- the file changes after the reader mapped it -----------------------------------
+/// The file changes after the reader mapped it.
+fn after_open_seeds(seeds: &mut Seeds, mixed: &[u8]) {
     for p in [0u8, 3, 4, 6, 10, 31] {
-        add(
-            &format!("after-open-truncate-p{p}"),
-            control(Action::Truncate, p, 0, false, CliCmd::None, false, 0, false),
-            mixed.clone(),
-        );
+        let ctl = after_open(Action::Truncate, p, CliCmd::None);
+        seeds.add(format!("after-open-truncate-p{p}"), ctl, mixed.to_vec());
     }
     for p in [0u8, 3, 9] {
-        add(
-            &format!("after-open-extend-p{p}"),
-            control(Action::Extend, p, 0, false, CliCmd::None, false, 0, false),
-            mixed.clone(),
-        );
+        let ctl = after_open(Action::Extend, p, CliCmd::None);
+        seeds.add(format!("after-open-extend-p{p}"), ctl, mixed.to_vec());
     }
-    add(
-        "after-open-truncate-restore",
-        control(
-            Action::TruncateRestore,
-            3,
-            0,
-            false,
-            CliCmd::None,
-            false,
-            0,
-            false,
-        ),
-        mixed.clone(),
-    );
+    let ctl = after_open(Action::TruncateRestore, 3, CliCmd::None);
+    seeds.add("after-open-truncate-restore", ctl, mixed.to_vec());
     for p in 0..4u8 {
-        add(
-            &format!("after-open-hostile-rewrite-p{p}"),
-            control(
-                Action::HostileRewrite,
-                p,
-                0,
-                false,
-                CliCmd::Show,
-                false,
-                0,
-                false,
-            ),
-            mixed.clone(),
+        let ctl = after_open(Action::HostileRewrite, p, CliCmd::Show);
+        seeds.add(
+            format!("after-open-hostile-rewrite-p{p}"),
+            ctl,
+            mixed.to_vec(),
         );
     }
-    add(
-        "after-open-zero",
-        control(Action::Zero, 0, 0, false, CliCmd::None, false, 0, false),
-        mixed.clone(),
-    );
-    add(
-        "after-open-unlink",
-        control(Action::Unlink, 0, 0, false, CliCmd::List, false, 0, false),
-        mixed.clone(),
-    );
-    add(
-        "after-open-replace",
-        control(Action::Replace, 0, 0, false, CliCmd::Show, false, 0, false),
-        mixed.clone(),
-    );
+    let last = [
+        ("zero", Action::Zero, CliCmd::None),
+        ("unlink", Action::Unlink, CliCmd::List),
+        ("replace", Action::Replace, CliCmd::Show),
+    ];
+    for (name, action, cmd) in last {
+        let ctl = after_open(action, 0, cmd);
+        seeds.add(format!("after-open-{name}"), ctl, mixed.to_vec());
+    }
+}
 
-    // --- truncated files ------------------------------------------------------------------
+/// Corrupted headers: each a list of words patched into the four-slot segment.
+const CORRUPT: &[(&str, &[(usize, u64)])] = &[
+    (
+        "bad-magic",
+        &[(h::MAGIC_OFFSET, u64::from_ne_bytes(*b"HYDRPROH"))],
+    ),
+    (
+        "byte-order-swapped",
+        &[(h::BYTE_ORDER_OFFSET, h::BYTE_ORDER_MARK_SWAPPED)],
+    ),
+    ("byte-order-bad", &[(h::BYTE_ORDER_OFFSET, 0)]),
+    ("major-2", &[(h::VERSION_MAJOR_OFFSET, 2)]),
+    ("major-0", &[(h::VERSION_MAJOR_OFFSET, 0)]),
+    ("minor-max", &[(h::VERSION_MINOR_OFFSET, u64::MAX)]),
+    ("state-init", &[(h::STATE_OFFSET, 1)]),
+    ("state-zero", &[(h::STATE_OFFSET, 0)]),
+    ("state-unknown", &[(h::STATE_OFFSET, 99)]),
+    ("total-len-lie", &[(h::TOTAL_LEN_OFFSET, 4096)]),
+    ("header-len-short", &[(h::HEADER_LEN_OFFSET, 1016)]),
+    ("header-len-unaligned", &[(h::HEADER_LEN_OFFSET, 1028)]),
+    ("header-len-past-end", &[(h::HEADER_LEN_OFFSET, 1 << 40)]),
+    ("stride-short", &[(h::SLOT_STRIDE_OFFSET, 128)]),
+    ("stride-unaligned", &[(h::SLOT_STRIDE_OFFSET, 320)]),
+    ("stride-zero", &[(h::SLOT_STRIDE_OFFSET, 0)]),
+    ("offset-inside-header", &[(h::SLOT_OFFSET_OFFSET, 896)]),
+    ("offset-unaligned", &[(h::SLOT_OFFSET_OFFSET, 1032)]),
+    ("count-zero", &[(h::SLOT_COUNT_OFFSET, 0)]),
+    ("count-4097", &[(h::SLOT_COUNT_OFFSET, 4097)]),
+    ("count-5-past-end", &[(h::SLOT_COUNT_OFFSET, 5)]),
+    (
+        "table-overflow-u64",
+        &[
+            (h::SLOT_COUNT_OFFSET, 4096),
+            (h::SLOT_STRIDE_OFFSET, 1 << 62),
+        ],
+    ),
+    ("table-offset-huge", &[(h::SLOT_OFFSET_OFFSET, !127u64)]),
+    // Valid: fewer slots than the file has room for (TOTAL_LEN still equals the size).
+    ("count-3-of-4", &[(h::SLOT_COUNT_OFFSET, 3)]),
+    // Valid: the slot table starts later, leaving a gap after the header.
+    (
+        "offset-gap",
+        &[(h::SLOT_OFFSET_OFFSET, 1152), (h::SLOT_COUNT_OFFSET, 3)],
+    ),
+];
+
+/// Truncated files and corrupted headers.
+fn damaged_seeds(seeds: &mut Seeds, mixed: &[u8]) {
     for len in [
         0usize, 1, 7, 8, 15, 16, 23, 24, 1016, 1023, 1024, 1025, 2047,
     ] {
-        add(&format!("truncated-{len}"), plain, mixed[..len].to_vec());
+        seeds.add(format!("truncated-{len}"), plain(), mixed[..len].to_vec());
     }
-
-    // --- corrupted headers -----------------------------------------------------------------
-    let corrupt: &[(&str, &[(usize, u64)])] = &[
-        (
-            "bad-magic",
-            &[(h::MAGIC_OFFSET, u64::from_ne_bytes(*b"HYDRPROH"))],
-        ),
-        (
-            "byte-order-swapped",
-            &[(h::BYTE_ORDER_OFFSET, h::BYTE_ORDER_MARK_SWAPPED)],
-        ),
-        ("byte-order-bad", &[(h::BYTE_ORDER_OFFSET, 0)]),
-        ("major-2", &[(h::VERSION_MAJOR_OFFSET, 2)]),
-        ("major-0", &[(h::VERSION_MAJOR_OFFSET, 0)]),
-        ("minor-max", &[(h::VERSION_MINOR_OFFSET, u64::MAX)]),
-        ("state-init", &[(h::STATE_OFFSET, 1)]),
-        ("state-zero", &[(h::STATE_OFFSET, 0)]),
-        ("state-unknown", &[(h::STATE_OFFSET, 99)]),
-        ("total-len-lie", &[(h::TOTAL_LEN_OFFSET, 4096)]),
-        ("header-len-short", &[(h::HEADER_LEN_OFFSET, 1016)]),
-        ("header-len-unaligned", &[(h::HEADER_LEN_OFFSET, 1028)]),
-        ("header-len-past-end", &[(h::HEADER_LEN_OFFSET, 1 << 40)]),
-        ("stride-short", &[(h::SLOT_STRIDE_OFFSET, 128)]),
-        ("stride-unaligned", &[(h::SLOT_STRIDE_OFFSET, 320)]),
-        ("stride-zero", &[(h::SLOT_STRIDE_OFFSET, 0)]),
-        ("offset-inside-header", &[(h::SLOT_OFFSET_OFFSET, 896)]),
-        ("offset-unaligned", &[(h::SLOT_OFFSET_OFFSET, 1032)]),
-        ("count-zero", &[(h::SLOT_COUNT_OFFSET, 0)]),
-        ("count-4097", &[(h::SLOT_COUNT_OFFSET, 4097)]),
-        ("count-5-past-end", &[(h::SLOT_COUNT_OFFSET, 5)]),
-        (
-            "table-overflow-u64",
-            &[
-                (h::SLOT_COUNT_OFFSET, 4096),
-                (h::SLOT_STRIDE_OFFSET, 1 << 62),
-            ],
-        ),
-        ("table-offset-huge", &[(h::SLOT_OFFSET_OFFSET, !127u64)]),
-        // Valid: fewer slots than the file has room for (TOTAL_LEN still equals the size).
-        ("count-3-of-4", &[(h::SLOT_COUNT_OFFSET, 3)]),
-        // Valid: the slot table starts later, leaving a gap after the header.
-        (
-            "offset-gap",
-            &[(h::SLOT_OFFSET_OFFSET, 1152), (h::SLOT_COUNT_OFFSET, 3)],
-        ),
-    ];
-    for (name, words) in corrupt {
-        add(&format!("corrupt-{name}"), plain, patched(&mixed, words));
+    for (name, words) in CORRUPT {
+        seeds.add(format!("corrupt-{name}"), plain(), patched(mixed, words));
     }
+}
 
-    // --- unusual but valid content -----------------------------------------------------------
-    add("newer-minor-wide", plain, widen(&mixed, 1152, 1152, 384));
-    add(
-        "newer-minor-header-only",
-        plain,
-        widen(&mixed, 1040, 1152, 256),
-    );
-    let mut strings = mixed.clone();
+/// Unusual but valid content: a newer minor's wider geometry, strings without a NUL,
+/// every word at its extreme, and values that contradict each other.
+fn unusual_seeds(seeds: &mut Seeds, mixed: &[u8]) {
+    seeds.add("newer-minor-wide", plain(), widen(mixed, 1152, 1152, 384));
+    let header_only = widen(mixed, 1040, 1152, 256);
+    seeds.add("newer-minor-header-only", plain(), header_only);
+    let mut strings = mixed.to_vec();
     strings[h::STRINGS_OFFSET..h::HEADER_LEN].fill(0xFF); // no NUL, invalid UTF-8
-    add("strings-unterminated-invalid-utf8", plain, strings);
-    let mut extreme = mixed.clone();
+    seeds.add("strings-unterminated-invalid-utf8", plain(), strings);
+    let mut extreme = mixed.to_vec();
     for i in 0..4 {
         let base = h::HEADER_LEN + i * sl::SLOT_LEN;
         for off in (sl::TASK_ID_OFFSET..sl::SUBSTEP_END).step_by(8) {
@@ -663,94 +683,81 @@ fn main() {
     for off in (h::HEARTBEAT_NS_OFFSET..h::WORDS_END).step_by(8) {
         put(&mut extreme, off, u64::MAX);
     }
-    add("extreme-values", plain, extreme.clone());
-    add(
-        "extreme-values-cli-show-json",
-        control(Action::None, 0, 5, false, CliCmd::Show, true, 3, false),
-        extreme,
-    );
-    let mut inverted = mixed.clone();
+    seeds.add("extreme-values", plain(), extreme.clone());
+    let show_json = control(Action::None, 0, 5, false, CliCmd::Show, true, 3, false);
+    seeds.add("extreme-values-cli-show-json", show_json, extreme);
     let s0 = h::HEADER_LEN;
-    put(&mut inverted, s0 + sl::WORK_DONE_OFFSET, 500); // done > total
-    put(
-        &mut inverted,
-        s0 + sl::LAST_PROGRESS_NS_OFFSET,
-        BASE + 1000 * S,
-    ); // future
-    put(&mut inverted, s0 + sl::PHASE_OFFSET, 77); // unknown phase
-    put(&mut inverted, s0 + sl::WORK_UNIT_OFFSET, 9); // unknown unit
-    add("inverted-values", plain, inverted);
+    let inverted = [
+        (s0 + sl::WORK_DONE_OFFSET, 500),                    // done > total
+        (s0 + sl::LAST_PROGRESS_NS_OFFSET, BASE + 1000 * S), // future
+        (s0 + sl::PHASE_OFFSET, 77),                         // unknown phase
+        (s0 + sl::WORK_UNIT_OFFSET, 9),                      // unknown unit
+    ];
+    seeds.add("inverted-values", plain(), patched(mixed, &inverted));
+}
 
-    // --- layer positions (format v1.1) ------------------------------------------------------
-    add("valid-3slots-layers", plain, layers.clone());
-    add(
-        "layers-cli-check-json",
-        control(Action::None, 0, 3, false, CliCmd::Check, true, 0, false),
-        layers.clone(),
-    );
-    // The same bytes from a v1.0 writer: the substep words are not read (unknown).
-    add(
-        "layers-as-v1_0",
-        plain,
-        patched(&layers, &[(h::VERSION_MINOR_OFFSET, 0)]),
-    );
-    // Hostile positions: done past total, totals of 0 and u64::MAX, a stamp in the future.
-    let sub = |slot: usize, off: usize| h::HEADER_LEN + slot * sl::SLOT_LEN + off;
-    add(
-        "layers-hostile",
-        plain,
-        patched(
-            &layers,
-            &[
-                (sub(0, sl::SUBSTEP_DONE_OFFSET), u64::MAX),
-                (sub(0, sl::SUBSTEP_NS_OFFSET), u64::MAX),
-                (sub(1, sl::SUBSTEP_TOTAL_OFFSET), 0),
-                (sub(2, sl::SUBSTEP_TOTAL_OFFSET), u64::MAX),
-                (sub(2, sl::SUBSTEP_STEP_OFFSET), BASE - S),
-            ],
-        ),
-    );
+/// The offset of the word at `off` in slot `slot` of a segment of the first layout.
+fn slot_word(slot: usize, off: usize) -> usize {
+    h::HEADER_LEN + slot * sl::SLOT_LEN + off
+}
 
-    // --- predictions (format v1.2) ----------------------------------------------------------
-    add("valid-3slots-predictions", plain, predictions.clone());
-    add(
+/// Layer positions (format v1.1): as written, read by the CLI, as from a v1.0 writer (the
+/// substep words are not read), and hostile: done past total, totals of 0 and u64::MAX, a
+/// stamp in the future.
+fn layer_seeds(seeds: &mut Seeds, layers: &[u8]) {
+    seeds.add("valid-3slots-layers", plain(), layers.to_vec());
+    let check_json = cli(CliCmd::Check, true, 3);
+    seeds.add("layers-cli-check-json", check_json, layers.to_vec());
+    let v1_0 = patched(layers, &[(h::VERSION_MINOR_OFFSET, 0)]);
+    seeds.add("layers-as-v1_0", plain(), v1_0);
+    let hostile = [
+        (slot_word(0, sl::SUBSTEP_DONE_OFFSET), u64::MAX),
+        (slot_word(0, sl::SUBSTEP_NS_OFFSET), u64::MAX),
+        (slot_word(1, sl::SUBSTEP_TOTAL_OFFSET), 0),
+        (slot_word(2, sl::SUBSTEP_TOTAL_OFFSET), u64::MAX),
+        (slot_word(2, sl::SUBSTEP_STEP_OFFSET), BASE - S),
+    ];
+    seeds.add("layers-hostile", plain(), patched(layers, &hostile));
+}
+
+/// Predictions (format v1.2): as written, read by the CLI, as from a v1.1 writer (the
+/// prediction words are not read: the rate), and hostile.
+fn prediction_seeds(seeds: &mut Seeds, predictions: &[u8]) {
+    seeds.add("valid-3slots-predictions", plain(), predictions.to_vec());
+    let check_json = cli(CliCmd::Check, true, 3);
+    seeds.add(
         "predictions-cli-check-json",
-        control(Action::None, 0, 3, false, CliCmd::Check, true, 0, false),
-        predictions.clone(),
+        check_json,
+        predictions.to_vec(),
     );
-    // The same bytes from a v1.1 writer: the prediction words are not read (the rate).
-    add(
-        "predictions-as-v1_1",
-        plain,
-        patched(&predictions, &[(h::VERSION_MINOR_OFFSET, 1)]),
-    );
-    let pred = |slot: usize, off: usize| h::HEADER_LEN + slot * sl::SLOT_LEN + off;
-    add(
+    let v1_1 = patched(predictions, &[(h::VERSION_MINOR_OFFSET, 1)]);
+    seeds.add("predictions-as-v1_1", plain(), v1_1);
+    let hostile = [
+        (slot_word(0, sl::STEP_EXPECTED_NS_OFFSET), u64::MAX),
+        (slot_word(0, sl::TASK_EXPECTED_END_NS_OFFSET), u64::MAX),
+        (slot_word(0, sl::EXPECTED_ERROR_PPM_OFFSET), u64::MAX),
+        (slot_word(1, sl::STEP_EXPECTED_NS_OFFSET), 1),
+        (slot_word(1, sl::TASK_EXPECTED_END_NS_OFFSET), 1),
+        (slot_word(2, sl::EXPECTED_STEP_OFFSET), BASE - S),
+    ];
+    seeds.add(
         "predictions-hostile",
-        plain,
-        patched(
-            &predictions,
-            &[
-                (pred(0, sl::STEP_EXPECTED_NS_OFFSET), u64::MAX),
-                (pred(0, sl::TASK_EXPECTED_END_NS_OFFSET), u64::MAX),
-                (pred(0, sl::EXPECTED_ERROR_PPM_OFFSET), u64::MAX),
-                (pred(1, sl::STEP_EXPECTED_NS_OFFSET), 1),
-                (pred(1, sl::TASK_EXPECTED_END_NS_OFFSET), 1),
-                (pred(2, sl::EXPECTED_STEP_OFFSET), BASE - S),
-            ],
-        ),
+        plain(),
+        patched(predictions, &hostile),
     );
+}
 
-    // --- write ----------------------------------------------------------------------------
-    fs::create_dir_all(&out).expect("create the seed directory");
-    for entry in fs::read_dir(&out).unwrap() {
+/// Removes every file of `out` but the `repro-*` ones, then writes each seed there.
+fn write_seeds(out: &Path, seeds: &Seeds) {
+    fs::create_dir_all(out).expect("create the seed directory");
+    for entry in fs::read_dir(out).unwrap() {
         let entry = entry.unwrap();
         if !entry.file_name().to_string_lossy().starts_with("repro-") {
             fs::remove_file(entry.path()).unwrap();
         }
     }
     let mut total = 0;
-    for (name, ctl, file) in &seeds {
+    for (name, ctl, file) in &seeds.0 {
         let mut bytes = ctl.to_vec();
         bytes.extend_from_slice(file);
         total += bytes.len();
@@ -758,8 +765,26 @@ fn main() {
     }
     println!(
         "wrote {} seeds ({} bytes) to {}",
-        seeds.len(),
+        seeds.0.len(),
         total,
         out.display()
     );
+}
+
+fn main() {
+    let out = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/segment_open"));
+    let scratch = std::env::temp_dir().join(format!("hydra-fuzz-seeds-{}", std::process::id()));
+    let b = Bases::write(&scratch);
+    let mut seeds = Seeds::default();
+    valid_seeds(&mut seeds, &b);
+    probe_seeds(&mut seeds, &b);
+    after_open_seeds(&mut seeds, &b.mixed);
+    damaged_seeds(&mut seeds, &b.mixed);
+    unusual_seeds(&mut seeds, &b.mixed);
+    layer_seeds(&mut seeds, &b.layers);
+    prediction_seeds(&mut seeds, &b.predictions);
+    write_seeds(&out, &seeds);
 }

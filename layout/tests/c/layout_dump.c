@@ -13,7 +13,8 @@
 #define NUM(name) printf("%s %llu\n", #name, (unsigned long long)(name))
 #define STR(name) printf("%s %s\n", #name, name)
 
-int main(void) {
+/* The structs' sizes and alignments, and the header's fields. */
+static void print_header(void) {
     printf("sizeof.hydra_header_v1 %zu\n", sizeof(hydra_header_v1));
     printf("sizeof.hydra_slot_v1 %zu\n", sizeof(hydra_slot_v1));
     printf("alignof.hydra_header_v1 %zu\n", _Alignof(hydra_header_v1));
@@ -56,7 +57,10 @@ int main(void) {
     H(model_alias);
     H(model_path);
     H(reserved_strings);
+}
 
+/* The slot's fields. */
+static void print_slot(void) {
     S(seq);
     S(task_id);
     S(phase);
@@ -87,7 +91,10 @@ int main(void) {
     S(expected_phase);
     S(expected_error_ppm);
     S(reserved_tail);
+}
 
+/* The geometry, naming and mode constants. */
+static void print_constants(void) {
     STR(HYDRA_MAGIC);
     NUM(HYDRA_MAGIC_LEN);
     NUM(HYDRA_BYTE_ORDER_MARK);
@@ -116,7 +123,10 @@ int main(void) {
     STR(HYDRA_FILE_EXTENSION);
     NUM(HYDRA_DIR_MODE);
     NUM(HYDRA_SEGMENT_MODE);
+}
 
+/* The lifecycle states, the enums' values and the capability bits. */
+static void print_enums(void) {
     NUM(HYDRA_LIFECYCLE_INIT);
     NUM(HYDRA_LIFECYCLE_READY);
     NUM(HYDRA_LIFECYCLE_CLOSED);
@@ -159,5 +169,12 @@ int main(void) {
     NUM(HYDRA_CAP_LAYERS_SENT);
     NUM(HYDRA_CAP_PROMPT_ARRIVALS);
     NUM(HYDRA_CAP_PEER_READS);
+}
+
+int main(void) {
+    print_header();
+    print_slot();
+    print_constants();
+    print_enums();
     return 0;
 }

@@ -10,12 +10,8 @@
 
 #define CHECK(label, call) printf("check %s %d\n", label, (int)(call))
 
-int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s <dir> [label=path]...\n", argv[0]);
-        return 2;
-    }
-    const char *dir = argv[1];
+/* Every call given a NULL pointer where it needs one, and unknown kinds and codes. */
+static void null_pointers(const char *dir) {
     HydraProbe *p = NULL;
     HydraProbeSlot slot;
     HydraProbeMeta meta;
@@ -24,10 +20,8 @@ int main(int argc, char **argv) {
     HydraProbeThresholds t;
     size_t n = 0, needed = 0;
     uint32_t count = 0;
-    char small[4] = "xyz";
     char msg[256];
 
-    /* NULL pointers. */
     CHECK("open_null_out", hydra_probe_open(dir, "e1", NULL));
     CHECK("open_null_dir", hydra_probe_open(NULL, "e1", &p));
     CHECK("open_null_engine", hydra_probe_open(dir, NULL, &p));
@@ -47,8 +41,15 @@ int main(int argc, char **argv) {
     CHECK("set_thresholds_null_probe", hydra_probe_set_thresholds(NULL, &t));
     CHECK("last_error_null_buf", hydra_probe_last_error(NULL, 8, &needed));
     CHECK("error_name_unknown", strcmp(hydra_probe_error_name(-999), "HYDRA_PROBE_E_UNKNOWN_CODE"));
+}
 
-    /* Too-small buffers and size queries. */
+/* Too-small buffers and size queries; unknown engines and bad arguments. */
+static void short_buffers_and_unknown_engines(const char *dir) {
+    HydraProbe *p = NULL;
+    HydraProbeEngineId ids[1];
+    size_t n = 0, needed = 0;
+    char msg[256];
+
     CHECK("list_count_only", hydra_probe_list(dir, NULL, 0, &n));
     CHECK("list_count_is_2", n == 2 ? 0 : 1);
     CHECK("list_too_small", hydra_probe_list(dir, ids, 1, &n));
@@ -63,8 +64,20 @@ int main(int argc, char **argv) {
     CHECK("list_missing_dir", hydra_probe_list("/nonexistent/hydra", ids, 1, &n));
     hydra_probe_last_error(msg, sizeof msg, &needed);
     CHECK("list_missing_dir_named", strstr(msg, "/nonexistent/hydra") ? 0 : 1);
+}
 
-    /* A valid handle, misused. */
+/* A valid handle, misused: NULL outputs, slots out of range, sizes too small, thresholds
+ * that are not numbers. */
+static void valid_handle_misused(const char *dir) {
+    HydraProbe *p = NULL;
+    HydraProbeSlot slot;
+    HydraProbeMeta meta;
+    HydraProbeDescription desc;
+    HydraProbeThresholds t;
+    size_t needed = 0;
+    char small[4] = "xyz";
+    char msg[256];
+
     CHECK("open_e1", hydra_probe_open(dir, "e1", &p));
     CHECK("slot_count_null_out", hydra_probe_slot_count(p, NULL));
     CHECK("read_slot_null_out", hydra_probe_read_slot(p, 0, NULL));
@@ -101,27 +114,47 @@ int main(int argc, char **argv) {
     t.stall_floor_s = 30;
     CHECK("set_thresholds_ok", hydra_probe_set_thresholds(p, &t));
     CHECK("close_e1", hydra_probe_close(p));
+}
 
-    /* Hostile files: each must fail to open with a code, or open and read cleanly. */
+/* A hostile file given as `<label>=<path>`: it must fail to open with a code, or open and
+ * read cleanly. Returns 2 for a malformed argument. */
+static int hostile_file(const char *dir, const char *arg) {
+    HydraProbe *p = NULL;
+    HydraProbeSlot slot;
+    HydraProbeMeta meta;
+    char msg[256];
+    char label[64];
+    const char *eq = strchr(arg, '=');
+    if (!eq || (size_t)(eq - arg) >= sizeof label)
+        return 2;
+    memcpy(label, arg, (size_t)(eq - arg));
+    label[eq - arg] = '\0';
+    int32_t rc = hydra_probe_open(dir, eq + 1, &p);
+    printf("open %s %d\n", label, (int)rc);
+    if (rc == HYDRA_PROBE_OK) {
+        printf("read %s %d\n", label, (int)hydra_probe_read_slot(p, 0, &slot));
+        meta.size = sizeof meta;
+        printf("read_meta %s %d\n", label, (int)hydra_probe_read_meta(p, 0, &meta));
+        hydra_probe_close(p);
+    } else {
+        hydra_probe_last_error(msg, sizeof msg, NULL);
+        fprintf(stderr, "%s: %s\n", label, msg);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s <dir> [label=path]...\n", argv[0]);
+        return 2;
+    }
+    const char *dir = argv[1];
+    null_pointers(dir);
+    short_buffers_and_unknown_engines(dir);
+    valid_handle_misused(dir);
     for (int i = 2; i < argc; i++) {
-        char label[64];
-        const char *eq = strchr(argv[i], '=');
-        if (!eq || (size_t)(eq - argv[i]) >= sizeof label)
+        if (hostile_file(dir, argv[i]) != 0)
             return 2;
-        memcpy(label, argv[i], (size_t)(eq - argv[i]));
-        label[eq - argv[i]] = '\0';
-        p = NULL;
-        int32_t rc = hydra_probe_open(dir, eq + 1, &p);
-        printf("open %s %d\n", label, (int)rc);
-        if (rc == HYDRA_PROBE_OK) {
-            printf("read %s %d\n", label, (int)hydra_probe_read_slot(p, 0, &slot));
-            meta.size = sizeof meta;
-            printf("read_meta %s %d\n", label, (int)hydra_probe_read_meta(p, 0, &meta));
-            hydra_probe_close(p);
-        } else {
-            hydra_probe_last_error(msg, sizeof msg, NULL);
-            fprintf(stderr, "%s: %s\n", label, msg);
-        }
     }
     return 0;
 }
