@@ -463,7 +463,7 @@ fn exercise_reader(
         Ok(()) => assert!(same_size, "check_size missed {action:?}"),
         Err(e) => size_err("check_size", &e),
     }
-    let snapshot = exercise_snapshot(reader, n, same_size, &size_err);
+    let snapshot = exercise_snapshot(reader, n, action, &size_err);
     exercise_header_reads(reader, same_size, &size_err);
     for i in 0..n.min(64) {
         match reader.slot(i) {
@@ -497,13 +497,13 @@ fn exercise_reader(
 fn exercise_snapshot(
     reader: &SegmentReader,
     n: usize,
-    same_size: bool,
+    action: Action,
     size_err: &dyn Fn(&str, &Error),
 ) -> Result<Snapshot, Error> {
     let snapshot = reader.snapshot();
     match &snapshot {
         Ok(s) => {
-            assert!(same_size, "snapshot after a size change succeeded");
+            assert!(action.keeps_size(), "snapshot after {action:?} succeeded");
             assert_eq!(s.slots.len(), n);
             for r in &s.slots {
                 match r {
